@@ -1,0 +1,1 @@
+"""The workspace database (SQLite, WAL) and the git archive of accepted candidates."""

@@ -1,0 +1,257 @@
+"""The workspace database: every candidate, its per-workload results, cached baselines.
+
+SQLite in WAL mode, one short transaction per state change, so a process killed in the
+middle of an evaluation loses nothing that had finished; the unfinished candidate is marked
+``interrupted`` by the next process that opens the workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS candidates (
+    id TEXT PRIMARY KEY,
+    problem TEXT NOT NULL,
+    definition_hash TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    parent TEXT,
+    notes TEXT,
+    language TEXT,
+    source_hash TEXT NOT NULL,
+    solution_json TEXT NOT NULL,
+    device_key TEXT NOT NULL,
+    device_kind TEXT NOT NULL,
+    state TEXT NOT NULL,              -- queued, running, done, interrupted, error
+    decision TEXT, status TEXT, gate TEXT, reason TEXT, diagnostic TEXT,
+    first_failing_workload TEXT,
+    score REAL, speedup_eager REAL, speedup_compile REAL, sol_fraction REAL,
+    latency_ms REAL, speedup_vs_best REAL, threshold REAL,
+    global_best INTEGER NOT NULL DEFAULT 0,
+    duplicate_of TEXT,
+    verdict_json TEXT,
+    created_at REAL NOT NULL, started_at REAL, finished_at REAL,
+    pid INTEGER, host TEXT
+);
+CREATE INDEX IF NOT EXISTS cand_problem_agent ON candidates(problem, agent, created_at);
+CREATE INDEX IF NOT EXISTS cand_hash ON candidates(problem, source_hash);
+CREATE TABLE IF NOT EXISTS workload_results (
+    candidate_id TEXT NOT NULL REFERENCES candidates(id),
+    workload TEXT NOT NULL,
+    latency_ms REAL, eager_ms REAL, compile_ms REAL, sol_ms REAL,
+    speedup_eager REAL, speedup_compile REAL, sol_score REAL, rel_se REAL,
+    result_json TEXT,
+    PRIMARY KEY (candidate_id, workload)
+);
+CREATE TABLE IF NOT EXISTS baselines (
+    definition_hash TEXT NOT NULL,
+    workload TEXT NOT NULL,
+    device_key TEXT NOT NULL,
+    result_json TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (definition_hash, workload, device_key)
+);
+"""
+
+RESULT_COLUMNS = (
+    "decision", "status", "gate", "reason", "diagnostic", "first_failing_workload", "score",
+    "speedup_eager", "speedup_compile", "sol_fraction", "latency_ms", "speedup_vs_best",
+    "threshold", "global_best", "duplicate_of", "verdict_json",
+)
+
+
+def new_candidate_id() -> str:
+    return "c-" + uuid.uuid4().hex[:10]
+
+
+class Database:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._local = threading.local()
+        conn = self._conn()
+        conn.executescript(SCHEMA)  # idempotent; executescript commits on its own
+        conn.execute(
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+            (str(SCHEMA_VERSION),),
+        )
+        self.mark_interrupted()
+
+    # -- connections ----------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE: one writer at a time across processes, so a decision reads
+        the current bests and records its verdict atomically."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+
+    def query(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
+        return self._conn().execute(sql, params).fetchall()
+
+    # -- candidates ----------------------------------------------------------------------------
+    def insert_candidate(self, **fields) -> str:
+        cid = fields.pop("id", None) or new_candidate_id()
+        fields.update(
+            id=cid, created_at=time.time(), pid=os.getpid(), host=socket.gethostname()
+        )
+        cols = ", ".join(fields)
+        marks = ", ".join("?" for _ in fields)
+        with self.transaction() as c:
+            c.execute(f"INSERT INTO candidates ({cols}) VALUES ({marks})", tuple(fields.values()))
+        return cid
+
+    def set_state(self, cid: str, state: str, **extra) -> None:
+        fields = {"state": state, **extra}
+        if state == "running":
+            fields["started_at"] = time.time()
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self.transaction() as c:
+            c.execute(f"UPDATE candidates SET {sets} WHERE id = ?", (*fields.values(), cid))
+
+    def finish(
+        self, c: sqlite3.Connection, cid: str, result: dict, workloads: list[dict]
+    ) -> None:
+        """Record a verdict inside the caller's transaction."""
+        fields = {k: result.get(k) for k in RESULT_COLUMNS}
+        fields.update(state="done", finished_at=time.time())
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        c.execute(f"UPDATE candidates SET {sets} WHERE id = ?", (*fields.values(), cid))
+        for w in workloads:
+            c.execute(
+                "INSERT OR REPLACE INTO workload_results (candidate_id, workload, latency_ms,"
+                " eager_ms, compile_ms, sol_ms, speedup_eager, speedup_compile, sol_score,"
+                " rel_se, result_json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    cid, w["uuid"], w.get("latency_ms"), w.get("eager_ms"), w.get("compile_ms"),
+                    w.get("sol_ms"), w.get("speedup_eager"), w.get("speedup_compile"),
+                    w.get("sol_score"), w.get("rel_se"), json.dumps(w),
+                ),
+            )
+
+    def candidate(self, cid: str) -> sqlite3.Row | None:
+        rows = self.query("SELECT * FROM candidates WHERE id = ?", (cid,))
+        return rows[0] if rows else None
+
+    def workload_results(self, cid: str) -> list[dict]:
+        rows = self.query(
+            "SELECT result_json FROM workload_results WHERE candidate_id = ? ORDER BY rowid", (cid,)
+        )
+        return [json.loads(r["result_json"]) for r in rows]
+
+    def find_evaluated(self, problem: str, definition_hash: str, source_hash: str, device_key: str):
+        rows = self.query(
+            "SELECT * FROM candidates WHERE problem = ? AND definition_hash = ? AND source_hash = ?"
+            " AND device_key = ? AND state = 'done' AND duplicate_of IS NULL ORDER BY created_at LIMIT 1",
+            (problem, definition_hash, source_hash, device_key),
+        )
+        return rows[0] if rows else None
+
+    def agent_best(self, c, problem: str, definition_hash: str, agent: str, device_key: str):
+        rows = c.execute(
+            "SELECT * FROM candidates WHERE problem = ? AND definition_hash = ? AND agent = ?"
+            " AND device_key = ? AND decision = 'ACCEPT' ORDER BY finished_at DESC LIMIT 1",
+            (problem, definition_hash, agent, device_key),
+        ).fetchall()
+        return rows[0] if rows else None
+
+    def global_best(self, c, problem: str, definition_hash: str, device_key: str):
+        rows = c.execute(
+            "SELECT * FROM candidates WHERE problem = ? AND definition_hash = ? AND device_key = ?"
+            " AND global_best = 1 ORDER BY finished_at DESC LIMIT 1",
+            (problem, definition_hash, device_key),
+        ).fetchall()
+        return rows[0] if rows else None
+
+    def agent_history(self, c, problem: str, agent: str) -> list[sqlite3.Row]:
+        return c.execute(
+            "SELECT * FROM candidates WHERE problem = ? AND agent = ? AND state = 'done'"
+            " ORDER BY created_at",
+            (problem, agent),
+        ).fetchall()
+
+    def candidates_for(self, problem: str | None = None, limit: int = 1000) -> list[sqlite3.Row]:
+        if problem:
+            return self.query(
+                "SELECT * FROM candidates WHERE problem = ? ORDER BY created_at DESC LIMIT ?",
+                (problem, limit),
+            )
+        return self.query("SELECT * FROM candidates ORDER BY created_at DESC LIMIT ?", (limit,))
+
+    def mark_interrupted(self) -> int:
+        """Candidates left 'running' by a process that no longer exists on this host."""
+        host = socket.gethostname()
+        stale = []
+        for row in self.query(
+            "SELECT id, pid, host FROM candidates WHERE state IN ('running', 'queued')"
+        ):
+            if row["host"] == host and row["pid"] and not _pid_alive(row["pid"]):
+                stale.append(row["id"])
+        if stale:
+            with self.transaction() as c:
+                c.executemany(
+                    "UPDATE candidates SET state = 'interrupted', reason = 'the evaluating process"
+                    " stopped before a verdict' WHERE id = ?",
+                    [(s,) for s in stale],
+                )
+        return len(stale)
+
+    # -- baselines ---------------------------------------------------------------------------
+    def baseline(self, definition_hash: str, workload: str, device_key: str) -> dict | None:
+        rows = self.query(
+            "SELECT result_json FROM baselines WHERE definition_hash = ? AND workload = ? AND device_key = ?",
+            (definition_hash, workload, device_key),
+        )
+        return json.loads(rows[0]["result_json"]) if rows else None
+
+    def put_baseline(self, definition_hash: str, workload: str, device_key: str, result: dict) -> None:
+        with self.transaction() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO baselines VALUES (?,?,?,?,?)",
+                (definition_hash, workload, device_key, json.dumps(result), time.time()),
+            )
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,69 @@
+"""Accepted candidates committed to a git repository inside the workspace (gitpython)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class GitArchive:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def _repo(self):
+        import git  # gitpython; imported lazily, it starts no process until used
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        if (self.path / ".git").is_dir():
+            return git.Repo(self.path)
+        repo = git.Repo.init(self.path)
+        with repo.config_writer() as cw:
+            cw.set_value("user", "name", "KernelArc guard")
+            cw.set_value("user", "email", "guard@kernelarc.invalid")
+        (self.path / "README.md").write_text(
+            "Accepted candidates, one folder per problem/agent/candidate, committed by the guard.\n"
+        )
+        repo.index.add(["README.md"])
+        repo.index.commit("archive created")
+        return repo
+
+    def commit(self, problem: str, agent: str, candidate_id: str, solution: dict, summary: dict) -> str | None:
+        """Write the candidate's sources and verdict summary and commit them; returns the sha."""
+        lock = open(self.path.parent / ".archive.lock", "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            repo = self._repo()
+            folder = Path(problem) / _safe(agent) / candidate_id
+            target = self.path / folder
+            target.mkdir(parents=True, exist_ok=True)
+            files = []
+            for src in solution["sources"]:
+                p = target / src["path"]
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_text(src["content"])
+                files.append(str(folder / src["path"]))
+            (target / "solution.json").write_text(json.dumps(solution, indent=2) + "\n")
+            (target / "verdict.json").write_text(json.dumps(summary, indent=2) + "\n")
+            files += [str(folder / "solution.json"), str(folder / "verdict.json")]
+            repo.index.add(files)
+            msg = (
+                f"{problem}: {candidate_id} by {agent} {summary.get('decision')}"
+                f" score={summary.get('score')} speedup={summary.get('speedup_eager')}"
+                + (" (global best)" if summary.get("is_global_best") else "")
+            )
+            return repo.index.commit(msg).hexsha
+        except Exception as exc:  # the database holds the result either way
+            log.warning("git archive commit failed: %s", exc)
+            return None
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.close()
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)[:64] or "agent"

@@ -1,0 +1,1 @@
+"""Candidates: SOL-ExecBench solutions, or one source file turned into one."""

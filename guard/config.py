@@ -1,0 +1,52 @@
+"""Thresholds and limits of the guard. Defaults are the documented ones; a workspace may
+override them in ``config.json`` and the command line or server may override those."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class GuardConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Decision
+    noise_floor: float = Field(0.01, ge=0, description="ACCEPT needs at least this speedup")
+    noise_sigmas: float = Field(3.0, ge=0, description="threshold in standard errors of the medians")
+    redraft_after: int = Field(5, ge=1, description="non-improving evaluations before a redraft")
+    stop_sol_fraction: float = Field(0.9, gt=0, le=1.0)
+    max_attempts: int | None = Field(None, ge=1, description="per agent and problem")
+    time_budget_s: float | None = Field(None, gt=0, description="per agent and problem")
+
+    # Correctness
+    correctness_rounds: int = Field(3, ge=1, description="random rounds per visible workload")
+    heldout_rounds: int = Field(2, ge=1)
+    adversarial_rounds: bool = True
+    check_determinism: bool = True
+    static_screen: bool = True  # tests switch it off to exercise the runtime defences alone
+
+    # Timing
+    min_iters: int = Field(50, ge=1)
+    max_iters: int = Field(500, ge=1)
+    target_time_s: float = Field(0.2, gt=0, description="timed seconds per workload")
+    warmup_time_s: float = Field(0.05, ge=0)
+    audits: int = Field(2, ge=0, description="timed calls whose outputs are re-checked")
+    compile_baseline: bool = True
+    compile_mode: str = "default"
+
+    # Limits
+    call_timeout_s: float = Field(60.0, gt=0, description="one request to a worker")
+    build_timeout_s: float = Field(300.0, gt=0)
+    max_source_bytes: int = Field(256_000, gt=0)
+    max_source_files: int = Field(16, gt=0)
+    cpu_memory_limit_gb: float = Field(8.0, gt=0, description="address-space cap of CPU workers")
+
+    @classmethod
+    def load(cls, path: Path | None, **overrides) -> "GuardConfig":
+        data = {}
+        if path is not None and path.is_file():
+            data = json.loads(path.read_text())
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(data)

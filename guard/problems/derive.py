@@ -1,0 +1,191 @@
+"""Workloads the guard derives when a problem gives none: CPU-sized and held-out ones.
+
+Held-out workloads are drawn with a generator keyed by the workspace secret, so they are
+stable within a workspace, differ between workspaces, and never appear in a problem file
+that an agent could read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import random
+from dataclasses import dataclass
+
+from . import formulas
+from .problem import Problem
+from .schema import Definition, RandomInput, SafetensorsInput, Workload
+
+# A CPU workload keeps its largest tensor under this many elements (var axes shrink to fit).
+CPU_ELEMENT_BUDGET = 1 << 18
+CPU_WORKLOAD_COUNT = 4
+
+
+@dataclass(frozen=True)
+class WorkloadSet:
+    """The workloads one device class evaluates: visible (timed) and held-out (checked only)."""
+
+    visible: list[Workload]
+    heldout: list[Workload]
+
+
+def workload_set(problem: Problem, device_class: str, secret: bytes) -> WorkloadSet:
+    """Visible and held-out workloads for ``device_class`` ("cuda" or "cpu")."""
+    d = problem.definition
+    if device_class == "cpu":
+        visible = d.kernelarc.cpu_workloads or cpu_workloads(d, problem.workloads)
+    else:
+        visible = problem.workloads
+    if problem.heldout and device_class != "cpu":
+        heldout = problem.heldout
+    else:
+        heldout = heldout_workloads(d, visible, secret, device_class)
+    return WorkloadSet(list(visible), heldout)
+
+
+# ------------------------------------------------------------------- constraints
+
+
+def dependent_axes(d: Definition) -> dict[str, str]:
+    """Var axes fixed by a constraint ``axis == expression-of-other-axes``."""
+    deps: dict[str, str] = {}
+    for c in d.constraints:
+        if c.count("==") != 1:
+            continue
+        left, right = (s.strip() for s in c.split("=="))
+        for target, expr in ((left, right), (right, left)):
+            if target in d.var_axes:
+                try:
+                    used = formulas.names_in(expr)
+                except formulas.FormulaError:
+                    continue
+                if used <= set(d.axes) and target not in used:
+                    deps[target] = expr
+                    break
+    return deps
+
+
+def apply_constraints(d: Definition, axes: dict[str, int]) -> dict[str, int]:
+    out = dict(axes)
+    deps = dependent_axes(d)
+    for _ in range(len(deps) + 1):
+        for target, expr in deps.items():
+            try:
+                full = d.resolve_axes({**out, target: out.get(target, 0)})
+                out[target] = int(formulas.evaluate(expr, full))
+            except (ValueError, KeyError):
+                continue
+    return out
+
+
+# ------------------------------------------------------------------- CPU workloads
+
+
+def largest_tensor(d: Definition, axes: dict[str, int]) -> int:
+    full = d.resolve_axes(axes)
+    sizes = [
+        math.prod(d.shape_of(s, full))
+        for s in list(d.inputs.values()) + list(d.outputs.values())
+        if s.shape is not None
+    ]
+    return max(sizes, default=1)
+
+
+def shrink(d: Definition, axes: dict[str, int], budget: int = CPU_ELEMENT_BUDGET) -> dict[str, int]:
+    """Halve the largest free var axis until the largest tensor fits the budget."""
+    out = dict(axes)
+    free = [a for a in d.var_axes if a not in dependent_axes(d)]
+    for _ in range(64):
+        out = apply_constraints(d, out)
+        if largest_tensor(d, out) <= budget:
+            break
+        shrinkable = [a for a in free if out.get(a, 1) > 1]
+        if not shrinkable:
+            break
+        biggest = max(shrinkable, key=lambda a: out[a])
+        out[biggest] = max(1, out[biggest] // 2)
+    return apply_constraints(d, out)
+
+
+def cpu_workloads(d: Definition, workloads: list[Workload]) -> list[Workload]:
+    """Small versions of the visible workloads for machines without a GPU."""
+    seen: set[tuple] = set()
+    out: list[Workload] = []
+    ordered = sorted(workloads, key=lambda w: largest_tensor(d, w.axes))
+    for w in ordered:
+        axes = shrink(d, w.axes)
+        key = tuple(sorted(axes.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(_resized(w, f"cpu-{w.uuid}", axes))
+        if len(out) >= CPU_WORKLOAD_COUNT:
+            break
+    if not out:  # a problem with no workloads at all: one with every var axis at 1
+        axes = apply_constraints(d, {a: 1 for a in d.var_axes})
+        out.append(Workload(uuid="cpu-0", axes=axes, inputs=_random_inputs(d)))
+    return out
+
+
+def _resized(w: Workload, uuid: str, axes: dict[str, int]) -> Workload:
+    """A copy of ``w`` with new axes; stored tensors no longer fit, so they are synthesized."""
+    inputs = dict(w.inputs)
+    if axes != w.axes:
+        inputs = {
+            k: RandomInput() if isinstance(v, SafetensorsInput) else v for k, v in inputs.items()
+        }
+    return w.model_copy(update={"uuid": uuid[:128], "axes": axes, "inputs": inputs})
+
+
+def _random_inputs(d: Definition) -> dict:
+    return {n: RandomInput() for n, s in d.inputs.items() if s.shape is not None}
+
+
+# -------------------------------------------------------------- held-out workloads
+
+
+def _rng(secret: bytes, d: Definition, device_class: str) -> random.Random:
+    key = hmac.new(secret, f"heldout|{d.content_hash()}|{device_class}".encode(), hashlib.sha256)
+    return random.Random(key.digest())
+
+
+def _odd_non_pow2(rng: random.Random, lo: int, hi: int, avoid: set[int]) -> int:
+    """An odd, non-power-of-two value in [lo, hi] not in ``avoid`` when one exists."""
+    lo, hi = max(1, lo), max(1, hi)
+    for _ in range(64):
+        v = rng.randint(lo, hi) | 1
+        if v > hi:
+            v -= 2
+        if v >= lo and v not in avoid and v & (v - 1) != 0:
+            return v
+    return rng.randint(lo, hi)
+
+
+def heldout_workloads(
+    d: Definition, visible: list[Workload], secret: bytes, device_class: str
+) -> list[Workload]:
+    """Other values of the var axes, odd and non-power-of-two, inside the visible range."""
+    count = d.kernelarc.heldout_count
+    if count == 0 or not visible:
+        return []
+    rng = _rng(secret, d, device_class)
+    deps = dependent_axes(d)
+    free = [a for a in d.var_axes if a not in deps]
+    if d.kernelarc.heldout_axes is not None:
+        free = [a for a in free if a in d.kernelarc.heldout_axes]
+    out: list[Workload] = []
+    for i in range(count):
+        base = rng.choice(visible)
+        axes = dict(base.axes)
+        for a in free:
+            seen = {w.axes.get(a, 0) for w in visible}
+            lo, hi = min(seen), max(seen)
+            if hi <= 1:
+                continue
+            axes[a] = _odd_non_pow2(rng, max(1, lo), hi, seen)
+        axes = apply_constraints(d, axes)
+        if device_class == "cpu":
+            axes = shrink(d, axes)
+        out.append(_resized(base, f"heldout-{device_class}-{i}", axes))
+    return out

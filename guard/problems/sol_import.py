@@ -1,0 +1,70 @@
+"""Import a SOL-ExecBench / FlashInfer-Trace problem folder."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from .families import classify
+from .problem import Problem, ProblemError, load_problem
+from .schema import SafetensorsInput
+
+log = logging.getLogger(__name__)
+
+
+def is_sol_folder(path: Path) -> bool:
+    return path.is_dir() and (path / "definition.json").is_file()
+
+
+def import_sol_folder(path: Path) -> tuple[Problem, list[str]]:
+    """Read a problem folder; returns the problem and notes worth telling the user."""
+    path = Path(path)
+    problem = load_problem(path, origin="workspace")
+    notes: list[str] = []
+    d = problem.definition
+    if not problem.workloads:
+        raise ProblemError(f"{path}: workload.jsonl is missing or empty")
+    ka = d.kernelarc
+    if ka.op_family is None:
+        ka.op_family = classify(d.op_type, d.name, d.description)
+    ka.source = {**ka.source, "format": "sol-execbench", "path": str(path.resolve())}
+    missing = _missing_blobs(path, problem)
+    if missing:
+        notes.append(
+            f"{len(missing)} safetensors input(s) are not present (e.g. {missing[0]}); "
+            "the guard synthesizes them from the axes (index tensors follow the paged-KV "
+            "convention: offsets from 0 to the index count, indices below the page count)"
+        )
+    return problem, notes
+
+
+def copy_blobs(src: Path, problem: Problem, dest: Path) -> None:
+    """Copy safetensors files the workloads name, keeping their relative paths."""
+    for rel in _blob_paths(problem):
+        for base in (src, *src.parents):
+            candidate = base / rel
+            if candidate.is_file():
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(candidate, target)
+                break
+
+
+def _blob_paths(problem: Problem) -> list[str]:
+    paths = []
+    for w in problem.workloads + problem.heldout:
+        for spec in w.inputs.values():
+            if isinstance(spec, SafetensorsInput) and spec.path not in paths:
+                if Path(spec.path).is_absolute() or ".." in Path(spec.path).parts:
+                    raise ProblemError(f"safetensors path {spec.path!r} must be relative")
+                paths.append(spec.path)
+    return paths
+
+
+def _missing_blobs(src: Path, problem: Problem) -> list[str]:
+    return [
+        rel
+        for rel in _blob_paths(problem)
+        if not any((base / rel).is_file() for base in (src, *src.parents))
+    ]

@@ -1,0 +1,85 @@
+"""Where problems live: the shipped seeds plus those imported into a workspace."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+from seeds import SEEDS_DIR
+
+from .kernelbench_import import import_kernelbench_file, is_kernelbench_file
+from .problem import Problem, ProblemError, load_problem
+from .schema import check_name
+from .sol_import import copy_blobs, import_sol_folder, is_sol_folder
+
+log = logging.getLogger(__name__)
+
+
+class ProblemStore:
+    def __init__(self, workspace_problems: Path, seeds_dir: Path = SEEDS_DIR):
+        self.workspace_problems = workspace_problems
+        self.seeds_dir = seeds_dir
+
+    def _folders(self) -> list[tuple[Path, str]]:
+        out = []
+        for base, origin in ((self.seeds_dir, "seed"), (self.workspace_problems, "workspace")):
+            if base.is_dir():
+                out += [
+                    (p, origin)
+                    for p in sorted(base.iterdir())
+                    if p.is_dir() and (p / "definition.json").is_file()
+                ]
+        return out
+
+    def names(self) -> list[str]:
+        return [p.name for p, _ in self._folders()]
+
+    def list(self) -> list[Problem]:
+        problems = []
+        for folder, origin in self._folders():
+            try:
+                problems.append(load_problem(folder, origin))
+            except ProblemError as exc:
+                log.warning("skipping unreadable problem: %s", exc)
+        return problems
+
+    def get(self, name: str) -> Problem:
+        check_name(name, "problem name")
+        for base, origin in ((self.workspace_problems, "workspace"), (self.seeds_dir, "seed")):
+            folder = base / name
+            if (folder / "definition.json").is_file():
+                return load_problem(folder, origin)
+        known = ", ".join(self.names()) or "none"
+        raise ProblemError(f"no problem named {name!r} (known: {known})")
+
+    def import_path(self, path: Path, name: str | None = None, replace: bool = False):
+        """Import a SOL-ExecBench folder or a KernelBench file; returns (problem, notes)."""
+        path = Path(path)
+        if not path.exists():
+            raise ProblemError(f"{path}: no such file or folder")
+        if is_sol_folder(path):
+            problem, notes = import_sol_folder(path)
+        elif is_kernelbench_file(path):
+            problem, notes = import_kernelbench_file(path)
+        else:
+            raise ProblemError(
+                f"{path}: not a SOL-ExecBench folder (definition.json + workload.jsonl) "
+                "nor a KernelBench file (class Model, get_inputs, get_init_inputs)"
+            )
+        if name:
+            problem.definition.name = check_name(name, "problem name")
+        target = self.workspace_problems / problem.name
+        if (self.seeds_dir / problem.name).exists():
+            raise ProblemError(
+                f"{problem.name!r} is the name of a shipped problem; import it with --name"
+            )
+        if target.exists():
+            if not replace:
+                raise ProblemError(f"{problem.name!r} is already imported (use --replace)")
+            shutil.rmtree(target)
+        problem.save(target)
+        if path.is_dir():
+            copy_blobs(path, problem, target)
+        problem.origin = "workspace"
+        return problem, notes

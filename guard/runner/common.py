@@ -1,0 +1,70 @@
+"""Worker-side helpers shared by both roles."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+from .harness import T
+
+
+class CandidateFault(Exception):
+    """A verdict-worthy failure of the candidate: ``status`` and an actionable message."""
+
+    def __init__(self, status: str, message: str, fatal: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.fatal = fatal  # the worker's CUDA context may be broken: do not reuse it
+
+
+def load_module_from_source(source: str, folder: Path, stem: str):
+    """Import ``source`` from a real file (Triton's decorators read their source back)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    name = f"{stem}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def normalize_outputs(result, output_names: list[str]) -> list:
+    """The candidate's (or reference's) return value as a list in definition order."""
+    n = len(output_names)
+    if T.isinstance(result, dict):
+        missing = [k for k in output_names if k not in result]
+        if missing:
+            raise CandidateFault("INCORRECT_SHAPE", f"returned a dict without {missing}")
+        return [result[k] for k in output_names]
+    if T.isinstance(result, (tuple, list)):
+        if T.len(result) != n:
+            raise CandidateFault(
+                "INCORRECT_SHAPE",
+                f"returned {T.len(result)} values; expected {n} ({', '.join(output_names)})",
+            )
+        return list(result)
+    if n == 1:
+        return [result]
+    raise CandidateFault(
+        "INCORRECT_SHAPE", f"returned one value; expected {n} ({', '.join(output_names)})"
+    )
+
+
+def storage_range(t: torch.Tensor) -> tuple[int, int]:
+    st = T.untyped_storage(t)
+    start = st.data_ptr()
+    return start, start + st.nbytes()
+
+
+def dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).replace("torch.", "")

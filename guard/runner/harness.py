@@ -1,0 +1,92 @@
+"""Captured references and integrity checks for the worker (imported before any candidate).
+
+Everything the worker does after a candidate has run goes through the references in ``T``,
+taken here before candidate code is imported, so a candidate that patches ``torch.equal`` or
+``time.perf_counter`` changes nothing the guard relies on; ``violations()`` then reports the
+patch itself as a reward hack.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import socket
+import threading
+import time
+from types import SimpleNamespace
+
+import torch
+
+try:  # numpy is optional for the harness
+    import numpy
+except ImportError:  # pragma: no cover
+    numpy = None
+
+T = SimpleNamespace(
+    perf_counter=time.perf_counter,
+    monotonic=time.monotonic,
+    equal=torch.equal,
+    isfinite=torch.isfinite,
+    empty=torch.empty,
+    empty_strided=torch.empty_strided,
+    zeros=torch.zeros,
+    full=torch.full,
+    clone=torch.Tensor.clone,
+    contiguous=torch.Tensor.contiguous,
+    cpu=torch.Tensor.cpu,
+    to=torch.Tensor.to,
+    view=torch.Tensor.view,
+    numpy=torch.Tensor.numpy,
+    copy_=torch.Tensor.copy_,
+    fill_=torch.Tensor.fill_,
+    zero_=torch.Tensor.zero_,
+    data_ptr=torch.Tensor.data_ptr,
+    untyped_storage=torch.Tensor.untyped_storage,
+    active_threads=threading.active_count,
+    tensor_type=torch.Tensor,
+    cuda_sync=torch.cuda.synchronize,
+    cuda_event=torch.cuda.Event,
+    event_record=torch.cuda.Event.record,
+    event_elapsed=torch.cuda.Event.elapsed_time,
+    function_mode_depth=getattr(torch._C, "_len_torch_function_stack", None),
+    dispatch_mode_depth=getattr(torch._C, "_len_torch_dispatch_stack", None),
+    isinstance=builtins.isinstance,
+    type=builtins.type,
+    len=builtins.len,
+)
+
+# (owner, attribute) pairs whose identity must not change while a candidate is loaded.
+_WATCHED: list[tuple[object, str]] = [
+    (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),
+    (time, "process_time"),
+    (torch, "equal"), (torch, "allclose"), (torch, "isclose"), (torch, "isfinite"),
+    (torch, "isnan"), (torch, "empty"), (torch, "empty_like"), (torch, "zeros"),
+    (torch, "randn"), (torch, "manual_seed"), (torch, "no_grad"),
+    (torch.Tensor, "clone"), (torch.Tensor, "cpu"), (torch.Tensor, "copy_"), (torch.Tensor, "to"),
+    (torch.Tensor, "__eq__"), (torch.Tensor, "__sub__"), (torch.Tensor, "abs"),
+    (torch.Tensor, "numpy"), (torch.Tensor, "contiguous"), (torch.Tensor, "item"),
+    (torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda.Event, "record"),
+    (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize"),
+    (torch.testing, "assert_close"), (threading, "Thread"), (builtins, "isinstance"),
+    (builtins, "print"), (builtins, "open"), (builtins, "__import__"),
+    (json, "dumps"), (json, "loads"), (socket.socket, "sendall"), (socket.socket, "recv"),
+]
+_SNAPSHOT = {(id(o), a): getattr(o, a, None) for o, a in _WATCHED}
+
+
+def violations() -> list[str]:
+    """What a candidate changed that it must not have; empty when all is intact."""
+    found = []
+    for owner, attr in _WATCHED:
+        if getattr(owner, attr, None) is not _SNAPSHOT[(id(owner), attr)]:
+            name = getattr(owner, "__name__", type(owner).__name__)
+            found.append(f"{name}.{attr} was replaced (monkey-patching)")
+    if T.function_mode_depth is not None and T.function_mode_depth() != 0:
+        found.append("a torch function mode is active (torch calls are being intercepted)")
+    if T.dispatch_mode_depth is not None and T.dispatch_mode_depth() != 0:
+        found.append("a torch dispatch mode is active (torch ops are being intercepted)")
+    return found
+
+
+def thread_count() -> int:
+    return T.active_threads()

@@ -1,0 +1,194 @@
+"""Making the inputs of a workload, identically in every worker that is given the same seed.
+
+Rounds differ by ``kind``: "normal" (standard normal), "mixed" (rows at scales from 1e-3
+to 1e3), "large" (magnitudes that overflow naive low-precision intermediates) and "tiny"
+(values near zero). Adversarial kinds only change float tensors made at random; the guard
+drops a round when the reference itself is not finite on it (the op does not allow it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from pathlib import Path
+
+import torch
+
+ROUND_KINDS = ("normal", "mixed", "large", "tiny")
+LARGE_SCALE = {
+    "float16": 2.0**13, "bfloat16": 2.0**30, "float32": 2.0**30, "float64": 2.0**60,
+    "float8_e4m3fn": 224.0, "float8_e5m2": 16384.0,
+}
+TINY_SCALE = {
+    "float16": 2.0**-10, "bfloat16": 2.0**-30, "float32": 2.0**-40, "float64": 2.0**-100,
+    "float8_e4m3fn": 2.0**-4, "float8_e5m2": 2.0**-8,
+}
+_INDPTR = re.compile(r"indptr|offsets?$|cu_seqlens", re.I)
+_INDICES = re.compile(r"indices|page_ids|block_table", re.I)
+_LABELS = re.compile(r"target|label|token|ids?$|idx|index", re.I)
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"dtype {name!r} is not available in this torch")
+    return dt
+
+
+def sub_seed(seed: int, *parts: object) -> int:
+    h = seed & 0xFFFFFFFFFFFF
+    for p in parts:
+        for ch in str(p):
+            h = (h * 1_000_003 + ord(ch)) & 0xFFFFFFFFFFFF
+    return h
+
+
+class InputMaker:
+    """Inputs for one definition on one device. ``reference_module`` provides custom inputs."""
+
+    def __init__(self, definition: dict, device: str, reference_module=None, blob_root: str | None = None):
+        self.d = definition
+        self.device = torch.device(device)
+        self.module = reference_module
+        self.blob_root = Path(blob_root) if blob_root else None
+
+    # -- public -------------------------------------------------------------------------
+    def make(self, workload: dict, axes: dict[str, int], seed: int, kind: str = "normal") -> list:
+        """Arguments in definition order (tensors and Python scalars)."""
+        specs = workload.get("inputs", {})
+        if self.d.get("custom_inputs_entrypoint") and any(
+            s.get("type") == "custom" for s in specs.values()
+        ):
+            values = self._custom(axes, specs, seed)
+        else:
+            values, synthesized = {}, set()
+            for name, spec in self.d["inputs"].items():
+                ispec = specs.get(name, {"type": "random"})
+                values[name] = self._one(name, spec, ispec, axes, seed, kind)
+                if ispec.get("type") != "scalar" and not (
+                    ispec.get("type") == "safetensors" and self._safetensors(ispec) is not None
+                ):
+                    synthesized.add(name)
+            self._fix_index_pairs(values, synthesized, axes, seed)
+        missing = [n for n in self.d["inputs"] if n not in values]
+        if missing:
+            raise ValueError(f"inputs not produced: {missing}")
+        return [values[n] for n in self.d["inputs"]]
+
+    # -- kinds of input -------------------------------------------------------------------
+    def _custom(self, axes: dict[str, int], specs: dict, seed: int) -> dict:
+        fn = getattr(self.module, self.d["custom_inputs_entrypoint"])
+        scalars = {n: s["value"] for n, s in specs.items() if s.get("type") == "scalar"}
+        torch.manual_seed(seed)
+        produced = fn({**axes, **scalars}, self.device)
+        if not isinstance(produced, dict):
+            raise TypeError("generate_inputs must return a dict of inputs")
+        return {**scalars, **produced}
+
+    def _one(self, name: str, tspec: dict, ispec: dict, axes: dict, seed: int, kind: str):
+        kind_of = ispec.get("type", "random")
+        if kind_of == "scalar":
+            return ispec["value"]
+        shape = tuple(axes[d] if isinstance(d, str) else int(d) for d in (tspec.get("shape") or []))
+        dtype = tspec["dtype"]
+        if tspec.get("shape") is None:  # a scalar the workload did not set
+            return 1e-5 if dtype.startswith("float") else 1
+        if kind_of == "safetensors":
+            loaded = self._safetensors(ispec)
+            if loaded is not None:
+                return loaded.to(self.device)
+        gen = torch.Generator(device=self.device).manual_seed(sub_seed(seed, name))
+        if dtype.startswith("float") or dtype == "bfloat16":
+            return self._float(shape, dtype, gen, kind)
+        if dtype == "bool":
+            return torch.randint(0, 2, shape, generator=gen, device=self.device).bool()
+        return self._int(name, shape, dtype, gen, axes)
+
+    def _float(self, shape: tuple, dtype: str, gen: torch.Generator, kind: str) -> torch.Tensor:
+        x = torch.randn(shape, generator=gen, device=self.device, dtype=torch.float32)
+        if kind == "mixed" and x.numel():
+            rows = shape[:-1] + (1,) if len(shape) > 1 else shape
+            exps = torch.rand(rows, generator=gen, device=self.device) * 6 - 3
+            x = x * torch.pow(10.0, exps)
+        elif kind == "large":
+            x = x * LARGE_SCALE.get(dtype, 1.0)
+        elif kind == "tiny":
+            x = x * TINY_SCALE.get(dtype, 1.0)
+        return x.to(torch_dtype(dtype))
+
+    def _int(self, name: str, shape: tuple, dtype: str, gen: torch.Generator, axes: dict):
+        high = 64
+        if _LABELS.search(name):
+            floats = [
+                s for s in self.d["inputs"].values()
+                if s.get("shape") and str(s["dtype"]).startswith(("float", "bfloat"))
+            ]
+            if floats:
+                last = floats[0]["shape"][-1]
+                high = max(1, axes[last] if isinstance(last, str) else int(last))
+        return torch.randint(0, high, shape, generator=gen, device=self.device, dtype=torch_dtype(dtype))
+
+    def _fix_index_pairs(self, values: dict, synthesized: set, axes: dict, seed: int) -> None:
+        """Paged-KV convention: offsets run from 0 to the number of indices; indices stay
+        below the page count. Applied to integer index inputs the guard synthesized."""
+
+        def ints(pattern: re.Pattern) -> list[str]:
+            return [
+                n for n in synthesized
+                if pattern.search(n)
+                and isinstance(values[n], torch.Tensor)
+                and not values[n].is_floating_point()
+            ]
+
+        idx_names, ptr_names = sorted(ints(_INDICES)), sorted(ints(_INDPTR))
+        page_axes = [a for a in axes if "page" in a and "size" not in a]
+        bound = axes[page_axes[0]] if page_axes else None
+        gen = torch.Generator(device="cpu").manual_seed(sub_seed(seed, "index-pairs"))
+        for n in idx_names:
+            t = values[n]
+            hi = bound if bound else max(1, t.numel())
+            values[n] = torch.randint(0, max(1, hi), t.shape, generator=gen, dtype=t.dtype).to(self.device)
+        for n in ptr_names:
+            t = values[n]
+            total = values[idx_names[0]].numel() if idx_names else int(t.numel()) * 4
+            k = t.numel()
+            if k == 0:
+                continue
+            cuts = torch.randint(0, total + 1, (max(0, k - 2),), generator=gen).sort().values
+            ptr = torch.cat([torch.zeros(1, dtype=torch.long), cuts, torch.full((1,), total)])[:k]
+            values[n] = ptr.to(dtype=t.dtype, device=self.device)
+
+    def _safetensors(self, ispec: dict) -> torch.Tensor | None:
+        if self.blob_root is None:
+            return None
+        path = self.blob_root / ispec["path"]
+        if not path.is_file():
+            return None
+        return read_safetensors(path)[ispec["tensor_key"]]
+
+
+_ST_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+    "U8": torch.uint8, "BOOL": torch.bool,
+}
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The safetensors format: 8-byte little-endian header size, JSON header, raw data."""
+    raw = Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    data = raw[8 + n :]
+    out = {}
+    for key, meta in header.items():
+        if key == "__metadata__":
+            continue
+        start, end = meta["data_offsets"]
+        dt = _ST_DTYPES[meta["dtype"]]
+        buf = bytearray(data[start:end])
+        t = torch.frombuffer(buf, dtype=dt) if buf else torch.empty(0, dtype=dt)
+        out[key] = t.reshape(meta["shape"]) if math.prod(meta["shape"]) else t.reshape(meta["shape"])
+    return out

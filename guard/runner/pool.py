@@ -1,0 +1,76 @@
+"""Worker pool for one device: a long-lived trusted worker and use-once candidate workers,
+with the next candidate worker started ahead so a verdict does not wait for torch's import."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import uuid
+from pathlib import Path
+
+from .process import WorkerProcess
+
+log = logging.getLogger(__name__)
+
+
+class WorkerPool:
+    def __init__(self, device: str, root: Path, memory_limit_gb: float | None = None, prestart: bool = True):
+        self.device = device
+        self.root = Path(root)
+        self.memory_limit_gb = memory_limit_gb
+        self.prestart = prestart
+        self._trusted: WorkerProcess | None = None
+        self._spare: WorkerProcess | None = None
+        self._lock = threading.Lock()
+
+    def _new(self, role: str) -> WorkerProcess:
+        workdir = self.root / f"{role}-{uuid.uuid4().hex[:10]}"
+        return WorkerProcess(role, self.device, workdir, self.memory_limit_gb).start()
+
+    def trusted(self, timeout: float = 180.0) -> WorkerProcess:
+        with self._lock:
+            if self._trusted is None or not self._trusted.alive:
+                if self._trusted is not None:
+                    log.warning("trusted worker died (%s); starting another", self._trusted.log_tail(5))
+                    self._discard(self._trusted)
+                self._trusted = self._new("trusted")
+            worker = self._trusted
+        worker.wait_ready(timeout)
+        return worker
+
+    def take_candidate(self) -> WorkerProcess:
+        """A fresh candidate worker (the warm spare if there is one); starts the next spare."""
+        with self._lock:
+            worker = self._spare if self._spare is not None and self._spare.alive else None
+            if worker is None and self._spare is not None:
+                self._discard(self._spare)
+            self._spare = None
+            if worker is None:
+                worker = self._new("candidate")
+            if self.prestart:
+                self._spare = self._new("candidate")
+        return worker
+
+    def warm_up(self) -> None:
+        """Start the trusted worker and a spare candidate worker without waiting."""
+        with self._lock:
+            if self._trusted is None:
+                self._trusted = self._new("trusted")
+            if self.prestart and self._spare is None:
+                self._spare = self._new("candidate")
+
+    def discard(self, worker: WorkerProcess) -> None:
+        self._discard(worker)
+
+    @staticmethod
+    def _discard(worker: WorkerProcess) -> None:
+        worker.close(grace=0.5)
+        shutil.rmtree(worker.workdir, ignore_errors=True)
+
+    def close(self) -> None:
+        with self._lock:
+            for w in (self._spare, self._trusted):
+                if w is not None:
+                    self._discard(w)
+            self._spare = self._trusted = None

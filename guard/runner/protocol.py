@@ -1,0 +1,72 @@
+"""Length-prefixed JSON messages over a socket.
+
+JSON, never pickle: a candidate worker is untrusted, and unpickling what it sends could run
+code in the parent. Bulk tensor data travels as files (see tensorio), not messages.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import struct
+import time
+
+MAX_MESSAGE = 64 * 1024 * 1024
+_HEADER = struct.Struct("!Q")
+# Taken at import, before a worker loads any candidate: a patched json or socket cannot
+# forge what the worker sends.
+_dumps, _loads = json.dumps, json.loads
+_sendall, _recv = socket.socket.sendall, socket.socket.recv
+_select = select.select
+
+
+class ProtocolError(RuntimeError):
+    pass
+
+
+class PeerGone(ProtocolError):
+    """The other end closed the socket (the worker died)."""
+
+
+class ReplyTimeout(ProtocolError):
+    pass
+
+
+def send(sock: socket.socket, message: dict) -> None:
+    data = _dumps(message, allow_nan=True).encode()
+    if len(data) > MAX_MESSAGE:
+        raise ProtocolError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE}")
+    _sendall(sock, _HEADER.pack(len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ReplyTimeout("no reply in time")
+            ready, _, _ = _select([sock], [], [], remaining)
+            if not ready:
+                raise ReplyTimeout("no reply in time")
+        chunk = _recv(sock, min(n - got, 1 << 20))
+        if not chunk:
+            raise PeerGone("connection closed")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv(sock: socket.socket, timeout: float | None = None) -> dict:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    (length,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, deadline))
+    if length > MAX_MESSAGE:
+        raise ProtocolError(f"peer announced a {length}-byte message")
+    try:
+        message = _loads(_recv_exact(sock, length, deadline))
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"malformed message: {exc}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError("message is not an object")
+    return message

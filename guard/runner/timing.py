@@ -1,0 +1,180 @@
+"""Timing loops shared by the candidate and trusted workers, so a candidate and its
+baselines are measured the same way.
+
+GPU, per iteration: flush L2 by writing a buffer of twice its size, reset persisting L2
+lines, synchronize the whole device, read the host clock, record a start event, call,
+record an end event, synchronize the whole device, read the host clock. The latency of the
+iteration is ``max(event time, host time - sync overhead)``: events alone would miss work a
+candidate moved to another stream; the host clock with device-wide synchronisation sees it.
+The sync overhead is calibrated on an empty call. Inputs rotate over several sets so that
+nothing can be cached between calls. CPU: the same loop with the host clock and a cache
+flush of twice the last-level cache.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from .harness import T
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    k = (len(sorted_values) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def summarize(samples_ms: list[float]) -> dict:
+    s = sorted(samples_ms)
+    median = statistics.median(s)
+    q1, q3 = _percentile(s, 0.25), _percentile(s, 0.75)
+    sigma = (q3 - q1) / 1.349 if q3 > q1 else (statistics.pstdev(s) if len(s) > 1 else 0.0)
+    se_median = 1.2533 * sigma / math.sqrt(len(s))
+    return {
+        "median_ms": median,
+        "mean_ms": statistics.fmean(s),
+        "min_ms": s[0],
+        "p10_ms": _percentile(s, 0.10),
+        "p90_ms": _percentile(s, 0.90),
+        "iqr_ms": q3 - q1,
+        "n": len(s),
+        "rel_se": se_median / median if median > 0 else 0.0,
+    }
+
+
+def last_level_cache_bytes() -> int:
+    best = 0
+    for p in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = p.read_text().strip().upper()
+        mult = 1024 * 1024 if text.endswith("M") else 1024 if text.endswith("K") else 1
+        try:
+            best = max(best, int(text.rstrip("KM")) * mult)
+        except ValueError:
+            continue
+    return best or 32 * 1024 * 1024
+
+
+class Timer:
+    """One per worker: holds the flush buffer and the calibrated sync overhead."""
+
+    def __init__(self, device: str):
+        self.device = torch.device(device)
+        self.is_cuda = self.device.type == "cuda"
+        if self.is_cuda:
+            props = torch.cuda.get_device_properties(self.device)
+            self.flush_bytes = 2 * int(props.L2_cache_size)
+        else:
+            self.flush_bytes = 2 * last_level_cache_bytes()
+        self.flush_buf = T.empty(self.flush_bytes // 4, dtype=torch.int32, device=self.device)
+        self._reset_l2 = _persisting_l2_reset() if self.is_cuda else None
+        self.overhead_ms = 0.0
+        if self.is_cuda:
+            self.overhead_ms = self._calibrate()
+
+    # -- one iteration ----------------------------------------------------------------
+    def _flush(self) -> None:
+        T.zero_(self.flush_buf)
+        if self._reset_l2 is not None:
+            self._reset_l2()
+
+    def _iteration(self, call: Callable[[], object], keep: bool = False):
+        self._flush()
+        if self.is_cuda:
+            start, end = T.cuda_event(enable_timing=True), T.cuda_event(enable_timing=True)
+            T.cuda_sync()
+            h0 = T.perf_counter()
+            T.event_record(start)
+            out = call()
+            T.event_record(end)
+            T.cuda_sync()
+            h1 = T.perf_counter()
+            event_ms = T.event_elapsed(start, end)
+            host_ms = (h1 - h0) * 1e3
+            latency = max(event_ms, host_ms - self.overhead_ms)
+            return latency, event_ms, host_ms, (out if keep else None)
+        h0 = T.perf_counter()
+        out = call()
+        h1 = T.perf_counter()
+        ms = (h1 - h0) * 1e3
+        return ms, ms, ms, (out if keep else None)
+
+    def _calibrate(self) -> float:
+        gaps = []
+        for _ in range(30):
+            _, ev, host, _ = self._iteration(lambda: None)
+            gaps.append(host - ev)
+        return statistics.median(gaps[5:])
+
+    # -- a whole measurement -------------------------------------------------------------
+    def measure(
+        self,
+        call: Callable[[int], object],
+        n_sets: int,
+        min_iters: int,
+        max_iters: int,
+        target_time_s: float,
+        warmup_time_s: float,
+        audit_at: tuple[int, ...] = (),
+        on_audit: Callable[[int, int, object], None] | None = None,
+    ) -> dict:
+        """Time ``call(set_index)``. ``on_audit(iteration, set_index, outputs)`` is called,
+        untimed, after the chosen iterations so their outputs can be checked."""
+        # Warm-up: every input set at least once (compilation, autotuning, caches).
+        warm_ms, i = [], 0
+        budget_end = T.perf_counter() + warmup_time_s
+        while i < n_sets or T.perf_counter() < budget_end:
+            lat, _, _, _ = self._iteration(lambda k=i % n_sets: call(k))
+            warm_ms.append(lat)
+            i += 1
+            if i >= max(n_sets, 1000):
+                break
+        est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2):]), 1e-4)
+        iters = int(min(max_iters, max(min_iters, math.ceil(target_time_s * 1e3 / est))))
+        lat_ms, ev_ms, host_ms = [], [], []
+        audit = set(a % iters for a in audit_at)
+        for it in range(iters):
+            k = it % n_sets
+            want = it in audit
+            lat, ev, host, out = self._iteration(lambda k=k: call(k), keep=want)
+            lat_ms.append(lat)
+            ev_ms.append(ev)
+            host_ms.append(host)
+            if want and on_audit is not None:
+                on_audit(it, k, out)
+            del out
+        stats = summarize(lat_ms)
+        stats.update(
+            event_median_ms=statistics.median(ev_ms),
+            host_median_ms=statistics.median(host_ms),
+            sync_overhead_ms=self.overhead_ms,
+            method="cuda-events+host-sync" if self.is_cuda else "host-clock",
+            n_sets=n_sets,
+            flush_bytes=self.flush_bytes,
+            warmup_iters=len(warm_ms),
+        )
+        # Work that escapes the event window (another stream, host work after the last
+        # launch) shows as host time well above event time; say so in the result.
+        stats["off_stream_suspect"] = bool(
+            self.is_cuda and stats["host_median_ms"] - self.overhead_ms > 1.2 * stats["event_median_ms"] + 0.01
+        )
+        return stats
+
+
+def _persisting_l2_reset():
+    """cudaCtxResetPersistingL2Cache through cuda-python, when it is installed."""
+    try:
+        from cuda.bindings import runtime as cudart  # type: ignore
+    except ImportError:
+        try:
+            from cuda import cudart  # type: ignore
+        except ImportError:
+            return None
+    fn = getattr(cudart, "cudaCtxResetPersistingL2Cache", None)
+    return (lambda: fn()) if fn else None

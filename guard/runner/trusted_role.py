@@ -1,0 +1,168 @@
+"""The trusted worker: runs references, compares candidate outputs with them, times the
+baselines and measures device ceilings. No candidate code is ever loaded here, so the
+reference outputs it holds cannot be reached by a candidate."""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+import torch
+
+from . import ceilings
+from .common import load_module_from_source, normalize_outputs
+from .compare import compare
+from .harness import T
+from .inputs import InputMaker
+from .tensorio import read_tensor
+from .timing import Timer
+
+
+class TrustedRole:
+    def __init__(self, device: str, workdir: Path):
+        self.device = device
+        self.workdir = workdir
+        self.cuda = device.startswith("cuda")
+        self.problems: dict[str, tuple[dict, object, InputMaker]] = {}
+        self.refs: dict[str, list[torch.Tensor]] = {}
+        self.timer: Timer | None = None
+        self.compiled: dict[str, object] = {}
+
+    def handle(self, msg: dict) -> dict:
+        op = msg.get("op")
+        handler = {
+            "problem": self.problem,
+            "reference": self.reference,
+            "compare": self.compare,
+            "release": self.release,
+            "baseline": self.baseline,
+            "ceilings": self.ceilings,
+        }.get(op)
+        if handler is None:
+            return {"ok": False, "message": f"unknown op {op!r}"}
+        try:
+            return handler(msg)
+        except Exception as exc:  # the problem's own code failed: report, keep serving
+            return {
+                "ok": False,
+                "message": f"{type(exc).__name__}: {exc}"[:2000],
+                "traceback": traceback.format_exc()[-4000:],
+            }
+
+    # -- problems and references ------------------------------------------------------------
+    def problem(self, msg: dict) -> dict:
+        key = msg["key"]
+        if key not in self.problems:
+            d = msg["definition"]
+            module = load_module_from_source(d["reference"], self.workdir / "ref", "reference")
+            self.problems[key] = (d, module, InputMaker(d, self.device, module, msg.get("blob_root")))
+        return {"ok": True}
+
+    def _run_reference(self, key: str, workload: dict, axes: dict, seed: int, kind: str):
+        d, module, maker = self.problems[key]
+        args = maker.make(workload, axes, seed, kind)
+        with torch.no_grad():
+            result = module.run(*args)
+        if self.cuda:
+            T.cuda_sync()
+        return normalize_outputs(result, list(d["outputs"])), args
+
+    def reference(self, msg: dict) -> dict:
+        key = msg["key"]
+        rounds = []
+        for rnd in msg["rounds"]:
+            try:
+                outs, _ = self._run_reference(key, msg["workload"], msg["axes"], rnd["seed"], rnd["kind"])
+            except Exception as exc:
+                rounds.append({"tag": rnd["tag"], "ok": False, "message": f"{type(exc).__name__}: {exc}"[:1000]})
+                continue
+            self.refs[rnd["tag"]] = outs
+            finite = all(
+                bool(torch.isfinite(o).all()) if o.is_floating_point() else True for o in outs
+            )
+            rounds.append(
+                {
+                    "tag": rnd["tag"],
+                    "ok": True,
+                    "finite": finite,
+                    "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outs],
+                }
+            )
+        return {"ok": True, "rounds": rounds}
+
+    def compare(self, msg: dict) -> dict:
+        tag = msg["tag"]
+        refs = self.refs.pop(tag, None)
+        if refs is None:
+            return {"ok": False, "message": f"no reference held for {tag}"}
+        metas, tols, names = msg["outputs"], msg["tolerances"], msg["names"]
+        if len(metas) != len(refs):
+            return {
+                "ok": True,
+                "passed": False,
+                "status": "INCORRECT_SHAPE",
+                "message": f"{len(metas)} outputs, expected {len(refs)}",
+            }
+        reports = []
+        for meta, ref, tol, name in zip(metas, refs, tols, names):
+            try:
+                out = read_tensor(meta, self.device)
+            except (ValueError, OSError) as exc:
+                return {"ok": True, "passed": False, "status": "RUNTIME_ERROR", "message": str(exc)}
+            report = compare(out, ref, tol["atol"], tol["rtol"], name)
+            reports.append(report)
+            if not report["ok"]:
+                return {"ok": True, "passed": False, "status": report["status"],
+                        "message": report["message"], "reports": reports}
+        return {"ok": True, "passed": True, "status": "PASSED", "reports": reports}
+
+    def release(self, msg: dict) -> dict:
+        tags = msg.get("tags")
+        for t in list(self.refs) if tags is None else tags:
+            self.refs.pop(t, None)
+        if self.cuda:
+            torch.cuda.empty_cache()
+        return {"ok": True}
+
+    # -- baselines and ceilings -------------------------------------------------------------
+    def baseline(self, msg: dict) -> dict:
+        key, cfg = msg["key"], msg["config"]
+        d, module, maker = self.problems[key]
+        if self.timer is None:
+            self.timer = Timer(self.device)
+        sets = [maker.make(msg["workload"], msg["axes"], s, "normal") for s in msg["sets"]]
+        out: dict = {"ok": True}
+        flops = None
+        if msg.get("count_flops"):
+            try:
+                from torch.utils.flop_counter import FlopCounterMode
+
+                with torch.no_grad(), FlopCounterMode(display=False) as counter:
+                    module.run(*sets[0])
+                flops = float(counter.get_total_flops())
+            except Exception as exc:  # counting is best effort
+                out["flops_error"] = str(exc)[:300]
+        out["flops"] = flops
+
+        def timed(fn):
+            def call(k: int):
+                with torch.no_grad():
+                    return fn(*sets[k])
+
+            return self.timer.measure(
+                call, len(sets), cfg["min_iters"], cfg["max_iters"], cfg["target_time_s"], cfg["warmup_time_s"]
+            )
+
+        out["eager"] = timed(module.run)
+        if msg.get("compile"):
+            try:
+                if key not in self.compiled:
+                    self.compiled[key] = torch.compile(module.run, mode=msg.get("compile_mode") or "default")
+                out["compiled"] = timed(self.compiled[key])
+            except Exception as exc:
+                out["compiled"] = None
+                out["compile_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        return out
+
+    def ceilings(self, msg: dict) -> dict:
+        return {"ok": True, "ceilings": ceilings.measure(self.device)}

@@ -1,0 +1,88 @@
+"""Entry point of a worker process: ``python -m guard.runner.worker_main --fd N --role R``.
+
+The harness (captured references) is imported before anything else; the socket is the
+only channel to the parent; stdout and stderr already go to a log file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import traceback
+from pathlib import Path
+
+
+def _limit_memory(gb: float) -> None:
+    import resource
+
+    limit = int(gb * (1 << 30))
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fd", type=int, required=True)
+    ap.add_argument("--role", choices=["candidate", "trusted"], required=True)
+    ap.add_argument("--device", required=True)
+    ap.add_argument("--memory-limit-gb", type=float)
+    args = ap.parse_args()
+    if args.memory_limit_gb:
+        _limit_memory(args.memory_limit_gb)
+
+    from . import harness  # noqa: F401  (captures before any candidate code exists)
+    from . import protocol
+
+    import torch
+
+    sock = socket.socket(fileno=args.fd)
+    device = args.device
+    info = {"ready": True, "pid": os.getpid(), "torch": torch.__version__, "python": sys.version.split()[0]}
+    try:
+        if device.startswith("cuda"):
+            torch.cuda.init()
+            device = "cuda:0" if device == "cuda" else device
+            props = torch.cuda.get_device_properties(device)
+            info.update(gpu=props.name, capability=list(torch.cuda.get_device_capability(device)))
+            try:
+                info["gpu_uuid"] = "GPU-" + str(props.uuid)
+            except AttributeError:
+                pass
+        try:
+            import triton
+
+            info["triton"] = triton.__version__
+        except ImportError:
+            info["triton"] = None
+        workdir = Path.cwd()
+        if args.role == "candidate":
+            from .candidate_role import CandidateRole
+
+            role = CandidateRole(device, workdir)
+        else:
+            from .trusted_role import TrustedRole
+
+            role = TrustedRole(device, workdir)
+    except Exception as exc:
+        protocol.send(sock, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+        traceback.print_exc()
+        return 1
+    protocol.send(sock, info)
+    while True:
+        try:
+            msg = protocol.recv(sock)
+        except protocol.PeerGone:
+            return 0
+        if msg.get("op") == "exit":
+            return 0
+        try:
+            reply = role.handle(msg)
+        except BaseException as exc:  # noqa: BLE001 - report, then let the parent decide
+            traceback.print_exc()
+            reply = {"ok": False, "status": "INTERNAL", "message": f"{type(exc).__name__}: {exc}"[:2000]}
+        protocol.send(sock, reply)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

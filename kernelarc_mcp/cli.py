@@ -1,0 +1,238 @@
+"""The ``kernelarc`` command line. Every command is a thin layer over the library (guard/),
+the same one the MCP server and the tests use. Human output goes to stdout, logs and
+progress to stderr; with ``--json`` the last line of stdout is one JSON object."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from . import __version__, render
+
+log = logging.getLogger("kernelarc")
+
+
+def _setup_logging(verbosity: int) -> None:
+    level = logging.WARNING - 10 * min(verbosity, 2)
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _emit_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _workspace(args):
+    from guard.workspace import Workspace
+
+    return Workspace.open(args.workspace)
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+def cmd_import(args) -> int:
+    from guard.problems.summary import summarize
+
+    ws = _workspace(args)
+    problem, notes = ws.problems().import_path(Path(args.path), name=args.name, replace=args.replace)
+    if args.json:
+        _emit_json({"imported": problem.name, "notes": notes, "summary": summarize(problem)})
+    else:
+        print(f"imported {problem.name} into {ws.problems_dir / problem.name}")
+        for n in notes:
+            print(f"  note: {n}")
+    return 0
+
+
+def cmd_problems(args) -> int:
+    from guard.problems.summary import human_bytes, summarize
+
+    ws = _workspace(args)
+    summaries = [summarize(p) for p in ws.problems().list()]
+    if args.json:
+        _emit_json({"problems": summaries})
+        return 0
+    render.table(
+        ["problem", "origin", "family", "workloads", "dtypes", "largest I/O", "max GFLOP", "seeds"],
+        [
+            [s["name"][:60], s["origin"], s["op_family"], s["workloads"], ",".join(s["dtypes"]),
+             human_bytes(s["max_io_bytes"]), (s["max_flops"] / 1e9) if s["max_flops"] else None,
+             len(s["seed_kernels"])]
+            for s in summaries
+        ],
+    )
+    return 0
+
+
+def _guard(args, ws):
+    from guard.pipeline import Guard
+
+    overrides = {}
+    if getattr(args, "no_compile_baseline", False):
+        overrides["compile_baseline"] = False
+    guard = Guard(ws, ws.config(**overrides), device=args.device)
+    guard.warm_up()
+    return guard
+
+
+def cmd_submit(args) -> int:
+    from guard.candidates.load import from_file
+
+    ws = _workspace(args)
+    solution = from_file(Path(args.file), language=args.language)
+    progress = render.ProgressLine(enabled=not args.quiet)
+    with _guard(args, ws) as guard:
+        try:
+            verdict = guard.evaluate(
+                solution, args.problem, agent=args.agent, notes=args.notes, parent=args.parent,
+                progress=progress,
+            )
+        finally:
+            progress.finish()
+    if args.json:
+        _emit_json(verdict.model_dump(mode="json"))
+    else:
+        render.verdict(verdict)
+    return 0
+
+
+def cmd_leaderboard(args) -> int:
+    from guard.archive.db import Database
+    from guard.leaderboard import leaderboard
+
+    ws = _workspace(args)
+    ws.problems().get(args.problem)  # a clear error for an unknown name
+    board = leaderboard(Database(ws.db_path), args.problem)
+    if args.json:
+        _emit_json(board)
+        return 0
+    if not board["agents"]:
+        print(f"no accepted candidate for {args.problem} yet ({board['candidates']} submitted)")
+        return 0
+    render.table(
+        ["rank", "agent", "candidate", "lang", "SOL score", "x eager", "x compile", "SOL frac", "latency", "attempts", ""],
+        [
+            [i + 1, e["agent"], e["candidate_id"], e["language"], e["score"], e["speedup_eager"],
+             e["speedup_compile"], e["sol_fraction"], render.ms(e["latency_ms"]), e["attempts"],
+             "global best" if e["is_global_best"] else ""]
+            for i, e in enumerate(board["agents"])
+        ],
+    )
+    return 0
+
+
+def cmd_show(args) -> int:
+    from guard.archive.db import Database
+    from guard.leaderboard import candidate_detail
+
+    ws = _workspace(args)
+    detail = candidate_detail(Database(ws.db_path), args.candidate)
+    if detail is None:
+        print(f"no candidate {args.candidate!r}", file=sys.stderr)
+        return 2
+    if args.json:
+        _emit_json(detail)
+        return 0
+    from guard.verdict import Verdict
+
+    if detail["verdict"]:
+        render.verdict(Verdict.model_validate(detail["verdict"]))
+    else:
+        print(f"{detail['id']}: {detail['state']} {detail.get('reason') or ''}")
+    if args.source:
+        for src in detail["solution"]["sources"]:
+            print(f"\n--- {src['path']}\n{src['content']}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(args)
+
+
+# -- parser ------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kernelarc",
+        description="Deterministic guard and MCP server for agents that optimize GPU kernels.",
+    )
+    p.add_argument("--version", action="version", version=f"kernelarc {__version__}")
+    p.add_argument("--workspace", help="workspace folder (default $KERNELARC_WORKSPACE or ./.kernelarc)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging on stderr")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("import", help="import a SOL-ExecBench problem folder or a KernelBench file")
+    s.add_argument("path")
+    s.add_argument("--name", help="problem name to use instead of the definition's")
+    s.add_argument("--replace", action="store_true", help="replace an imported problem of that name")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_import)
+
+    s = sub.add_parser("problems", help="list shipped and imported problems")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_problems)
+
+    s = sub.add_parser("submit", help="evaluate a candidate kernel and print the verdict")
+    s.add_argument("file", help="a .py defining run(...), a .cu/.cpp source, or a solution.json")
+    s.add_argument("--problem", required=True)
+    s.add_argument("--agent", default="cli", help="who submits (default: cli)")
+    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    s.add_argument("--language", choices=["pytorch", "triton", "cuda_cpp"], help="override detection")
+    s.add_argument("--notes", help="what this candidate tries (kept with it)")
+    s.add_argument("--parent", help="id of the candidate this one derives from")
+    s.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
+    s.add_argument("--json", action="store_true", help="last line of stdout: the verdict as JSON")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    s.set_defaults(fn=cmd_submit)
+
+    s = sub.add_parser("leaderboard", help="each agent's best and the global best on a problem")
+    s.add_argument("--problem", required=True)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_leaderboard)
+
+    s = sub.add_parser("show", help="one candidate's verdict (and source)")
+    s.add_argument("candidate")
+    s.add_argument("--source", action="store_true")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_show)
+
+    s = sub.add_parser("demo", help="the main job: judge the shipped seed kernels on a shipped problem")
+    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    from guard.candidates.load import CandidateError
+    from guard.pipeline import GuardError
+    from guard.problems.problem import ProblemError
+
+    try:
+        return args.fn(args)
+    except (ProblemError, CandidateError, ValueError) as exc:
+        print(f"kernelarc: {exc}", file=sys.stderr)
+        if getattr(args, "json", False):
+            _emit_json({"error": str(exc)})
+        return 2
+    except GuardError as exc:
+        print(f"kernelarc: {exc}", file=sys.stderr)
+        if getattr(args, "json", False):
+            _emit_json({"error": str(exc)})
+        return 1
+    except KeyboardInterrupt:
+        print("kernelarc: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
