@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -76,9 +77,10 @@ class Guard:
         self.db = Database(workspace.db_path)
         self.store = workspace.problems()
         self.archive = GitArchive(workspace.archive_dir)
-        self.pool = WorkerPool(
-            self.device.kind, workspace.tmp_dir / "workers", self.cfg.cpu_memory_limit_gb, prestart
-        )
+        # Worker folders live outside the workspace: a candidate's working directory must
+        # not lead it to the database, the secret or the held-out workloads.
+        self.scratch = Path(tempfile.mkdtemp(prefix="kernelarc-"))
+        self.pool = WorkerPool(self.device.kind, self.scratch / "workers", self.cfg.cpu_memory_limit_gb, prestart)
         self.slot = TimingSlot(self.device.key)
         self._lock = threading.Lock()  # one evaluation at a time on this device
         self._ceilings: dict | None = None
@@ -91,6 +93,7 @@ class Guard:
     def close(self) -> None:
         self.pool.close()
         self.db.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
     def __enter__(self) -> "Guard":
         return self
@@ -169,7 +172,7 @@ class Guard:
         wset = workload_set(problem, self.device.kind, self._secret)
         phases: dict[str, float] = {"screen": time.monotonic() - t_start}
         eval_seed = self._seed("eval", cid, dhash)
-        outdir = self.ws.tmp_dir / "outputs" / cid
+        outdir = self.scratch / "outputs" / cid
         outdir.mkdir(parents=True, exist_ok=True)
 
         t = time.monotonic()

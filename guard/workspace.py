@@ -29,7 +29,7 @@ class Workspace:
     def open(cls, path: str | os.PathLike | None = None) -> "Workspace":
         ws = cls(resolve_workspace_path(path))
         ws.root.mkdir(parents=True, exist_ok=True)
-        for sub in (ws.problems_dir, ws.archive_dir, ws.tmp_dir):
+        for sub in (ws.problems_dir, ws.archive_dir):
             sub.mkdir(parents=True, exist_ok=True)
         return ws
 
@@ -44,10 +44,6 @@ class Workspace:
     @property
     def archive_dir(self) -> Path:
         return self.root / "archive"
-
-    @property
-    def tmp_dir(self) -> Path:
-        return self.root / "tmp"
 
     @property
     def config_path(self) -> Path:

@@ -21,6 +21,24 @@ def _limit_memory(gb: float) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+def _die_with_parent() -> None:
+    """A worker must not outlive the guard that started it (even a ``kill -9``): a daemon
+    thread watches the parent pid and kills this process when the parent is gone."""
+    import signal
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fd", type=int, required=True)
@@ -28,6 +46,7 @@ def main() -> int:
     ap.add_argument("--device", required=True)
     ap.add_argument("--memory-limit-gb", type=float)
     args = ap.parse_args()
+    _die_with_parent()
     if args.memory_limit_gb:
         _limit_memory(args.memory_limit_gb)
 

@@ -22,7 +22,7 @@ RULES: list[tuple[str, str, str]] = [
      "changing or resetting the device is not allowed"),
     (r"#\s*include\s*<(thread|future|fstream|filesystem)>", "include",
      "this header is for threads or files, which are not allowed"),
-    (r"\bKERNELARC|secret\.key|workspace\.db", "workspace", "the workspace is off limits"),
+    (r"\bKERNELARC_|secret\.key|workspace\.db|\.kernelarc\b", "workspace", "the workspace is off limits"),
 ]
 
 

@@ -67,7 +67,7 @@ BANNED_ATTRIBUTES = {
     # frames and interpreter internals: where the answer or the harness could be found
     **{a: "reading frames is not allowed" for a in (
         "f_back", "f_locals", "f_globals", "f_code", "f_builtins", "gi_frame", "cr_frame",
-        "tb_frame", "tb_next", "_getframe", "currentframe", "stack", "getouterframes",
+        "tb_frame", "tb_next", "_getframe", "currentframe", "getouterframes",
         "settrace", "setprofile",
     )},
     **{a: "introspecting objects' internals is not allowed" for a in (
@@ -81,14 +81,12 @@ BANNED_ATTRIBUTES = {
     # environment, files and processes
     **{a: "the environment is off limits" for a in ("environ", "getenv", "putenv", "unsetenv")},
     **{a: "other processes are not allowed" for a in (
-        "system", "popen", "fork", "forkpty", "execv", "execve", "execvp", "spawnv", "kill",
-        "_exit", "abort",
+        "popen", "fork", "forkpty", "execv", "execve", "execvp", "spawnv", "_exit",
     )},
     **{a: "reading files is not allowed" for a in (
-        "read_text", "read_bytes", "write_text", "write_bytes", "listdir", "scandir", "walk",
+        "read_text", "read_bytes", "write_text", "write_bytes", "listdir", "scandir",
         "fromfile", "tofile",
     )},
-    "modules": "sys.modules is off limits",
     # streams and dispatch: work outside the timed stream, or torch patched underneath
     **{a: "new CUDA streams are not allowed: work must run on the current stream" for a in (
         "Stream", "ExternalStream", "stream", "set_stream", "cuStreamCreate",
@@ -102,14 +100,23 @@ BANNED_ATTRIBUTES = {
     )},
     "_C": "torch's C internals are off limits",
 }
+# Names too common to ban everywhere (torch.stack, model.modules()), banned where they
+# mean what a cheat would use them for.
 BANNED_DOTTED = {
+    "inspect.stack": "reading frames is not allowed",
+    "sys.modules": "sys.modules is off limits",
+    "os.walk": "reading files is not allowed",
+    "os.system": "other processes are not allowed",
+    "os.kill": "other processes are not allowed",
+    "os.abort": "exiting the process is not allowed",
     "torch.load": "reading files is not allowed",
     "torch.save": "writing files is not allowed",
     "numpy.load": "reading files is not allowed",
     "numpy.save": "writing files is not allowed",
     "torch.hub": "downloads are not allowed",
 }
-SUSPICIOUS_STRINGS = ("KERNELARC", "secret.key", "workspace.db", ".kernelarc")
+# The workspace's own names: a kernel has no reason to spell them.
+SUSPICIOUS_STRINGS = ("KERNELARC_", "secret.key", "workspace.db", ".kernelarc")
 
 
 def syntax_error(path: str, source: str) -> Finding | None:
@@ -270,7 +277,7 @@ class _Visitor(ast.NodeVisitor):
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str):
             for s in SUSPICIOUS_STRINGS:
-                if s.lower() in node.value.lower():
+                if s in node.value:
                     self.add(node, "workspace", f"string mentions {s!r}: the workspace is off limits")
         self.generic_visit(node)
 

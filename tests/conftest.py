@@ -1,0 +1,77 @@
+"""Shared fixtures. Everything runs on the CPU: PyTorch CPU, Triton's interpreter, the
+CPU-sized workloads of each problem. Caches and locks go to a per-session temp folder."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_SESSION_TMP = Path(tempfile.mkdtemp(prefix="kernelarc-tests-"))
+os.environ["KERNELARC_CACHE_DIR"] = str(_SESSION_TMP / "cache")
+os.environ["KERNELARC_LOCK_DIR"] = str(_SESSION_TMP / "locks")
+os.environ.pop("KERNELARC_WORKSPACE", None)
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
+SOL_EXAMPLES = DATA / "sol-execbench-examples"
+CHEATS = REPO / "tests" / "cheats"
+RMS = "rmsnorm_llama3_8b"
+
+
+def fast_config(**overrides):
+    """The documented pipeline with fewer iterations, so the suite stays quick on 2 cores."""
+    from guard.config import GuardConfig
+
+    base = dict(
+        compile_baseline=False, min_iters=3, max_iters=10, target_time_s=0.01,
+        warmup_time_s=0.0, call_timeout_s=20, correctness_rounds=2, audits=1,
+    )
+    base.update(overrides)
+    return GuardConfig(**base)
+
+
+def make_guard(path: Path, **overrides):
+    from guard.pipeline import Guard
+    from guard.workspace import Workspace
+
+    ws = Workspace.open(path)
+    return Guard(ws, fast_config(**overrides), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def session_tmp() -> Path:
+    return _SESSION_TMP
+
+
+@pytest.fixture(scope="session")
+def guard(session_tmp):
+    """A guard with every gate on (static screen included)."""
+    g = make_guard(session_tmp / "ws-screen")
+    g.store.import_path(SOL_EXAMPLES / "softmax_h4096")
+    yield g
+    g.close()
+
+
+@pytest.fixture(scope="session")
+def guard_runtime_only(session_tmp):
+    """The static screen off: shows that the run-time defences hold on their own."""
+    g = make_guard(session_tmp / "ws-runtime", static_screen=False, call_timeout_s=10)
+    g.store.import_path(SOL_EXAMPLES / "softmax_h4096")
+    yield g
+    g.close()
+
+
+_counter = [0]
+
+
+def unique(source: str) -> str:
+    """The same code with a new comment, so the guard measures it again."""
+    _counter[0] += 1
+    return source + f"\n# variant {_counter[0]} {os.getpid()}\n"
+
+
+def honest_source() -> str:
+    return unique((CHEATS / "honest_torch.py").read_text())

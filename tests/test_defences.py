@@ -1,0 +1,90 @@
+"""Every cheat in tests/cheats is rejected, with the static screen on and with it off."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from conftest import CHEATS, RMS, honest_source, unique
+from guard.candidates.load import from_source
+from guard.problems.derive import workload_set
+
+CHEAT_FILES = sorted(p for p in CHEATS.glob("*.py") if p.name != "honest_torch.py")
+
+
+def expectation(path) -> dict:
+    text = path.read_text()
+    m = re.search(r"EXPECT ([^\"\n]*)", text)
+    assert m, f"{path.name} has no EXPECT line"
+    fields = dict(kv.split("=") for kv in m.group(1).split() if "=" in kv)
+    fields["heldout"] = "HELDOUT" in m.group(1)
+    return fields
+
+
+def cheat_source(path, guard) -> str:
+    source = path.read_text()
+    if "{VISIBLE}" in source:  # the cheat knows the visible shapes, as an agent would
+        wset = workload_set(guard.store.get(RMS), "cpu", guard._secret)
+        rows = sorted({w.axes["num_tokens"] for w in wset.visible})
+        source = source.replace("{VISIBLE}", repr(set(rows)))
+    return unique(source)
+
+
+def evaluate(guard, source: str, problem: str, agent: str):
+    return guard.evaluate(from_source(source, None, "kernel.py"), problem, agent=agent)
+
+
+@pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)
+def test_cheat_with_screen(guard, path):
+    exp = expectation(path)
+    problem = exp.get("PROBLEM", RMS)
+    t0 = time.monotonic()
+    v = evaluate(guard, cheat_source(path, guard), problem, f"cheat-{path.stem}")
+    assert v.status == exp["screen"], f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
+    if exp["screen"] == "PASSED":
+        assert v.decision in ("ACCEPT", "KEEP", "REVERT")
+        return
+    assert v.decision == "REJECT"
+    assert v.gate is not None and v.reason
+    if v.gate == "screen":
+        # the banned construct and its line
+        assert re.search(r"kernel\.py:\d+: ", v.reason), v.reason
+    if exp["screen"] == "TIMEOUT":
+        assert time.monotonic() - t0 < guard.cfg.call_timeout_s + 15
+
+
+@pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)
+def test_cheat_runtime_defence_alone(guard_runtime_only, path):
+    exp = expectation(path)
+    problem = exp.get("PROBLEM", RMS)
+    g = guard_runtime_only
+    v = evaluate(g, cheat_source(path, g), problem, f"cheat-{path.stem}")
+    assert v.status == exp["runtime"], f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
+    if exp["runtime"] != "PASSED":
+        assert v.decision == "REJECT" and v.gate in ("build", "correctness", "benchmark")
+    if exp["heldout"]:
+        assert "held-out" in v.reason and "shape not shown" in v.reason
+        assert v.first_failing_workload.startswith("held-out")
+    # The worker was replaced: the next honest candidate is judged correctly.
+    after = evaluate(g, honest_source(), RMS, f"honest-after-{path.stem}")
+    assert after.status == "PASSED", after.reason
+
+
+def test_screen_names_construct_and_line(guard):
+    v = evaluate(guard, unique((CHEATS / "patches_torch.py").read_text()), RMS, "lines")
+    assert v.gate == "screen" and v.status == "REWARD_HACK"
+    assert "kernel.py:5:" in v.reason and "torch.allclose" in v.reason
+
+
+def test_heldout_shapes_never_shown(guard):
+    v = evaluate(guard, cheat_source(CHEATS / "shape_specialised.py", guard), RMS, "specialist")
+    assert v.status == "INCORRECT_NUMERICAL"
+    hidden = workload_set(guard.store.get(RMS), "cpu", guard._secret).heldout
+    text = v.model_dump_json()
+    for w in hidden:
+        assert f"'num_tokens': {w.axes['num_tokens']}" not in text
+        assert f"num_tokens={w.axes['num_tokens']}" not in text
+        assert f'"num_tokens": {w.axes["num_tokens"]}' not in text
+    assert v.diagnostic is None

@@ -1,0 +1,138 @@
+"""The cascade end to end on the CPU: honest PyTorch and Triton candidates, decisions,
+duplicates, faults and recovery, the archive."""
+
+from __future__ import annotations
+
+import time
+
+from conftest import CHEATS, RMS, honest_source, make_guard, unique
+from guard.candidates.load import from_source
+from seeds import SEEDS_DIR
+
+
+def submit(guard, source, agent, language=None, **kw):
+    return guard.evaluate(from_source(source, language, "kernel.py"), RMS, agent=agent, **kw)
+
+
+def slow_source() -> str:
+    # the honest kernel doing its work twenty times over: clearly slower
+    return unique(
+        "import torch\n\n"
+        "def run(hidden_states, weight):\n"
+        "    for _ in range(20):\n"
+        "        x = hidden_states.float()\n"
+        "        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()\n"
+        "    return y.to(hidden_states.dtype)\n"
+    )
+
+
+def test_honest_pytorch_then_slower_then_duplicate(guard):
+    first = submit(guard, honest_source(), "agent-a", notes="plain torch")
+    assert first.decision == "ACCEPT" and first.status == "PASSED", first.reason
+    assert first.agent_best_id == first.candidate_id
+    assert first.checked["visible_workloads"] >= 1 and first.checked["heldout_workloads"] >= 1
+    for w in first.workloads:
+        assert w.latency_ms > 0 and w.eager_ms > 0 and w.sol_ms > 0
+        assert w.iterations >= guard.cfg.min_iters
+        assert w.timing["method"] == "host-clock"
+    assert first.score is not None and 0 <= first.score <= 1
+    assert first.advice.action == "continue"
+
+    slow = submit(guard, slow_source(), "agent-a", notes="twenty passes")
+    assert slow.status == "PASSED"
+    assert slow.decision == "REVERT", slow.reason
+    assert slow.agent_best_id == first.candidate_id and first.candidate_id in slow.reason
+    assert slow.speedup_vs_best < 1
+
+    # The identical source again: judged from the stored measurement, not re-run.
+    again = guard.evaluate(
+        from_source(slow_source_text := slow_source(), None, "kernel.py"), RMS, agent="agent-b"
+    )
+    dup = guard.evaluate(from_source(slow_source_text, None, "kernel.py"), RMS, agent="agent-c")
+    assert dup.duplicate_of == again.candidate_id
+    assert "not measured again" in dup.reason
+    assert dup.phases_s == {}
+
+
+def test_triton_seed_passes_on_cpu_interpreter(guard):
+    seed = (SEEDS_DIR / RMS / "seed_triton.py").read_text()
+    v = submit(guard, unique(seed), "triton-agent", language="triton")
+    assert v.status == "PASSED", f"{v.reason}\n{v.diagnostic}"
+    assert v.decision == "ACCEPT"
+
+
+def test_global_best_and_archive(session_tmp):
+    g = make_guard(session_tmp / "ws-global")
+    try:
+        a = submit(g, slow_source(), "alpha")
+        assert a.decision == "ACCEPT" and a.is_global_best
+        b = submit(g, honest_source(), "beta")
+        assert b.decision == "ACCEPT" and b.is_global_best  # 20x faster than alpha's
+        c = submit(g, slow_source(), "gamma")
+        assert c.decision == "ACCEPT" and not c.is_global_best
+        assert c.global_best_id == b.candidate_id
+        import git
+
+        log = [c.message for c in git.Repo(g.ws.archive_dir).iter_commits()]
+        assert any(b.candidate_id in m and "global best" in m for m in log)
+        assert (g.ws.archive_dir / RMS / "beta" / b.candidate_id / "kernel.py").is_file()
+    finally:
+        g.close()
+
+
+def test_redraft_and_stop_advice(session_tmp):
+    g = make_guard(session_tmp / "ws-advice", redraft_after=2, max_attempts=4)
+    try:
+        first = submit(g, honest_source(), "r")
+        assert first.advice.action == "continue"
+        s1 = submit(g, slow_source(), "r", notes="unrolled everything")
+        assert s1.advice.action == "continue" and s1.advice.non_improving == 1
+        s2 = submit(g, slow_source(), "r", notes="bigger blocks")
+        assert s2.advice.action == "redraft" and s2.advice.non_improving == 2
+        assert any("unrolled everything" in t for t in s2.advice.tried)
+        s3 = submit(g, slow_source(), "r")
+        assert s3.advice.action == "stop" and "attempt budget" in s3.advice.message
+    finally:
+        g.close()
+
+
+def test_faults_give_verdicts_within_the_timeout(guard):
+    cases = {
+        "infinite_loop.py": "TIMEOUT",
+        "out_of_memory.py": "RUNTIME_ERROR",
+    }
+    for name, status in cases.items():
+        t0 = time.monotonic()
+        v = submit(guard, unique((CHEATS / name).read_text()), f"fault-{name}")
+        assert v.status == status, v.reason
+        assert time.monotonic() - t0 < guard.cfg.call_timeout_s + 15
+        ok = submit(guard, honest_source(), f"after-{name}")
+        assert ok.status == "PASSED"
+
+
+def test_compile_error_is_trimmed(guard):
+    bad = "import torch\n\ndef run(hidden_states, weight)\n    return hidden_states\n"
+    v = submit(guard, bad, "syntax")
+    assert v.status == "COMPILE_ERROR" and v.gate == "screen"
+    assert "kernel.py:3" in v.reason
+
+    import_error = "import torch\nimport no_such_module_anywhere\n\ndef run(hidden_states, weight):\n    return hidden_states\n"
+    v = submit(guard, import_error, "import")
+    assert v.status == "COMPILE_ERROR" and v.gate == "build"
+    assert "no_such_module_anywhere" in v.diagnostic
+    assert "guard/" not in v.diagnostic  # the guard's own frames are trimmed away
+
+
+def test_triton_compile_error(guard):
+    src = unique(
+        "import torch\nimport triton\nimport triton.language as tl\n\n"
+        "@triton.jit\ndef k(x_ptr, BLOCK: tl.constexpr):\n"
+        "    x = tl.load(x_ptr + tl.arange(0, BLOCK))\n"
+        "    tl.store(x_ptr + tl.arange(0, BLOCK), undefined_name)\n\n"
+        "def run(hidden_states, weight):\n"
+        "    y = hidden_states.clone()\n    k[(1,)](y, BLOCK=16)\n    return y\n"
+    )
+    v = submit(guard, src, "triton-bad", language="triton")
+    assert v.decision == "REJECT"
+    assert v.status in ("COMPILE_ERROR", "RUNTIME_ERROR")
+    assert "undefined_name" in (v.diagnostic or v.reason)

@@ -1,0 +1,135 @@
+"""Pure pieces: formulas, schema validation, scoring, decisions, comparison, statistics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from guard.config import GuardConfig
+from guard.decision import advise, compare, decide
+from guard.problems import formulas
+from guard.problems.schema import Definition, Workload
+from guard.runner.compare import compare as compare_tensors
+from guard.runner.timing import summarize
+from guard.scoring import geomean, sol_score, sol_time_ms
+
+CFG = GuardConfig()
+
+
+def test_formulas_are_safe_arithmetic():
+    assert formulas.evaluate("2 * M * N * K", {"M": 2, "N": 3, "K": 4}) == 48
+    assert formulas.evaluate("max(a, b) // 2", {"a": 7, "b": 3}) == 3
+    for bad in ("__import__('os')", "a.b", "[1,2]", "open('x')", "2 ** 1000"):
+        with pytest.raises(formulas.FormulaError):
+            formulas.evaluate(bad, {"a": 1})
+
+
+def _definition(**kw):
+    base = dict(
+        name="t", axes={"n": {"type": "var"}, "h": {"type": "const", "value": 8},
+                        "h2": {"type": "expr", "expression": "h // 2"}},
+        inputs={"x": {"shape": ["n", "h"], "dtype": "bfloat16"}},
+        outputs={"y": {"shape": ["n", "h2"], "dtype": "float32"}},
+        reference="def run(x):\n    return x\n",
+    )
+    base.update(kw)
+    return Definition.model_validate(base)
+
+
+def test_definition_resolves_axes_and_costs():
+    d = _definition(kernelarc={"flops": "2 * n * h"})
+    axes = d.resolve_axes({"n": 3})
+    assert axes == {"n": 3, "h": 8, "h2": 4}
+    assert d.io_bytes(axes) == 3 * 8 * 2 + 3 * 4 * 4
+    assert d.flops(axes) == 48
+    assert d.tolerance_for("float32").atol == 1e-4 and d.tolerance_for("bfloat16").rtol == 1e-2
+
+
+@pytest.mark.parametrize("change,msg", [
+    ({"name": "../x"}, "invalid problem name"),
+    ({"inputs": {"x": {"shape": ["m"], "dtype": "float32"}}}, "undeclared axis"),
+    ({"inputs": {"x": {"shape": ["n"], "dtype": "float13"}}}, "unknown dtype"),
+    ({"reference": "x = 1"}, "run"),
+    ({"kernelarc": {"flops": "import os"}}, "cannot parse"),
+])
+def test_definition_rejects_bad_input(change, msg):
+    with pytest.raises(ValueError, match=msg):
+        _definition(**change)
+
+
+def test_content_hash_ignores_descriptions_only():
+    a, b = _definition(), _definition(description="words")
+    assert a.content_hash() == b.content_hash()
+    assert _definition(kernelarc={"flops": "n"}).content_hash() != a.content_hash()
+
+
+def test_workload_cannot_mix_custom_and_random():
+    with pytest.raises(ValueError):
+        Workload(uuid="w", inputs={"a": {"type": "custom"}, "b": {"type": "random"}})
+
+
+def test_sol_score():
+    assert sol_score(t=2.0, t_sol=1.0, t_base=3.0) == pytest.approx(1 / (1 + 1 / 2))
+    assert sol_score(t=3.0, t_sol=1.0, t_base=3.0) == pytest.approx(0.5)
+    assert sol_score(t=1.0, t_sol=1.0, t_base=3.0) == 1.0
+    assert sol_score(t=0.5, t_sol=1.0, t_base=3.0) == 1.0  # clipped: faster than the bound
+    assert sol_score(t=2.0, t_sol=3.0, t_base=2.5) is None  # baseline under the bound
+    t, bound = sol_time_ms(flops=1e12, nbytes=1e9, flops_rate=1e15, bandwidth=1e12)
+    assert t == pytest.approx(1.0) and bound == "memory"
+    assert geomean([1.0, 4.0]) == pytest.approx(2.0)
+
+
+def test_decisions_respect_noise_threshold():
+    old = {"a": (1.0, 0.001), "b": (2.0, 0.001)}
+    same = {"a": (1.004, 0.001), "b": (1.996, 0.001)}
+    faster = {"a": (0.9, 0.001), "b": (1.8, 0.001)}
+    slower = {"a": (1.1, 0.001), "b": (2.2, 0.001)}
+    assert decide(compare(same, old, CFG)) == "KEEP"
+    assert decide(compare(faster, old, CFG)) == "ACCEPT"
+    assert decide(compare(slower, old, CFG)) == "REVERT"
+    assert decide(None) == "ACCEPT"
+    # a noisy measurement raises the threshold above the 1 % floor
+    noisy = {"a": (0.97, 0.05), "b": (1.94, 0.05)}
+    cmp = compare(noisy, old, CFG)
+    assert cmp.threshold > 0.03 and decide(cmp) == "KEEP"
+    assert compare(same, old, CFG).threshold == pytest.approx(0.01)
+
+
+def _hist(*decisions):
+    return [{"decision": d, "created_at": i, "id": f"c{i}", "notes": f"n{i}"} for i, d in enumerate(decisions)]
+
+
+def test_advice_rules():
+    cfg = GuardConfig(redraft_after=3, max_attempts=10, time_budget_s=100)
+    assert advise("ACCEPT", _hist("REVERT", "REVERT"), 0.2, 0.2, cfg, now=1).action == "continue"
+    a = advise("KEEP", _hist("ACCEPT", "REVERT", "REJECT"), 0.2, 0.2, cfg, now=1)
+    assert a.action == "redraft" and a.non_improving == 3 and a.tried
+    assert advise("KEEP", _hist("ACCEPT"), 0.95, 0.2, cfg, now=1).action == "stop"
+    assert advise("KEEP", _hist(*["ACCEPT"] * 9), 0.2, 0.2, cfg, now=1).action == "stop"
+    assert "time budget" in advise("KEEP", _hist("ACCEPT"), 0.1, 0.1, cfg, now=500).message
+
+
+def test_tensor_comparison_reports_where_and_how_much():
+    ref = torch.ones(4, 5, dtype=torch.float32)
+    out = ref.clone()
+    out[2, 3] = 1.5
+    r = compare_tensors(out, ref, 1e-4, 1e-4)
+    assert not r["ok"] and r["status"] == "INCORRECT_NUMERICAL"
+    assert "[2, 3]" in r["message"] and r["mismatches"] == 1 and r["max_abs"] == pytest.approx(0.5)
+    nan = ref.clone()
+    nan[0, 0] = math.nan
+    assert "NaN" in compare_tensors(nan, ref, 1e-2, 1e-2)["message"]
+    assert compare_tensors(ref.double(), ref, 1, 1)["status"] == "INCORRECT_DTYPE"
+    assert compare_tensors(ref[:2], ref, 1, 1)["status"] == "INCORRECT_SHAPE"
+    inf = torch.tensor([-math.inf, 1.0])
+    assert compare_tensors(inf.clone(), inf, 1e-4, 1e-4)["ok"]  # same infinities match
+    ints = torch.tensor([1, 2, 3])
+    assert not compare_tensors(torch.tensor([1, 2, 4]), ints, 0, 0)["ok"]
+
+
+def test_timing_statistics():
+    s = summarize([1.0] * 50 + [1.1] * 50)
+    assert s["median_ms"] == pytest.approx(1.05) and s["n"] == 100
+    assert 0 < s["rel_se"] < 0.05
