@@ -15,11 +15,11 @@ def submit(guard, source, agent, language=None, **kw):
 
 
 def slow_source() -> str:
-    # the honest kernel doing its work twenty times over: clearly slower
+    # the honest kernel doing its work fifty times over: clearly slower, even on a busy machine
     return unique(
         "import torch\n\n"
         "def run(hidden_states, weight):\n"
-        "    for _ in range(20):\n"
+        "    for _ in range(50):\n"
         "        x = hidden_states.float()\n"
         "        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()\n"
         "    return y.to(hidden_states.dtype)\n"
@@ -38,7 +38,7 @@ def test_honest_pytorch_then_slower_then_duplicate(guard):
     assert first.score is not None and 0 <= first.score <= 1
     assert first.advice.action == "continue"
 
-    slow = submit(guard, slow_source(), "agent-a", notes="twenty passes")
+    slow = submit(guard, slow_source(), "agent-a", notes="fifty passes")
     assert slow.status == "PASSED"
     assert slow.decision == "REVERT", slow.reason
     assert slow.agent_best_id == first.candidate_id and first.candidate_id in slow.reason
@@ -62,12 +62,12 @@ def test_triton_seed_passes_on_cpu_interpreter(guard):
 
 
 def test_global_best_and_archive(session_tmp):
-    g = make_guard(session_tmp / "ws-global")
+    g = make_guard(session_tmp / "ws-global", min_iters=10, max_iters=40)
     try:
         a = submit(g, slow_source(), "alpha")
         assert a.decision == "ACCEPT" and a.is_global_best
         b = submit(g, honest_source(), "beta")
-        assert b.decision == "ACCEPT" and b.is_global_best  # 20x faster than alpha's
+        assert b.decision == "ACCEPT" and b.is_global_best, b.reason  # 50x less work than alpha's
         c = submit(g, slow_source(), "gamma")
         assert c.decision == "ACCEPT" and not c.is_global_best
         assert c.global_best_id == b.candidate_id
