@@ -67,10 +67,10 @@ def guard_runtime_only(session_tmp):
 _counter = [0]
 
 
-def unique(source: str) -> str:
+def unique(source: str, comment: str = "#") -> str:
     """The same code with a new comment, so the guard measures it again."""
     _counter[0] += 1
-    return source + f"\n# variant {_counter[0]} {os.getpid()}\n"
+    return source + f"\n{comment} variant {_counter[0]} {os.getpid()}\n"
 
 
 def honest_source() -> str:

@@ -167,9 +167,15 @@ class Database:
         return [json.loads(r["result_json"]) for r in rows]
 
     def find_evaluated(self, problem: str, definition_hash: str, source_hash: str, device_key: str):
+        """A definitive earlier verdict on the same source: measured, or rejected for what
+        the source does. Compile errors, crashes and timeouts may come from the machine
+        (a missing toolkit, memory taken by others), so those are evaluated again."""
         rows = self.query(
             "SELECT * FROM candidates WHERE problem = ? AND definition_hash = ? AND source_hash = ?"
-            " AND device_key = ? AND state = 'done' AND duplicate_of IS NULL ORDER BY created_at LIMIT 1",
+            " AND device_key = ? AND state = 'done' AND duplicate_of IS NULL"
+            " AND (decision != 'REJECT' OR status IN"
+            " ('INCORRECT_SHAPE', 'INCORRECT_DTYPE', 'INCORRECT_NUMERICAL', 'REWARD_HACK'))"
+            " ORDER BY created_at LIMIT 1",
             (problem, definition_hash, source_hash, device_key),
         )
         return rows[0] if rows else None

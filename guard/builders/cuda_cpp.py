@@ -99,7 +99,10 @@ class CudaCppBuilder:
             return
         from torch.utils import cpp_extension
 
+        import sysconfig
+
         includes = [f"-I{p}" for p in cpp_extension.include_paths()]
+        includes.append(f"-I{sysconfig.get_paths()['include']}")
         for unit in units:
             if unit.suffix != ".cu":
                 continue
@@ -108,4 +111,13 @@ class CudaCppBuilder:
                 capture_output=True, text=True, timeout=300, cwd=srcdir,
             )
             if proc.returncode != 0:
-                raise BuildError(trim_compiler_output(proc.stdout + proc.stderr, [srcdir]))
+                text = proc.stdout + proc.stderr
+                missing = re.findall(r"^(\S+?):\d+:\d+: fatal error: (\S+): No such file", text, re.M)
+                if missing and all(not f.startswith(str(srcdir)) for f, _ in missing):
+                    # the machine's toolkit lacks a header torch needs: not the candidate's fault
+                    raise BuildError(
+                        "CUDA C++ cannot be built or run here: no CUDA device, and this machine's "
+                        f"CUDA toolkit lacks {missing[0][1]} (needed by torch's headers)",
+                        status="RUNTIME_ERROR",
+                    )
+                raise BuildError(trim_compiler_output(text, [srcdir]))

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# One device call: install the carried wheels, then run what is asked. Used as
+#   bash benchmarks/gpu_call.sh "<commands>"   (from the repository root, on the GPU machine)
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1 \
+  || { echo "wheel install failed"; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export KERNELARC_CACHE_DIR=/tmp/kacache
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+eval "$1"

@@ -1,0 +1,154 @@
+"""Benchmark of the guard itself (run on the GPU machine; results go to docs/benchmarks.md).
+
+1. Verdict latency split into its phases (start, build, correctness, benchmark) for
+   SOL-ExecBench's rmsnorm_h4096 and Jamba attention-output-projection problems and for a
+   16-workload seed problem: the first (cold) verdict, warm verdicts of the same kernel with
+   a trivial change, and warm verdicts of a kernel whose Triton code changed (new JIT).
+2. The spread of repeated evaluations of one kernel (each trivially changed, so measured
+   again) and 3. false ACCEPTs among those resubmissions of the incumbent.
+
+Usage: python -m benchmarks.guard_bench OUT_DIR [--resubmissions 20] [--device cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from guard.candidates.load import from_source  # noqa: E402
+from guard.pipeline import Guard  # noqa: E402
+from guard.workspace import Workspace  # noqa: E402
+from seeds import SEEDS_DIR  # noqa: E402
+
+SOL = REPO / "tests" / "data" / "sol-execbench-examples"
+JAMBA = "ai21labs_AI21-Jamba-Reasoning-3B_attention_output_projection_with_residual"
+PHASES = ("start", "build", "correctness", "benchmark", "total")
+
+
+def variant(source: str, i: int, comment: str = "#") -> str:
+    return source + f"\n{comment} resubmission {i}\n"
+
+
+def jit_variant(source: str, i: int) -> str:
+    """Change the Triton kernel body itself, so Triton compiles it again."""
+    return source.replace("tl.program_id(0)", f"tl.program_id(0) + 0 * {i}", 1)
+
+
+def evaluate(guard, source, problem, agent, language="triton"):
+    t0 = time.monotonic()
+    v = guard.evaluate(from_source(source, language, "kernel.py"), problem, agent=agent)
+    wall = time.monotonic() - t0
+    if v.status != "PASSED":
+        raise SystemExit(f"{problem}: {v.status} {v.reason}\n{v.diagnostic}")
+    return v, wall
+
+
+def latency_study(guard, problem, source, warm_runs=3) -> dict:
+    out = {"problem": problem, "workloads": None, "cold": None, "warm_trivial": [], "warm_new_jit": []}
+    v, wall = evaluate(guard, variant(source, 0), problem, "latency")
+    out["workloads"] = v.checked
+    out["cold"] = {**{k: v.phases_s.get(k) for k in PHASES}, "baseline": v.phases_s.get("baseline"), "wall": wall}
+    for i in range(1, warm_runs + 1):
+        v, wall = evaluate(guard, variant(source, i), problem, "latency")
+        out["warm_trivial"].append({**{k: v.phases_s.get(k) for k in PHASES}, "wall": wall})
+        v, wall = evaluate(guard, jit_variant(source, i + 100), problem, "latency")
+        out["warm_new_jit"].append({**{k: v.phases_s.get(k) for k in PHASES}, "wall": wall})
+    return out
+
+
+def spread_study(guard, problem, source, n) -> dict:
+    first, _ = evaluate(guard, variant(source, 1000), problem, "incumbent")
+    decisions, per_workload, geo = [], {}, []
+    for i in range(n):
+        v, _ = evaluate(guard, variant(source, 1001 + i), problem, "incumbent")
+        decisions.append({"decision": v.decision, "speedup_vs_best": v.speedup_vs_best, "threshold": v.threshold})
+        geo.append(v.latency_ms)
+        for w in v.workloads:
+            per_workload.setdefault(w.uuid, []).append(w.latency_ms)
+    cv = {u: statistics.pstdev(xs) / statistics.fmean(xs) for u, xs in per_workload.items()}
+    return {
+        "problem": problem,
+        "incumbent": first.candidate_id,
+        "resubmissions": n,
+        "false_accepts": sum(d["decision"] == "ACCEPT" for d in decisions),
+        "decisions": decisions,
+        "geomean_latency_ms": geo,
+        "geomean_cv": statistics.pstdev(geo) / statistics.fmean(geo),
+        "workload_cv": cv,
+        "workload_cv_max": max(cv.values()),
+        "workload_cv_median": statistics.median(cv.values()),
+        "workload_median_ms": {u: statistics.median(xs) for u, xs in per_workload.items()},
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--resubmissions", type=int, default=20)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--warm-runs", type=int, default=3)
+    ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--skip-spread", action="store_true")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    ws = Workspace.open(Path(tempfile.mkdtemp(prefix="guard-bench-")) / "ws")
+    ws.problems().import_path(SOL / "rmsnorm_h4096")
+    ws.problems().import_path(SOL / JAMBA)
+    rms_seed = (SEEDS_DIR / "rmsnorm_llama3_8b" / "seed_triton.py").read_text()
+    jamba = (REPO / "benchmarks" / "candidates" / "jamba_oproj_triton.py").read_text()
+    result = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+    }
+    with Guard(ws, ws.config(), device=args.device) as guard:
+        guard.warm_up()
+        result["device"] = guard.device_info()
+        result["config"] = guard.cfg.model_dump()
+        if not args.skip_latency:
+            studies = [latency_study(guard, "rmsnorm_h4096", rms_seed, args.warm_runs),
+                       latency_study(guard, JAMBA, jamba, args.warm_runs)]
+            sixteen = sorted(SEEDS_DIR.glob("attn_out_proj_residual*/seed_triton.py"))
+            if sixteen:
+                studies.append(latency_study(guard, sixteen[0].parent.name, sixteen[0].read_text(), args.warm_runs))
+            result["latency"] = studies
+            (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
+        if not args.skip_spread:
+            result["spread"] = spread_study(guard, "rmsnorm_h4096", rms_seed, args.resubmissions)
+        result["device"] = guard.device_info()
+    (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
+    print(render(result))
+    return 0
+
+
+def render(r: dict) -> str:
+    lines = [f"guard benchmark {r['date']} on {r['device'].get('name')}"]
+    for s in r.get("latency", []):
+        lines.append(f"\n{s['problem']} ({s['workloads']})")
+        rows = [("cold", [s["cold"]])]
+        rows += [("warm, trivial change", s["warm_trivial"]), ("warm, new Triton JIT", s["warm_new_jit"])]
+        for label, runs in rows:
+            med = {k: statistics.median(x[k] for x in runs if x.get(k) is not None) for k in PHASES if any(x.get(k) is not None for x in runs)}
+            lines.append(f"  {label:<22} " + "  ".join(f"{k} {v:6.2f}s" for k, v in med.items()))
+    sp = r.get("spread")
+    if sp:
+        lines.append(
+            f"\nspread over {sp['resubmissions']} resubmissions of {sp['problem']}: geomean CV {sp['geomean_cv']:.3%}, "
+            f"per-workload CV median {sp['workload_cv_median']:.3%} max {sp['workload_cv_max']:.3%}; "
+            f"false ACCEPTs {sp['false_accepts']}"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
