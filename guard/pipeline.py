@@ -25,6 +25,7 @@ from .archive.db import Database
 from .archive.git_archive import GitArchive
 from .candidates.solution import Solution
 from .config import GuardConfig
+from .paths import cache_dir
 from .problems.derive import workload_set
 from .problems.dtypes import dtype_info
 from .problems.problem import Problem, ProblemError
@@ -179,7 +180,7 @@ class Guard:
         progress("start", 0, 1, "starting workers")
         trusted = self._trusted()
         key = self._load_problem(trusted, problem)
-        ceilings = self._ensure_ceilings(trusted)
+        ceilings = self._ensure_ceilings(trusted, progress)
         baselines = self._ensure_baselines(trusted, problem, key, wset.visible, progress)
         phases["baseline"] = time.monotonic() - t
 
@@ -198,7 +199,8 @@ class Guard:
             progress("build", 0, 1, f"building ({language})")
             reply = cand.request(
                 {"op": "prepare", "definition": d.to_json(), "solution": solution_json,
-                 "language": language, "blob_root": str(problem.root) if problem.root else None},
+                 "language": language, "blob_root": str(problem.root) if problem.root else None,
+                 "build_cache": str(cache_dir() / "torch_extensions")},
                 self.cfg.build_timeout_s,
             )
             if not reply.get("ok"):
@@ -264,14 +266,19 @@ class Guard:
             raise GuardError(f"problem {problem.name}: the reference does not load: {reply.get('message')}")
         return key
 
-    def _ensure_ceilings(self, trusted: WorkerProcess) -> dict:
+    def _hold(self, exclusive: bool, progress: Progress):
+        """The device's timing slot; says so when another process holds it."""
+        return self.slot.hold(exclusive, on_wait=lambda: progress("wait", 0, 1, "waiting for the timing slot"))
+
+    def _ensure_ceilings(self, trusted: WorkerProcess, progress: Progress = _noop) -> dict:
         if self._ceilings is not None:
             return self._ceilings
         path = ceilings_cache_dir() / f"{self.device.key}.json"
         if path.is_file():
             self._ceilings = json.loads(path.read_text())
             return self._ceilings
-        with self.slot.hold(exclusive=True):
+        with self._hold(True, progress):
+            progress("ceilings", 0, 1, "measuring the device's bandwidth and matmul rates")
             reply = self._trusted_request(trusted, {"op": "ceilings"}, 600)
         if not reply.get("ok"):
             raise GuardError(f"measuring the device ceilings failed: {reply.get('message')}")
@@ -310,7 +317,7 @@ class Guard:
                 missing.append(w)
         if not missing:
             return out
-        with self.slot.hold(exclusive=True, on_wait=lambda: progress("wait", 0, 1, "waiting for the timing slot")):
+        with self._hold(True, progress):
             for i, w in enumerate(missing):
                 progress("baseline", i, len(missing), f"timing the reference on {w.uuid}")
                 reply = self._trusted_request(trusted, {
@@ -371,7 +378,7 @@ class Guard:
                 kept.append(rnd)
             if not kept:
                 continue
-            with self.slot.hold(exclusive=False):
+            with self._hold(False, progress):
                 reply = cand.request({
                     "op": "check", "workload": w.model_dump(mode="json"), "axes": axes,
                     "rounds": kept, "determinism": self.cfg.check_determinism and visible,
@@ -415,7 +422,7 @@ class Guard:
         names = list(d.outputs)
         tolerances = [d.tolerance_for(s.dtype).model_dump() for s in d.outputs.values()]
         results = {}
-        with self.slot.hold(exclusive=True, on_wait=lambda: progress("wait", 0, 1, "waiting for the timing slot")):
+        with self._hold(True, progress):
             for i, w in enumerate(visible):
                 progress("benchmark", i, len(visible), w.uuid)
                 axes = d.resolve_axes(w.axes)
@@ -572,10 +579,7 @@ class Guard:
 
 
 def ceilings_cache_dir() -> Path:
-    base = os.environ.get("KERNELARC_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kernelarc"
-    )
-    return Path(base) / "ceilings"
+    return cache_dir() / "ceilings"
 
 
 def _prod(shape) -> int:

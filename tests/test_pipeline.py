@@ -136,3 +136,39 @@ def test_triton_compile_error(guard):
     assert v.decision == "REJECT"
     assert v.status in ("COMPILE_ERROR", "RUNTIME_ERROR")
     assert "undefined_name" in (v.diagnostic or v.reason)
+
+
+CPP_RMSNORM = r"""
+#include <torch/extension.h>
+
+// plain C++ on torch's CPU ops: exercises the C++ builder and the generated binding
+torch::Tensor run(torch::Tensor hidden_states, torch::Tensor weight) {
+  auto x = hidden_states.to(torch::kFloat32);
+  auto inv = torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5);
+  return (x * inv * weight.to(torch::kFloat32)).to(hidden_states.scalar_type());
+}
+"""
+
+
+def test_cpp_candidate_builds_and_passes(guard):
+    v = guard.evaluate(from_source(unique(CPP_RMSNORM, "//"), "cuda_cpp", "kernel.cpp"), RMS, agent="cpp")
+    assert v.status == "PASSED", f"{v.reason}\n{v.diagnostic}"
+
+
+def test_cuda_compile_errors_come_back_trimmed(guard):
+    import shutil
+
+    import pytest
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    bad = (
+        "#include <torch/extension.h>\n"
+        "__global__ void k(float* x) { x[threadIdx.x] = undefined_var; }\n"
+        "torch::Tensor run(torch::Tensor hidden_states, torch::Tensor weight) {\n"
+        "  k<<<1, 32>>>(hidden_states.data_ptr<float>());\n  return hidden_states;\n}\n"
+    )
+    v = guard.evaluate(from_source(unique(bad, "//"), "cuda_cpp", "kernel.cu"), RMS, agent="nvcc")
+    assert v.status == "COMPILE_ERROR" and v.gate == "build"
+    assert 'kernel.cu(2): error: identifier "undefined_var" is undefined' in v.reason
+    assert len(v.diagnostic.splitlines()) < 10

@@ -62,10 +62,19 @@ class CudaCppBuilder:
                 status="RUNTIME_ERROR",
             )
         opts = solution["spec"].get("compile_options") or {}
+        everything = sorted(set(paths) | set(compile_units))
         digest = hashlib.sha256(
-            b"".join(p.read_bytes() for p in compile_units) + repr(opts).encode()
+            b"".join(str(p.relative_to(srcdir)).encode() + b"\0" + p.read_bytes() for p in everything)
+            + repr(opts).encode()
         ).hexdigest()[:16]
-        builddir.mkdir(parents=True, exist_ok=True)
+        # Identical sources and flags share one build folder (torch locks it while building),
+        # so a resubmission or a parallel pre-build does not compile again. The sources are
+        # copied there so that their paths, and so ninja's commands, are the same each time.
+        builddir = builddir / digest
+        stable = builddir / "src"
+        if not stable.exists():
+            shutil.copytree(srcdir, stable, dirs_exist_ok=True)
+        compile_units = [stable / p.relative_to(srcdir) for p in compile_units]
         cuda_flags = list(opts.get("cuda_cflags") or ["-O3"])
         if has_cuda_sources and not any("arch" in f for f in cuda_flags):
             major, minor = torch.cuda.get_device_capability()
@@ -85,7 +94,7 @@ class CudaCppBuilder:
             out = getattr(exc, "output", None)
             if isinstance(out, (bytes, str)):
                 text += "\n" + (out.decode(errors="replace") if isinstance(out, bytes) else out)
-            raise BuildError(trim_compiler_output(text, [srcdir, builddir])) from None
+            raise BuildError(trim_compiler_output(text, [stable, srcdir, builddir])) from None
         fn = getattr(module, symbol, None)
         if not callable(fn):
             raise BuildError(f"the extension exports no function {symbol!r}")

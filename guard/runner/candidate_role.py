@@ -58,9 +58,8 @@ class CandidateRole:
         self.maker = InputMaker(self.d, self.device, module, msg.get("blob_root"))
         t0 = T.perf_counter()
         try:
-            self.fn = get_builder(language).build(
-                solution, self.srcdir, self.workdir / "build", self.device
-            )
+            builddir = Path(msg.get("build_cache") or self.workdir / "build")
+            self.fn = get_builder(language).build(solution, self.srcdir, builddir, self.device)
         except BuildError as exc:
             return {"ok": False, "status": exc.status, "message": str(exc)}
         return {"ok": True, "build_s": T.perf_counter() - t0}

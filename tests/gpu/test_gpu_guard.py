@@ -92,15 +92,16 @@ def run(hidden_states, weight):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        y = hidden_states.float()
-        for _ in range(STEPS):
-            y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-5)
-        y = (y * weight.float()).to(hidden_states.dtype)
+        for _ in range(STEPS):  # the honest computation, repeated to make it long
+            x = hidden_states.float()
+            y = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
     return y
 '''
-SAME_STREAM = SIDE_STREAM.replace("    s = torch.cuda.Stream()\n    s.wait_stream(torch.cuda.current_stream())\n", "").replace(
-    "    with torch.cuda.stream(s):\n", "    if True:\n"
+SAME_STREAM = SIDE_STREAM.replace(
+    "    s = torch.cuda.Stream()\n    s.wait_stream(torch.cuda.current_stream())\n    with torch.cuda.stream(s):\n",
+    "    if True:\n",
 )
+assert "Stream" not in SAME_STREAM
 
 
 def test_side_stream_work_is_timed(gpu_guard_runtime):
