@@ -115,16 +115,17 @@ def main() -> int:
         guard.warm_up()
         result["device"] = guard.device_info()
         result["config"] = guard.cfg.model_dump()
-        if not args.skip_latency:
-            studies = [latency_study(guard, "rmsnorm_h4096", rms_seed, args.warm_runs),
-                       latency_study(guard, JAMBA, jamba, args.warm_runs)]
-            sixteen = sorted(SEEDS_DIR.glob("attn_out_proj_residual*/seed_triton.py"))
-            if sixteen:
-                studies.append(latency_study(guard, sixteen[0].parent.name, sixteen[0].read_text(), args.warm_runs))
-            result["latency"] = studies
-            (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
         if not args.skip_spread:
             result["spread"] = spread_study(guard, "rmsnorm_h4096", rms_seed, args.resubmissions)
+            (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
+        if not args.skip_latency:
+            result["latency"] = []
+            sixteen = sorted(SEEDS_DIR.glob("attn_out_proj_residual*/seed_triton.py"))
+            plan = [("rmsnorm_h4096", rms_seed), (JAMBA, jamba)]
+            plan += [(sixteen[0].parent.name, sixteen[0].read_text())] if sixteen else []
+            for problem, source in plan:
+                result["latency"].append(latency_study(guard, problem, source, args.warm_runs))
+                (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
         result["device"] = guard.device_info()
     (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
     print(render(result))

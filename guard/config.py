@@ -32,6 +32,7 @@ class GuardConfig(BaseModel):
     max_iters: int = Field(500, ge=1)
     target_time_s: float = Field(0.2, gt=0, description="timed seconds per workload")
     warmup_time_s: float = Field(0.05, ge=0)
+    max_timing_s: float = Field(20.0, gt=0, description="cap on one workload's timed loop")
     audits: int = Field(2, ge=0, description="timed calls whose outputs are re-checked")
     compile_baseline: bool = True
     compile_mode: str = "default"

@@ -291,7 +291,7 @@ class Guard:
 
     def _timing_config(self) -> dict:
         c = self.cfg
-        return {"min_iters": c.min_iters, "max_iters": c.max_iters,
+        return {"min_iters": c.min_iters, "max_iters": c.max_iters, "max_timing_s": c.max_timing_s,
                 "target_time_s": c.target_time_s, "warmup_time_s": c.warmup_time_s}
 
     def _set_seeds(self, d: Definition, w: Workload, purpose: str, salt: object) -> list[int]:
@@ -432,7 +432,7 @@ class Guard:
                     "op": "time", "workload": w.model_dump(mode="json"), "axes": axes, "sets": sets,
                     "audit_at": audit_at, "config": self._timing_config(), "outdir": str(outdir),
                     "gpu_uuid": self.device.uuid,
-                }, self.cfg.call_timeout_s)
+                }, self.cfg.call_timeout_s + self.cfg.max_timing_s)
                 if not reply.get("ok"):
                     raise _Reject("benchmark", reply.get("status", "RUNTIME_ERROR"),
                                   f"{reply.get('status')} while timing {w.uuid}: {_first_line(reply.get('message', ''))}",

@@ -7,7 +7,8 @@ import triton.language as tl
 
 
 @triton.jit
-def _oproj(a_ptr, w_ptr, r_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def _oproj(a_ptr, w_ptr, r_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+           DOT_BF16: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BM + tl.arange(0, BM)
@@ -20,10 +21,13 @@ def _oproj(a_ptr, w_ptr, r_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constex
         # W is [N, K]; the product needs W^T, read as [BK, BN]
         w = tl.load(w_ptr + rn[None, :] * K + (k0 + rk)[:, None],
                     mask=(rn[None, :] < N) & ((k0 + rk)[:, None] < K), other=0.0)
-        acc += tl.dot(a, w)
+        if DOT_BF16:
+            acc += tl.dot(a, w)
+        else:  # Triton's CPU interpreter cannot tl.dot bfloat16 operands
+            acc += tl.dot(a.to(tl.float32), w.to(tl.float32))
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     r = tl.load(r_ptr + rm[:, None] * N + rn[None, :], mask=mask, other=0.0)
-    out = acc.to(tl.bfloat16) + r
+    out = (acc + r.to(tl.float32)).to(tl.bfloat16)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], out, mask=mask)
 
 
@@ -35,5 +39,6 @@ def run(attn_output, residual, o_proj_weight):
     out = torch.empty_like(r)
     m, n, k = a.shape[0], w.shape[0], h
     grid = (triton.cdiv(m, 128), triton.cdiv(n, 128))
-    _oproj[grid](a, w, r, out, m, n, k, BM=128, BN=128, BK=64, num_warps=8, num_stages=3)
+    _oproj[grid](a, w, r, out, m, n, k, BM=128, BN=128, BK=64,
+                         DOT_BF16=a.is_cuda, num_warps=8, num_stages=3)
     return out.reshape(b, s, h)

@@ -223,6 +223,7 @@ class CandidateRole:
                 warmup_time_s=cfg["warmup_time_s"],
                 audit_at=tuple(msg.get("audit_at", ())),
                 on_audit=on_audit,
+                max_time_s=cfg.get("max_timing_s"),
             )
         except CandidateFault:
             raise

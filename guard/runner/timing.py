@@ -123,6 +123,7 @@ class Timer:
         warmup_time_s: float,
         audit_at: tuple[int, ...] = (),
         on_audit: Callable[[int, int, object], None] | None = None,
+        max_time_s: float | None = None,
     ) -> dict:
         """Time ``call(set_index)``. ``on_audit(iteration, set_index, outputs)`` is called,
         untimed, after the chosen iterations so their outputs can be checked."""
@@ -139,7 +140,12 @@ class Timer:
         iters = int(min(max_iters, max(min_iters, math.ceil(target_time_s * 1e3 / est))))
         lat_ms, ev_ms, host_ms = [], [], []
         audit = set(a % iters for a in audit_at)
+        t_begin = T.perf_counter()
         for it in range(iters):
+            # A very slow kernel (or Triton's CPU interpreter) stops early, with at least 5
+            # iterations; the count is reported with the result.
+            if max_time_s is not None and it >= 5 and T.perf_counter() - t_begin > max_time_s:
+                break
             k = it % n_sets
             want = it in audit
             lat, ev, host, out = self._iteration(lambda k=k: call(k), keep=want)
@@ -158,6 +164,7 @@ class Timer:
             n_sets=n_sets,
             flush_bytes=self.flush_bytes,
             warmup_iters=len(warm_ms),
+            planned_iters=iters,
         )
         # Work that escapes the event window (another stream, host work after the last
         # launch) shows as host time well above event time; say so in the result.

@@ -1,0 +1,186 @@
+"""Measure every seed problem on the GPU: reference eager, torch.compile, the Triton seed and
+the CUDA C++ seed; median latency over the workloads and fraction of speed of light.
+
+Usage: python -m benchmarks.seeds_bench OUT_DIR [--budget-s 480] [--only NAME ...]
+       python -m benchmarks.seeds_bench --render OUT_DIR/seeds_bench.json > docs/seeds.md
+CUDA seeds are compiled first, in parallel, into the guard's shared build cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from guard.candidates.load import from_file  # noqa: E402
+from guard.config import GuardConfig  # noqa: E402
+from guard.paths import cache_dir  # noqa: E402
+from guard.scoring import geomean  # noqa: E402
+from guard.workspace import Workspace  # noqa: E402
+from seeds import SEEDS_DIR  # noqa: E402
+
+
+def _prebuild(path: str) -> tuple[str, str | None]:
+    from guard.builders import BuildError, get_builder
+
+    sol = from_file(Path(path)).model_dump(mode="json")
+    src = Path(tempfile.mkdtemp(prefix="prebuild-"))
+    try:
+        get_builder("cuda_cpp").build(sol, src, cache_dir() / "torch_extensions", "cuda")
+        return path, None
+    except BuildError as exc:
+        return path, str(exc)[:500]
+
+
+def prebuild(paths: list[Path], jobs: int) -> dict:
+    os.environ.setdefault("MAX_JOBS", str(max(1, (os.cpu_count() or 4) // jobs)))
+    with mp.get_context("spawn").Pool(jobs) as pool:
+        return dict(pool.map(_prebuild, [str(p) for p in paths]))
+
+
+def summarize(v) -> dict:
+    ws = v.workloads
+    return {
+        "status": v.status,
+        "decision": v.decision,
+        "reason": v.reason if v.status != "PASSED" else None,
+        "median_ms": statistics.median(w.latency_ms for w in ws) if ws else None,
+        "sol_fraction": geomean([w.sol_fraction for w in ws]) if ws else None,
+        "speedup_eager": v.speedup_eager,
+        "score": v.score,
+        "per_workload": [
+            {"uuid": w.uuid, "axes": w.axes, "ms": w.latency_ms, "eager_ms": w.eager_ms,
+             "compile_ms": w.compile_ms, "sol_ms": w.sol_ms, "bound": w.bound}
+            for w in ws
+        ],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path, nargs="?")
+    ap.add_argument("--budget-s", type=float, default=480)
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--render", type=Path)
+    ap.add_argument("--jobs", type=int, default=4)
+    args = ap.parse_args()
+    if args.render:
+        print(render(json.loads(args.render.read_text())))
+        return 0
+    t_start = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    problems = sorted(p.parent for p in SEEDS_DIR.glob("*/definition.json"))
+    if args.only:
+        problems = [p for p in problems if p.name in args.only]
+    cuda_seeds = [p / "seed_cuda.cu" for p in problems if (p / "seed_cuda.cu").is_file()]
+    t = time.monotonic()
+    build_errors = prebuild(cuda_seeds, args.jobs)
+    result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "prebuild_s": time.monotonic() - t, "problems": {}}
+    from guard.pipeline import Guard
+
+    ws = Workspace.open(Path(tempfile.mkdtemp(prefix="seeds-bench-")) / "ws")
+    cfg = GuardConfig(target_time_s=0.1, max_iters=300)
+    out_json = args.out / "seeds_bench.json"
+    with Guard(ws, cfg, device="cuda") as guard:
+        guard.warm_up()
+        for folder in problems:
+            if time.monotonic() - t_start > args.budget_s:
+                result["problems"][folder.name] = {"skipped": "time budget of the run spent"}
+                continue
+            entry: dict = {}
+            for kind, fname in (("triton", "seed_triton.py"), ("cuda", "seed_cuda.cu")):
+                path = folder / fname
+                if not path.is_file():
+                    continue
+                t = time.monotonic()
+                v = guard.evaluate(from_file(path), folder.name, agent=f"seed-{kind}")
+                entry[kind] = summarize(v) | {"wall_s": time.monotonic() - t}
+                if kind == "cuda" and build_errors.get(str(path)):
+                    entry[kind]["prebuild_error"] = build_errors[str(path)]
+            ref = (entry.get("triton") or entry.get("cuda") or {}).get("per_workload", [])
+            if ref:
+                entry["eager_median_ms"] = statistics.median(w["eager_ms"] for w in ref)
+                comp = [w["compile_ms"] for w in ref if w["compile_ms"]]
+                entry["compile_median_ms"] = statistics.median(comp) if comp else None
+                entry["eager_sol_fraction"] = geomean([w["sol_ms"] / w["eager_ms"] for w in ref])
+                entry["compile_sol_fraction"] = geomean([w["sol_ms"] / w["compile_ms"] for w in ref if w["compile_ms"]])
+                entry["bound"] = max({w["bound"] for w in ref}, key=[w["bound"] for w in ref].count)
+                entry["workloads"] = len(ref)
+            result["problems"][folder.name] = entry
+            result["device"] = guard.device_info()
+            out_json.write_text(json.dumps(result, indent=2, default=str))
+            print(f"{folder.name}: " + ", ".join(
+                f"{k} {entry[k]['status']} {entry[k]['median_ms']}" for k in ("triton", "cuda") if k in entry
+            ), flush=True)
+    result["total_s"] = time.monotonic() - t_start
+    out_json.write_text(json.dumps(result, indent=2, default=str))
+    print(render(result))
+    return 0
+
+
+def _us(ms):
+    return "-" if ms is None else f"{ms * 1e3:.1f}"
+
+
+def _pct(x):
+    return "-" if x is None else f"{x:.0%}"
+
+
+def render(r: dict) -> str:
+    dev = r.get("device", {})
+    c = dev.get("ceilings", {})
+    rates = c.get("matmul_flops_per_s", {})
+    lines = [
+        f"Measured {r['date'][:10]} on {dev.get('name')} by `python -m benchmarks.seeds_bench` "
+        "(guard defaults except 0.1 s of timing per workload, at most 300 iterations).",
+        "",
+        "Ceilings used for speed of light: copy "
+        f"{c.get('copy_bytes_per_s', 0) / 1e12:.2f} TB/s (read + write), dense matmul "
+        + ", ".join(f"{k} {v / 1e12:.0f} TFLOP/s" for k, v in rates.items() if v),
+        "",
+        "Latency: median over the problem's workloads, in microseconds. Fraction of SOL: geometric mean over",
+        "the workloads of T_sol / T.",
+        "",
+        "| problem | workloads | bound | eager us | compile us | Triton seed us | CUDA seed us | eager SOL | compile SOL | Triton SOL | CUDA SOL |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, e in r["problems"].items():
+        if "skipped" in e:
+            lines.append(f"| {name} | not measured: {e['skipped']} |||||||||")
+            continue
+        tri, cu = e.get("triton", {}), e.get("cuda", {})
+
+        def cell(x, key, fmt):
+            if not x:
+                return "-"
+            if x.get("status") != "PASSED":
+                return f"{x.get('status')}"
+            return fmt(x.get(key))
+
+        lines.append(
+            f"| {name} | {e.get('workloads', '-')} | {e.get('bound', '-')} | {_us(e.get('eager_median_ms'))} | "
+            f"{_us(e.get('compile_median_ms'))} | {cell(tri, 'median_ms', _us)} | {cell(cu, 'median_ms', _us)} | "
+            f"{_pct(e.get('eager_sol_fraction'))} | {_pct(e.get('compile_sol_fraction'))} | "
+            f"{cell(tri, 'sol_fraction', _pct)} | {cell(cu, 'sol_fraction', _pct)} |"
+        )
+    fails = [(n, k, e[k]) for n, e in r["problems"].items() for k in ("triton", "cuda")
+             if isinstance(e.get(k), dict) and e[k].get("status") != "PASSED"]
+    if fails:
+        lines += ["", "Seeds that did not pass on this run:", ""]
+        lines += [f"- {n} ({k}): {x.get('status')}: {x.get('reason')}" for n, k, x in fails]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
