@@ -67,7 +67,7 @@ def latency_study(guard, problem, source, warm_runs=3) -> dict:
 
 
 def spread_study(guard, problem, source, n) -> dict:
-    first, _ = evaluate(guard, variant(source, 1000), problem, "incumbent")
+    first, first_wall = evaluate(guard, variant(source, 1000), problem, "incumbent")
     decisions, per_workload, geo = [], {}, []
     for i in range(n):
         v, _ = evaluate(guard, variant(source, 1001 + i), problem, "incumbent")
@@ -79,6 +79,7 @@ def spread_study(guard, problem, source, n) -> dict:
     return {
         "problem": problem,
         "incumbent": first.candidate_id,
+        "first_verdict_phases": {**first.phases_s, "wall": first_wall},
         "resubmissions": n,
         "false_accepts": sum(d["decision"] == "ACCEPT" for d in decisions),
         "decisions": decisions,
