@@ -20,6 +20,12 @@ from .timing import Timer
 POISON_BYTE = 0xFF  # 0xFFFF... is NaN in every float format
 
 
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """The raw bytes of a tensor (0-d included), for bitwise comparison."""
+    flat = T.view(T.contiguous(t), (-1,))
+    return flat if flat.dtype == torch.bool else T.view(flat, torch.uint8)
+
+
 class CandidateRole:
     def __init__(self, device: str, workdir: Path):
         self.device = device
@@ -172,9 +178,7 @@ class CandidateRole:
             if msg.get("determinism") and i == 0:
                 again = self._call(args, axes)
                 for name, a, b in zip(self.d["outputs"], outs, again):
-                    if a.shape != b.shape or not T.equal(
-                        T.view(T.contiguous(a), torch.uint8), T.view(T.contiguous(b), torch.uint8)
-                    ):
+                    if a.shape != b.shape or not T.equal(_bytes(a), _bytes(b)):
                         raise CandidateFault(
                             "INCORRECT_NUMERICAL",
                             f"output {name!r} differs between two calls on the same inputs "

@@ -19,9 +19,15 @@ def _index(flat_index: int, shape: tuple[int, ...]) -> list[int]:
 
 
 def compare(
-    out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, name: str = "output"
+    out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, name: str = "output",
+    row_scaled: bool = False,
 ) -> dict:
-    """A report: ``ok``, ``status``, ``message`` and error statistics."""
+    """A report: ``ok``, ``status``, ``message`` and error statistics.
+
+    ``row_scaled`` (adversarial rounds): the allowance also grows with the root mean square
+    of the reference's row (last dimension), since a sum over terms of a row's magnitude
+    carries rounding of that magnitude wherever it cancels to a small value. Overflow, NaN,
+    and errors of the order of the row itself still fail."""
     if out.dtype != ref.dtype:
         return _fail("INCORRECT_DTYPE", f"{name}: dtype {_dt(out)}, expected {_dt(ref)}")
     if tuple(out.shape) != tuple(ref.shape):
@@ -52,6 +58,9 @@ def compare(
     nonfinite_bad = (~out_finite) & ref_finite
     err = torch.where(ref_finite & out_finite, (x - y).abs(), torch.zeros_like(x))
     allowed = atol + rtol * y.abs()
+    if row_scaled and y.dim() >= 1:
+        finite_y = torch.where(ref_finite, y, torch.zeros_like(y))
+        allowed = allowed + rtol * finite_y.pow(2).mean(dim=-1, keepdim=True).sqrt()
     fails = (ref_finite & out_finite & (err > allowed)) | nonfinite_bad | (~ref_finite & ~same_special)
     max_abs = float(err.max().item())
     rel = err / torch.clamp(y.abs(), min=max(atol, 1e-30))
@@ -70,7 +79,8 @@ def compare(
     worst = int(torch.where(fails, err - allowed, torch.full_like(err, -1.0)).reshape(-1).argmax().item())
     worst_where = _index(worst, tuple(ref.shape))
     parts = [
-        f"{name}: {n_fail} of {out.numel()} elements outside atol={atol:g} rtol={rtol:g}",
+        f"{name}: {n_fail} of {out.numel()} elements outside atol={atol:g} rtol={rtol:g}"
+        + (" (+ rtol x row RMS)" if row_scaled else ""),
         f"first at {where}: got {got:.6g}, expected {want:.6g}",
         f"max abs error {max_abs:.3g} at {worst_where}, max rel error {max_rel:.3g}",
     ]

@@ -1,14 +1,24 @@
 """Timing loops shared by the candidate and trusted workers, so a candidate and its
-baselines are measured the same way.
+baselines are measured the same way. Inputs rotate over several sets so that nothing can be
+cached between calls, and L2 is flushed (a buffer of twice its size is written, persisting
+lines are reset) before every iteration.
 
-GPU, per iteration: flush L2 by writing a buffer of twice its size, reset persisting L2
-lines, synchronize the whole device, read the host clock, record a start event, call,
-record an end event, synchronize the whole device, read the host clock. The latency of the
-iteration is ``max(event time, host time - sync overhead)``: events alone would miss work a
-candidate moved to another stream; the host clock with device-wide synchronisation sees it.
-The sync overhead is calibrated on an empty call. Inputs rotate over several sets so that
-nothing can be cached between calls. CPU: the same loop with the host clock and a cache
-flush of twice the last-level cache.
+GPU, preferred ("cuda-graph"): after an eager warm-up, the call on each input set is
+captured in a CUDA graph; the timed loop enqueues flush, start event, graph replay, end
+event without synchronising, so the host runs ahead and the events measure GPU time only.
+A graph replay completes only when every captured node has, whatever stream the candidate
+forked to, so work moved to another stream is counted. Launch overhead is left out, as
+SOL-ExecBench's CUPTI timing leaves it out; it is also what made repeated evaluations of
+one small kernel differ by 10-25% when it was counted (docs/benchmarks.md).
+
+GPU, when the call cannot be captured (host synchronisation inside, unjoined streams):
+"cuda-events+host-sync": per iteration, synchronize the whole device, read the host clock,
+record a start event, call, record an end event, synchronize, read the host clock; the
+latency is ``max(event time, host time - sync overhead)``, so work on another stream still
+counts. Launch overhead is included in this mode.
+
+CPU ("host-clock"): the same loop with the host clock and a flush of twice the last-level
+cache.
 """
 
 from __future__ import annotations
@@ -112,6 +122,49 @@ class Timer:
             gaps.append(host - ev)
         return statistics.median(gaps[5:])
 
+    # -- CUDA graphs ------------------------------------------------------------------------
+    def _capture(self, call: Callable[[int], object], n_sets: int):
+        """One graph per input set, or ``(None, reason)`` when the call cannot be captured."""
+        try:
+            side = torch.cuda.Stream(device=self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for k in range(n_sets):
+                    call(k)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            T.cuda_sync()
+            graphs = []
+            for k in range(n_sets):
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    out = call(k)
+                graphs.append((g, out))
+            for g, _ in graphs:  # one replay each before timing
+                g.replay()
+            T.cuda_sync()
+            return graphs, None
+        except Exception as exc:  # noqa: BLE001 - any failure means: time it eagerly
+            try:
+                T.cuda_sync()
+            except Exception:  # noqa: BLE001
+                pass
+            return None, f"{type(exc).__name__}: {exc}"[:300]
+
+    def _graph_loop(self, graphs, iters: int, audit: set, keep_audit) -> list[float]:
+        starts = [T.cuda_event(enable_timing=True) for _ in range(iters)]
+        ends = [T.cuda_event(enable_timing=True) for _ in range(iters)]
+        T.cuda_sync()
+        for it in range(iters):
+            g, out = graphs[it % len(graphs)]
+            self._flush()
+            T.event_record(starts[it])
+            g.replay()
+            T.event_record(ends[it])
+            if it in audit:  # untimed: after the end event, before the next flush
+                keep_audit(it, it % len(graphs), out)
+        T.cuda_sync()
+        return [T.event_elapsed(s, e) for s, e in zip(starts, ends)]
+
     # -- a whole measurement -------------------------------------------------------------
     def measure(
         self,
@@ -124,6 +177,7 @@ class Timer:
         audit_at: tuple[int, ...] = (),
         on_audit: Callable[[int, int, object], None] | None = None,
         max_time_s: float | None = None,
+        use_graphs: bool = True,
     ) -> dict:
         """Time ``call(set_index)``. ``on_audit(iteration, set_index, outputs)`` is called,
         untimed, after the chosen iterations so their outputs can be checked."""
@@ -138,8 +192,29 @@ class Timer:
                 break
         est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2):]), 1e-4)
         iters = int(min(max_iters, max(min_iters, math.ceil(target_time_s * 1e3 / est))))
-        lat_ms, ev_ms, host_ms = [], [], []
         audit = set(a % iters for a in audit_at)
+        graph_error = None
+        if self.is_cuda and use_graphs:
+            graphs, graph_error = self._capture(call, n_sets)
+            if graphs is not None:
+                kept: list[tuple[int, int, object]] = []
+
+                def keep(it: int, k: int, out) -> None:
+                    # copy on the stream, so later replays cannot overwrite what is checked
+                    kept.append((it, k, _copy_outputs(out)))
+
+                samples = self._graph_loop(graphs, iters, audit, keep)
+                for it, k, out in kept:
+                    if on_audit is not None:
+                        on_audit(it, k, out)
+                stats = summarize(samples)
+                stats.update(
+                    event_median_ms=stats["median_ms"], method="cuda-graph", n_sets=n_sets,
+                    flush_bytes=self.flush_bytes, warmup_iters=len(warm_ms), planned_iters=iters,
+                    eager_warmup_median_ms=est, off_stream_suspect=False,
+                )
+                return stats
+        lat_ms, ev_ms, host_ms = [], [], []
         t_begin = T.perf_counter()
         for it in range(iters):
             # A very slow kernel (or Triton's CPU interpreter) stops early, with at least 5
@@ -166,12 +241,25 @@ class Timer:
             warmup_iters=len(warm_ms),
             planned_iters=iters,
         )
+        if graph_error:
+            stats["graph_error"] = graph_error
         # Work that escapes the event window (another stream, host work after the last
         # launch) shows as host time well above event time; say so in the result.
         stats["off_stream_suspect"] = bool(
             self.is_cuda and stats["host_median_ms"] - self.overhead_ms > 1.2 * stats["event_median_ms"] + 0.01
         )
         return stats
+
+
+def _copy_outputs(out):
+    """A stream-ordered copy of a graph's static outputs (tensor, tuple, list or dict)."""
+    if isinstance(out, torch.Tensor):
+        return T.clone(out)
+    if isinstance(out, (tuple, list)):
+        return type(out)(_copy_outputs(o) for o in out)
+    if isinstance(out, dict):
+        return {k: _copy_outputs(v) for k, v in out.items()}
+    return out
 
 
 def _persisting_l2_reset():

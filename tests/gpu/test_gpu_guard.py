@@ -116,8 +116,9 @@ def test_side_stream_work_is_timed(gpu_guard_runtime):
     h = {w.uuid: w for w in honest.workloads}[big]
     s = {w.uuid: w for w in side.workloads}[big]
     assert s.latency_ms > 0.8 * h.latency_ms, (s.latency_ms, h.latency_ms)
-    assert s.timing["event_median_ms"] < 0.5 * s.latency_ms  # the events alone were fooled
-    assert s.timing["off_stream_suspect"]
+    if s.timing["method"] == "cuda-events+host-sync":  # the graph capture refused the fork
+        assert s.timing["event_median_ms"] < 0.5 * s.latency_ms  # the events alone were fooled
+        assert s.timing["off_stream_suspect"]
 
 
 DEFERRING = '''
