@@ -72,6 +72,9 @@ def spread_study(guard, problem, source, n) -> dict:
     for i in range(n):
         v, _ = evaluate(guard, variant(source, 1001 + i), problem, "incumbent")
         decisions.append({"decision": v.decision, "speedup_vs_best": v.speedup_vs_best, "threshold": v.threshold})
+        print(f"resubmission {i + 1}: {v.decision} speedup {v.speedup_vs_best:.4f} threshold {v.threshold:.4f} "
+              f"geomean {v.latency_ms * 1e3:.2f} us methods {sorted({w.timing['method'] for w in v.workloads})} "
+              f"total {v.phases_s.get('total', 0):.1f}s", flush=True)
         geo.append(v.latency_ms)
         for w in v.workloads:
             per_workload.setdefault(w.uuid, []).append(w.latency_ms)
