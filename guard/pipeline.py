@@ -25,6 +25,7 @@ from .archive.db import Database
 from .archive.git_archive import GitArchive
 from .candidates.solution import Solution
 from .config import GuardConfig
+from .pairing import needs_pairing, paired_comparison
 from .paths import cache_dir
 from .problems.derive import largest_tensor, workload_set
 from .problems.dtypes import dtype_info
@@ -65,6 +66,10 @@ def _scratch_root() -> str | None:
 
 class GuardError(RuntimeError):
     """Not the candidate's fault: a broken problem, a worker that cannot start, bad input."""
+
+
+class _Unpaired(Exception):
+    """The incumbent could not be timed again; the stored measurement decides."""
 
 
 class _Reject(Exception):
@@ -233,6 +238,14 @@ class Guard:
             gate = "benchmark"
             timings = self._benchmark(cand, trusted, key, d, wset.visible, eval_seed, outdir, progress)
             phases["benchmark"] = time.monotonic() - t
+
+            # Gate 5: score; then, when a comparison is close, re-measure side by side.
+            workloads = self._score(d, wset.visible, timings, baselines, ceilings)
+            t = time.monotonic()
+            paired = self._pairings(cand, trusted, key, problem, wset.visible, workloads, agent,
+                                    eval_seed, outdir, progress)
+            if paired:
+                phases["pairing"] = time.monotonic() - t
         except _Reject as rej:
             phases["total"] = time.monotonic() - t_start
             return self._record_reject(cid, problem, agent, rej, phases, notes, parent)
@@ -250,10 +263,10 @@ class Guard:
             self.pool.discard(cand)
             shutil.rmtree(outdir, ignore_errors=True)
 
-        # Gates 5-7: score, decision, archive.
-        workloads = self._score(d, wset.visible, timings, baselines, ceilings)
+        # Gates 6 and 7: decision, archive.
         phases["total"] = time.monotonic() - t_start
-        return self._record_measured(cid, problem, agent, workloads, checked, phases, notes, parent, solution_json)
+        return self._record_measured(cid, problem, agent, workloads, checked, phases, notes, parent,
+                                     solution_json, paired=paired)
 
     # -- workers and caches ----------------------------------------------------------------------
     def _trusted(self) -> WorkerProcess:
@@ -433,47 +446,132 @@ class Guard:
         return _Reject(gate, status, f"{status} on a {label} (shape not shown): {hint}", None, label)
 
     # -- gate 4 ----------------------------------------------------------------------------------
-    def _benchmark(self, cand, trusted, key, d: Definition, visible: list[Workload], eval_seed, outdir, progress) -> dict:
-        rng = random.Random(eval_seed)
+    def _time_workload(self, worker, trusted, key, d: Definition, w: Workload, sets, audit_at,
+                       outdir, tag: str) -> dict:
+        """Time one workload in ``worker``; the outputs of the audited timed calls are
+        checked against the reference (a candidate may not behave differently when timed)."""
+        axes = d.resolve_axes(w.axes)
+        reply = worker.request({
+            "op": "time", "workload": w.model_dump(mode="json"), "axes": axes, "sets": sets,
+            "audit_at": audit_at, "config": self._timing_config(), "outdir": str(outdir),
+            "gpu_uuid": self.device.uuid,
+        }, self.cfg.call_timeout_s + self.cfg.max_timing_s)
+        if not reply.get("ok"):
+            raise _Reject("benchmark", reply.get("status", "RUNTIME_ERROR"),
+                          f"{reply.get('status')} while timing {w.uuid}: {_first_line(reply.get('message', ''))}",
+                          reply.get("message"), w.uuid)
         names = list(d.outputs)
         tolerances = [d.tolerance_for(s.dtype).model_dump() for s in d.outputs.values()]
+        for audit in reply.get("audits", []):
+            atag = f"{tag}-audit{audit['iteration']}"
+            self._trusted_request(trusted, {
+                "op": "reference", "key": key, "workload": w.model_dump(mode="json"), "axes": axes,
+                "rounds": [{"seed": sets[audit["set"]], "kind": "normal", "tag": atag}],
+            })
+            cmp = self._trusted_request(trusted, {
+                "op": "compare", "tag": atag, "outputs": audit["outputs"],
+                "tolerances": tolerances, "names": names,
+            })
+            for meta in audit["outputs"]:
+                Path(meta["file"]).unlink(missing_ok=True)
+            if not cmp.get("passed"):
+                raise _Reject(
+                    "benchmark", "REWARD_HACK",
+                    f"a timed call on {w.uuid} returned a wrong result: the candidate behaves differently while timed",
+                    cmp.get("message"), w.uuid,
+                )
+        return {"stats": reply["stats"], "nvml": reply.get("nvml")}
+
+    def _benchmark(self, cand, trusted, key, d: Definition, visible: list[Workload], eval_seed, outdir, progress) -> dict:
+        rng = random.Random(eval_seed)
         results = {}
         with self._hold(True, progress):
             for i, w in enumerate(visible):
                 progress("benchmark", i, len(visible), w.uuid)
-                axes = d.resolve_axes(w.axes)
                 sets = self._set_seeds(d, w, "timing", eval_seed)
                 audit_at = [rng.randrange(0, self.cfg.max_iters) for _ in range(self.cfg.audits)]
-                reply = cand.request({
-                    "op": "time", "workload": w.model_dump(mode="json"), "axes": axes, "sets": sets,
-                    "audit_at": audit_at, "config": self._timing_config(), "outdir": str(outdir),
-                    "gpu_uuid": self.device.uuid,
-                }, self.cfg.call_timeout_s + self.cfg.max_timing_s)
-                if not reply.get("ok"):
-                    raise _Reject("benchmark", reply.get("status", "RUNTIME_ERROR"),
-                                  f"{reply.get('status')} while timing {w.uuid}: {_first_line(reply.get('message', ''))}",
-                                  reply.get("message"), w.uuid)
-                for audit in reply.get("audits", []):
-                    tag = f"audit{i}-{audit['iteration']}"
-                    self._trusted_request(trusted, {
-                        "op": "reference", "key": key, "workload": w.model_dump(mode="json"), "axes": axes,
-                        "rounds": [{"seed": sets[audit["set"]], "kind": "normal", "tag": tag}],
-                    })
-                    cmp = self._trusted_request(trusted, {
-                        "op": "compare", "tag": tag, "outputs": audit["outputs"],
-                        "tolerances": tolerances, "names": names,
-                    })
-                    for meta in audit["outputs"]:
-                        Path(meta["file"]).unlink(missing_ok=True)
-                    if not cmp.get("passed"):
-                        raise _Reject(
-                            "benchmark", "REWARD_HACK",
-                            f"a timed call on {w.uuid} returned a wrong result: the candidate behaves differently while timed",
-                            cmp.get("message"), w.uuid,
-                        )
-                results[w.uuid] = {"stats": reply["stats"], "nvml": reply.get("nvml")}
+                results[w.uuid] = self._time_workload(cand, trusted, key, d, w, sets, audit_at, outdir, f"w{i}")
         progress("benchmark", len(visible), len(visible), "timed")
         return results
+
+    def _remeasure(self, cand, trusted, key, problem: Problem, visible, incumbent, eval_seed, outdir,
+                   progress, repeats: int = 2) -> dict:
+        """Time the incumbent and the challenger turn about (I C C I ...) on the same inputs.
+        Returns workload -> paired samples, or raises _Unpaired when the incumbent cannot be
+        run again (then the stored measurement decides)."""
+        d = problem.definition
+        inc = self.pool.take_candidate()
+        try:
+            inc.wait_ready(180)
+            reply = inc.request(
+                {"op": "prepare", "definition": d.to_json(), "solution": json.loads(incumbent["solution_json"]),
+                 "language": incumbent["language"], "blob_root": str(problem.root) if problem.root else None,
+                 "build_cache": str(cache_dir() / "torch_extensions")},
+                self.cfg.build_timeout_s,
+            )
+            if not reply.get("ok"):
+                raise _Unpaired(f"the incumbent {incumbent['id']} does not build here: {_first_line(reply.get('message', ''))}")
+            rng = random.Random(eval_seed ^ 0x5A5A)
+            samples: dict[str, dict] = {}
+            with self._hold(True, progress):
+                for i, w in enumerate(visible):
+                    progress("pairing", i, len(visible), f"{w.uuid} against {incumbent['id']}")
+                    sets = self._set_seeds(d, w, "pairing", eval_seed)
+                    s = samples[w.uuid] = {"incumbent": [], "challenger": []}
+                    for rep in range(repeats):
+                        order = [("incumbent", inc), ("challenger", cand)]
+                        for role, worker in (order if rep % 2 == 0 else order[::-1]):
+                            audit_at = [rng.randrange(0, self.cfg.max_iters)] if role == "challenger" and rep == 0 else []
+                            try:
+                                t = self._time_workload(worker, trusted, key, d, w, sets, audit_at, outdir, f"p{i}{role[0]}{rep}")
+                            except _Reject as rej:
+                                if role == "challenger":
+                                    raise
+                                raise _Unpaired(f"the incumbent failed to run again: {rej.reason}") from None
+                            s[role].append((t["stats"]["median_ms"], t["stats"].get("rel_se") or 0.0))
+            progress("pairing", len(visible), len(visible), "paired")
+            return samples
+        except (WorkerDied, WorkerTimeout) as exc:
+            raise _Unpaired(f"re-measuring {incumbent['id']} failed: {exc}") from None
+        finally:
+            self.pool.discard(inc)
+
+    def _pairings(self, cand, trusted, key, problem: Problem, visible, workloads, agent, eval_seed,
+                  outdir, progress) -> dict:
+        """Paired re-measurements against the agent's best and, for a likely ACCEPT, the
+        global best, when the stored comparison is not clear-cut."""
+        dhash = problem.definition.content_hash()
+        new = {w.uuid: (w.latency_ms, w.rel_se or 0.0) for w in workloads}
+        conn = self.db.reader()
+        best = self.db.agent_best(conn, problem.name, dhash, agent, self.device.key)
+        gbest = self.db.global_best(conn, problem.name, dhash, self.device.key)
+        out: dict = {}
+        for label, row in (("agent", best), ("global", gbest)):
+            if row is None:
+                continue
+            if label == "global":
+                if best is not None and row["id"] == best["id"]:
+                    if "agent" in out:
+                        out["global"] = out["agent"]
+                    continue
+                agent_cmp = (out.get("agent") or {}).get("comparison")
+                if agent_cmp is None and best is not None:
+                    agent_cmp = decision_mod.compare(new, self._measurements(conn, best["id"]), self.cfg)
+                if decision_mod.decide(agent_cmp) != "ACCEPT":
+                    continue
+            stored = decision_mod.compare(new, self._measurements(conn, row["id"]), self.cfg)
+            if not needs_pairing(stored):
+                continue
+            entry = {"incumbent": row["id"], "stored_speedup": stored.speedup, "comparison": None}
+            try:
+                entry["samples"] = self._remeasure(cand, trusted, key, problem, visible, row, eval_seed,
+                                                   outdir, progress)
+                entry["comparison"] = paired_comparison(entry["samples"], self.cfg)
+            except _Unpaired as exc:
+                entry["note"] = str(exc)
+                log.warning("paired re-measurement skipped: %s", exc)
+            out[label] = entry
+        return out
 
     # -- gate 5 ----------------------------------------------------------------------------------
     def _score(self, d: Definition, visible, timings, baselines, ceilings) -> list[WorkloadResult]:
@@ -530,19 +628,32 @@ class Guard:
             self.db.finish(c, cid, _row_fields(verdict), [])
         return verdict
 
+    @staticmethod
+    def _paired_for(paired: dict | None, label: str, row) -> "decision_mod.Comparison | None":
+        entry = (paired or {}).get(label)
+        if row is None or not entry or entry["incumbent"] != row["id"]:
+            return None
+        return entry["comparison"]
+
     def _record_measured(self, cid, problem: Problem, agent, workloads: list[WorkloadResult], checked,
-                         phases, notes, parent, solution_json, duplicate_of: str | None = None) -> Verdict:
+                         phases, notes, parent, solution_json, duplicate_of: str | None = None,
+                         paired: dict | None = None) -> Verdict:
         dhash = problem.definition.content_hash()
         new = {w.uuid: (w.latency_ms, w.rel_se or 0.0) for w in workloads}
         sol_fraction = scoring.geomean([w.sol_fraction for w in workloads])
         with self.db.transaction() as c:
             best = self.db.agent_best(c, problem.name, dhash, agent, self.device.key)
             gbest = self.db.global_best(c, problem.name, dhash, self.device.key)
-            cmp = decision_mod.compare(new, self._measurements(c, best["id"]), self.cfg) if best else None
+            cmp = self._paired_for(paired, "agent", best)
+            was_paired = cmp is not None
+            if cmp is None and best:
+                cmp = decision_mod.compare(new, self._measurements(c, best["id"]), self.cfg)
             decision = decision_mod.decide(cmp)
             is_global = False
             if decision == "ACCEPT":
-                cmp_g = decision_mod.compare(new, self._measurements(c, gbest["id"]), self.cfg) if gbest else None
+                cmp_g = self._paired_for(paired, "global", gbest)
+                if cmp_g is None and gbest:
+                    cmp_g = decision_mod.compare(new, self._measurements(c, gbest["id"]), self.cfg)
                 is_global = decision_mod.beats(cmp_g)
             history = self._history(c, problem.name, agent)
             advice = decision_mod.advise(decision, history, sol_fraction, best["sol_fraction"] if best else None, self.cfg)
@@ -551,7 +662,8 @@ class Guard:
             else:
                 word = {"ACCEPT": "faster than", "KEEP": "within the noise of", "REVERT": "slower than"}[decision]
                 reason = (f"{word} the agent's best {best['id']}: speedup {cmp.speedup:.3f}x "
-                          f"(threshold {cmp.threshold:.1%})")
+                          f"(threshold {cmp.threshold:.1%}"
+                          + (", re-measured side by side)" if was_paired else ")"))
                 if decision == "REVERT":
                     reason += f"; go back to {best['id']}"
             if is_global:
@@ -568,7 +680,7 @@ class Guard:
                 global_best_id=cid if is_global else (gbest["id"] if gbest else None),
                 is_global_best=is_global, duplicate_of=duplicate_of, advice=advice,
                 workloads=workloads, checked=checked, phases_s=phases, device=self.device_info(),
-                notes=notes, parent=parent,
+                notes=notes, parent=parent, paired=_paired_summary(paired),
             )
             self.db.finish(c, cid, _row_fields(verdict), [w.model_dump() for w in workloads])
         if decision == "ACCEPT" and duplicate_of is None:
@@ -627,6 +739,26 @@ def _row_fields(v: Verdict) -> dict:
         "global_best": int(v.is_global_best), "duplicate_of": v.duplicate_of,
         "verdict_json": v.model_dump_json(),
     }
+
+
+def _paired_summary(paired: dict | None) -> dict | None:
+    if not paired:
+        return None
+    out = {}
+    for label, e in paired.items():
+        cmp = e.get("comparison")
+        out[label] = {
+            "incumbent": e["incumbent"],
+            "stored_speedup": e.get("stored_speedup"),
+            "paired_speedup": cmp.speedup if cmp else None,
+            "threshold": cmp.threshold if cmp else None,
+            "note": e.get("note"),
+            "workloads": {
+                u: {"incumbent_ms": [x[0] for x in s["incumbent"]], "challenger_ms": [x[0] for x in s["challenger"]]}
+                for u, s in (e.get("samples") or {}).items()
+            },
+        }
+    return out
 
 
 def _summary(v: Verdict) -> dict:

@@ -68,3 +68,5 @@ class Verdict(BaseModel):
     device: dict[str, Any] = Field(default_factory=dict)
     notes: str | None = None
     parent: str | None = None
+    # When the comparison was close: the incumbent and this candidate timed again side by side.
+    paired: dict[str, Any] | None = None

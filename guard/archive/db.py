@@ -113,6 +113,10 @@ class Database:
         else:
             conn.execute("COMMIT")
 
+    def reader(self) -> sqlite3.Connection:
+        """This thread's connection, for reads outside a transaction."""
+        return self._conn()
+
     def query(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
         return self._conn().execute(sql, params).fetchall()
 

@@ -1,0 +1,49 @@
+"""Paired re-measurement: the decision from the challenger and the incumbent timed turn
+about, on the same inputs, in one window.
+
+Repeated evaluations of one kernel in separate processes differ by more than each run's own
+spread, and the shifts move a whole run together (docs/benchmarks.md: on the H200 the
+6 us workloads of one problem varied 6-16% from run to run while 50 us ones varied 1-2%).
+A comparison with an incumbent measured in another window mixes that shift into the
+speedup. So when a comparison is not clear-cut, both are timed again in the order
+incumbent, challenger, challenger, incumbent (cancelling a linear drift) and the speedup
+comes from the paired ratios. This module holds the arithmetic; the pipeline runs it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .config import GuardConfig
+from .decision import Comparison
+
+# Outside this band a stored comparison is decisive and is not re-measured.
+CLEAR_CUT = 1.3
+
+
+def needs_pairing(cmp: Comparison | None) -> bool:
+    return cmp is not None and 1 / CLEAR_CUT < cmp.speedup < CLEAR_CUT
+
+
+def paired_comparison(samples: dict[str, dict], cfg: GuardConfig) -> Comparison | None:
+    """``samples``: workload -> {"incumbent": [(median, rel_se), ...], "challenger": [...]}
+    with the i-th incumbent and challenger measurement taken side by side."""
+    logs, variances = [], []
+    for s in samples.values():
+        pairs = [
+            (i, c) for i, c in zip(s["incumbent"], s["challenger"]) if i[0] > 0 and c[0] > 0
+        ]
+        if not pairs:
+            continue
+        lr = [math.log(i[0] / c[0]) for i, c in pairs]
+        mean = sum(lr) / len(lr)
+        # within-run spread of both medians, and the disagreement between the repetitions
+        within = sum(i[1] ** 2 + c[1] ** 2 for i, c in pairs) / len(pairs) ** 2
+        between = sum((x - mean) ** 2 for x in lr) / (len(lr) * max(1, len(lr) - 1)) if len(lr) > 1 else 0.0
+        logs.append(mean)
+        variances.append(within + between)
+    if not logs:
+        return None
+    n = len(logs)
+    var = sum(variances) / n**2
+    return Comparison(math.exp(sum(logs) / n), max(cfg.noise_floor, cfg.noise_sigmas * math.sqrt(var)))
