@@ -149,6 +149,68 @@ def cmd_show(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    import os
+
+    from memory.conclusions import Retention
+
+    from .server import build_server
+    from .service import Service
+
+    ws = _workspace(args)
+    retention = Retention(args.retention_days, args.retention_per_problem)
+    if args.transport == "http" and args.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving on %s: reachable beyond this machine", args.host)
+    service = Service(ws, ws.config(), device=args.device, retention=retention, max_wait_s=args.max_wait)
+    try:
+        if args.transport == "http":
+            if args.allow_anonymous:
+                log.warning("anonymous HTTP allowed: every caller is agent 'anonymous'")
+            mcp = build_server(service, http_auth=not args.allow_anonymous, host=args.host, port=args.port,
+                               stdio_agent="anonymous" if args.allow_anonymous else None)
+            log.info("serving MCP on http://%s:%d/mcp", args.host, args.port)
+            mcp.run(transport="streamable-http", host=args.host, port=args.port)
+        else:
+            agent = args.agent or os.environ.get("KERNELARC_AGENT") or "stdio"
+            from .tokens import check_agent_name
+
+            mcp = build_server(service, http_auth=False, stdio_agent=check_agent_name(agent))
+            mcp.run(transport="stdio")
+    finally:
+        service.close()
+    return 0
+
+
+def cmd_token(args) -> int:
+    from guard.archive.db import Database
+
+    from .tokens import TokenStore
+
+    ws = _workspace(args)
+    store = TokenStore(Database(ws.db_path))
+    if args.action == "create":
+        token = store.create(args.name, replace=args.replace)
+        if args.json:
+            _emit_json({"agent": args.name, "token": token})
+        else:
+            print(token)
+            print(f"token for agent {args.name!r}: shown once; present it as 'Authorization: Bearer <token>'",
+                  file=sys.stderr)
+    elif args.action == "revoke":
+        if not store.revoke(args.name):
+            print(f"kernelarc: no token for {args.name!r}", file=sys.stderr)
+            return 2
+        print(f"revoked {args.name}")
+    else:
+        agents = store.agents()
+        if args.json:
+            _emit_json({"agents": agents})
+        else:
+            for a in agents:
+                print(a["agent"])
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -203,6 +265,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_show)
 
+    s = sub.add_parser("serve", help="run the MCP server (stdio or streamable HTTP)")
+    s.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    s.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default loopback)")
+    s.add_argument("--port", type=int, default=8765)
+    s.add_argument("--agent", help="stdio: the agent this connection speaks for (default $KERNELARC_AGENT)")
+    s.add_argument("--allow-anonymous", action="store_true", help="HTTP without tokens (every caller is 'anonymous')")
+    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    s.add_argument("--max-wait", type=float, default=40.0, help="longest a tool call waits for a verdict (s)")
+    s.add_argument("--retention-days", type=float, help="forget conclusions older than this")
+    s.add_argument("--retention-per-problem", type=int, help="keep only the newest N conclusions per problem")
+    s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("token", help="bearer tokens for agents (HTTP)")
+    s.add_argument("action", choices=["create", "list", "revoke"])
+    s.add_argument("name", nargs="?")
+    s.add_argument("--replace", action="store_true", help="create: issue a new token for an existing agent")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_token)
+
     s = sub.add_parser("demo", help="the main job: judge the shipped seed kernels on a shipped problem")
     s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     s.add_argument("--json", action="store_true")
@@ -211,7 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "token" and args.action in ("create", "revoke") and not args.name:
+        parser.error(f"token {args.action} needs an agent NAME")
     _setup_logging(args.verbose)
     from guard.candidates.load import CandidateError
     from guard.pipeline import GuardError

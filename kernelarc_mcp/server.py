@@ -1,0 +1,215 @@
+"""The MCP server: a thin layer of tools, resources and prompts over ``Service``.
+
+Identity comes from the transport, never from tool arguments: over HTTP from the bearer
+token (``kernelarc token create NAME``), over stdio from ``--agent`` or
+``$KERNELARC_AGENT``. Blocking work (an evaluation) runs off the event loop, so the server
+keeps answering other clients while the guard works.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Annotated, Any
+
+import anyio
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken, TokenVerifier
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+import launcher
+
+from . import views as V
+from .service import Service, ServiceError
+from .tokens import TokenStore
+
+log = logging.getLogger(__name__)
+READ_ONLY = ToolAnnotations(read_only_hint=True)
+INSTRUCTIONS = """\
+KernelArc judges GPU kernels. Read a problem (get_problem), write a kernel, submit it
+(submit_candidate; if it answers with a job_id, call get_result), read the verdict and its
+advice. Use recall before you start and after a setback: verified conclusions of all
+agents, methods ranked for your measured bottleneck, and your own history. record what you
+learned, citing the candidate_id that shows it. peek_best shows the leaders' code."""
+
+
+class _Tokens(TokenVerifier):
+    def __init__(self, store: TokenStore):
+        self.store = store
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        agent = await anyio.to_thread.run_sync(self.store.agent_for, token)
+        return AccessToken(token=token, client_id=agent, scopes=["agent"]) if agent else None
+
+
+def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None = None,
+                 host: str = "127.0.0.1", port: int = 8765) -> MCPServer:
+    kwargs: dict[str, Any] = {}
+    if http_auth:
+        kwargs["token_verifier"] = _Tokens(TokenStore(service.db))
+        kwargs["auth"] = AuthSettings(issuer_url=f"http://{host}:{port}", resource_server_url=None)
+    from . import __version__
+
+    mcp = MCPServer("kernelarc", instructions=INSTRUCTIONS, version=__version__, **kwargs)
+
+    def agent() -> str:
+        tok = get_access_token()
+        if tok is not None and tok.client_id:
+            return tok.client_id
+        if stdio_agent:
+            return stdio_agent
+        raise ToolError("no agent identity: connect with a bearer token (kernelarc token create NAME)")
+
+    async def call(fn, *args):
+        """Run a service call off the event loop; service errors become tool errors."""
+        try:
+            return await anyio.to_thread.run_sync(fn, *args)
+        except ServiceError as exc:
+            raise ToolError(str(exc)) from None
+
+    # -- tools ---------------------------------------------------------------------------
+    @mcp.tool(annotations=READ_ONLY)
+    async def list_problems() -> V.ProblemList:
+        """List the problems this server judges: name, op family, number of workloads, dtypes,
+        and the seed kernels shipped with each."""
+        return await call(service.list_problems)
+
+    @mcp.tool(annotations=READ_ONLY)
+    async def get_problem(problem: Annotated[str, Field(max_length=128, description="problem name")]) -> V.ProblemView:
+        """Everything needed to write a candidate for one problem: the reference code (your
+        run(...) must take the same inputs in the same order and return the same outputs),
+        input/output shapes and dtypes, tolerances, the visible workloads with their baseline
+        and speed-of-light times (once measured), the seed kernels, and the candidate
+        contract (what is allowed)."""
+        return await call(service.get_problem, problem)
+
+    @mcp.tool()
+    async def submit_candidate(
+        problem: Annotated[str, Field(max_length=128, description="problem name")],
+        ctx: Context,
+        source: Annotated[str | None, Field(max_length=300_000, description="kernel source: Python defining run(...), or CUDA C++")] = None,
+        solution: Annotated[dict[str, Any] | None, Field(description="a SOL-ExecBench solution.json object, instead of source")] = None,
+        language: Annotated[str | None, Field(max_length=20, description="pytorch, triton or cuda_cpp (guessed from source if omitted)")] = None,
+        notes: Annotated[str | None, Field(max_length=2000, description="what this candidate tries; kept with it")] = None,
+        parent: Annotated[str | None, Field(max_length=40, description="candidate_id this one derives from")] = None,
+        wait_s: Annotated[float, Field(ge=0, le=600, description="seconds to wait for the verdict (capped at the server's limit, 40 s by default)")] = 40.0,
+    ) -> V.SubmitResult:
+        """Submit a kernel for judgement. Waits up to wait_s (at most the server's limit)
+        while reporting progress, then returns the verdict, or a job_id to pass to
+        get_result. The verdict says ACCEPT / KEEP / REVERT / REJECT with the reason, the
+        per-workload times and scores, and advice: continue, redraft or stop."""
+        me = agent()
+        job_id = await call(service.submit, me, problem, source, solution, language, notes, parent)
+        return await _wait(ctx, me, job_id, wait_s)
+
+    @mcp.tool()
+    async def get_result(
+        job_id: Annotated[str, Field(max_length=40, description="the job_id returned by submit_candidate")],
+        ctx: Context,
+        wait_s: Annotated[float, Field(ge=0, le=600, description="seconds to wait (capped at the server's limit)")] = 40.0,
+    ) -> V.SubmitResult:
+        """Keep waiting for a submission's verdict (same answer as submit_candidate)."""
+        return await _wait(ctx, agent(), job_id, wait_s)
+
+    async def _wait(ctx: Context, me: str, job_id: str, wait_s: float) -> V.SubmitResult:
+        deadline = time.monotonic() + min(wait_s, service.max_wait_s)
+        step = 0
+        while True:
+            slice_s = max(0.0, min(2.0, deadline - time.monotonic()))
+            res = await call(service.result, me, job_id, slice_s)
+            if res.state in ("done", "error") or time.monotonic() >= deadline:
+                return res
+            step += 1
+            p = res.progress
+            msg = f"{p.get('phase', res.state)}: {p.get('detail', res.message)}" if p else res.message
+            await ctx.report_progress(step, None, msg[:200])
+
+    @mcp.tool(annotations=READ_ONLY)
+    async def recall(
+        problem: Annotated[str, Field(max_length=128)],
+        query: Annotated[str, Field(max_length=2000, description="what you want to know, in words")] = "",
+        scope: Annotated[str, Field(description="problem, family (same op family) or any")] = "problem",
+        k: Annotated[int, Field(ge=1, le=50)] = 8,
+    ) -> V.RecallResult:
+        """What is known: verified conclusions of all agents (each tied to an evaluated
+        candidate), optimization methods ranked for your measured bottleneck by a
+        deterministic policy (with the rules that chose them), and your own submissions on
+        this problem (with warnings when you repeat yourself)."""
+        return await call(service.recall, agent(), problem, query, scope, k)
+
+    @mcp.tool()
+    async def record(
+        problem: Annotated[str, Field(max_length=128)],
+        text: Annotated[str, Field(max_length=1000, description="one short, specific statement")],
+        kind: Annotated[str, Field(description="insight (what worked) or pitfall (what to avoid)")],
+        evidence: Annotated[str, Field(max_length=40, description="candidate_id of an evaluated submission that shows it")],
+        tags: Annotated[list[str] | None, Field(max_length=10)] = None,
+    ) -> V.RecordResult:
+        """Share a verified conclusion with the other agents. Refused unless the evidence is
+        a candidate the guard has judged on this problem; a near-identical conclusion
+        strengthens the existing one instead of adding another."""
+        return await call(service.record, agent(), problem, text, kind, evidence, tags)
+
+    @mcp.tool(annotations=READ_ONLY)
+    async def peek_best(
+        problem: Annotated[str, Field(max_length=128)],
+        k: Annotated[int, Field(ge=1, le=20)] = 3,
+    ) -> V.PeekResult:
+        """Read-only leaderboard: the global best and each agent's best on a problem, with
+        their source code and per-workload figures."""
+        return await call(service.peek_best, problem, k)
+
+    @mcp.tool(annotations=READ_ONLY)
+    async def status() -> V.StatusView:
+        """Who you are to this server, the device, the evaluation queue, every agent's
+        attempts, best and latest advice, and the budgets in force."""
+        return await call(service.status, agent())
+
+    # -- resources -------------------------------------------------------------------------
+    @mcp.resource("kernelarc://problems", mime_type="application/json")
+    def problems_resource() -> str:
+        """The problem list."""
+        return service.list_problems().model_dump_json()
+
+    @mcp.resource("kernelarc://problem/{name}", mime_type="application/json")
+    def problem_resource(name: str) -> str:
+        """One problem, as get_problem returns it."""
+        try:
+            return service.get_problem(name).model_dump_json()
+        except ServiceError as exc:
+            raise ValueError(str(exc)) from None
+
+    @mcp.resource("kernelarc://playbook", mime_type="application/json")
+    def playbook_resource() -> str:
+        """All optimization methods of the playbook."""
+        from memory.playbook import load_methods
+
+        return json.dumps([m.model_dump() for m in load_methods()])
+
+    @mcp.resource("kernelarc://playbook/{method_id}", mime_type="application/json")
+    def method_resource(method_id: str) -> str:
+        """One optimization method."""
+        from memory.playbook import load_methods
+
+        for m in load_methods():
+            if m.id == method_id:
+                return m.model_dump_json()
+        raise ValueError(f"no method {method_id!r}")
+
+    # -- prompts: the launcher's strategies --------------------------------------------------
+    for name, template in launcher.strategies().items():
+        _add_strategy_prompt(mcp, name, template)
+    return mcp
+
+
+def _add_strategy_prompt(mcp: MCPServer, name: str, template: str) -> None:
+    title = template.splitlines()[0].lstrip("# ").strip()
+
+    @mcp.prompt(name=f"strategy_{name}", description=f"Swarm strategy: {title}")
+    def prompt(problem: str) -> str:
+        return template.replace("{problem}", problem)

@@ -1,0 +1,131 @@
+"""Conclusions: short statements of what worked (insight) or what to avoid (pitfall), each
+tied to a candidate the guard evaluated. Kept in the workspace database with a full-text
+index (SQLite FTS5); retention by age and/or by count per problem.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["insight", "pitfall"]
+Scope = Literal["problem", "family", "any"]
+MAX_TEXT = 1000
+MAX_TAGS = 10
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conclusions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    problem TEXT NOT NULL,
+    op_family TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('insight', 'pitfall')),
+    text TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
+    evidence TEXT NOT NULL,
+    evidence_decision TEXT,
+    evidence_status TEXT,
+    evidence_speedup REAL,
+    strength REAL NOT NULL,
+    support INTEGER NOT NULL DEFAULT 1,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS concl_problem ON conclusions(problem, created_at);
+CREATE INDEX IF NOT EXISTS concl_family ON conclusions(op_family, created_at);
+CREATE VIRTUAL TABLE IF NOT EXISTS conclusions_fts USING fts5(
+    text, tags, content='conclusions', content_rowid='id', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS concl_ai AFTER INSERT ON conclusions BEGIN
+    INSERT INTO conclusions_fts(rowid, text, tags) VALUES (new.id, new.text, new.tags);
+END;
+CREATE TRIGGER IF NOT EXISTS concl_ad AFTER DELETE ON conclusions BEGIN
+    INSERT INTO conclusions_fts(conclusions_fts, rowid, text, tags) VALUES ('delete', old.id, old.text, old.tags);
+END;
+CREATE TRIGGER IF NOT EXISTS concl_au AFTER UPDATE OF text, tags ON conclusions BEGIN
+    INSERT INTO conclusions_fts(conclusions_fts, rowid, text, tags) VALUES ('delete', old.id, old.text, old.tags);
+    INSERT INTO conclusions_fts(rowid, text, tags) VALUES (new.id, new.text, new.tags);
+END;
+"""
+
+
+class MemoryError_(ValueError):
+    """A conclusion that cannot be recorded; the message says why."""
+
+
+@dataclass(frozen=True)
+class Retention:
+    """Keep conclusions younger than ``max_age_days`` and/or the newest ``per_problem``."""
+
+    max_age_days: float | None = None
+    per_problem: int | None = None
+
+
+def evidence_strength(kind: str, decision: str | None, status: str | None, speedup: float | None) -> float:
+    """How strongly an evaluated candidate supports a conclusion, in [0, 1].
+
+    An insight is best supported by an ACCEPT (more so with a larger measured speedup over
+    the eager baseline), a pitfall by a REJECT or a REVERT."""
+    if kind == "insight":
+        base = {"ACCEPT": 0.7, "KEEP": 0.45, "REVERT": 0.2, "REJECT": 0.05}.get(decision or "", 0.0)
+        if speedup and speedup > 1:
+            base += min(0.3, 0.1 * (speedup - 1))
+        return min(1.0, base)
+    return {"REJECT": 0.8, "REVERT": 0.7, "KEEP": 0.4, "ACCEPT": 0.2}.get(decision or "", 0.0)
+
+
+_WORD = re.compile(r"[A-Za-z0-9_]+")
+
+
+def fts_query(text: str) -> str | None:
+    """A safe FTS5 query from free text: its words, OR-ed, each quoted."""
+    words = [w.lower() for w in _WORD.findall(text or "")][:32]
+    words = [w for w in words if len(w) > 1]
+    return " OR ".join(f'"{w}"' for w in words) if words else None
+
+
+def ensure_schema(conn: sqlite3.Connection) -> None:
+    conn.executescript(SCHEMA)
+
+
+def row_to_dict(row: sqlite3.Row) -> dict:
+    d = dict(row)
+    d["tags"] = json.loads(d.get("tags") or "[]")
+    return d
+
+
+def insert(conn: sqlite3.Connection, **fields) -> int:
+    now = time.time()
+    fields.setdefault("created_at", now)
+    fields.setdefault("updated_at", now)
+    fields["tags"] = json.dumps(sorted(set(fields.get("tags") or [])))
+    cols = ", ".join(fields)
+    marks = ", ".join("?" for _ in fields)
+    cur = conn.execute(f"INSERT INTO conclusions ({cols}) VALUES ({marks})", tuple(fields.values()))
+    return int(cur.lastrowid)
+
+
+def prune(conn: sqlite3.Connection, retention: Retention, problem: str | None = None, now: float | None = None) -> int:
+    """Apply retention; returns how many conclusions were dropped."""
+    now = time.time() if now is None else now
+    dropped = 0
+    if retention.max_age_days is not None:
+        cur = conn.execute(
+            "DELETE FROM conclusions WHERE updated_at < ?" + (" AND problem = ?" if problem else ""),
+            (now - retention.max_age_days * 86400, *([problem] if problem else [])),
+        )
+        dropped += cur.rowcount
+    if retention.per_problem is not None:
+        problems = [problem] if problem else [r[0] for r in conn.execute("SELECT DISTINCT problem FROM conclusions")]
+        for p in problems:
+            cur = conn.execute(
+                "DELETE FROM conclusions WHERE problem = ? AND id NOT IN ("
+                " SELECT id FROM conclusions WHERE problem = ? ORDER BY updated_at DESC, id DESC LIMIT ?)",
+                (p, p, retention.per_problem),
+            )
+            dropped += cur.rowcount
+    return dropped

@@ -1,0 +1,161 @@
+"""The memory of a workspace: conclusions with their evidence, and each agent's trajectory
+(read from the guard's candidate table: nothing is recorded twice)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+
+from guard.archive.db import Database
+from guard.problems.problem import Problem
+
+from . import conclusions as C
+
+SCOPE_WEIGHT = {"problem": 1.0, "family": 0.6, "any": 0.3}
+DUPLICATE_JACCARD = 0.8
+
+
+def _tokens(text: str) -> set[str]:
+    return {w.lower() for w in re.findall(r"[A-Za-z0-9_]+", text) if len(w) > 1}
+
+
+def jaccard(a: str, b: str) -> float:
+    ta, tb = _tokens(a), _tokens(b)
+    return len(ta & tb) / len(ta | tb) if ta and tb else 0.0
+
+
+class Memory:
+    def __init__(self, db: Database, retention: C.Retention | None = None):
+        self.db = db
+        self.retention = retention or C.Retention()
+        C.ensure_schema(db.reader())
+
+    # -- writing ---------------------------------------------------------------------------
+    def record(
+        self, agent: str, problem: Problem, text: str, kind: str, evidence: str, tags: list[str] | None = None
+    ) -> dict:
+        """Record a conclusion backed by ``evidence``, a candidate the guard evaluated on this
+        problem. A near-duplicate of an existing conclusion strengthens it instead."""
+        text = (text or "").strip()
+        tags = [t.strip().lower()[:40] for t in (tags or []) if t and t.strip()]
+        if kind not in ("insight", "pitfall"):
+            raise C.MemoryError_("kind must be 'insight' or 'pitfall'")
+        if not text:
+            raise C.MemoryError_("the conclusion text is empty")
+        if len(text) > C.MAX_TEXT:
+            raise C.MemoryError_(f"the conclusion is longer than {C.MAX_TEXT} characters; say it shorter")
+        if len(tags) > C.MAX_TAGS:
+            raise C.MemoryError_(f"at most {C.MAX_TAGS} tags")
+        row = self.db.candidate(evidence) if isinstance(evidence, str) and len(evidence) < 64 else None
+        if row is None:
+            raise C.MemoryError_(
+                f"evidence {evidence!r} is not a candidate of this workspace: cite the candidate_id "
+                "of an evaluated submission"
+            )
+        if row["state"] != "done" or not row["decision"]:
+            raise C.MemoryError_(f"candidate {evidence} has no verdict yet ({row['state']}); record after it is judged")
+        if row["problem"] != problem.name:
+            raise C.MemoryError_(f"candidate {evidence} was evaluated on {row['problem']!r}, not {problem.name!r}")
+        strength = C.evidence_strength(kind, row["decision"], row["status"], row["speedup_eager"])
+        family = problem.definition.kernelarc.op_family or "other"
+        with self.db.transaction() as conn:
+            dup = self._near_duplicate(conn, problem.name, kind, text)
+            if dup is not None:
+                conn.execute(
+                    "UPDATE conclusions SET support = support + 1, strength = MAX(strength, ?),"
+                    " updated_at = ?, tags = ? WHERE id = ?",
+                    (strength, time.time(), json.dumps(sorted(set(dup["tags"]) | set(tags))), dup["id"]),
+                )
+                merged, cid = True, dup["id"]
+            else:
+                cid = C.insert(
+                    conn, problem=problem.name, op_family=family, agent=agent, kind=kind, text=text,
+                    tags=tags, evidence=evidence, evidence_decision=row["decision"],
+                    evidence_status=row["status"], evidence_speedup=row["speedup_eager"], strength=strength,
+                )
+                merged = False
+            dropped = C.prune(conn, self.retention, problem.name)
+            stored = conn.execute("SELECT * FROM conclusions WHERE id = ?", (cid,)).fetchone()
+        out = C.row_to_dict(stored) if stored is not None else {"id": cid}
+        out.update(merged=merged, pruned=dropped)
+        return out
+
+    def _near_duplicate(self, conn, problem: str, kind: str, text: str) -> dict | None:
+        q = C.fts_query(text)
+        if q is None:
+            return None
+        rows = conn.execute(
+            "SELECT c.* FROM conclusions_fts f JOIN conclusions c ON c.id = f.rowid"
+            " WHERE conclusions_fts MATCH ? AND c.problem = ? AND c.kind = ? ORDER BY bm25(conclusions_fts) LIMIT 20",
+            (q, problem, kind),
+        ).fetchall()
+        for r in rows:
+            if jaccard(text, r["text"]) >= DUPLICATE_JACCARD:
+                return C.row_to_dict(r)
+        return None
+
+    # -- reading ---------------------------------------------------------------------------
+    def recall(self, problem: Problem, query: str = "", scope: str = "problem", k: int = 10,
+               now: float | None = None) -> list[dict]:
+        """Conclusions ranked by relevance to ``query``, scope, evidence strength and recency."""
+        if scope not in SCOPE_WEIGHT:
+            raise C.MemoryError_("scope must be 'problem', 'family' or 'any'")
+        k = max(1, min(int(k), 50))
+        now = time.time() if now is None else now
+        family = problem.definition.kernelarc.op_family or "other"
+        where, params = "", []
+        if scope == "problem":
+            where, params = " AND c.problem = ?", [problem.name]
+        elif scope == "family":
+            where, params = " AND (c.problem = ? OR c.op_family = ?)", [problem.name, family]
+        if self.retention.max_age_days is not None:
+            where += " AND c.updated_at >= ?"
+            params.append(now - self.retention.max_age_days * 86400)
+        conn = self.db.reader()
+        q = C.fts_query(query)
+        if q:
+            rows = conn.execute(
+                "SELECT c.*, bm25(conclusions_fts) AS rank FROM conclusions_fts f JOIN conclusions c ON c.id = f.rowid"
+                f" WHERE conclusions_fts MATCH ?{where} ORDER BY rank LIMIT 200",
+                (q, *params),
+            ).fetchall()
+        else:
+            rows = conn.execute(
+                f"SELECT c.*, 0.0 AS rank FROM conclusions c WHERE 1 = 1{where} ORDER BY c.updated_at DESC LIMIT 200",
+                tuple(params),
+            ).fetchall()
+        if not rows:
+            return []
+        best_rank = min(r["rank"] for r in rows)
+        scored = []
+        for r in rows:
+            d = C.row_to_dict(r)
+            relevance = (r["rank"] / best_rank) if q and best_rank < 0 else 0.5
+            where_w = 1.0 if d["problem"] == problem.name else (0.6 if d["op_family"] == family else 0.3)
+            age_days = max(0.0, (now - d["updated_at"]) / 86400)
+            recency = math.exp(-age_days / 14)
+            support = min(1.0, 0.2 * (d["support"] - 1))
+            score = 0.45 * relevance + 0.25 * where_w + 0.2 * d["strength"] + 0.1 * recency + 0.05 * support
+            d.pop("rank", None)
+            d["score"] = round(score, 4)
+            scored.append(d)
+        scored.sort(key=lambda d: (-d["score"], -d["updated_at"]))
+        return scored[:k]
+
+    def trajectory(self, agent: str, problem: str, limit: int = 20) -> list[dict]:
+        """This agent's submissions on the problem, newest last."""
+        rows = self.db.query(
+            "SELECT id, created_at, language, state, decision, status, gate, reason, notes, score,"
+            " speedup_eager, speedup_vs_best, source_hash, duplicate_of FROM candidates"
+            " WHERE problem = ? AND agent = ? ORDER BY created_at DESC LIMIT ?",
+            (problem, agent, limit),
+        )
+        out = [dict(r) for r in reversed(rows)]
+        for d in out:
+            d["reason"] = (d.get("reason") or "")[:300]
+        return out
+
+    def count(self) -> int:
+        return int(self.db.query("SELECT COUNT(*) AS n FROM conclusions")[0]["n"])
