@@ -17,10 +17,12 @@ def leaderboard(db: Database, problem: str, device_key: str | None = None, defin
     if definition_hash:
         where += " AND definition_hash = ?"
         params.append(definition_hash)
-    rows = db.query(f"SELECT * FROM candidates WHERE {where} ORDER BY finished_at", tuple(params))
-    best_by_agent: dict[str, dict] = {}
-    for r in rows:
-        best_by_agent[r["agent"]] = dict(r)
+    best_rows = db.query(
+        "SELECT * FROM (SELECT c.*, ROW_NUMBER() OVER (PARTITION BY agent ORDER BY finished_at DESC) AS rn"
+        f" FROM candidates c WHERE {where}) WHERE rn = 1",
+        tuple(params),
+    )
+    best_by_agent = {r["agent"]: dict(r) for r in best_rows}
     counts = {
         r["agent"]: (r["n"], r["last"])
         for r in db.query(
@@ -28,8 +30,10 @@ def leaderboard(db: Database, problem: str, device_key: str | None = None, defin
             (problem,),
         )
     }
-    global_rows = [dict(r) for r in rows if r["global_best"]]
-    global_best = global_rows[-1] if global_rows else None
+    g = db.query(
+        f"SELECT * FROM candidates WHERE {where} AND global_best = 1 ORDER BY finished_at DESC LIMIT 1", tuple(params)
+    )
+    global_best = dict(g[0]) if g else None
     entries = []
     for agent, r in best_by_agent.items():
         entries.append({

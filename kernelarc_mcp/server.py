@@ -39,11 +39,25 @@ learned, citing the candidate_id that shows it. peek_best shows the leaders' cod
 
 
 class _Tokens(TokenVerifier):
+    """Bearer token -> agent, remembered for a few seconds (a revoked token stops working
+    within TTL_S)."""
+
+    TTL_S = 10.0
+
     def __init__(self, store: TokenStore):
         self.store = store
+        self._seen: dict[str, tuple[float, str | None]] = {}
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        agent = await anyio.to_thread.run_sync(self.store.agent_for, token)
+        now = time.monotonic()
+        hit = self._seen.get(token)
+        if hit is not None and now - hit[0] < self.TTL_S:
+            agent = hit[1]
+        else:
+            agent = await anyio.to_thread.run_sync(self.store.agent_for, token)
+            if len(self._seen) > 10_000:
+                self._seen.clear()
+            self._seen[token] = (now, agent)
         return AccessToken(token=token, client_id=agent, scopes=["agent"]) if agent else None
 
 

@@ -66,6 +66,7 @@ class Service:
         self.jobs = JobQueue(self.guard)
         self.memory = Memory(self.db, retention)
         self.max_wait_s = max_wait_s
+        self._peek_cache: dict[tuple, tuple[int, V.PeekResult]] = {}
         self._warm = threading.Thread(target=self.guard.warm_up, daemon=True)
         self._warm.start()
 
@@ -237,8 +238,19 @@ class Service:
 
     # -- leaderboard and status ------------------------------------------------------------------
     def peek_best(self, problem: str, k: int = 3) -> V.PeekResult:
+        """The leaderboard view, recomputed only when the database has changed."""
         p = self._problem(problem)
         k = max(1, min(int(k), 20))
+        version = self.db.version()
+        key = (p.name, k)
+        hit = self._peek_cache.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        result = self._peek(p, k)
+        self._peek_cache[key] = (version, result)
+        return result
+
+    def _peek(self, p, k: int) -> V.PeekResult:
         board = leaderboard(self.db, p.name, device_key=self.guard.device.key,
                             definition_hash=p.definition.content_hash())
 

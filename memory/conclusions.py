@@ -5,6 +5,7 @@ index (SQLite FTS5); retention by age and/or by count per problem.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sqlite3
@@ -33,22 +34,29 @@ CREATE TABLE IF NOT EXISTS conclusions (
     strength REAL NOT NULL,
     support INTEGER NOT NULL DEFAULT 1,
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    pkey TEXT NOT NULL,                -- one-token keys of the problem and the op family,
+    fkey TEXT NOT NULL                 -- so a scoped full-text search is a term intersection
 );
 CREATE INDEX IF NOT EXISTS concl_problem ON conclusions(problem, created_at);
 CREATE INDEX IF NOT EXISTS concl_family ON conclusions(op_family, created_at);
+CREATE INDEX IF NOT EXISTS concl_problem_id ON conclusions(problem, id);
+CREATE INDEX IF NOT EXISTS concl_family_id ON conclusions(op_family, id);
 CREATE VIRTUAL TABLE IF NOT EXISTS conclusions_fts USING fts5(
-    text, tags, content='conclusions', content_rowid='id', tokenize='porter unicode61'
+    text, tags, pkey, fkey, content='conclusions', content_rowid='id', tokenize='porter unicode61'
 );
+CREATE VIRTUAL TABLE IF NOT EXISTS conclusions_vocab USING fts5vocab(conclusions_fts, 'row');
 CREATE TRIGGER IF NOT EXISTS concl_ai AFTER INSERT ON conclusions BEGIN
-    INSERT INTO conclusions_fts(rowid, text, tags) VALUES (new.id, new.text, new.tags);
+    INSERT INTO conclusions_fts(rowid, text, tags, pkey, fkey) VALUES (new.id, new.text, new.tags, new.pkey, new.fkey);
 END;
 CREATE TRIGGER IF NOT EXISTS concl_ad AFTER DELETE ON conclusions BEGIN
-    INSERT INTO conclusions_fts(conclusions_fts, rowid, text, tags) VALUES ('delete', old.id, old.text, old.tags);
+    INSERT INTO conclusions_fts(conclusions_fts, rowid, text, tags, pkey, fkey)
+    VALUES ('delete', old.id, old.text, old.tags, old.pkey, old.fkey);
 END;
 CREATE TRIGGER IF NOT EXISTS concl_au AFTER UPDATE OF text, tags ON conclusions BEGIN
-    INSERT INTO conclusions_fts(conclusions_fts, rowid, text, tags) VALUES ('delete', old.id, old.text, old.tags);
-    INSERT INTO conclusions_fts(rowid, text, tags) VALUES (new.id, new.text, new.tags);
+    INSERT INTO conclusions_fts(conclusions_fts, rowid, text, tags, pkey, fkey)
+    VALUES ('delete', old.id, old.text, old.tags, old.pkey, old.fkey);
+    INSERT INTO conclusions_fts(rowid, text, tags, pkey, fkey) VALUES (new.id, new.text, new.tags, new.pkey, new.fkey);
 END;
 """
 
@@ -81,11 +89,21 @@ def evidence_strength(kind: str, decision: str | None, status: str | None, speed
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 
 
-def fts_query(text: str) -> str | None:
-    """A safe FTS5 query from free text: its words, OR-ed, each quoted."""
+def query_words(text: str) -> list[str]:
     words = [w.lower() for w in _WORD.findall(text or "")][:32]
-    words = [w for w in words if len(w) > 1]
-    return " OR ".join(f'"{w}"' for w in words) if words else None
+    return list(dict.fromkeys(w for w in words if len(w) > 1))
+
+
+def fts_query(text: str | list[str]) -> str | None:
+    """A safe FTS5 query from free text (or its words): the words, OR-ed, each quoted,
+    searched in the text and tags columns."""
+    words = query_words(text) if isinstance(text, str) else text
+    return "{text tags} : (" + " OR ".join(f'"{w}"' for w in words) + ")" if words else None
+
+
+def key(value: str) -> str:
+    """A one-token full-text key for a problem or family name."""
+    return "k" + hashlib.sha1(value.encode()).hexdigest()[:16]
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:
@@ -103,6 +121,8 @@ def insert(conn: sqlite3.Connection, **fields) -> int:
     fields.setdefault("created_at", now)
     fields.setdefault("updated_at", now)
     fields["tags"] = json.dumps(sorted(set(fields.get("tags") or [])))
+    fields["pkey"] = key(fields["problem"])
+    fields["fkey"] = key(fields["op_family"])
     cols = ", ".join(fields)
     marks = ", ".join("?" for _ in fields)
     cur = conn.execute(f"INSERT INTO conclusions ({cols}) VALUES ({marks})", tuple(fields.values()))

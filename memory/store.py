@@ -15,6 +15,9 @@ from . import conclusions as C
 
 SCOPE_WEIGHT = {"problem": 1.0, "family": 0.6, "any": 0.3}
 DUPLICATE_JACCARD = 0.8
+# Recall ranks at most this many matches, the newest (the full-text index returns them in
+# id order without scoring everything), so its cost does not grow with the workspace.
+SEARCH_WINDOW = 100
 
 
 def _tokens(text: str) -> set[str]:
@@ -87,9 +90,9 @@ class Memory:
         if q is None:
             return None
         rows = conn.execute(
-            "SELECT c.* FROM conclusions_fts f JOIN conclusions c ON c.id = f.rowid"
-            " WHERE conclusions_fts MATCH ? AND c.problem = ? AND c.kind = ? ORDER BY bm25(conclusions_fts) LIMIT 20",
-            (q, problem, kind),
+            "SELECT c.* FROM conclusions c WHERE c.id IN (SELECT rowid FROM conclusions_fts"
+            " WHERE conclusions_fts MATCH ? ORDER BY rank LIMIT 20) AND c.kind = ?",
+            (f"{q} AND pkey : {C.key(problem)}", kind),
         ).fetchall()
         for r in rows:
             if jaccard(text, r["text"]) >= DUPLICATE_JACCARD:
@@ -99,50 +102,71 @@ class Memory:
     # -- reading ---------------------------------------------------------------------------
     def recall(self, problem: Problem, query: str = "", scope: str = "problem", k: int = 10,
                now: float | None = None) -> list[dict]:
-        """Conclusions ranked by relevance to ``query``, scope, evidence strength and recency."""
+        """Conclusions ranked by relevance to ``query``, scope, evidence strength and recency.
+
+        The search has a bounded cost whatever the workspace holds: full-text matching of the
+        query words (inside the scope) returns the newest SEARCH_WINDOW matches, and those are
+        ranked here, relevance being the inverse-document-frequency weight of the query words
+        each one contains."""
         if scope not in SCOPE_WEIGHT:
             raise C.MemoryError_("scope must be 'problem', 'family' or 'any'")
         k = max(1, min(int(k), 50))
         now = time.time() if now is None else now
         family = problem.definition.kernelarc.op_family or "other"
-        where, params = "", []
-        if scope == "problem":
-            where, params = " AND c.problem = ?", [problem.name]
-        elif scope == "family":
-            where, params = " AND (c.problem = ? OR c.op_family = ?)", [problem.name, family]
-        if self.retention.max_age_days is not None:
-            where += " AND c.updated_at >= ?"
-            params.append(now - self.retention.max_age_days * 86400)
         conn = self.db.reader()
-        q = C.fts_query(query)
-        if q:
+        age = ""
+        params: list = []
+        if self.retention.max_age_days is not None:
+            age = " AND c.updated_at >= ?"
+            params.append(now - self.retention.max_age_days * 86400)
+        words = C.query_words(query)
+        idf: dict[str, float] = {}
+        if words:
+            scope_fts = {"problem": f" AND pkey : {C.key(problem.name)}",
+                         "family": f" AND (pkey : {C.key(problem.name)} OR fkey : {C.key(family)})",
+                         "any": ""}[scope]
+            n_docs = max(1, conn.execute("SELECT COALESCE(MAX(id), 0) FROM conclusions").fetchone()[0])
+            for w in words:
+                row = conn.execute("SELECT doc FROM conclusions_vocab WHERE term = ?", (w,)).fetchone()
+                idf[w] = math.log(1 + n_docs / (1 + (row[0] if row else 0)))
             rows = conn.execute(
-                "SELECT c.*, bm25(conclusions_fts) AS rank FROM conclusions_fts f JOIN conclusions c ON c.id = f.rowid"
-                f" WHERE conclusions_fts MATCH ?{where} ORDER BY rank LIMIT 200",
-                (q, *params),
+                "SELECT c.* FROM conclusions c WHERE c.id IN (SELECT rowid FROM conclusions_fts"
+                f" WHERE conclusions_fts MATCH ? ORDER BY rowid DESC LIMIT {SEARCH_WINDOW}){age}",
+                (C.fts_query(words) + scope_fts, *params),
             ).fetchall()
         else:
+            where = {"problem": " AND c.problem = ?", "family": " AND (c.problem = ? OR c.op_family = ?)", "any": ""}[scope]
+            sparams = {"problem": [problem.name], "family": [problem.name, family], "any": []}[scope]
             rows = conn.execute(
-                f"SELECT c.*, 0.0 AS rank FROM conclusions c WHERE 1 = 1{where} ORDER BY c.updated_at DESC LIMIT 200",
-                tuple(params),
+                f"SELECT c.* FROM conclusions c WHERE 1 = 1{where}{age} ORDER BY c.id DESC LIMIT {SEARCH_WINDOW}",
+                (*sparams, *params),
             ).fetchall()
         if not rows:
             return []
-        best_rank = min(r["rank"] for r in rows)
+        total_idf = sum(idf.values()) or 1.0
         scored = []
         for r in rows:
+            if words:
+                # the index matches porter stems; a shared 5-letter prefix is close enough here
+                present = _tokens(r["text"] + " " + r["tags"])
+                stems = {t[:5] for t in present}
+                relevance = sum(v for w, v in idf.items() if w in present or w[:5] in stems) / total_idf
+            else:
+                relevance = 0.5
+            where_w = 1.0 if r["problem"] == problem.name else (0.6 if r["op_family"] == family else 0.3)
+            recency = math.exp(-max(0.0, (now - r["updated_at"]) / 86400) / 14)
+            support = min(1.0, 0.2 * (r["support"] - 1))
+            score = 0.45 * relevance + 0.25 * where_w + 0.2 * r["strength"] + 0.1 * recency + 0.05 * support
+            scored.append((round(score, 4), r["updated_at"], r))
+        scored.sort(key=lambda x: (-x[0], -x[1]))
+        out = []
+        for score, _, r in scored[:k]:
             d = C.row_to_dict(r)
-            relevance = (r["rank"] / best_rank) if q and best_rank < 0 else 0.5
-            where_w = 1.0 if d["problem"] == problem.name else (0.6 if d["op_family"] == family else 0.3)
-            age_days = max(0.0, (now - d["updated_at"]) / 86400)
-            recency = math.exp(-age_days / 14)
-            support = min(1.0, 0.2 * (d["support"] - 1))
-            score = 0.45 * relevance + 0.25 * where_w + 0.2 * d["strength"] + 0.1 * recency + 0.05 * support
-            d.pop("rank", None)
-            d["score"] = round(score, 4)
-            scored.append(d)
-        scored.sort(key=lambda d: (-d["score"], -d["updated_at"]))
-        return scored[:k]
+            d["score"] = score
+            for internal in ("pkey", "fkey"):
+                d.pop(internal, None)
+            out.append(d)
+        return out
 
     def trajectory(self, agent: str, problem: str, limit: int = 20) -> list[dict]:
         """This agent's submissions on the problem, newest last."""

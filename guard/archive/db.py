@@ -46,6 +46,8 @@ CREATE TABLE IF NOT EXISTS candidates (
 );
 CREATE INDEX IF NOT EXISTS cand_problem_agent ON candidates(problem, agent, created_at);
 CREATE INDEX IF NOT EXISTS cand_hash ON candidates(problem, source_hash);
+CREATE INDEX IF NOT EXISTS cand_decision ON candidates(problem, decision, agent, finished_at);
+CREATE INDEX IF NOT EXISTS cand_global ON candidates(problem, global_best, finished_at);
 CREATE TABLE IF NOT EXISTS workload_results (
     candidate_id TEXT NOT NULL REFERENCES candidates(id),
     workload TEXT NOT NULL,
@@ -79,6 +81,8 @@ class Database:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._local = threading.local()
+        self._version_lock = threading.Lock()
+        self._version_conn: sqlite3.Connection | None = None
         conn = self._conn()
         conn.executescript(SCHEMA)  # idempotent; executescript commits on its own
         conn.execute(
@@ -112,6 +116,14 @@ class Database:
             raise
         else:
             conn.execute("COMMIT")
+
+    def version(self) -> int:
+        """Changes whenever any connection (of any process) commits to the database: for
+        caches of derived views."""
+        with self._version_lock:
+            if self._version_conn is None:
+                self._version_conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+            return int(self._version_conn.execute("PRAGMA data_version").fetchone()[0])
 
     def reader(self) -> sqlite3.Connection:
         """This thread's connection, for reads outside a transaction."""

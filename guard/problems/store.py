@@ -20,6 +20,20 @@ class ProblemStore:
     def __init__(self, workspace_problems: Path, seeds_dir: Path = SEEDS_DIR):
         self.workspace_problems = workspace_problems
         self.seeds_dir = seeds_dir
+        self._cache: dict[Path, tuple[tuple, Problem]] = {}
+
+    def _load(self, folder: Path, origin: str) -> Problem:
+        """A problem, parsed once and again only when its files change."""
+        stamp = tuple(
+            (p.name, p.stat().st_mtime_ns, p.stat().st_size)
+            for p in sorted(folder.iterdir()) if p.is_file() and p.suffix in (".json", ".jsonl")
+        )
+        hit = self._cache.get(folder)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        problem = load_problem(folder, origin)
+        self._cache[folder] = (stamp, problem)
+        return problem
 
     def _folders(self) -> list[tuple[Path, str]]:
         out = []
@@ -39,7 +53,7 @@ class ProblemStore:
         problems = []
         for folder, origin in self._folders():
             try:
-                problems.append(load_problem(folder, origin))
+                problems.append(self._load(folder, origin))
             except ProblemError as exc:
                 log.warning("skipping unreadable problem: %s", exc)
         return problems
@@ -49,7 +63,7 @@ class ProblemStore:
         for base, origin in ((self.workspace_problems, "workspace"), (self.seeds_dir, "seed")):
             folder = base / name
             if (folder / "definition.json").is_file():
-                return load_problem(folder, origin)
+                return self._load(folder, origin)
         known = ", ".join(self.names()) or "none"
         raise ProblemError(f"no problem named {name!r} (known: {known})")
 
