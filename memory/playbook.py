@@ -8,9 +8,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import playbooks
+from guard.problems.families import FAMILY_RULES
+
+FAMILIES = {name for name, _ in FAMILY_RULES}
 
 Category = Literal[
     "launch", "memory", "compute", "advanced", "architecture", "kernel_specific",
@@ -47,6 +50,22 @@ class Method(BaseModel):
         if v is not None and not v.strip():
             raise ValueError("leave it out rather than empty")
         return v
+
+    @field_validator("op_families")
+    @classmethod
+    def _known_families(cls, v: list[str]) -> list[str]:
+        unknown = set(v) - FAMILIES
+        if unknown:
+            raise ValueError(f"unknown op families {sorted(unknown)}; known: {sorted(FAMILIES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _how_for_each_backend(self) -> "Method":
+        if "triton" in self.backends and not self.how_triton:
+            raise ValueError(f"{self.id}: lists triton but says nothing in how_triton")
+        if "cuda_cpp" in self.backends and not self.how_cuda:
+            raise ValueError(f"{self.id}: lists cuda_cpp but says nothing in how_cuda")
+        return self
 
     @property
     def tier(self) -> int | None:

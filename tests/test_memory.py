@@ -172,7 +172,8 @@ def test_rule_plateau():
 
 def _m(mid, signals, families=(), backends=("triton",)):
     return Method(id=mid, name=mid, category="memory", op_families=list(families), signals=list(signals),
-                  backends=list(backends), rationale="a rationale long enough to pass", how_triton="do it")
+                  backends=list(backends), rationale="a rationale long enough to pass", how_triton="do it",
+                  how_cuda="do it in C++")
 
 
 def test_rank_orders_by_fired_rules_family_and_backend():
