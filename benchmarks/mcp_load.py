@@ -152,6 +152,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--conclusions", type=int, default=100_000)
     ap.add_argument("--candidates", type=int, default=10_000)
+    ap.add_argument("--workers", type=int, default=1, help="HTTP worker processes of the server")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     from serving.util import HttpServer, fast_workspace, token
@@ -162,7 +163,7 @@ def main() -> int:
     populate(ws, args.candidates, args.conclusions, agents)
     populate_s = time.time() - t0
     toks = {a: token(ws, a) for a in agents}
-    srv = HttpServer(ws)
+    srv = HttpServer(ws, "--workers", str(args.workers))
     try:
         q = mp.get_context("spawn").Queue()
         procs = [mp.get_context("spawn").Process(target=client_main, args=(srv.url, toks[a], args.calls, i, q))
@@ -186,7 +187,7 @@ def main() -> int:
     summary = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
-        "clients": args.clients, "calls_per_client": args.calls, "conclusions": args.conclusions,
+        "clients": args.clients, "calls_per_client": args.calls, "server_workers": args.workers, "conclusions": args.conclusions,
         "candidates": args.candidates, "populate_s": populate_s, "server_ready_s": srv.ready_s, "wall_s": wall,
         "calls": len(every), "errors": len(errors), "error_samples": errors[:5],
         "throughput_per_s": len(every) / wall,

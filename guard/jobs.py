@@ -56,15 +56,16 @@ class JobView:
 
 
 class JobQueue:
-    def __init__(self, guard: Guard, autostart: bool = True):
+    def __init__(self, guard: Guard, autostart: bool = True, recover: bool = True):
         self.guard = guard
         self.db = guard.db
         self.db.reader().executescript(SCHEMA)
         self._cv = threading.Condition()
         self._progress: dict[str, dict] = {}
         self._stop = False
-        with self.db.transaction() as c:  # what a stopped process left behind runs again
-            c.execute("UPDATE jobs SET state = 'queued', started_at = NULL WHERE state = 'running'")
+        if recover:
+            with self.db.transaction() as c:  # what a stopped process left behind runs again
+                c.execute("UPDATE jobs SET state = 'queued', started_at = NULL WHERE state = 'running'")
         self._thread = threading.Thread(target=self._loop, name="kernelarc-jobs", daemon=True)
         if autostart:
             self._thread.start()

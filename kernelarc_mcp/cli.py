@@ -154,8 +154,10 @@ def cmd_serve(args) -> int:
 
     from memory.conclusions import Retention
 
+    from .http_app import serve_http
     from .server import build_server
     from .service import Service
+    from .tokens import check_agent_name
 
     ws = _workspace(args)
     retention = Retention(args.retention_days, args.retention_per_problem)
@@ -166,14 +168,16 @@ def cmd_serve(args) -> int:
         if args.transport == "http":
             if args.allow_anonymous:
                 log.warning("anonymous HTTP allowed: every caller is agent 'anonymous'")
-            mcp = build_server(service, http_auth=not args.allow_anonymous, host=args.host, port=args.port,
-                               stdio_agent="anonymous" if args.allow_anonymous else None)
-            log.info("serving MCP on http://%s:%d/mcp", args.host, args.port)
-            mcp.run(transport="streamable-http", host=args.host, port=args.port)
+            options = {
+                "workspace": str(ws.root), "device": args.device, "host": args.host, "port": args.port,
+                "allow_anonymous": args.allow_anonymous, "max_wait": args.max_wait,
+                "retention_days": args.retention_days, "retention_per_problem": args.retention_per_problem,
+                "log_level": logging.getLogger().level,
+            }
+            log.info("serving MCP on http://%s:%d/mcp with %d worker(s)", args.host, args.port, args.workers)
+            serve_http(service, options, args.workers)
         else:
             agent = args.agent or os.environ.get("KERNELARC_AGENT") or "stdio"
-            from .tokens import check_agent_name
-
             mcp = build_server(service, http_auth=False, stdio_agent=check_agent_name(agent))
             mcp.run(transport="stdio")
     finally:
@@ -273,6 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--allow-anonymous", action="store_true", help="HTTP without tokens (every caller is 'anonymous')")
     s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     s.add_argument("--max-wait", type=float, default=40.0, help="longest a tool call waits for a verdict (s)")
+    s.add_argument("--workers", type=int, default=1,
+                   help="HTTP worker processes (reads scale with them; one process evaluates)")
     s.add_argument("--retention-days", type=float, help="forget conclusions older than this")
     s.add_argument("--retention-per-problem", type=int, help="keep only the newest N conclusions per problem")
     s.set_defaults(fn=cmd_serve)

@@ -59,16 +59,18 @@ class ServiceError(ValueError):
 
 class Service:
     def __init__(self, workspace: Workspace, config: GuardConfig | None = None, device: str = "auto",
-                 retention: Retention | None = None, max_wait_s: float = MAX_WAIT_S, prestart: bool = True):
+                 retention: Retention | None = None, max_wait_s: float = MAX_WAIT_S, prestart: bool = True,
+                 evaluator: bool = True):
+        """``evaluator=False``: this process only reads and queues; another one evaluates."""
         self.ws = workspace
         self.guard = Guard(workspace, config or workspace.config(), device=device, prestart=prestart)
         self.db: Database = self.guard.db
-        self.jobs = JobQueue(self.guard)
+        self.jobs = JobQueue(self.guard, autostart=evaluator, recover=evaluator)
         self.memory = Memory(self.db, retention)
         self.max_wait_s = max_wait_s
         self._peek_cache: dict[tuple, tuple[int, V.PeekResult]] = {}
-        self._warm = threading.Thread(target=self.guard.warm_up, daemon=True)
-        self._warm.start()
+        if evaluator:
+            threading.Thread(target=self.guard.warm_up, daemon=True).start()
 
     def close(self) -> None:
         self.jobs.stop()

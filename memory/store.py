@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 import time
 
 from guard.archive.db import Database
@@ -34,6 +35,9 @@ class Memory:
         self.db = db
         self.retention = retention or C.Retention()
         C.ensure_schema(db.reader())
+        self._df: dict[str, int] = {}  # document frequencies, valid for one database version
+        self._df_version = -1
+        self._df_lock = threading.Lock()
 
     # -- writing ---------------------------------------------------------------------------
     def record(
@@ -125,10 +129,10 @@ class Memory:
             scope_fts = {"problem": f" AND pkey : {C.key(problem.name)}",
                          "family": f" AND (pkey : {C.key(problem.name)} OR fkey : {C.key(family)})",
                          "any": ""}[scope]
-            n_docs = max(1, conn.execute("SELECT COALESCE(MAX(id), 0) FROM conclusions").fetchone()[0])
+            df = self._frequencies(conn, words)
+            n_docs = max(1, df["\0docs"])
             for w in words:
-                row = conn.execute("SELECT doc FROM conclusions_vocab WHERE term = ?", (w,)).fetchone()
-                idf[w] = math.log(1 + n_docs / (1 + (row[0] if row else 0)))
+                idf[w] = math.log(1 + n_docs / (1 + df[w]))
             rows = conn.execute(
                 "SELECT c.* FROM conclusions c WHERE c.id IN (SELECT rowid FROM conclusions_fts"
                 f" WHERE conclusions_fts MATCH ? ORDER BY rowid DESC LIMIT {SEARCH_WINDOW}){age}",
@@ -167,6 +171,22 @@ class Memory:
                 d.pop(internal, None)
             out.append(d)
         return out
+
+    def _frequencies(self, conn, words: list[str]) -> dict[str, int]:
+        """How many conclusions contain each word (and, under "\0docs", how many there are),
+        cached until the database changes."""
+        version = self.db.version()
+        with self._df_lock:
+            if version != self._df_version or len(self._df) > 50_000:
+                self._df, self._df_version = {}, version
+            cache = self._df
+        if "\0docs" not in cache:
+            cache["\0docs"] = conn.execute("SELECT COALESCE(MAX(id), 0) FROM conclusions").fetchone()[0]
+        for w in words:
+            if w not in cache:
+                row = conn.execute("SELECT doc FROM conclusions_vocab WHERE term = ?", (w,)).fetchone()
+                cache[w] = row[0] if row else 0
+        return cache
 
     def trajectory(self, agent: str, problem: str, limit: int = 20) -> list[dict]:
         """This agent's submissions on the problem, newest last."""

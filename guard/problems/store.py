@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from pathlib import Path
 
 from seeds import SEEDS_DIR
 
 from .kernelbench_import import import_kernelbench_file, is_kernelbench_file
-from .problem import Problem, ProblemError, load_problem
+from .problem import DEFINITION_FILE, HELDOUT_FILE, WORKLOAD_FILE, Problem, ProblemError, load_problem
 from .schema import check_name
 from .sol_import import copy_blobs, import_sol_folder, is_sol_folder
 
@@ -20,19 +21,28 @@ class ProblemStore:
     def __init__(self, workspace_problems: Path, seeds_dir: Path = SEEDS_DIR):
         self.workspace_problems = workspace_problems
         self.seeds_dir = seeds_dir
-        self._cache: dict[Path, tuple[tuple, Problem]] = {}
+        self._cache: dict[Path, tuple[tuple, Problem, float]] = {}
 
     def _load(self, folder: Path, origin: str) -> Problem:
-        """A problem, parsed once and again only when its files change."""
-        stamp = tuple(
-            (p.name, p.stat().st_mtime_ns, p.stat().st_size)
-            for p in sorted(folder.iterdir()) if p.is_file() and p.suffix in (".json", ".jsonl")
-        )
+        """A problem, parsed once and again only when its files change (checked at most
+        once a second)."""
+        now = time.monotonic()
         hit = self._cache.get(folder)
+        if hit is not None and now - hit[2] < 1.0:
+            return hit[1]
+        stamp = []
+        for name in (DEFINITION_FILE, WORKLOAD_FILE, HELDOUT_FILE):
+            try:
+                st = (folder / name).stat()
+                stamp.append((name, st.st_mtime_ns, st.st_size))
+            except FileNotFoundError:
+                stamp.append((name, None, None))
+        stamp = tuple(stamp)
         if hit is not None and hit[0] == stamp:
+            self._cache[folder] = (stamp, hit[1], now)
             return hit[1]
         problem = load_problem(folder, origin)
-        self._cache[folder] = (stamp, problem)
+        self._cache[folder] = (stamp, problem, now)
         return problem
 
     def _folders(self) -> list[tuple[Path, str]]:

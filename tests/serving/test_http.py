@@ -68,3 +68,21 @@ async def test_submit_over_http_and_agents_are_isolated(http_server):
                           {"job_id": job, "wait_s": 20})).structured_content
         assert res["state"] != "error", res
     assert res["verdict"]["agent"] == "alice"
+
+
+async def test_several_http_workers_share_one_evaluator(tmp_path):
+    """With --workers 2 the HTTP processes only queue; the serving process evaluates."""
+    ws = fast_workspace(tmp_path / "ws")
+    tok = token(ws, "erin")
+    srv = HttpServer(ws, "--workers", "2")
+    try:
+        r = await call(srv.url, tok, "submit_candidate", {"problem": RMS, "source": honest_source(), "wait_s": 30})
+        res = r.structured_content
+        while res["state"] not in ("done", "error"):
+            res = (await call(srv.url, tok, "get_result", {"job_id": res["job_id"], "wait_s": 20})).structured_content
+        assert res["state"] == "done" and res["verdict"]["status"] == "PASSED", res
+        assert res["verdict"]["agent"] == "erin"
+        peek = await call(srv.url, tok, "peek_best", {"problem": RMS})
+        assert peek.structured_content["global_best"]["agent"] == "erin"
+    finally:
+        srv.stop()
