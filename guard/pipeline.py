@@ -28,6 +28,7 @@ from .config import GuardConfig
 from .pairing import needs_pairing, paired_comparison
 from .paths import cache_dir
 from .problems.derive import largest_tensor, workload_set
+from .repetition import normalized_hash, repeats
 from .problems.dtypes import dtype_info
 from .problems.problem import Problem, ProblemError
 from .problems.schema import Definition, Workload
@@ -152,7 +153,7 @@ class Guard:
         solution_json = solution.model_dump(mode="json", exclude_none=True)
         common = dict(
             problem=d.name, definition_hash=dhash, agent=agent, parent=parent, notes=notes,
-            language=language, source_hash=source_hash,
+            language=language, source_hash=source_hash, normalized_hash=normalized_hash(solution),
             solution_json=json.dumps(solution_json), device_key=self.device.key,
             device_kind=self.device.kind,
         )
@@ -495,7 +496,7 @@ class Guard:
         return results
 
     def _remeasure(self, cand, trusted, key, problem: Problem, visible, incumbent, eval_seed, outdir,
-                   progress, repeats: int = 2) -> dict:
+                   progress, rounds: int = 2) -> dict:
         """Time the incumbent and the challenger turn about (I C C I ...) on the same inputs.
         Returns workload -> paired samples, or raises _Unpaired when the incumbent cannot be
         run again (then the stored measurement decides)."""
@@ -518,7 +519,7 @@ class Guard:
                     progress("pairing", i, len(visible), f"{w.uuid} against {incumbent['id']}")
                     sets = self._set_seeds(d, w, "pairing", eval_seed)
                     s = samples[w.uuid] = {"incumbent": [], "challenger": []}
-                    for rep in range(repeats):
+                    for rep in range(rounds):
                         order = [("incumbent", inc), ("challenger", cand)]
                         for role, worker in (order if rep % 2 == 0 else order[::-1]):
                             audit_at = [rng.randrange(0, self.cfg.max_iters)] if role == "challenger" and rep == 0 else []
@@ -618,12 +619,14 @@ class Guard:
             best = self.db.agent_best(c, problem.name, problem.definition.content_hash(), agent, self.device.key)
             gbest = self.db.global_best(c, problem.name, problem.definition.content_hash(), self.device.key)
             advice = decision_mod.advise("REJECT", history, None, best["sol_fraction"] if best else None, self.cfg)
+            row = c.execute("SELECT source_hash, normalized_hash, notes FROM candidates WHERE id = ?", (cid,)).fetchone()
             verdict = Verdict(
                 candidate_id=cid, problem=problem.name, agent=agent, decision="REJECT",
                 status=rej.status, gate=rej.gate, reason=rej.reason, diagnostic=rej.diagnostic,
                 first_failing_workload=rej.workload, advice=advice, phases_s=phases,
                 agent_best_id=best["id"] if best else None, global_best_id=gbest["id"] if gbest else None,
                 device=self.device_info(), notes=notes, parent=parent,
+                repeats=repeats(c, problem.name, agent, row["source_hash"], row["normalized_hash"], notes, cid),
             )
             self.db.finish(c, cid, _row_fields(verdict), [])
         return verdict
@@ -657,6 +660,8 @@ class Guard:
                 is_global = decision_mod.beats(cmp_g)
             history = self._history(c, problem.name, agent)
             advice = decision_mod.advise(decision, history, sol_fraction, best["sol_fraction"] if best else None, self.cfg)
+            row = c.execute("SELECT source_hash, normalized_hash FROM candidates WHERE id = ?", (cid,)).fetchone()
+            repeated = repeats(c, problem.name, agent, row["source_hash"], row["normalized_hash"], notes, cid)
             if cmp is None:
                 reason = "first correct candidate of this agent: it becomes the agent's best"
             else:
@@ -680,7 +685,7 @@ class Guard:
                 global_best_id=cid if is_global else (gbest["id"] if gbest else None),
                 is_global_best=is_global, duplicate_of=duplicate_of, advice=advice,
                 workloads=workloads, checked=checked, phases_s=phases, device=self.device_info(),
-                notes=notes, parent=parent, paired=_paired_summary(paired),
+                notes=notes, parent=parent, paired=_paired_summary(paired), repeats=repeated,
             )
             self.db.finish(c, cid, _row_fields(verdict), [w.model_dump() for w in workloads])
         if decision == "ACCEPT" and duplicate_of is None:

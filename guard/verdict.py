@@ -70,3 +70,5 @@ class Verdict(BaseModel):
     parent: str | None = None
     # When the comparison was close: the incumbent and this candidate timed again side by side.
     paired: dict[str, Any] | None = None
+    # What this candidate repeats (same code up to comments, a plan already tried).
+    repeats: list[str] = Field(default_factory=list)

@@ -102,6 +102,8 @@ def verdict(v, out: TextIO = sys.stdout) -> None:
             f"workloads, {c.get('rounds')} rounds" + (", determinism" if c.get("determinism") else ""),
             file=out,
         )
+    for r in v.repeats:
+        print(f"repeats    {r}", file=out)
     print(f"advice     {v.advice.message}", file=out)
     for t in v.advice.tried:
         print(f"  tried    {t}", file=out)

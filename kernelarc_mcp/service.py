@@ -322,13 +322,17 @@ def _cached_ceilings(device_key: str) -> dict | None:
 
 
 def _repetition_warnings(traj: list[dict]) -> list[str]:
+    """Your recent submissions that repeated earlier work (the guard's own findings)."""
     out = []
     seen: dict[str, str] = {}
     for t in traj:
-        h = t.get("source_hash")
-        if h and h in seen:
-            out.append(f"{t['id']} repeated the source of {seen[h]}")
+        h = t.get("normalized_hash") or t.get("source_hash")
+        if t.get("duplicate_of"):
+            out.append(f"{t['id']} was identical to {t['duplicate_of']}")
+        elif h and h in seen:
+            out.append(f"{t['id']} repeated the code of {seen[h]} (up to comments and layout)")
         elif h:
             seen[h] = t["id"]
+        out += [f"{t['id']}: {r}" for r in t.get("repeats", []) if "plan like this" in r]
     return out[-5:]
 

@@ -30,6 +30,12 @@ def jaccard(a: str, b: str) -> float:
     return len(ta & tb) / len(ta | tb) if ta and tb else 0.0
 
 
+def _public(d: dict) -> dict:
+    for internal in ("pkey", "fkey"):
+        d.pop(internal, None)
+    return d
+
+
 class Memory:
     def __init__(self, db: Database, retention: C.Retention | None = None):
         self.db = db
@@ -192,14 +198,33 @@ class Memory:
         """This agent's submissions on the problem, newest last."""
         rows = self.db.query(
             "SELECT id, created_at, language, state, decision, status, gate, reason, notes, score,"
-            " speedup_eager, speedup_vs_best, source_hash, duplicate_of FROM candidates"
+            " speedup_eager, speedup_vs_best, source_hash, normalized_hash, duplicate_of, verdict_json FROM candidates"
             " WHERE problem = ? AND agent = ? ORDER BY created_at DESC LIMIT ?",
             (problem, agent, limit),
         )
-        out = [dict(r) for r in reversed(rows)]
-        for d in out:
+        out = []
+        for r in reversed(rows):
+            d = dict(r)
             d["reason"] = (d.get("reason") or "")[:300]
+            verdict = d.pop("verdict_json")
+            d["repeats"] = json.loads(verdict).get("repeats", []) if verdict else []
+            out.append(d)
         return out
+
+    def listing(self, problem: str | None = None, limit: int = 50) -> list[dict]:
+        sql = "SELECT * FROM conclusions" + (" WHERE problem = ?" if problem else "") + " ORDER BY id DESC LIMIT ?"
+        rows = self.db.query(sql, ((problem,) if problem else ()) + (limit,))
+        return [_public(C.row_to_dict(r)) for r in rows]
+
+    def prune(self, retention: C.Retention, problem: str | None = None) -> int:
+        with self.db.transaction() as conn:
+            return C.prune(conn, retention, problem)
+
+    def export(self, problem: str | None = None):
+        """Every conclusion, oldest first (for JSON lines)."""
+        sql = "SELECT * FROM conclusions" + (" WHERE problem = ?" if problem else "") + " ORDER BY id"
+        for r in self.db.reader().execute(sql, (problem,) if problem else ()):
+            yield _public(C.row_to_dict(r))
 
     def count(self) -> int:
         return int(self.db.query("SELECT COUNT(*) AS n FROM conclusions")[0]["n"])

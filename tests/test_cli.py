@@ -81,3 +81,27 @@ def test_errors_are_clear(tmp_path):
     assert p.returncode == 2 and "not a SOL-ExecBench folder" in p.stderr
     p = kernelarc(ws, "submit", str(CHEATS / "honest_torch.py"), "--problem", "../etc", check=False)
     assert p.returncode == 2 and "invalid problem name" in p.stderr
+
+
+def test_memory_command(tmp_path):
+    ws = fast_workspace(tmp_path / "ws")
+    out = kernelarc(ws, "submit", str(CHEATS / "honest_torch.py"), "--problem", RMS, "--device", "cpu", "--json")
+    cid = json.loads(out.stdout.strip().splitlines()[-1])["candidate_id"]
+    from guard.archive.db import Database
+    from guard.workspace import Workspace
+    from memory.store import Memory
+
+    w = Workspace.open(ws)
+    m = Memory(Database(w.db_path))
+    p = w.problems().get(RMS)
+    m.record("me", p, "float32 arithmetic keeps the adversarial rounds happy", "insight", cid)
+    m.record("me", p, "bf16 squares overflow on large inputs", "pitfall", cid)
+    listing = json.loads(kernelarc(ws, "memory", "list", "--json").stdout.strip().splitlines()[-1])
+    assert len(listing["conclusions"]) == 2
+    found = json.loads(kernelarc(ws, "memory", "search", "overflow squares", "--problem", RMS, "--json").stdout.strip().splitlines()[-1])
+    assert found["conclusions"][0]["kind"] == "pitfall"
+    exported = kernelarc(ws, "memory", "export").stdout.strip().splitlines()
+    assert len(exported) == 2 and json.loads(exported[0])["evidence"] == cid
+    assert "pruned 1" in kernelarc(ws, "memory", "prune", "--per-problem", "1").stdout
+    bad = kernelarc(ws, "memory", "prune", check=False)
+    assert bad.returncode == 2

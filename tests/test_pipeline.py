@@ -172,3 +172,18 @@ def test_cuda_compile_errors_come_back_trimmed(guard):
     assert v.status == "COMPILE_ERROR" and v.gate == "build"
     assert 'kernel.cu(2): error: identifier "undefined_var" is undefined' in v.reason
     assert len(v.diagnostic.splitlines()) < 10
+
+
+def test_repetition_is_noticed(session_tmp):
+    g = make_guard(session_tmp / "ws-repeat")
+    try:
+        base = (CHEATS / "honest_torch.py").read_text()
+        first = submit(g, base, "rita", notes="plain float32 torch with rsqrt and a weight multiply")
+        assert first.repeats == []
+        commented = "# the same kernel, reformatted\n" + base.replace("    x = ", "    x  =  ")
+        again = submit(g, commented, "rita", notes="something else entirely different words")
+        assert any("same code as " + first.candidate_id in r for r in again.repeats), again.repeats
+        plan = submit(g, slow_source(), "sam", notes="plain float32 torch with rsqrt and weight multiply")
+        assert any("plan like this" in r and first.candidate_id in r and "rita" in r for r in plan.repeats), plan.repeats
+    finally:
+        g.close()

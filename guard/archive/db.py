@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS candidates (
     notes TEXT,
     language TEXT,
     source_hash TEXT NOT NULL,
+    normalized_hash TEXT,
     solution_json TEXT NOT NULL,
     device_key TEXT NOT NULL,
     device_kind TEXT NOT NULL,
@@ -85,11 +86,20 @@ class Database:
         self._version_conn: sqlite3.Connection | None = None
         conn = self._conn()
         conn.executescript(SCHEMA)  # idempotent; executescript commits on its own
+        self._migrate(conn)
         conn.execute(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
             (str(SCHEMA_VERSION),),
         )
         self.mark_interrupted()
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        """Columns added after a workspace was created."""
+        have = {r[1] for r in conn.execute("PRAGMA table_info(candidates)")}
+        if "normalized_hash" not in have:
+            conn.execute("ALTER TABLE candidates ADD COLUMN normalized_hash TEXT")
+        conn.execute("CREATE INDEX IF NOT EXISTS cand_norm ON candidates(problem, normalized_hash)")
 
     # -- connections ----------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
