@@ -1,0 +1,49 @@
+"""Claude Code, headless: ``claude -p`` with the run's MCP server configured strictly."""
+
+from __future__ import annotations
+
+import json
+
+from .base import AgentContext, Launch, agent_env, find_executable
+
+ALLOWED_TOOLS = "mcp__kernelarc Read Write Edit Glob Grep Bash(git add:*) Bash(git commit:*)"
+
+
+class ClaudeClient:
+    name = "claude"
+    restarts_on_redraft = True
+
+    def prepare(self, ctx: AgentContext) -> None:
+        config = {"mcpServers": {"kernelarc": {
+            "type": "http", "url": ctx.server_url, "headers": {"Authorization": "Bearer ${KERNELARC_TOKEN}"},
+        }}}
+        (ctx.folder / "mcp.json").write_text(json.dumps(config, indent=2))
+
+    def command(self, ctx: AgentContext, prompt: str, resume: str | None = None) -> Launch:
+        argv = [
+            find_executable("KERNELARC_CLAUDE", "claude"), "-p", prompt,
+            "--mcp-config", str(ctx.folder / "mcp.json"), "--strict-mcp-config",
+            "--allowedTools", ALLOWED_TOOLS,
+            "--output-format", "stream-json", "--verbose",
+            "--append-system-prompt", ctx.strategy_text,
+            "--max-turns", "200",
+        ]
+        if ctx.model:
+            argv += ["--model", ctx.model]
+        if resume:
+            argv += ["--resume", resume]
+        env = agent_env(ctx)
+        env.setdefault("MCP_TOOL_TIMEOUT", "120000")  # our tools answer within about 40 s
+        return Launch(argv, ctx.worktree, env)
+
+    def session_id(self, ctx: AgentContext) -> str | None:
+        """From the stream-json log: the init event names the session, for --resume."""
+        try:
+            for line in ctx.log.read_text(errors="replace").splitlines():
+                if line.startswith("{") and '"session_id"' in line:
+                    event = json.loads(line)
+                    if event.get("session_id"):
+                        return event["session_id"]
+        except (OSError, ValueError):
+            return None
+        return None

@@ -1,0 +1,192 @@
+"""The scripted agent: a real MCP client over streamable HTTP that needs no model.
+
+It reads the problem, starts from a seed its strategy prefers, proposes variants (other
+launch configurations: ``num_warps``, ``num_stages``; other seeds; the reference in plain
+PyTorch), submits them, records what it learns as conclusions with their evidence, looks at
+its peers' best and adopts it when it leads, and follows the guard's advice: a redraft
+switches to another starting point, stop ends it. Deterministic for a given problem and
+strategy. Run by the launcher: ``python -m launcher.scripted_agent --url URL --problem P``
+with the token in ``$KERNELARC_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+import time
+
+import anyio
+
+log = logging.getLogger("scripted")
+
+KNOBS = {
+    "num_warps": [4, 8, 2, 16, 1],
+    "num_stages": [3, 2, 4, 1],
+}
+PREFERRED_START = {
+    "tiling_autotune": ["seed_triton.py", "reference", "seed_cuda.cu"],
+    "memory_fusion": ["seed_triton.py", "seed_cuda.cu", "reference"],
+    "library_precision": ["reference", "seed_triton.py", "seed_cuda.cu"],
+    "algorithm_redraft": ["seed_cuda.cu", "reference", "seed_triton.py"],
+    "profile_micro": ["seed_triton.py", "reference", "seed_cuda.cu"],
+}
+
+
+def variants(source: str) -> list[tuple[str, str]]:
+    """Other launch configurations of a source: (new source, what changed)."""
+    out = []
+    for knob, values in KNOBS.items():
+        for m in re.finditer(rf"\b{knob}\s*=\s*(\d+)", source):
+            current = int(m.group(1))
+            for v in values:
+                if v != current:
+                    new = source[: m.start(1)] + str(v) + source[m.end(1):]
+                    out.append((new, f"{knob} {current} -> {v}"))
+    return out
+
+
+class Agent:
+    def __init__(self, client, problem: str, strategy: str, name: str, max_candidates: int | None,
+                 budget_s: float | None):
+        self.c = client
+        self.problem = problem
+        self.strategy = strategy
+        self.name = name
+        self.max_candidates = max_candidates
+        self.deadline = time.monotonic() + budget_s if budget_s else None
+        self.submitted = 0
+
+    async def tool(self, name: str, **args):
+        r = await self.c.call_tool(name, args)
+        if r.is_error:
+            raise RuntimeError(f"{name}: {r.content[0].text if r.content else 'error'}")
+        return r.structured_content
+
+    def out_of_budget(self) -> bool:
+        if self.max_candidates is not None and self.submitted >= self.max_candidates:
+            return True
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    async def submit(self, source: str, language: str | None, notes: str):
+        res = await self.tool("submit_candidate", problem=self.problem, source=source, language=language,
+                              notes=notes)
+        while res["state"] in ("queued", "running"):
+            res = await self.tool("get_result", job_id=res["job_id"], wait_s=40)
+        self.submitted += 1
+        return res
+
+    def starts(self, problem_view: dict, device: str) -> list[tuple[str, str | None, str]]:
+        """Starting points in the strategy's order: (label, language, source)."""
+        seeds = problem_view["seed_kernels"]
+        pool = {"reference": ("pytorch", problem_view["reference"])}
+        for fname, src in seeds.items():
+            lang = "cuda_cpp" if fname.endswith((".cu", ".cpp")) else None
+            if lang == "cuda_cpp" and not device.startswith("cuda"):
+                continue  # CUDA C++ cannot run on a guard without a GPU
+            pool[fname] = (lang, src)
+        order = PREFERRED_START.get(self.strategy, list(pool))
+        names = [n for n in order if n in pool] + [n for n in pool if n not in order]
+        return [(n, pool[n][0], pool[n][1]) for n in names]
+
+    async def run(self) -> None:
+        view = await self.tool("get_problem", problem=self.problem)
+        status = await self.tool("status")
+        device = status["device"]["kind"]
+        starts = self.starts(view, device)
+        log.info("%s: %d starting points on %s", self.name, len(starts), device)
+        queue: list[tuple[str | None, str, str]] = []
+        start_index = 0
+        mine: str | None = None
+        while not self.out_of_budget():
+            if not queue:
+                if start_index >= len(starts):
+                    log.info("%s: nothing left to try", self.name)
+                    return
+                label, lang, src = starts[start_index]
+                start_index += 1
+                queue = [(lang, src, f"start from {label}")] + [(lang, s, n) for s, n in variants(src)]
+            lang, src, notes = queue.pop(0)
+            res = await self.submit(src, lang, f"[{self.strategy}] {notes}")
+            v = res.get("verdict")
+            if res["state"] != "done" or v is None:
+                log.warning("%s: evaluation failed: %s", self.name, res.get("message"))
+                continue
+            log.info("%s: %s %s (%s)", self.name, v["decision"], v["status"], notes)
+            cid = v["candidate_id"]
+            if v["decision"] == "ACCEPT":
+                mine = cid
+                speed = v.get("speedup_vs_best")
+                how = f"{speed:.2f}x over my previous best" if speed else f"{v.get('speedup_eager') or 0:.2f}x over eager"
+                await self._record(f"{notes}: correct and faster ({how})", "insight", cid)
+            elif v["decision"] == "REJECT":
+                await self._record(f"{notes}: rejected, {v['status']}: {v['reason'][:200]}", "pitfall", cid)
+            elif v["decision"] == "REVERT" and v.get("speedup_vs_best"):
+                await self._record(f"{notes}: slower ({v['speedup_vs_best']:.2f}x of the best)", "pitfall", cid)
+            action = v["advice"]["action"]
+            if action == "stop":
+                log.info("%s: the guard says stop: %s", self.name, v["advice"]["message"])
+                return
+            if action == "redraft":
+                log.info("%s: redraft: switching to another starting point", self.name)
+                queue = []
+                continue
+            if self.submitted % 3 == 0:
+                queue = await self._learn_from_peers(mine, queue)
+
+    async def _record(self, text: str, kind: str, evidence: str) -> None:
+        try:
+            await self.tool("record", problem=self.problem, text=text[:900], kind=kind, evidence=evidence,
+                            tags=[self.strategy])
+        except RuntimeError as exc:
+            log.warning("%s: record refused: %s", self.name, exc)
+
+    async def _learn_from_peers(self, mine: str | None, queue: list) -> list:
+        """Adopt the global best as the next base when it is someone else's."""
+        peek = await self.tool("peek_best", problem=self.problem, k=3)
+        best = peek.get("global_best")
+        if not best or best["candidate_id"] == mine or best["agent"] == self.name or not best["source"]:
+            return queue
+        fname, src = next(iter(best["source"].items()))
+        lang = best.get("language")
+        lang = "cuda_cpp" if lang == "cuda_cpp" or fname.endswith((".cu", ".cpp")) else lang
+        log.info("%s: adopting %s from %s", self.name, best["candidate_id"], best["agent"])
+        return [(lang, s, f"{n} (from {best['agent']}'s {best['candidate_id']})") for s, n in variants(src)] + queue
+
+
+async def main_async(args) -> int:
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    token = os.environ.get("KERNELARC_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(180.0)) as http:
+        async with Client(streamable_http_client(args.url, http_client=http), mode="legacy") as c:
+            agent = Agent(c, args.problem, args.strategy, args.name, args.max_candidates, args.budget_s)
+            await agent.run()
+            log.info("%s: done after %d submissions", args.name, agent.submitted)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--url", default=os.environ.get("KERNELARC_URL"))
+    ap.add_argument("--problem", required=True)
+    ap.add_argument("--strategy", default="tiling_autotune")
+    ap.add_argument("--name", default="scripted")
+    ap.add_argument("--max-candidates", type=int)
+    ap.add_argument("--budget-s", type=float)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
+    for noisy in ("httpx", "httpx2", "mcp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not args.url:
+        ap.error("--url (or $KERNELARC_URL) is required")
+    return anyio.run(main_async, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

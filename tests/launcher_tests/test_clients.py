@@ -1,0 +1,106 @@
+"""Real agent CLIs in a swarm: two Claude Code agents driven by the fake Anthropic API, each
+with its own token; the Codex command line and configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import RMS, honest_source
+from launcher.clients import AgentContext, get_client
+from serving.fake_anthropic import FakeAnthropic
+from serving.npm import CLAUDE_CODE, npm_bin
+from serving.util import fast_workspace, kernelarc
+
+SOURCE = honest_source()
+SCRIPT = [
+    ("get_problem", {"problem": RMS}),
+    ("submit_candidate", {"problem": RMS, "source": SOURCE, "notes": "fp32 torch"}),
+    lambda results: ("record", {"problem": RMS, "kind": "insight", "text": "float32 torch passes every round",
+                                "evidence": next(r for r in results if isinstance(r, dict) and "job_id" in r)["candidate_id"]}),
+    ("peek_best", {"problem": RMS}),
+]
+
+
+@pytest.mark.slow
+def test_two_claude_code_agents_in_a_swarm(tmp_path):
+    claude = npm_bin(CLAUDE_CODE, "claude")
+    ws = fast_workspace(tmp_path / "ws")
+    home = tmp_path / "home"
+    home.mkdir()
+    with FakeAnthropic(SCRIPT) as fake:
+        env = {**os.environ, "KERNELARC_CLAUDE": str(claude), "ANTHROPIC_BASE_URL": fake.url,
+               "ANTHROPIC_API_KEY": "sk-ant-test", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+               "HOME": str(home), "DISABLE_AUTOUPDATER": "1"}
+        import subprocess
+        import sys
+
+        from conftest import REPO
+
+        out = subprocess.run(
+            [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), "launch", "--problem", RMS,
+             "--agents", "2", "--client", "claude", "--max-candidates", "1", "--budget-minutes", "5",
+             "--device", "cpu", "--json", "-q"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+        )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    board = result["leaderboard"]
+    assert len(board) == 2 and all(r["accepted"] == 1 for r in board), board
+    from guard.archive.db import Database
+
+    db = Database(ws / "workspace.db")
+    agents = {r["agent"] for r in db.query("SELECT agent FROM candidates")}
+    assert agents == {r["agent"] for r in board}  # each submission under its own token's agent
+    recorded = {r["agent"] for r in db.query("SELECT agent FROM conclusions")}
+    assert recorded <= agents and recorded
+    # each agent's stream shows the MCP server connected with the kernelarc tools
+    run_dir = Path(result["report"]).parents[1]
+    for agent in agents:
+        log = (run_dir / "agents" / agent / "agent.log").read_text()
+        init = next(json.loads(line) for line in log.splitlines() if '"subtype":"init"' in line)
+        assert {"name": "kernelarc", "status": "connected"} in [{"name": s["name"], "status": s["status"]} for s in init["mcp_servers"]]
+
+
+def test_codex_command_and_configuration(tmp_path):
+    ctx = AgentContext(name="a1", strategy="memory_fusion", strategy_text="Move fewer bytes.", problem=RMS,
+                       worktree=tmp_path, folder=tmp_path, server_url="http://127.0.0.1:9/mcp", token="ka_x",
+                       model="gpt-5-codex")
+    os.environ["KERNELARC_CODEX"] = "/usr/bin/true"
+    try:
+        launch = get_client("codex").command(ctx, "Optimize it.")
+    finally:
+        del os.environ["KERNELARC_CODEX"]
+    argv = launch.argv
+    assert argv[:3] == ["/usr/bin/true", "exec", "--json"]
+    assert argv[argv.index("-C") + 1] == str(tmp_path) and argv[argv.index("--sandbox") + 1] == "workspace-write"
+    overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
+    assert 'mcp_servers.kernelarc.url="http://127.0.0.1:9/mcp"' in overrides
+    assert 'mcp_servers.kernelarc.default_tools_approval_mode="approve"' in overrides
+    assert 'mcp_servers.kernelarc.bearer_token_env_var="KERNELARC_TOKEN"' in overrides
+    assert launch.env["KERNELARC_TOKEN"] == "ka_x" and argv[argv.index("-m") + 1] == "gpt-5-codex"
+    assert argv[-1].startswith("Move fewer bytes.") and "Optimize it." in argv[-1]
+
+
+def test_claude_command(tmp_path):
+    ctx = AgentContext(name="a1", strategy="tiling_autotune", strategy_text="Tile it.", problem=RMS,
+                       worktree=tmp_path, folder=tmp_path, server_url="http://127.0.0.1:9/mcp", token="ka_y")
+    client = get_client("claude")
+    client.prepare(ctx)
+    os.environ["KERNELARC_CLAUDE"] = "/usr/bin/true"
+    try:
+        launch = client.command(ctx, "Go.", resume="sess-1")
+    finally:
+        del os.environ["KERNELARC_CLAUDE"]
+    argv = launch.argv
+    cfg = json.loads((tmp_path / "mcp.json").read_text())
+    assert cfg["mcpServers"]["kernelarc"]["headers"]["Authorization"] == "Bearer ${KERNELARC_TOKEN}"
+    for flag in ("--strict-mcp-config", "--verbose"):
+        assert flag in argv
+    assert argv[argv.index("--output-format") + 1] == "stream-json"
+    assert argv[argv.index("--append-system-prompt") + 1] == "Tile it."
+    assert "mcp__kernelarc" in argv[argv.index("--allowedTools") + 1]
+    assert argv[argv.index("--resume") + 1] == "sess-1"
