@@ -49,7 +49,7 @@ def session_tmp() -> Path:
 @pytest.fixture(scope="session")
 def guard(session_tmp):
     """A guard with every gate on (static screen included)."""
-    g = make_guard(session_tmp / "ws-screen")
+    g = make_guard(session_tmp / "ws-screen", call_timeout_s=10)
     g.store.import_path(SOL_EXAMPLES / "softmax_h4096")
     yield g
     g.close()

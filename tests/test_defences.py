@@ -12,6 +12,8 @@ from guard.candidates.load import from_source
 from guard.problems.derive import workload_set
 
 CHEAT_FILES = sorted(p for p in CHEATS.glob("*.py") if p.name != "honest_torch.py")
+# cheats that take their worker down (every candidate gets a fresh worker anyway)
+FAULTS = {"infinite_loop", "hard_exit", "early_exit", "segfault", "out_of_memory", "leaks_state"}
 
 
 def expectation(path) -> dict:
@@ -67,9 +69,10 @@ def test_cheat_runtime_defence_alone(guard_runtime_only, path):
     if exp["heldout"]:
         assert "held-out" in v.reason and "shape not shown" in v.reason
         assert v.first_failing_workload.startswith("held-out")
-    # The worker was replaced: the next honest candidate is judged correctly.
-    after = evaluate(g, honest_source(), RMS, f"honest-after-{path.stem}")
-    assert after.status == "PASSED", after.reason
+    if path.stem in FAULTS:
+        # The worker died or was killed and was replaced: the next candidate is judged correctly.
+        after = evaluate(g, honest_source(), RMS, f"honest-after-{path.stem}")
+        assert after.status == "PASSED", after.reason
 
 
 def test_screen_names_construct_and_line(guard):
