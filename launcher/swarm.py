@@ -176,9 +176,10 @@ class Swarm:
 
     def _refresh(self, run: AgentRun) -> dict | None:
         """Update the agent's figures from the database; returns its newest verdict."""
+        # judged candidates only: one still being evaluated counts once it has its verdict
         rows = self.db.query(
-            "SELECT COUNT(*) AS n, MAX(created_at) AS last FROM candidates WHERE agent = ? AND problem = ?",
-            (run.spec.name, self.config.problem))
+            "SELECT COUNT(*) AS n, MAX(created_at) AS last FROM candidates WHERE agent = ? AND problem = ?"
+            " AND state = 'done'", (run.spec.name, self.config.problem))
         n, last = rows[0]["n"], rows[0]["last"]
         if n != run.attempts and last:
             run.last_attempt_at = max(run.last_attempt_at, last)
