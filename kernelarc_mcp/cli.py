@@ -476,6 +476,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_demo)
+
+    from .model_commands import add_parsers
+
+    add_parsers(sub)
     return p
 
 

@@ -27,6 +27,17 @@ def _metric(c: dict) -> float | None:
     return c["score"] if c["score"] is not None else c["speedup_eager"]
 
 
+def best_of_run(workspace_root: Path, run_id: str) -> dict | None:
+    """The run's best accepted candidate (by SOL score, else speedup), or None."""
+    run = RunFolder(workspace_root, run_id)
+    if not run.config_path.is_file():
+        raise ValueError(f"no run {run_id!r} in {workspace_root}")
+    config = run.load()
+    db = Database(Path(workspace_root) / "workspace.db")
+    cands = _candidates(db, config["problem"], [a["name"] for a in config["agents"]])
+    return max((c for c in cands if c["decision"] == "ACCEPT"), key=lambda c: _metric(c) or 0, default=None)
+
+
 def build_report(workspace_root: Path, run_id: str) -> Path:
     folder = RunFolder(workspace_root, run_id)
     run = folder.load()

@@ -13,6 +13,10 @@ _SESSION_TMP = Path(tempfile.mkdtemp(prefix="kernelarc-tests-"))
 os.environ["KERNELARC_CACHE_DIR"] = str(_SESSION_TMP / "cache")
 os.environ["KERNELARC_LOCK_DIR"] = str(_SESSION_TMP / "locks")
 os.environ.pop("KERNELARC_WORKSPACE", None)
+if not Path("/dev/nvidiactl").exists():
+    # Triton kernels run in this process too (kernelarc verify); its interpreter must be
+    # chosen before triton is first imported.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"

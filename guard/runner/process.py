@@ -56,6 +56,8 @@ def worker_env(device: str, extra: dict[str, str] | None = None) -> dict[str, st
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
+    else:  # an interpreter chosen for the caller's own CPU work must not reach GPU workers
+        env.pop("TRITON_INTERPRET", None)
     env.update(extra or {})
     return env
 

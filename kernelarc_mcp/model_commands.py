@@ -1,0 +1,201 @@
+"""``kernelarc profile`` and ``kernelarc verify``: a thin layer over ``wholemodel``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+from pathlib import Path
+
+from . import render
+
+log = logging.getLogger("kernelarc")
+
+MODEL_HELP = """MODEL is a built-in block (llama_block, gpt2_block; append :small or :real, default real
+on the GPU and small on the CPU) or a Python file defining
+    build_model(device: str, dtype: torch.dtype) -> torch.nn.Module
+    example_inputs(device: str, dtype: torch.dtype) -> tuple   # the forward's positional args
+The file runs in this process. See docs/profiling.md for which modules kernels plug into."""
+
+
+def _print(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _load(args):
+    from wholemodel.loader import load
+
+    lm = load(args.model, device=args.device, dtype=args.dtype)
+    if lm.device == "cpu":
+        from wholemodel.verify import use_triton_interpreter
+
+        use_triton_interpreter()
+    return lm
+
+
+def _write_markdown(path: str | None, sections: list[tuple[str, str]]) -> None:
+    if not path:
+        return
+    text = "\n\n".join(f"{title}\n\n{body}" if title else body for title, body in sections) + "\n"
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text)
+    log.info("wrote %s", path)
+
+
+def _emit_json(payload: dict) -> None:
+    from .cli import _emit_json as emit
+
+    emit(payload)
+
+
+def cmd_profile(args) -> int:
+    from wholemodel import tables
+    from wholemodel.profile import profile_model
+
+    lm = _load(args)
+    print(f"profiling {lm.name} on {lm.device} ({args.reps} forwards)...", file=sys.stderr)
+    prof = profile_model(lm, reps=args.reps)
+    written, skipped, imported = [], [], []
+    if args.top:
+        from wholemodel.problems import write_problems
+
+        from .cli import _workspace
+
+        out_dir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kernelarc-profile-"))
+        written, skipped = write_problems(prof, args.top, out_dir, prefix=args.prefix)
+        if not args.no_import:
+            store = _workspace(args).problems()
+            for folder in written:
+                problem, _ = store.import_path(folder, replace=args.replace)
+                imported.append(problem.name)
+    if args.json:
+        payload = prof.to_json()
+        payload["problems_written"] = [str(f) for f in written]
+        payload["problems_imported"] = imported
+        payload["skipped"] = [{"family": e.family, "where": e.where, "share": e.share} for e in skipped]
+        _emit_json(payload)
+        return 0
+    _print(tables.profile_heading(prof))
+    _print()
+    _print("Kernels by time; 'model xF' is the whole model's speedup if that kernel alone got F times "
+           "faster (Amdahl):")
+    render.table(*tables.kernel_table(prof, args.limit))
+    _print()
+    render.table(*tables.family_table(prof))
+    if args.top:
+        _print()
+        for e in skipped:
+            _print(f"skipped {e.family} in {e.where} ({e.share:.1%}): no site where a kernel could be plugged in")
+        for folder in written:
+            _print(f"wrote {folder}")
+        for name in imported:
+            _print(f"imported {name}: start a swarm with  kernelarc launch --problem {name}")
+    _write_markdown(args.markdown, [
+        ("", tables.profile_heading(prof)),
+        ("### Kernels by time (model xF: whole-model speedup if that kernel got F times faster)",
+         tables.markdown(tables.kernel_table(prof, args.limit))),
+        ("### By family", tables.markdown(tables.family_table(prof))),
+    ])
+    return 0
+
+
+def _kernel_sources(args, lm):
+    from guard.workspace import Workspace
+    from wholemodel import sources
+
+    found = []
+    if args.run or args.candidate or args.kernel:
+        ws = Workspace.open(args.workspace)
+        found += [sources.from_run(ws, r) for r in args.run or []]
+        found += [sources.from_candidate(ws, c) for c in args.candidate or []]
+        found += [sources.from_kernel_file(ws, k) for k in args.kernel or []]
+    if args.seeds:
+        from wholemodel.profile import profile_model
+
+        print("profiling once to find the model's shapes for the seed kernels...", file=sys.stderr)
+        found += sources.seed_sources(profile_model(lm, reps=1, warmup=1), args.seeds)
+    if not found:
+        raise ValueError("no kernels: give --run RUN, --candidate ID, --kernel PROBLEM=FILE or --seeds")
+    return found
+
+
+def cmd_verify(args) -> int:
+    from guard.paths import cache_dir
+    from wholemodel import tables
+    from wholemodel.verify import build_kernel, verify
+
+    lm = _load(args)
+    build_root = cache_dir() / "verify"
+    build_root.mkdir(parents=True, exist_ok=True)
+    kernels = []
+    for src in _kernel_sources(args, lm):
+        print(f"building {src.problem.name} ({src.origin})...", file=sys.stderr)
+        kernels.append(build_kernel(src.problem, src.solution, src.origin, lm.device, build_root))
+    reps = args.reps or (20 if lm.device == "cuda" else 5)
+    result = verify(lm, kernels, reps=reps, diagnose=args.diagnose, factor=args.error_factor,
+                    on_progress=lambda msg: print(msg + "...", file=sys.stderr))
+    if args.json:
+        _emit_json(_verification_json(result))
+        return 0 if result.ok else 1
+    for line in tables.verify_summary(result):
+        _print(line)
+    _print()
+    render.table(*tables.verify_table(result))
+    if result.alone:
+        _print()
+        render.table(*tables.diagnose_table(result))
+    sections = [("", "\n".join(tables.verify_summary(result))),
+                ("### Per kernel, all plugged in", tables.markdown(tables.verify_table(result)))]
+    if result.alone:
+        sections.append(("### Each kernel alone", tables.markdown(tables.diagnose_table(result))))
+    _write_markdown(args.markdown, sections)
+    return 0 if result.ok else 1
+
+
+def _verification_json(v) -> dict:
+    def trial(t):
+        return {"kernels": t.kernels, "check": {**t.check.__dict__, "plugged": t.check.plugged.__dict__,
+                                                "own": t.check.own.__dict__}, "model_ms": t.own_ms, "plugged_ms": t.plugged_ms,
+                "speedup": t.speedup, "use": {n: u.__dict__ for n, u in t.use.items()}}
+
+    return {"model": v.model, "device": v.device, "dtype": v.dtype, "error_factor": v.factor,
+            "reps": v.reps, "ok": v.ok, "total": trial(v.total), "alone": [trial(t) for t in v.alone]}
+
+
+def _model_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("model", metavar="MODEL", help="llama_block, gpt2_block (:small/:real) or a Python file")
+    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    s.add_argument("--dtype", help="default: bfloat16 on the GPU, float32 on the CPU")
+    s.add_argument("--markdown", metavar="FILE", help="also write the tables as Markdown")
+    s.add_argument("--json", action="store_true")
+
+
+def add_parsers(sub) -> None:
+    s = sub.add_parser("profile", help="where a model's time goes, by op family, with an Amdahl plan",
+                       description=MODEL_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _model_args(s)
+    s.add_argument("--reps", type=int, default=5, help="profiled forwards (default 5)")
+    s.add_argument("--limit", type=int, default=15, help="rows of the kernel table")
+    s.add_argument("--top", type=int, metavar="K",
+                   help="write the K largest kernels that have a site as problems and import them")
+    s.add_argument("--out", help="folder for the problems (default: a temporary folder)")
+    s.add_argument("--prefix", help="problem name prefix (default: the model's name)")
+    s.add_argument("--no-import", action="store_true", help="write the problems, do not import them")
+    s.add_argument("--replace", action="store_true", help="replace imported problems of the same name")
+    s.set_defaults(fn=cmd_profile)
+
+    s = sub.add_parser("verify", help="plug kernels into a model: end-to-end check and speedup",
+                       description=MODEL_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _model_args(s)
+    s.add_argument("--run", action="append", metavar="RUN", help="the best accepted kernel of a swarm run")
+    s.add_argument("--candidate", action="append", metavar="ID", help="an accepted candidate, by id")
+    s.add_argument("--kernel", action="append", metavar="PROBLEM=FILE", help="a kernel file for a problem")
+    s.add_argument("--seeds", nargs="?", const="triton", choices=["triton", "cuda"],
+                   help="the seed kernels (triton or cuda) on this model's shapes")
+    s.add_argument("--diagnose", action="store_true", help="also try each kernel alone")
+    s.add_argument("--reps", type=int, help="timed forwards of each kind (default 20 on the GPU, 5 on the CPU)")
+    s.add_argument("--error-factor", type=float, default=2.0,
+                   help="pass while the output's error (vs the model in higher precision) is within this "
+                        "many times the model's own, in relative L2 (twice that in max abs); default 2")
+    s.set_defaults(fn=cmd_verify)
