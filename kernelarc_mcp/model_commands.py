@@ -53,6 +53,10 @@ def cmd_profile(args) -> int:
     from wholemodel import tables
     from wholemodel.profile import profile_model
 
+    if args.top is not None and args.top < 1:
+        raise ValueError("--top must be at least 1")
+    if args.reps < 1:
+        raise ValueError("--reps must be at least 1")
     lm = _load(args)
     print(f"profiling {lm.name} on {lm.device} ({args.reps} forwards)...", file=sys.stderr)
     prof = profile_model(lm, reps=args.reps)
@@ -125,6 +129,8 @@ def cmd_verify(args) -> int:
     from wholemodel import tables
     from wholemodel.verify import build_kernel, verify
 
+    if (args.reps is not None and args.reps < 1) or args.error_factor <= 0:
+        raise ValueError("--reps must be at least 1 and --error-factor positive")
     lm = _load(args)
     build_root = cache_dir() / "verify"
     build_root.mkdir(parents=True, exist_ok=True)
