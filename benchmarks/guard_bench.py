@@ -71,7 +71,9 @@ def spread_study(guard, problem, source, n) -> dict:
     decisions, per_workload, geo = [], {}, []
     for i in range(n):
         v, _ = evaluate(guard, variant(source, 1001 + i), problem, "incumbent")
-        decisions.append({"decision": v.decision, "speedup_vs_best": v.speedup_vs_best, "threshold": v.threshold})
+        decisions.append({"decision": v.decision, "speedup_vs_best": v.speedup_vs_best, "threshold": v.threshold,
+                          "paired": bool(v.paired and (v.paired.get("agent") or {}).get("comparison")),
+                          "stored_speedup": ((v.paired or {}).get("agent") or {}).get("stored_speedup")})
         print(f"resubmission {i + 1}: {v.decision} speedup {v.speedup_vs_best:.4f} threshold {v.threshold:.4f} "
               f"geomean {v.latency_ms * 1e3:.2f} us methods {sorted({w.timing['method'] for w in v.workloads})} "
               f"total {v.phases_s.get('total', 0):.1f}s", flush=True)
@@ -79,6 +81,8 @@ def spread_study(guard, problem, source, n) -> dict:
         for w in v.workloads:
             per_workload.setdefault(w.uuid, []).append(w.latency_ms)
     cv = {u: statistics.pstdev(xs) / statistics.fmean(xs) for u, xs in per_workload.items()}
+    speedups = [d["speedup_vs_best"] for d in decisions if d["speedup_vs_best"]]
+    stored = [d["stored_speedup"] for d in decisions if d["stored_speedup"]]
     return {
         "problem": problem,
         "incumbent": first.candidate_id,
@@ -86,6 +90,10 @@ def spread_study(guard, problem, source, n) -> dict:
         "resubmissions": n,
         "false_accepts": sum(d["decision"] == "ACCEPT" for d in decisions),
         "decisions": decisions,
+        "paired_decisions": sum(d["paired"] for d in decisions),
+        # the decision's own spread: speedups of the incumbent over itself, paired (or stored)
+        "speedup_rms_deviation": (statistics.fmean((x - 1) ** 2 for x in speedups)) ** 0.5 if speedups else None,
+        "stored_speedup_rms_deviation": (statistics.fmean((x - 1) ** 2 for x in stored)) ** 0.5 if stored else None,
         "geomean_latency_ms": geo,
         "geomean_cv": statistics.pstdev(geo) / statistics.fmean(geo),
         "workload_cv": cv,
@@ -150,7 +158,8 @@ def render(r: dict) -> str:
         lines.append(
             f"\nspread over {sp['resubmissions']} resubmissions of {sp['problem']}: geomean CV {sp['geomean_cv']:.3%}, "
             f"per-workload CV median {sp['workload_cv_median']:.3%} max {sp['workload_cv_max']:.3%}; "
-            f"false ACCEPTs {sp['false_accepts']}"
+            f"false ACCEPTs {sp['false_accepts']}; paired {sp.get('paired_decisions')}; speedup RMS deviation "
+            f"{sp.get('speedup_rms_deviation') or 0:.3%} (stored {sp.get('stored_speedup_rms_deviation') or 0:.3%})"
         )
     return "\n".join(lines)
 

@@ -31,6 +31,7 @@ import torch
 
 from guard.builders import BuildError, get_builder
 from guard.candidates.solution import Solution
+from guard.paths import cache_dir
 from guard.problems.problem import Problem
 from guard.problems.schema import Definition
 from guard.runner.common import normalize_outputs
@@ -96,9 +97,11 @@ def build_kernel(problem: Problem, solution: Solution, origin: str, device: str,
     if device == "cpu":
         use_triton_interpreter()
     folder = Path(tempfile.mkdtemp(prefix=f"{problem.name[:40]}-", dir=build_root))
-    src, build = folder / "src", folder / "build"
+    src = folder / "src"
     src.mkdir()
-    build.mkdir()
+    # the guard's content-addressed build cache: a seed already compiled by the guard is reused
+    build = cache_dir() / "torch_extensions"
+    build.mkdir(parents=True, exist_ok=True)
     try:
         fn = get_builder(solution.spec.primary_language).build(solution.model_dump(mode="json"), src, build, device)
     except BuildError as exc:

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Issue 6 on the GPU: a four-agent scripted swarm on one seed problem; its report folder
+# (report.md, score plot, best kernel) is copied to OUT.
+#   bash benchmarks/swarm_bench.sh OUT [MINUTES] [PROBLEM] [DEVICE]
+set -uo pipefail
+out=${1:?usage: swarm_bench.sh OUT [MINUTES] [PROBLEM] [DEVICE]}
+minutes=${2:-10}
+problem=${3:-rmsnorm_llama3_8b}
+device=${4:-cuda}
+ws=$(mktemp -d)/ws
+mkdir -p "$out"
+python3 -m kernelarc_mcp.cli --workspace "$ws" launch --problem "$problem" --agents 4 --client scripted \
+  --budget-minutes "$minutes" --max-candidates 100 --device "$device" -q --json > "$out/launch.json"
+echo "launch exit status $?"
+report=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])['report'])" "$out/launch.json") || exit 1
+cp -r "$(dirname "$report")" "$out/report"
+python3 -m kernelarc_mcp.cli --workspace "$ws" status --json > "$out/status.json"
+cat "$report"
