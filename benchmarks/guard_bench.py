@@ -72,7 +72,7 @@ def spread_study(guard, problem, source, n) -> dict:
     for i in range(n):
         v, _ = evaluate(guard, variant(source, 1001 + i), problem, "incumbent")
         decisions.append({"decision": v.decision, "speedup_vs_best": v.speedup_vs_best, "threshold": v.threshold,
-                          "paired": bool(v.paired and (v.paired.get("agent") or {}).get("comparison")),
+                          "paired": bool(((v.paired or {}).get("agent") or {}).get("paired_speedup")),
                           "stored_speedup": ((v.paired or {}).get("agent") or {}).get("stored_speedup")})
         print(f"resubmission {i + 1}: {v.decision} speedup {v.speedup_vs_best:.4f} threshold {v.threshold:.4f} "
               f"geomean {v.latency_ms * 1e3:.2f} us methods {sorted({w.timing['method'] for w in v.workloads})} "

@@ -6,6 +6,7 @@ Triton RMSNorm seed on rmsnorm_h4096 shapes in several fresh processes, each wit
 fresh allocations (new inputs, new flush buffer), in two ways over the same loop:
 
 - "graph-events": the guard's timer (CUDA graph replay between two events, L2 flushed);
+- "guard": the guard's timer as it stands (its method is recorded);
 - "cupti-kernel": the kernel's own duration as CUPTI reports it (torch.profiler), which
   leaves out the graph launch and the events' resolution.
 
@@ -55,7 +56,9 @@ def _child(allocations: int) -> dict:
             def call(k, sets=sets):
                 return seed.run(*sets[k])
 
-            stats = timer.measure(call, len(sets), min_iters=200, max_iters=600, target_time_s=0.1, warmup_time_s=0.05)
+            kw = dict(min_iters=200, max_iters=600, target_time_s=0.1, warmup_time_s=0.05)
+            guard_stats = timer.measure(call, len(sets), **kw)  # the guard's timer as it is
+            stats = timer.measure(call, len(sets), use_cupti=False, **kw)
             graphs, err = timer._capture(call, len(sets))
             if graphs is None:
                 raise SystemExit(f"capture failed: {err}")
@@ -66,6 +69,8 @@ def _child(allocations: int) -> dict:
                 if "rmsnorm" in e.name() and e.duration_ns() > 0
             ]
             row[str(b)] = {
+                "guard": guard_stats["median_ms"],
+                "guard-method": guard_stats["method"],
                 "graph-events": stats["median_ms"],
                 "graph-events-rel_se": stats["rel_se"],
                 "cupti-kernel": summarize(durations)["median_ms"] if durations else None,
@@ -85,7 +90,7 @@ def _cv(xs: list[float]) -> float:
 
 def summarize_runs(runs: list[dict]) -> dict:
     table = {}
-    for method in ("graph-events", "cupti-kernel"):
+    for method in ("guard", "graph-events", "cupti-kernel"):
         for b in BATCHES:
             per_proc = [[al[str(b)][method] for al in r["allocations"]] for r in runs]
             means = [statistics.fmean(p) for p in per_proc if all(p)]

@@ -15,6 +15,12 @@ class GuardConfig(BaseModel):
     # Decision
     noise_floor: float = Field(0.01, ge=0, description="ACCEPT needs at least this speedup")
     noise_sigmas: float = Field(3.0, ge=0, description="threshold in standard errors of the medians")
+    pairing_band_gpu: float = Field(
+        1.3, gt=1, description="an ACCEPT or REVERT against a stored measurement with a speedup inside "
+        "[1/band, band] is re-measured side by side with the incumbent (GPU timing)")
+    pairing_band_cpu: float = Field(
+        2.5, gt=1, description="the same band for CPU timing, whose windows differ far more "
+        "(1.8x between two windows of one kernel was seen on a 2-core machine)")
     redraft_after: int = Field(5, ge=1, description="non-improving evaluations before a redraft")
     stop_sol_fraction: float = Field(0.9, gt=0, le=1.0)
     max_attempts: int | None = Field(None, ge=1, description="per agent and problem")

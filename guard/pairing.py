@@ -15,14 +15,17 @@ from __future__ import annotations
 import math
 
 from .config import GuardConfig
-from .decision import Comparison
+from .decision import Comparison, decide
 
-# Outside this band a stored comparison is decisive and is not re-measured.
-CLEAR_CUT = 1.3
-
-
-def needs_pairing(cmp: Comparison | None) -> bool:
-    return cmp is not None and 1 / CLEAR_CUT < cmp.speedup < CLEAR_CUT
+def needs_pairing(cmp: Comparison | None, band: float = 1.3) -> bool:
+    """Re-measure when the stored comparison would ACCEPT or REVERT, but not by a clear
+    margin. A stored KEEP (within the threshold) stands: a shift between the two windows
+    can only hide a small gain there, never invent one, and resubmissions of an unchanged
+    kernel (the common case) then cost no second measurement. Outside ``[1/band, band]`` a
+    stored comparison is decisive (``GuardConfig.pairing_band_gpu`` / ``_cpu``)."""
+    if cmp is None or decide(cmp) == "KEEP":
+        return False
+    return 1 / band < cmp.speedup < band
 
 
 def paired_comparison(samples: dict[str, dict], cfg: GuardConfig) -> Comparison | None:

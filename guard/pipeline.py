@@ -561,7 +561,8 @@ class Guard:
                 if decision_mod.decide(agent_cmp) != "ACCEPT":
                     continue
             stored = decision_mod.compare(new, self._measurements(conn, row["id"]), self.cfg)
-            if not needs_pairing(stored):
+            band = self.cfg.pairing_band_gpu if self.device.kind == "cuda" else self.cfg.pairing_band_cpu
+            if not needs_pairing(stored, band):
                 continue
             entry = {"incumbent": row["id"], "stored_speedup": stored.speedup, "comparison": None}
             try:

@@ -133,3 +133,47 @@ def test_timing_statistics():
     s = summarize([1.0] * 50 + [1.1] * 50)
     assert s["median_ms"] == pytest.approx(1.05) and s["n"] == 100
     assert 0 < s["rel_se"] < 0.05
+
+
+class _Rec:
+    """A stand-in for a CUPTI record as torch.profiler returns it."""
+
+    def __init__(self, name, device, corr, start_ns, dur_ns):
+        self._n, self._d, self._c, self._s, self._t = name, device, corr, start_ns, dur_ns
+
+    def name(self):
+        return self._n
+
+    def device_type(self):
+        return f"DeviceType.{self._d}"
+
+    def correlation_id(self):
+        return self._c
+
+    def start_ns(self):
+        return self._s
+
+    def duration_ns(self):
+        return self._t
+
+
+def test_graph_launch_spans_cover_all_device_work_of_each_launch():
+    from guard.runner.timing import graph_launch_spans
+
+    recs = [
+        _Rec("cudaGraphLaunch", "CPU", 7, 1_000, 500),
+        _Rec("fill_kernel", "CUDA", 6, 2_000, 40_000),  # the flush: launched eagerly, not ours
+        _Rec("cudaGraphLaunch", "CPU", 9, 50_000, 500),
+        _Rec("k1", "CUDA", 7, 42_000, 3_000),
+        _Rec("k2_side_stream", "CUDA", 7, 43_000, 4_000),  # overlaps k1: span, not sum
+        _Rec("k1", "CUDA", 9, 90_000, 2_000),
+        _Rec("memcpy", "CUDA", 9, 93_000, 1_000),
+    ]
+    spans, why = graph_launch_spans(recs, 2)
+    assert why is None
+    assert spans == [5_000 / 1e6, 4_000 / 1e6]
+    # a launch without device work, or a missing launch, means the records cannot be used
+    spans, why = graph_launch_spans(recs[:5], 2)
+    assert spans is None and "1 of 2" in why
+    spans, why = graph_launch_spans(recs, 3)
+    assert spans is None and "2 graph launches" in why

@@ -16,6 +16,7 @@ import time
 from types import SimpleNamespace
 
 import torch
+import torch.profiler
 
 try:  # numpy is optional for the harness
     import numpy
@@ -53,6 +54,8 @@ T = SimpleNamespace(
     isinstance=builtins.isinstance,
     type=builtins.type,
     len=builtins.len,
+    profile=torch.profiler.profile,
+    cuda_activity=torch.profiler.ProfilerActivity.CUDA,
 )
 
 # (owner, attribute) pairs whose identity must not change while a candidate is loaded.
@@ -67,6 +70,7 @@ _WATCHED: list[tuple[object, str]] = [
     (torch.Tensor, "numpy"), (torch.Tensor, "contiguous"), (torch.Tensor, "item"),
     (torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda.Event, "record"),
     (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize"),
+    (torch.profiler, "profile"),
     (torch.testing, "assert_close"), (threading, "Thread"), (builtins, "isinstance"),
     (builtins, "print"), (builtins, "open"), (builtins, "__import__"),
     (json, "dumps"), (json, "loads"), (socket.socket, "sendall"), (socket.socket, "recv"),

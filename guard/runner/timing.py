@@ -3,13 +3,18 @@ baselines are measured the same way. Inputs rotate over several sets so that not
 cached between calls, and L2 is flushed (a buffer of twice its size is written, persisting
 lines are reset) before every iteration.
 
-GPU, preferred ("cuda-graph"): after an eager warm-up, the call on each input set is
+GPU, preferred ("cuda-graph+cupti"): after an eager warm-up, the call on each input set is
 captured in a CUDA graph; the timed loop enqueues flush, start event, graph replay, end
-event without synchronising, so the host runs ahead and the events measure GPU time only.
-A graph replay completes only when every captured node has, whatever stream the candidate
-forked to, so work moved to another stream is counted. Launch overhead is left out, as
-SOL-ExecBench's CUPTI timing leaves it out; it is also what made repeated evaluations of
-one small kernel differ by 10-25% when it was counted (docs/benchmarks.md).
+event without synchronising, so the host runs ahead. The loop runs under CUPTI (through
+torch.profiler) and each iteration's latency is the span of the device work of its graph
+launch, from the first kernel's start to the last one's end, whatever stream it ran on. On
+the H200 this was the difference between a run-to-run spread of 2.5-52% (events around the
+replay: they also count the graph's launch on the device and have 0.5 us resolution) and
+0.01-0.7% (docs/benchmarks.md, benchmarks/spread_probe.py). Launch overhead is left out, as
+SOL-ExecBench's CUPTI timing leaves it out.
+
+"cuda-graph": the same loop timed by the events alone, when CUPTI gives no usable record
+(the reason is kept with the result as ``cupti_error``).
 
 GPU, when the call cannot be captured (host synchronisation inside, unjoined streams):
 "cuda-events+host-sync": per iteration, synchronize the whole device, read the host clock,
@@ -87,6 +92,16 @@ class Timer:
         self.overhead_ms = 0.0
         if self.is_cuda:
             self.overhead_ms = self._calibrate()
+            self._start_cupti()
+
+    def _start_cupti(self) -> None:
+        """CUPTI's first session in a process takes about a second: pay it here, not in a verdict."""
+        try:
+            with T.profile(activities=[T.cuda_activity]):
+                T.zero_(self.flush_buf[:1024])
+                T.cuda_sync()
+        except Exception:  # noqa: BLE001 - measure() falls back to events and says why
+            pass
 
     # -- one iteration ----------------------------------------------------------------
     def _flush(self) -> None:
@@ -165,6 +180,28 @@ class Timer:
         T.cuda_sync()
         return [T.event_elapsed(s, e) for s, e in zip(starts, ends)]
 
+    def _graph_loop_cupti(self, graphs, iters: int, audit: set, keep_audit):
+        """The graph loop under CUPTI: (event samples, CUPTI spans or None, why not)."""
+        try:
+            prof = T.profile(activities=[T.cuda_activity])
+            prof.start()
+        except Exception as exc:  # noqa: BLE001 - no CUPTI: the events still time the loop
+            return self._graph_loop(graphs, iters, audit, keep_audit), None, f"profiler: {exc}"[:200]
+        try:
+            events = self._graph_loop(graphs, iters, audit, keep_audit)
+        finally:
+            prof.stop()
+        try:
+            spans, why = graph_launch_spans(prof.profiler.kineto_results.events(), iters)
+        except Exception as exc:  # noqa: BLE001
+            spans, why = None, f"reading CUPTI records: {type(exc).__name__}: {exc}"[:200]
+        if spans is not None:
+            # a replay's device work lies inside its event window; if not, the records are not ours
+            if statistics.median(spans) > 1.05 * statistics.median(events) + 1e-3:
+                spans, why = None, (f"CUPTI median {statistics.median(spans):.4f} ms exceeds the event "
+                                    f"median {statistics.median(events):.4f} ms")
+        return events, spans, why
+
     # -- a whole measurement -------------------------------------------------------------
     def measure(
         self,
@@ -178,6 +215,7 @@ class Timer:
         on_audit: Callable[[int, int, object], None] | None = None,
         max_time_s: float | None = None,
         use_graphs: bool = True,
+        use_cupti: bool = True,
     ) -> dict:
         """Time ``call(set_index)``. ``on_audit(iteration, set_index, outputs)`` is called,
         untimed, after the chosen iterations so their outputs can be checked."""
@@ -203,16 +241,22 @@ class Timer:
                     # copy on the stream, so later replays cannot overwrite what is checked
                     kept.append((it, k, _copy_outputs(out)))
 
-                samples = self._graph_loop(graphs, iters, audit, keep)
+                if use_cupti:
+                    event_samples, spans, cupti_error = self._graph_loop_cupti(graphs, iters, audit, keep)
+                else:
+                    event_samples, spans, cupti_error = self._graph_loop(graphs, iters, audit, keep), None, "off"
                 for it, k, out in kept:
                     if on_audit is not None:
                         on_audit(it, k, out)
-                stats = summarize(samples)
+                stats = summarize(spans if spans is not None else event_samples)
                 stats.update(
-                    event_median_ms=stats["median_ms"], method="cuda-graph", n_sets=n_sets,
-                    flush_bytes=self.flush_bytes, warmup_iters=len(warm_ms), planned_iters=iters,
-                    eager_warmup_median_ms=est, off_stream_suspect=False,
+                    event_median_ms=statistics.median(event_samples),
+                    method="cuda-graph+cupti" if spans is not None else "cuda-graph",
+                    n_sets=n_sets, flush_bytes=self.flush_bytes, warmup_iters=len(warm_ms),
+                    planned_iters=iters, eager_warmup_median_ms=est, off_stream_suspect=False,
                 )
+                if spans is None:
+                    stats["cupti_error"] = cupti_error
                 return stats
         lat_ms, ev_ms, host_ms = [], [], []
         t_begin = T.perf_counter()
@@ -249,6 +293,36 @@ class Timer:
             self.is_cuda and stats["host_median_ms"] - self.overhead_ms > 1.2 * stats["event_median_ms"] + 0.01
         )
         return stats
+
+
+def graph_launch_spans(events, iters: int) -> tuple[list[float] | None, str | None]:
+    """Per graph launch, in launch order: from its first device activity's start to its last
+    one's end, in ms. CUPTI gives a graph's kernels, copies and memsets the correlation id of
+    the ``cudaGraphLaunch`` call that ran them. ``(None, why)`` unless every one of the
+    ``iters`` launches is found with device work."""
+    launches = sorted(
+        (e for e in events if _is_host(e) and e.name().startswith("cudaGraphLaunch")),
+        key=lambda e: e.start_ns(),
+    )
+    if len(launches) != iters:
+        return None, f"{len(launches)} graph launches recorded for {iters} replays"
+    ids = {e.correlation_id() for e in launches}
+    spans: dict[int, tuple[int, int]] = {}
+    for e in events:
+        if _is_host(e) or e.correlation_id() not in ids or e.duration_ns() <= 0:
+            continue
+        lo, hi = e.start_ns(), e.start_ns() + e.duration_ns()
+        if e.correlation_id() in spans:
+            a, b = spans[e.correlation_id()]
+            lo, hi = min(lo, a), max(hi, b)
+        spans[e.correlation_id()] = (lo, hi)
+    if len(spans) != iters:
+        return None, f"device activity found for {len(spans)} of {iters} graph launches"
+    return [(spans[e.correlation_id()][1] - spans[e.correlation_id()][0]) / 1e6 for e in launches], None
+
+
+def _is_host(event) -> bool:
+    return str(event.device_type()).rsplit(".", 1)[-1] == "CPU"
 
 
 def _copy_outputs(out):

@@ -61,6 +61,9 @@ def test_honest_candidates_pass_on_gpu(gpu_guard):
     assert all(w.nvml is None or w.nvml.get("before") is not None for w in v.workloads)
     t = submit(gpu_guard, unique((SEEDS_DIR / RMS / "seed_triton.py").read_text()), "triton", "triton")
     assert t.status == "PASSED", t.reason
+    # graph-captured and timed by CUPTI, each replay's span inside its event window
+    assert all(w.timing["method"] == "cuda-graph+cupti" for w in t.workloads), [w.timing for w in t.workloads]
+    assert all(w.timing["median_ms"] <= w.timing["event_median_ms"] * 1.05 + 1e-3 for w in t.workloads)
 
 
 def test_cuda_cpp_seed_builds_and_passes(gpu_guard):

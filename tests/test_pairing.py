@@ -1,0 +1,65 @@
+"""Paired re-measurement: when it happens, its arithmetic, and that it turns a comparison
+with a stored measurement from a slow window back into what the kernels really are."""
+
+from __future__ import annotations
+
+import math
+
+from conftest import RMS, honest_source, make_guard
+from guard.candidates.load import from_source
+from guard.config import GuardConfig
+from guard.decision import Comparison
+from guard.pairing import needs_pairing, paired_comparison
+
+
+def test_only_unclear_accepts_and_reverts_are_remeasured():
+    assert not needs_pairing(None)
+    assert not needs_pairing(Comparison(1.005, 0.01))  # KEEP stands
+    assert not needs_pairing(Comparison(0.995, 0.01))
+    assert needs_pairing(Comparison(1.05, 0.01))  # an ACCEPT by a small margin
+    assert needs_pairing(Comparison(0.95, 0.01))  # a REVERT by a small margin
+    assert not needs_pairing(Comparison(1.6, 0.01))  # clear-cut either way
+    assert not needs_pairing(Comparison(0.5, 0.01))
+    assert needs_pairing(Comparison(1.6, 0.01), band=2.5)  # the CPU's wider band
+
+
+def test_paired_arithmetic():
+    cfg = GuardConfig()
+    same = {f"w{i}": {"incumbent": [(1.0, 0.002), (1.02, 0.002)], "challenger": [(1.01, 0.002), (1.01, 0.002)]}
+            for i in range(4)}
+    cmp = paired_comparison(same, cfg)
+    assert abs(cmp.speedup - 1) < 0.01 and cmp.threshold >= cfg.noise_floor
+    faster = {f"w{i}": {"incumbent": [(1.0, 0.001), (1.0, 0.001)], "challenger": [(0.8, 0.001), (0.8, 0.001)]}
+              for i in range(4)}
+    cmp = paired_comparison(faster, cfg)
+    assert math.isclose(cmp.speedup, 1.25) and cmp.threshold == cfg.noise_floor
+    # repetitions that disagree widen the threshold
+    shaky = {"w": {"incumbent": [(1.0, 0.001), (1.0, 0.001)], "challenger": [(0.7, 0.001), (1.0, 0.001)]}}
+    assert paired_comparison(shaky, cfg).threshold > 0.1
+    assert paired_comparison({"w": {"incumbent": [], "challenger": []}}, cfg) is None
+
+
+def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(session_tmp, band=2.5):
+    guard = make_guard(session_tmp / f"ws-pairing-{band}", min_iters=40, max_iters=80, pairing_band_cpu=band)
+    try:
+        # a first verdict in a fresh guard runs cold (and slower on a CPU): keep it out of the comparison
+        guard.evaluate(from_source(honest_source(), None, "kernel.py"), RMS, agent="warm-up")
+        source = honest_source()
+        first = guard.evaluate(from_source(source, None, "kernel.py"), RMS, agent="agent-p")
+        assert first.decision == "ACCEPT", first.reason
+        # The incumbent's stored figures as a slow window would have left them: 20% slower.
+        with guard.db.transaction() as c:
+            c.execute("UPDATE workload_results SET latency_ms = latency_ms * 1.2, rel_se = 0 WHERE candidate_id = ?",
+                      (first.candidate_id,))
+        again = guard.evaluate(from_source(source + "\n# a comment\n", None, "kernel.py"), RMS, agent="agent-p")
+        assert again.status == "PASSED", again.reason
+        # The same kernel against itself must never be an ACCEPT. On this machine's noise the
+        # stored comparison alone usually says ACCEPT here; then it must have been re-measured.
+        assert again.decision != "ACCEPT", (again.reason, again.paired)
+        if again.paired:
+            entry = again.paired["agent"]
+            assert entry["incumbent"] == first.candidate_id
+            assert entry["paired_speedup"] is not None, entry.get("note")
+            assert "re-measured side by side" in again.reason
+    finally:
+        guard.close()
