@@ -177,3 +177,22 @@ def test_graph_launch_spans_cover_all_device_work_of_each_launch():
     assert spans is None and "1 of 2" in why
     spans, why = graph_launch_spans(recs, 3)
     assert spans is None and "2 graph launches" in why
+
+
+def test_a_profiler_session_leaves_the_worker_intact():
+    """The GPU timer runs CUPTI sessions inside the worker; one must not read as a patch.
+    Run as a GPU worker would (torch.cuda.is_available() true when the harness loads)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "torch.cuda.is_available = lambda: True\n"
+        "from guard.runner import harness\n"
+        "with harness.T.profile(activities=[torch.profiler.ProfilerActivity.CPU]):\n"
+        "    torch.ones(8).sum()\n"
+        "print(repr(harness.violations()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout

@@ -18,6 +18,11 @@ from types import SimpleNamespace
 import torch
 import torch.profiler
 
+if torch.cuda.is_available():
+    # The timer's CUPTI sessions import torch._dynamo, which wraps torch.manual_seed on import;
+    # import it before the references below are taken, or that wrapping reads as a patch.
+    import torch._dynamo  # noqa: F401
+
 try:  # numpy is optional for the harness
     import numpy
 except ImportError:  # pragma: no cover
