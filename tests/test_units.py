@@ -169,13 +169,13 @@ def test_graph_launch_spans_cover_all_device_work_of_each_launch():
         _Rec("k1", "CUDA", 9, 90_000, 2_000),
         _Rec("memcpy", "CUDA", 9, 93_000, 1_000),
     ]
-    spans, why = graph_launch_spans(recs, 2)
+    spans, why, ops = graph_launch_spans(recs, 2)
     assert why is None
-    assert spans == [5_000 / 1e6, 4_000 / 1e6]
+    assert spans == [5_000 / 1e6, 4_000 / 1e6] and ops == [2, 2]
     # a launch without device work, or a missing launch, means the records cannot be used
-    spans, why = graph_launch_spans(recs[:5], 2)
+    spans, why, _ = graph_launch_spans(recs[:5], 2)
     assert spans is None and "1 of 2" in why
-    spans, why = graph_launch_spans(recs, 3)
+    spans, why, _ = graph_launch_spans(recs, 3)
     assert spans is None and "2 graph launches" in why
 
 

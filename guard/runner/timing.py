@@ -181,26 +181,27 @@ class Timer:
         return [T.event_elapsed(s, e) for s, e in zip(starts, ends)]
 
     def _graph_loop_cupti(self, graphs, iters: int, audit: set, keep_audit):
-        """The graph loop under CUPTI: (event samples, CUPTI spans or None, why not)."""
+        """The graph loop under CUPTI: (event samples, CUPTI spans or None, why not, device
+        activities per replay)."""
         try:
             prof = T.profile(activities=[T.cuda_activity])
             prof.start()
         except Exception as exc:  # noqa: BLE001 - no CUPTI: the events still time the loop
-            return self._graph_loop(graphs, iters, audit, keep_audit), None, f"profiler: {exc}"[:200]
+            return self._graph_loop(graphs, iters, audit, keep_audit), None, f"profiler: {exc}"[:200], []
         try:
             events = self._graph_loop(graphs, iters, audit, keep_audit)
         finally:
             prof.stop()
         try:
-            spans, why = graph_launch_spans(prof.profiler.kineto_results.events(), iters)
+            spans, why, kernels = graph_launch_spans(prof.profiler.kineto_results.events(), iters)
         except Exception as exc:  # noqa: BLE001
-            spans, why = None, f"reading CUPTI records: {type(exc).__name__}: {exc}"[:200]
+            spans, why, kernels = None, f"reading CUPTI records: {type(exc).__name__}: {exc}"[:200], []
         if spans is not None:
             # a replay's device work lies inside its event window; if not, the records are not ours
             if statistics.median(spans) > 1.05 * statistics.median(events) + 1e-3:
                 spans, why = None, (f"CUPTI median {statistics.median(spans):.4f} ms exceeds the event "
                                     f"median {statistics.median(events):.4f} ms")
-        return events, spans, why
+        return events, spans, why, kernels
 
     # -- a whole measurement -------------------------------------------------------------
     def measure(
@@ -241,8 +242,9 @@ class Timer:
                     # copy on the stream, so later replays cannot overwrite what is checked
                     kept.append((it, k, _copy_outputs(out)))
 
+                kernels: list[int] = []
                 if use_cupti:
-                    event_samples, spans, cupti_error = self._graph_loop_cupti(graphs, iters, audit, keep)
+                    event_samples, spans, cupti_error, kernels = self._graph_loop_cupti(graphs, iters, audit, keep)
                 else:
                     event_samples, spans, cupti_error = self._graph_loop(graphs, iters, audit, keep), None, "off"
                 for it, k, out in kept:
@@ -257,6 +259,8 @@ class Timer:
                 )
                 if spans is None:
                     stats["cupti_error"] = cupti_error
+                else:  # kernels, copies and memsets per call: fusion shows here
+                    stats["device_ops_per_call"] = statistics.median(kernels)
                 return stats
         lat_ms, ev_ms, host_ms = [], [], []
         t_begin = T.perf_counter()
@@ -295,30 +299,33 @@ class Timer:
         return stats
 
 
-def graph_launch_spans(events, iters: int) -> tuple[list[float] | None, str | None]:
+def graph_launch_spans(events, iters: int) -> tuple[list[float] | None, str | None, list[int]]:
     """Per graph launch, in launch order: from its first device activity's start to its last
-    one's end, in ms. CUPTI gives a graph's kernels, copies and memsets the correlation id of
-    the ``cudaGraphLaunch`` call that ran them. ``(None, why)`` unless every one of the
-    ``iters`` launches is found with device work."""
+    one's end, in ms, and how many device activities it had. CUPTI gives a graph's kernels,
+    copies and memsets the correlation id of the ``cudaGraphLaunch`` call that ran them.
+    ``(None, why, [])`` unless every one of the ``iters`` launches is found with device work."""
     launches = sorted(
         (e for e in events if _is_host(e) and e.name().startswith("cudaGraphLaunch")),
         key=lambda e: e.start_ns(),
     )
     if len(launches) != iters:
-        return None, f"{len(launches)} graph launches recorded for {iters} replays"
+        return None, f"{len(launches)} graph launches recorded for {iters} replays", []
     ids = {e.correlation_id() for e in launches}
     spans: dict[int, tuple[int, int]] = {}
+    counts: dict[int, int] = {}
     for e in events:
         if _is_host(e) or e.correlation_id() not in ids or e.duration_ns() <= 0:
             continue
+        counts[e.correlation_id()] = counts.get(e.correlation_id(), 0) + 1
         lo, hi = e.start_ns(), e.start_ns() + e.duration_ns()
         if e.correlation_id() in spans:
             a, b = spans[e.correlation_id()]
             lo, hi = min(lo, a), max(hi, b)
         spans[e.correlation_id()] = (lo, hi)
     if len(spans) != iters:
-        return None, f"device activity found for {len(spans)} of {iters} graph launches"
-    return [(spans[e.correlation_id()][1] - spans[e.correlation_id()][0]) / 1e6 for e in launches], None
+        return None, f"device activity found for {len(spans)} of {iters} graph launches", []
+    order = [e.correlation_id() for e in launches]
+    return [(spans[c][1] - spans[c][0]) / 1e6 for c in order], None, [counts[c] for c in order]
 
 
 def _is_host(event) -> bool:

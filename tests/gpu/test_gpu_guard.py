@@ -57,7 +57,9 @@ def _expect(path, key):
 def test_honest_candidates_pass_on_gpu(gpu_guard):
     v = submit(gpu_guard, honest_source(), "torch")
     assert v.status == "PASSED", v.reason
-    assert all(w.timing["method"] == "cuda-events+host-sync" for w in v.workloads)
+    # plain torch ops are graph-captured; either way never the events-only fallback (CUPTI failed)
+    assert {w.timing["method"] for w in v.workloads} <= {"cuda-graph+cupti", "cuda-events+host-sync"}, \
+        [w.timing.get("cupti_error") for w in v.workloads]
     assert all(w.nvml is None or w.nvml.get("before") is not None for w in v.workloads)
     t = submit(gpu_guard, unique((SEEDS_DIR / RMS / "seed_triton.py").read_text()), "triton", "triton")
     assert t.status == "PASSED", t.reason
@@ -178,13 +180,14 @@ import triton
 import triton.language as tl
 
 @triton.jit
-def _bad(x_ptr, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK) + (1 << 40)
+def _bad(x_ptr, off, BLOCK: tl.constexpr):
+    # the offset is a run-time int64 argument: a constant this large is a compile error
+    offs = tl.arange(0, BLOCK) + off
     tl.store(x_ptr + offs, tl.zeros([BLOCK], dtype=tl.float32))
 
 def run(hidden_states, weight):
     y = torch.empty(16, device=hidden_states.device, dtype=torch.float32)
-    _bad[(1,)](y, BLOCK=16)
+    _bad[(1,)](y, 1 << 40, BLOCK=16)
     return hidden_states.clone()
 '''
 
