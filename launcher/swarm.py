@@ -255,7 +255,10 @@ class Swarm:
         def interrupt(signum, frame):
             raise KeyboardInterrupt
 
+        # SIGINT too: a shell starting the launcher in the background sets it to "ignore",
+        # and `kill -INT` must still end the swarm cleanly
         signal.signal(signal.SIGTERM, interrupt)
+        signal.signal(signal.SIGINT, interrupt)
         try:
             url = self.start_server()
             self.folder.save(self.config, state="running", server_url=url, server_pid=self.server.pid if self.server else None)
