@@ -66,11 +66,11 @@ def latency_study(guard, problem, source, warm_runs=3) -> dict:
     return out
 
 
-def spread_study(guard, problem, source, n) -> dict:
-    first, first_wall = evaluate(guard, variant(source, 1000), problem, "incumbent")
+def spread_study(guard, problem, source, n, agent="incumbent", base=1000) -> dict:
+    first, first_wall = evaluate(guard, variant(source, base), problem, agent)
     decisions, per_workload, geo = [], {}, []
     for i in range(n):
-        v, _ = evaluate(guard, variant(source, 1001 + i), problem, "incumbent")
+        v, _ = evaluate(guard, variant(source, base + 1 + i), problem, agent)
         decisions.append({"decision": v.decision, "speedup_vs_best": v.speedup_vs_best, "threshold": v.threshold,
                           "paired": bool(((v.paired or {}).get("agent") or {}).get("paired_speedup")),
                           "stored_speedup": ((v.paired or {}).get("agent") or {}).get("stored_speedup")})

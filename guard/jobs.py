@@ -5,6 +5,10 @@ interrupted by the database).
 
 Submitting returns at once with a job id; ``wait`` blocks for a bounded time (MCP clients
 give up on a tool call after about 60 s) and reports progress while it waits.
+
+With several guards (one per GPU of the host) each has its own thread; a thread claims the
+oldest queued job in one transaction, so no job runs twice, and the job records the device
+that judged it.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .candidates.solution import Solution
@@ -36,7 +40,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     error TEXT,
     created_at REAL NOT NULL,
     started_at REAL,
-    finished_at REAL
+    finished_at REAL,
+    device TEXT                     -- the device (physical key) that judged it
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, created_at);
 """
@@ -53,22 +58,34 @@ class JobView:
     position: int | None = None  # jobs ahead of this one in the queue
     progress: dict = field(default_factory=dict)
     verdict: Verdict | None = None
+    device: str | None = None
 
 
 class JobQueue:
-    def __init__(self, guard: Guard, autostart: bool = True, recover: bool = True):
-        self.guard = guard
-        self.db = guard.db
+    def __init__(self, guards: Guard | Sequence[Guard], autostart: bool = True, recover: bool = True):
+        self.guards = [guards] if isinstance(guards, Guard) else list(guards)
+        if not self.guards:
+            raise ValueError("a job queue needs at least one guard")
+        if len({g.device.key for g in self.guards}) != len(self.guards):
+            raise ValueError("two guards on one device would share its timing slot: one guard per device")
+        self.guard = self.guards[0]  # problems and configuration are the same for all
+        self.db = self.guard.db
         self.db.reader().executescript(SCHEMA)
+        if "device" not in {r[1] for r in self.db.reader().execute("PRAGMA table_info(jobs)")}:
+            self.db.reader().execute("ALTER TABLE jobs ADD COLUMN device TEXT")
         self._cv = threading.Condition()
         self._progress: dict[str, dict] = {}
         self._stop = False
         if recover:
             with self.db.transaction() as c:  # what a stopped process left behind runs again
                 c.execute("UPDATE jobs SET state = 'queued', started_at = NULL WHERE state = 'running'")
-        self._thread = threading.Thread(target=self._loop, name="kernelarc-jobs", daemon=True)
+        self._threads = [
+            threading.Thread(target=self._loop, args=(g,), name=f"kernelarc-jobs-{i}", daemon=True)
+            for i, g in enumerate(self.guards)
+        ]
         if autostart:
-            self._thread.start()
+            for t in self._threads:
+                t.start()
 
     # -- API ---------------------------------------------------------------------------------
     def submit(self, agent: str, problem: str, solution: Solution, notes: str | None = None,
@@ -90,7 +107,8 @@ class JobQueue:
         if not rows:
             return None
         r = rows[0]
-        view = JobView(r["id"], r["agent"], r["problem"], r["state"], r["candidate_id"], r["error"])
+        view = JobView(r["id"], r["agent"], r["problem"], r["state"], r["candidate_id"], r["error"],
+                       device=r["device"])
         if r["state"] == "queued":
             view.position = int(self.db.query(
                 "SELECT COUNT(*) AS n FROM jobs WHERE state IN ('queued', 'running') AND created_at < ?",
@@ -129,24 +147,28 @@ class JobQueue:
         with self._cv:
             self._cv.notify_all()
 
-    # -- the worker thread -----------------------------------------------------------------------
-    def _next(self):
-        rows = self.db.query("SELECT * FROM jobs WHERE state = 'queued' ORDER BY created_at LIMIT 1")
-        return rows[0] if rows else None
+    # -- the worker threads, one per guard --------------------------------------------------------
+    def _claim(self, guard: Guard):
+        """The oldest queued job, marked running on this guard's device, in one transaction."""
+        with guard.db.transaction() as c:
+            row = c.execute("SELECT * FROM jobs WHERE state = 'queued' ORDER BY created_at LIMIT 1").fetchone()
+            if row is None:
+                return None
+            c.execute("UPDATE jobs SET state = 'running', started_at = ?, device = ? WHERE id = ?",
+                      (time.time(), guard.device.key, row["id"]))
+        return row
 
-    def _loop(self) -> None:
+    def _loop(self, guard: Guard) -> None:
         while not self._stop:
-            job = self._next()
+            job = self._claim(guard)
             if job is None:
                 with self._cv:
                     self._cv.wait(1.0)
                 continue
-            self._run(job)
+            self._run(job, guard)
 
-    def _run(self, job) -> None:
+    def _run(self, job, guard: Guard) -> None:
         job_id = job["id"]
-        with self.db.transaction() as c:
-            c.execute("UPDATE jobs SET state = 'running', started_at = ? WHERE id = ?", (time.time(), job_id))
 
         def progress(phase: str, done: int, total: int, detail: str) -> None:
             self._progress[job_id] = {"phase": phase, "done": done, "total": total, "detail": detail}
@@ -155,8 +177,8 @@ class JobQueue:
 
         try:
             solution = Solution.model_validate(json.loads(job["solution_json"]))
-            verdict = self.guard.evaluate(solution, job["problem"], agent=job["agent"], notes=job["notes"],
-                                          parent=job["parent"], progress=progress)
+            verdict = guard.evaluate(solution, job["problem"], agent=job["agent"], notes=job["notes"],
+                                     parent=job["parent"], progress=progress)
             fields = {"state": "done", "candidate_id": verdict.candidate_id}
         except (GuardError, ValueError) as exc:
             log.warning("job %s failed: %s", job_id, exc)
@@ -166,7 +188,7 @@ class JobQueue:
             fields = {"state": "error", "error": f"internal error: {type(exc).__name__}: {exc}"[:4000]}
         fields["finished_at"] = time.time()
         sets = ", ".join(f"{k} = ?" for k in fields)
-        with self.db.transaction() as c:
+        with guard.db.transaction() as c:
             c.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
         self._progress.pop(job_id, None)
         with self._cv:

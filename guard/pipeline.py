@@ -89,19 +89,22 @@ class Guard:
         self,
         workspace: Workspace,
         config: GuardConfig | None = None,
-        device: str = "auto",
+        device: "str | device_mod.DeviceChoice" = "auto",
         prestart: bool = True,
     ):
         self.ws = workspace
         self.cfg = config or workspace.config()
-        self.device = device_mod.resolve(device)
+        self.device = device if isinstance(device, device_mod.DeviceChoice) else device_mod.resolve(device)
         self.db = Database(workspace.db_path)
+        # Rows written before devices had groups carry the physical key: adopt them.
+        self.db.adopt_device(self.device.key, self.device.compare_key)
         self.store = workspace.problems()
         self.archive = GitArchive(workspace.archive_dir)
         # Worker folders live outside the workspace: a candidate's working directory must
         # not lead it to the database, the secret or the held-out workloads.
         self.scratch = Path(tempfile.mkdtemp(prefix="kernelarc-", dir=_scratch_root()))
-        self.pool = WorkerPool(self.device.kind, self.scratch / "workers", self.cfg.cpu_memory_limit_gb, prestart)
+        self.pool = WorkerPool(self.device.kind, self.scratch / "workers", self.cfg.cpu_memory_limit_gb, prestart,
+                               env=self.device.worker_env())
         self.slot = TimingSlot(self.device.key)
         self._lock = threading.Lock()  # one evaluation at a time on this device
         self._ceilings: dict | None = None
@@ -128,7 +131,8 @@ class Guard:
         return int.from_bytes(hmac.new(self._secret, msg, hashlib.sha256).digest()[:6], "big")
 
     def device_info(self) -> dict:
-        info = {"kind": self.device.kind, "key": self.device.key, "name": self.device.name}
+        info = {"kind": self.device.kind, "key": self.device.key, "group": self.device.compare_key,
+                "name": self.device.name}
         if self._ceilings:
             info["ceilings"] = self._ceilings
         return info
@@ -154,8 +158,8 @@ class Guard:
         common = dict(
             problem=d.name, definition_hash=dhash, agent=agent, parent=parent, notes=notes,
             language=language, source_hash=source_hash, normalized_hash=normalized_hash(solution),
-            solution_json=json.dumps(solution_json), device_key=self.device.key,
-            device_kind=self.device.kind,
+            solution_json=json.dumps(solution_json), device_key=self.device.compare_key,
+            device_kind=self.device.kind, measured_on=self.device.key,
         )
 
         # Gate 1: static screen (pure Python, no worker needed).
@@ -170,8 +174,9 @@ class Guard:
                     {"screen": time.monotonic() - t_start}, notes, parent,
                 )
 
-        prior = self.db.find_evaluated(d.name, dhash, source_hash, self.device.key)
-        if prior is not None:
+        prior = self.db.find_evaluated(d.name, dhash, source_hash, self.device.compare_key)
+        if prior is not None:  # judged from the prior's measurements: taken where it was measured
+            common["measured_on"] = prior["measured_on"] or prior["device_key"]
             cid = self.db.insert_candidate(state="running", **common)
             return self._record_duplicate(cid, prior, problem, agent, notes, parent)
 
@@ -544,8 +549,8 @@ class Guard:
         dhash = problem.definition.content_hash()
         new = {w.uuid: (w.latency_ms, w.rel_se or 0.0) for w in workloads}
         conn = self.db.reader()
-        best = self.db.agent_best(conn, problem.name, dhash, agent, self.device.key)
-        gbest = self.db.global_best(conn, problem.name, dhash, self.device.key)
+        best = self.db.agent_best(conn, problem.name, dhash, agent, self.device.compare_key)
+        gbest = self.db.global_best(conn, problem.name, dhash, self.device.compare_key)
         out: dict = {}
         for label, row in (("agent", best), ("global", gbest)):
             if row is None:
@@ -562,9 +567,18 @@ class Guard:
                     continue
             stored = decision_mod.compare(new, self._measurements(conn, row["id"]), self.cfg)
             band = self.cfg.pairing_band_gpu if self.device.kind == "cuda" else self.cfg.pairing_band_cpu
-            if not needs_pairing(stored, band):
+            where = row["measured_on"] or row["device_key"]
+            if where != self.device.key:
+                # Measured on another device of the group: compare only what was measured
+                # here, unless the difference is clear-cut even across devices.
+                if stored is None or not 1 / band < stored.speedup < band:
+                    continue
+                why = f"the incumbent was measured on another device ({where})"
+            elif needs_pairing(stored, band):
+                why = "the stored comparison is not clear-cut"
+            else:
                 continue
-            entry = {"incumbent": row["id"], "stored_speedup": stored.speedup, "comparison": None}
+            entry = {"incumbent": row["id"], "stored_speedup": stored.speedup, "comparison": None, "why": why}
             try:
                 entry["samples"] = self._remeasure(cand, trusted, key, problem, visible, row, eval_seed,
                                                    outdir, progress)
@@ -617,8 +631,9 @@ class Guard:
     def _record_reject(self, cid, problem: Problem, agent, rej: _Reject, phases, notes, parent) -> Verdict:
         with self.db.transaction() as c:
             history = self._history(c, problem.name, agent)
-            best = self.db.agent_best(c, problem.name, problem.definition.content_hash(), agent, self.device.key)
-            gbest = self.db.global_best(c, problem.name, problem.definition.content_hash(), self.device.key)
+            best = self.db.agent_best(c, problem.name, problem.definition.content_hash(), agent,
+                                      self.device.compare_key)
+            gbest = self.db.global_best(c, problem.name, problem.definition.content_hash(), self.device.compare_key)
             advice = decision_mod.advise("REJECT", history, None, best["sol_fraction"] if best else None, self.cfg)
             row = c.execute("SELECT source_hash, normalized_hash, notes FROM candidates WHERE id = ?", (cid,)).fetchone()
             verdict = Verdict(
@@ -646,8 +661,8 @@ class Guard:
         new = {w.uuid: (w.latency_ms, w.rel_se or 0.0) for w in workloads}
         sol_fraction = scoring.geomean([w.sol_fraction for w in workloads])
         with self.db.transaction() as c:
-            best = self.db.agent_best(c, problem.name, dhash, agent, self.device.key)
-            gbest = self.db.global_best(c, problem.name, dhash, self.device.key)
+            best = self.db.agent_best(c, problem.name, dhash, agent, self.device.compare_key)
+            gbest = self.db.global_best(c, problem.name, dhash, self.device.compare_key)
             cmp = self._paired_for(paired, "agent", best)
             was_paired = cmp is not None
             if cmp is None and best:
@@ -756,6 +771,7 @@ def _paired_summary(paired: dict | None) -> dict | None:
         out[label] = {
             "incumbent": e["incumbent"],
             "stored_speedup": e.get("stored_speedup"),
+            "why": e.get("why"),
             "paired_speedup": cmp.speedup if cmp else None,
             "threshold": cmp.threshold if cmp else None,
             "note": e.get("note"),

@@ -163,7 +163,12 @@ def cmd_serve(args) -> int:
     retention = Retention(args.retention_days, args.retention_per_problem)
     if args.transport == "http" and args.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s: reachable beyond this machine", args.host)
-    service = Service(ws, ws.config(), device=args.device, retention=retention, max_wait_s=args.max_wait)
+    from guard.runner.device import parse_count
+
+    service = Service(ws, ws.config(), device=args.device, retention=retention, max_wait_s=args.max_wait,
+                      devices=parse_count(args.devices))
+    if len(service.guards) > 1:
+        log.info("judging on %d devices: %s", len(service.guards), ", ".join(g.device.key for g in service.guards))
     try:
         if args.transport == "http":
             if args.allow_anonymous:
@@ -261,11 +266,14 @@ def cmd_launch(args) -> int:
     from launcher.monitor import LiveView
     from launcher.swarm import Swarm
 
+    from guard.runner.device import parse_count
+
+    parse_count(args.devices)  # a clear error now, not from the server the launcher starts
     ws = _workspace(args)
     swarm = Swarm(
         ws, args.problem, args.agents, args.client, strategies=args.strategies, model=args.model,
         budget_minutes=args.budget_minutes, max_candidates=args.max_candidates, device=args.device,
-        server_url=args.server, on_update=None if args.quiet else LiveView(),
+        devices=args.devices, server_url=args.server, on_update=None if args.quiet else LiveView(),
     )
     print(f"run {swarm.config.run_id}: {args.agents} {args.client} agent(s) on {args.problem}; "
           f"folder {swarm.folder.root}", file=sys.stderr)
@@ -421,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--allow-anonymous", action="store_true", help="HTTP without tokens (every caller is 'anonymous')")
     s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     s.add_argument("--max-wait", type=float, default=40.0, help="longest a tool call waits for a verdict (s)")
+    s.add_argument("--devices", default="1",
+                   help="how many GPUs of this host judge, one worker and timing slot each: N or 'all' "
+                        "(default 1; on a CPU, N > 1 simulates devices that share the cores)")
     s.add_argument("--workers", type=int, default=1,
                    help="HTTP worker processes (reads scale with them; one process evaluates)")
     s.add_argument("--retention-days", type=float, help="forget conclusions older than this")
@@ -454,6 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget-minutes", type=float, default=30.0)
     s.add_argument("--max-candidates", type=int, help="per agent")
     s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    s.add_argument("--devices", default="1", help="GPUs of this host that judge, for the server the launcher "
+                   "starts: N or 'all' (default 1)")
     s.add_argument("--server", help="URL of a running server (same workspace); default: start one")
     s.add_argument("--json", action="store_true")
     s.add_argument("-q", "--quiet", action="store_true", help="no live view on stderr")

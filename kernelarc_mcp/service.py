@@ -20,6 +20,7 @@ from guard.problems.derive import workload_set
 from guard.problems.dtypes import dtype_info
 from guard.problems.problem import ProblemError
 from guard.problems.summary import summarize
+from guard.runner.device import resolve_all
 from guard.scoring import flops_rate_for, sol_time_ms
 from guard.verdict import Verdict
 from guard.workspace import Workspace
@@ -60,21 +61,27 @@ class ServiceError(ValueError):
 class Service:
     def __init__(self, workspace: Workspace, config: GuardConfig | None = None, device: str = "auto",
                  retention: Retention | None = None, max_wait_s: float = MAX_WAIT_S, prestart: bool = True,
-                 evaluator: bool = True):
-        """``evaluator=False``: this process only reads and queues; another one evaluates."""
+                 evaluator: bool = True, devices: int | None = 1):
+        """``evaluator=False``: this process only reads and queues; another one evaluates.
+        ``devices``: how many GPUs of the host judge (``None``: all), one guard each."""
         self.ws = workspace
-        self.guard = Guard(workspace, config or workspace.config(), device=device, prestart=prestart)
+        cfg = config or workspace.config()
+        choices = resolve_all(device, devices if evaluator else 1)
+        self.guards = [Guard(workspace, cfg, device=c, prestart=prestart and evaluator) for c in choices]
+        self.guard = self.guards[0]
         self.db: Database = self.guard.db
-        self.jobs = JobQueue(self.guard, autostart=evaluator, recover=evaluator)
+        self.jobs = JobQueue(self.guards, autostart=evaluator, recover=evaluator)
         self.memory = Memory(self.db, retention)
         self.max_wait_s = max_wait_s
         self._peek_cache: dict[tuple, tuple[int, V.PeekResult]] = {}
         if evaluator:
-            threading.Thread(target=self.guard.warm_up, daemon=True).start()
+            for g in self.guards:
+                threading.Thread(target=g.warm_up, daemon=True).start()
 
     def close(self) -> None:
         self.jobs.stop()
-        self.guard.close()
+        for g in self.guards:
+            g.close()
 
     # -- problems --------------------------------------------------------------------------
     def _problem(self, name: str):
@@ -97,7 +104,7 @@ class Service:
 
     def _device_label(self) -> str:
         d = self.guard.device
-        return f"{d.kind}: {d.name}"
+        return f"{d.kind}: {d.name}" if len(self.guards) == 1 else f"{d.kind}: {len(self.guards)} x {d.name}"
 
     def get_problem(self, name: str) -> V.ProblemView:
         p = self._problem(name)
@@ -198,7 +205,7 @@ class Service:
             raise ServiceError(str(exc)) from None
         traj = self.memory.trajectory(agent, p.name)
         dhash = p.definition.content_hash()
-        best_row = self.db.agent_best(self.db.reader(), p.name, dhash, agent, self.guard.device.key)
+        best_row = self.db.agent_best(self.db.reader(), p.name, dhash, agent, self.guard.device.compare_key)
         best = self._verdict(best_row["id"]) if best_row else None
         last = self._verdict(traj[-1]["id"]) if traj else None
         lang = (best_row["language"] if best_row else None) or (traj[-1]["language"] if traj else None)
@@ -253,7 +260,7 @@ class Service:
         return result
 
     def _peek(self, p, k: int) -> V.PeekResult:
-        board = leaderboard(self.db, p.name, device_key=self.guard.device.key,
+        board = leaderboard(self.db, p.name, device_key=self.guard.device.compare_key,
                             definition_hash=p.definition.content_hash())
 
         def entry(e: dict, global_best: bool = False) -> V.BestEntry:
@@ -305,7 +312,9 @@ class Service:
             ))
         cfg = self.guard.cfg
         return V.StatusView(
-            version=__version__, you=agent, device=self.guard.device_info(), queue=self.jobs.pending(),
+            version=__version__, you=agent,
+            device=dict(self.guard.device_info(), devices=[g.device_info() for g in self.guards]),
+            queue=self.jobs.pending(),
             problems=len(self.guard.store.names()), agents=agents,
             budgets={"max_attempts": cfg.max_attempts, "time_budget_s": cfg.time_budget_s,
                      "redraft_after": cfg.redraft_after, "stop_sol_fraction": cfg.stop_sol_fraction,

@@ -40,6 +40,7 @@ class RunConfig(BaseModel):
     budget_minutes: float = Field(30.0, gt=0)
     max_candidates: int | None = Field(None, ge=1, description="per agent")
     device: str = "auto"
+    devices: str = Field("1", description="GPUs of the host that judge: N or 'all' (the server's --devices)")
     server_url: str | None = None  # None: the launcher starts one
     started_at: float = Field(default_factory=time.time)
     launcher_pid: int = Field(default_factory=os.getpid)

@@ -78,7 +78,8 @@ def assign_strategies(n: int, named: list[str] | None) -> list[str]:
 class Swarm:
     def __init__(self, workspace: Workspace, problem: str, agents: int, client: str,
                  strategies: list[str] | None = None, model: str | None = None, budget_minutes: float = 30.0,
-                 max_candidates: int | None = None, device: str = "auto", server_url: str | None = None,
+                 max_candidates: int | None = None, device: str = "auto", devices: str = "1",
+                 server_url: str | None = None,
                  agent_env: dict[str, str] | None = None, on_update: Callable[[list[AgentRun]], None] | None = None,
                  stall_minutes: float = 10.0):
         if agents < 1:
@@ -91,7 +92,8 @@ class Swarm:
         names = [check_agent_name(f"{s}-{short}-{i + 1}") for i, s in enumerate(assign_strategies(agents, strategies))]
         self.config = RunConfig(
             run_id=run_id, problem=problem, client=client, budget_minutes=budget_minutes,
-            max_candidates=max_candidates, device=device, server_url=server_url, stall_minutes=stall_minutes,
+            max_candidates=max_candidates, device=device, devices=str(devices), server_url=server_url,
+            stall_minutes=stall_minutes,
             agents=[AgentSpec(name=n, strategy=n.rsplit("-", 2)[0], client=client, model=model) for n in names],
         )
         self.folder = RunFolder(workspace.root, run_id)
@@ -131,7 +133,8 @@ class Swarm:
         logf = open(self.folder.root / "server.log", "ab")
         self.server = subprocess.Popen(
             [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(self.ws.root), "serve",
-             "--transport", "http", "--port", str(port), "--device", self.config.device],
+             "--transport", "http", "--port", str(port), "--device", self.config.device,
+             "--devices", self.config.devices],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
         logf.close()

@@ -32,8 +32,9 @@ CREATE TABLE IF NOT EXISTS candidates (
     source_hash TEXT NOT NULL,
     normalized_hash TEXT,
     solution_json TEXT NOT NULL,
-    device_key TEXT NOT NULL,
+    device_key TEXT NOT NULL,         -- the comparison group (GPUs of one model, or this CPU)
     device_kind TEXT NOT NULL,
+    measured_on TEXT,                 -- the physical device that took the measurements
     state TEXT NOT NULL,              -- queued, running, done, interrupted, error
     decision TEXT, status TEXT, gate TEXT, reason TEXT, diagnostic TEXT,
     first_failing_workload TEXT,
@@ -99,6 +100,8 @@ class Database:
         have = {r[1] for r in conn.execute("PRAGMA table_info(candidates)")}
         if "normalized_hash" not in have:
             conn.execute("ALTER TABLE candidates ADD COLUMN normalized_hash TEXT")
+        if "measured_on" not in have:
+            conn.execute("ALTER TABLE candidates ADD COLUMN measured_on TEXT")
         conn.execute("CREATE INDEX IF NOT EXISTS cand_norm ON candidates(problem, normalized_hash)")
 
     # -- connections ----------------------------------------------------------------------
@@ -143,6 +146,15 @@ class Database:
         return self._conn().execute(sql, params).fetchall()
 
     # -- candidates ----------------------------------------------------------------------------
+    def adopt_device(self, key: str, group: str) -> None:
+        """Rows keyed by a physical device before devices had groups move to the group, the
+        device kept as where they were measured."""
+        if key == group:
+            return
+        with self.transaction() as c:
+            c.execute("UPDATE candidates SET measured_on = device_key, device_key = ? WHERE device_key = ?",
+                      (group, key))
+
     def insert_candidate(self, **fields) -> str:
         cid = fields.pop("id", None) or new_candidate_id()
         fields.update(

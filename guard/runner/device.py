@@ -1,11 +1,23 @@
-"""Which device the guard uses, decided in the parent without importing torch."""
+"""Which device(s) the guard uses, decided in the parent without importing torch.
+
+A device has two identities:
+
+- ``key``: the physical device (a GPU's UUID, or this CPU). Timing slots, ceilings and
+  baselines belong to it, and each measurement records where it was taken (``measured_on``).
+- ``group``: the devices whose measurements are comparable, GPUs of one model (``cuda-`` and
+  the model's name). Agents' bests and the leaderboard are kept per group, so a swarm
+  spread over the GPUs of one host works on one leaderboard; a challenger judged on one GPU
+  against an incumbent measured on another has the incumbent re-measured beside it
+  (``guard/pipeline.py``).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import platform
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from . import nvml
 
@@ -13,9 +25,20 @@ from . import nvml
 @dataclass(frozen=True)
 class DeviceChoice:
     kind: str  # "cpu" or "cuda"
-    key: str  # stable identity for caches, locks and comparisons
+    key: str  # the physical device: caches, locks, where a measurement was taken
     name: str
     uuid: str | None = None
+    group: str = ""  # comparable devices (same model); empty: the key
+    simulated: bool = False  # one of several CPU "devices" sharing the same cores (tests)
+    index: int | None = field(default=None, compare=False)  # NVML index, for display
+
+    @property
+    def compare_key(self) -> str:
+        return self.group or self.key
+
+    def worker_env(self) -> dict[str, str]:
+        """Pins a worker to this GPU: inside it, ``cuda`` is this device and no other."""
+        return {"CUDA_VISIBLE_DEVICES": self.uuid} if self.kind == "cuda" and self.uuid else {}
 
 
 def _cpu_identity() -> str:
@@ -30,21 +53,99 @@ def _cpu_identity() -> str:
     return f"{model} x{os.cpu_count()}"
 
 
+def _cpu() -> DeviceChoice:
+    ident = _cpu_identity()
+    key = "cpu-" + hashlib.sha256(ident.encode()).hexdigest()[:12]
+    return DeviceChoice("cpu", key, ident, group=key)
+
+
+def _group_of(name: str) -> str:
+    return "cuda-" + (re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu")
+
+
+def _gpu(index: int) -> DeviceChoice | None:
+    ident = nvml.gpu_identity(index)
+    if not ident:
+        return None
+    return DeviceChoice("cuda", f"cuda-{ident['uuid']}", ident["name"], ident["uuid"],
+                        group=_group_of(ident["name"]), index=index)
+
+
+def visible_gpu_indices() -> list[int]:
+    """NVML indices of the GPUs this process may use (``CUDA_VISIBLE_DEVICES``: indices or
+    UUIDs, in its order)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() == "":
+        return []
+    count = nvml.gpu_count()
+    if visible is None:
+        return list(range(count))
+    by_uuid = {}
+    for i in range(count):
+        ident = nvml.gpu_identity(i)
+        if ident:
+            by_uuid[ident["uuid"]] = i
+    out = []
+    for item in (x.strip() for x in visible.split(",")):
+        if item.isdigit() and int(item) < count:
+            out.append(int(item))
+        elif item in by_uuid:
+            out.append(by_uuid[item])
+        elif item.startswith("GPU-") and any(u.startswith(item) for u in by_uuid):
+            out.append(next(i for u, i in by_uuid.items() if u.startswith(item)))
+        else:
+            break  # CUDA stops at the first entry it cannot use
+    return out
+
+
 def resolve(choice: str = "auto") -> DeviceChoice:
     """``auto``: the first visible GPU if NVML sees one, else the CPU."""
     if choice not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be auto, cpu or cuda, not {choice!r}")
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    gpus = nvml.gpu_count() if visible != "" else 0
-    if choice == "cuda" or (choice == "auto" and gpus > 0):
-        index = 0
-        if visible and visible.split(",")[0].strip().isdigit():
-            index = int(visible.split(",")[0])
-        ident = nvml.gpu_identity(index) if gpus else None
-        if ident:
-            return DeviceChoice("cuda", f"cuda-{ident['uuid']}", ident["name"], ident["uuid"])
-        if choice == "cuda":  # NVML missing: the worker will say whether CUDA works
-            return DeviceChoice("cuda", "cuda-unknown", "cuda")
-    ident = _cpu_identity()
-    key = "cpu-" + hashlib.sha256(ident.encode()).hexdigest()[:12]
-    return DeviceChoice("cpu", key, ident)
+    if choice == "cpu":
+        return _cpu()
+    indices = visible_gpu_indices()
+    gpu = _gpu(indices[0]) if indices else None
+    if gpu is not None:
+        return gpu
+    if choice == "cuda":  # NVML missing: the worker will say whether CUDA works
+        return DeviceChoice("cuda", "cuda-unknown", "cuda", group="cuda-unknown")
+    return _cpu()
+
+
+def parse_count(text: str | int | None) -> int | None:
+    """``--devices``: a positive number, or ``all`` (None)."""
+    if text is None or text == "all":
+        return None
+    try:
+        n = int(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"--devices must be a positive number or 'all', not {text!r}") from None
+    if n < 1:
+        raise ValueError(f"--devices must be a positive number or 'all', not {text!r}")
+    return n
+
+
+def resolve_all(choice: str = "auto", count: int | None = 1) -> list[DeviceChoice]:
+    """The devices a guard pool uses: ``count`` of them (``None``: every one visible).
+
+    On the CPU there is one device; asking for more gives simulated devices that share its
+    cores, distinct keys in one group: for exercising the scheduling and cross-device
+    comparisons in tests, not for speed.
+    """
+    first = resolve(choice)
+    if first.kind == "cpu":
+        n = count or 1
+        if n == 1:
+            return [first]
+        return [DeviceChoice("cpu", f"{first.key}-sim{i}", f"{first.name} (simulated device {i})",
+                             group=first.key, simulated=True) for i in range(n)]
+    if first.key == "cuda-unknown":
+        if count not in (None, 1):
+            raise ValueError("cannot tell the GPUs apart without NVML (nvidia-ml-py)")
+        return [first]
+    gpus = [g for g in (_gpu(i) for i in visible_gpu_indices()) if g is not None]
+    if count is not None and count > len(gpus):
+        raise ValueError(f"{count} devices asked for, {len(gpus)} GPU(s) visible")
+    # GPUs of different models fall in different groups: each keeps its own leaderboard
+    return gpus if count is None else gpus[:count]

@@ -15,8 +15,10 @@ log = logging.getLogger(__name__)
 
 
 class WorkerPool:
-    def __init__(self, device: str, root: Path, memory_limit_gb: float | None = None, prestart: bool = True):
+    def __init__(self, device: str, root: Path, memory_limit_gb: float | None = None, prestart: bool = True,
+                 env: dict[str, str] | None = None):
         self.device = device
+        self.env = dict(env or {})  # e.g. the GPU this pool's workers are pinned to
         self.root = Path(root)
         self.memory_limit_gb = memory_limit_gb
         self.prestart = prestart
@@ -26,7 +28,7 @@ class WorkerPool:
 
     def _new(self, role: str) -> WorkerProcess:
         workdir = self.root / f"{role}-{uuid.uuid4().hex[:10]}"
-        return WorkerProcess(role, self.device, workdir, self.memory_limit_gb).start()
+        return WorkerProcess(role, self.device, workdir, self.memory_limit_gb, self.env).start()
 
     def trusted(self, timeout: float = 180.0) -> WorkerProcess:
         with self._lock:

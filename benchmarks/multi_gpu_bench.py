@@ -1,0 +1,121 @@
+"""Issue 8 on a host with several GPUs (run on nvidia-h200-x2): does the guard use them all?
+
+1. Throughput: a swarm of scripted agents on one seed problem, judged by a server with
+   ``--devices 1`` and then ``--devices N``, the same time budget each; candidates judged
+   per minute and which device judged them.
+2. Interference: the spread of repeated evaluations of one kernel (the rmsnorm_h4096 study of
+   ``benchmarks/guard_bench.py``) on GPU 0 alone, then on every GPU at once, one guard each.
+
+Usage: python -m benchmarks.multi_gpu_bench OUT [--agents 8] [--minutes 4] [--devices 2]
+                                             [--resubmissions 10] [--device cuda|cpu]
+(``--device cpu``: a dry run with simulated devices, to check the script, not to measure.)
+Writes OUT/multi_gpu_bench.json and prints a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.guard_bench import JAMBA, SOL, spread_study  # noqa: E402,F401
+from guard.archive.db import Database  # noqa: E402
+from guard.pipeline import Guard  # noqa: E402
+from guard.runner.device import resolve_all  # noqa: E402
+from guard.workspace import Workspace  # noqa: E402
+from seeds import SEEDS_DIR  # noqa: E402
+
+
+def swarm(ws_root: Path, problem: str, agents: int, minutes: float, devices: int, device: str) -> dict:
+    cmd = [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws_root), "launch", "--problem", problem,
+           "--agents", str(agents), "--client", "scripted", "--budget-minutes", str(minutes),
+           "--max-candidates", "1000", "--device", device, "--devices", str(devices), "-q", "--json"]
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"launch failed ({p.returncode}): {p.stderr[-3000:]}")
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    db = Database(ws_root / "workspace.db")
+    jobs = db.query("SELECT device, state, started_at, finished_at FROM jobs WHERE state = 'done'")
+    per_device: dict[str, int] = {}
+    for j in jobs:
+        per_device[j["device"]] = per_device.get(j["device"], 0) + 1
+    judged = len(jobs)
+    return {"devices": devices, "agents": agents, "minutes": minutes, "judged": judged,
+            "per_minute": judged / minutes, "per_device": per_device, "run": out["run"]}
+
+
+def interference(problem: str, source: str, n: int, device: str, count: int) -> dict:
+    ws = Workspace.open(Path(tempfile.mkdtemp(prefix="multi-gpu-spread-")) / "ws")
+    ws.problems().import_path(SOL / problem)
+    choices = resolve_all(device, count)
+    guards = [Guard(ws, ws.config(), device=c) for c in choices]
+    try:
+        for g in guards:
+            g.warm_up()
+        alone = spread_study(guards[0], problem, source, n, agent="alone-0", base=1000)
+        results: dict[str, dict] = {}
+
+        def study(i: int, g: Guard) -> None:
+            results[g.device.key] = spread_study(g, problem, source, n, agent=f"together-{i}", base=5000 + 1000 * i)
+
+        threads = [threading.Thread(target=study, args=(i, g)) for i, g in enumerate(guards)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for g in guards:
+            g.close()
+
+    def brief(s: dict) -> dict:
+        return {k: s[k] for k in ("geomean_cv", "workload_cv_median", "workload_cv_max", "false_accepts",
+                                  "resubmissions")} | {"geomean_latency_us": statistics.median(s["geomean_latency_ms"]) * 1e3}
+
+    return {"alone": {guards[0].device.key: brief(alone)},
+            "together": {k: brief(v) for k, v in results.items()}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--agents", type=int, default=8)
+    ap.add_argument("--minutes", type=float, default=4.0)
+    ap.add_argument("--devices", type=int, default=2)
+    ap.add_argument("--resubmissions", type=int, default=10)
+    ap.add_argument("--problem", default="rmsnorm_llama3_8b")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--skip-swarm", action="store_true")
+    ap.add_argument("--skip-spread", action="store_true")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    result: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    "devices": [c.key for c in resolve_all(args.device, args.devices)]}
+    path = args.out / "multi_gpu_bench.json"
+    if not args.skip_swarm:
+        result["swarm"] = []
+        for n in (1, args.devices):
+            ws_root = Path(tempfile.mkdtemp(prefix=f"multi-gpu-{n}-")) / "ws"
+            result["swarm"].append(swarm(ws_root, args.problem, args.agents, args.minutes, n, args.device))
+            path.write_text(json.dumps(result, indent=2))
+            print(json.dumps(result["swarm"][-1]), flush=True)
+        one, many = result["swarm"]
+        result["throughput_ratio"] = many["per_minute"] / one["per_minute"] if one["per_minute"] else None
+    if not args.skip_spread:
+        rms = (SEEDS_DIR / "rmsnorm_llama3_8b" / "seed_triton.py").read_text()
+        result["interference"] = interference("rmsnorm_h4096", rms, args.resubmissions, args.device, args.devices)
+    path.write_text(json.dumps(result, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k != "swarm"}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Several devices behind one guard service: which devices, workers pinned to theirs, jobs
+spread over them, and comparisons across devices made only from measurements taken on the
+device that judges. GPUs are faked through NVML; on the CPU, simulated devices share the
+cores (they exercise the scheduling and the bookkeeping, not speed)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import RMS, fast_config, honest_source, unique
+from guard.archive.db import Database
+from guard.candidates.load import from_source
+from guard.jobs import JobQueue
+from guard.pipeline import Guard
+from guard.runner import device as device_mod
+from guard.runner import nvml
+from guard.workspace import Workspace
+
+
+@pytest.fixture
+def two_fake_gpus(monkeypatch):
+    ids = {0: "GPU-aaaa0000-0000-0000-0000-000000000000", 1: "GPU-bbbb1111-1111-1111-1111-111111111111"}
+    monkeypatch.setattr(nvml, "gpu_count", lambda: 2)
+    monkeypatch.setattr(nvml, "gpu_identity", lambda i=0: {"name": "NVIDIA H200", "uuid": ids[i], "driver": "x"}
+                        if i in ids else None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return ids
+
+
+def test_every_visible_gpu_is_a_device_of_one_group(two_fake_gpus, monkeypatch):
+    devs = device_mod.resolve_all("auto", None)
+    assert [d.uuid for d in devs] == [two_fake_gpus[0], two_fake_gpus[1]]
+    assert len({d.key for d in devs}) == 2 and {d.compare_key for d in devs} == {"cuda-nvidia-h200"}
+    # each worker sees its own GPU and no other
+    assert devs[1].worker_env() == {"CUDA_VISIBLE_DEVICES": two_fake_gpus[1]}
+    assert device_mod.resolve_all("cuda", 1) == devs[:1]
+    with pytest.raises(ValueError, match="3 devices asked for, 2"):
+        device_mod.resolve_all("cuda", 3)
+    # CUDA_VISIBLE_DEVICES narrows and orders them, by index or by UUID
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert [d.uuid for d in device_mod.resolve_all("auto", None)] == [two_fake_gpus[1]]
+    assert device_mod.resolve("cuda").uuid == two_fake_gpus[1]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{two_fake_gpus[1]},0")
+    assert [d.uuid for d in device_mod.resolve_all("auto", None)] == [two_fake_gpus[1], two_fake_gpus[0]]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert device_mod.resolve_all("auto", None)[0].kind == "cpu"
+
+
+def test_device_counts_and_simulated_cpu_devices():
+    assert device_mod.parse_count("all") is None and device_mod.parse_count("2") == 2
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(ValueError, match="--devices"):
+            device_mod.parse_count(bad)
+    one = device_mod.resolve_all("cpu", 1)
+    assert len(one) == 1 and not one[0].simulated and one[0].compare_key == one[0].key
+    sim = device_mod.resolve_all("cpu", 2)
+    assert len({d.key for d in sim}) == 2 and all(d.simulated for d in sim)
+    assert {d.compare_key for d in sim} == {one[0].key}
+    assert sim[0].worker_env() == {}
+
+
+def test_rows_from_before_groups_are_adopted(tmp_path):
+    db = Database(tmp_path / "w.db")
+    common = dict(problem="p", definition_hash="h", agent="a", source_hash="s", solution_json="{}",
+                  device_kind="cuda", state="done")
+    old = db.insert_candidate(device_key="cuda-GPU-1", **common)
+    other = db.insert_candidate(device_key="cuda-GPU-2", **common)
+    db.adopt_device("cuda-GPU-1", "cuda-nvidia-h200")
+    rows = {r["id"]: r for r in db.query("SELECT id, device_key, measured_on FROM candidates")}
+    assert (rows[old]["device_key"], rows[old]["measured_on"]) == ("cuda-nvidia-h200", "cuda-GPU-1")
+    assert (rows[other]["device_key"], rows[other]["measured_on"]) == ("cuda-GPU-2", None)
+
+
+def _guards(path, n=2, **overrides):
+    ws = Workspace.open(path)
+    cfg = fast_config(**overrides)
+    return [Guard(ws, cfg, device=d) for d in device_mod.resolve_all("cpu", n)]
+
+
+def test_jobs_spread_over_the_devices_and_none_runs_twice(tmp_path):
+    from guard.candidates.load import from_source as load
+
+    guards = _guards(tmp_path / "ws")  # few iterations: only the scheduling is under test
+    try:
+        with pytest.raises(ValueError, match="one guard per device"):
+            JobQueue([guards[0], guards[0]], autostart=False)
+        q = JobQueue(guards, autostart=False)
+        ids = [q.submit(f"agent-{i}", RMS, load(honest_source(), None, "k.py")) for i in range(4)]
+        for t in q._threads:
+            t.start()
+        deadline = time.monotonic() + 300
+        views = []
+        for j in ids:
+            views.append(q.wait(j, max(1.0, deadline - time.monotonic())))
+        q.stop()
+        assert all(v.state == "done" for v in views), [(v.state, v.error) for v in views]
+        assert {v.device for v in views} == {g.device.key for g in guards}  # both devices judged
+        assert len({v.candidate_id for v in views}) == 4  # each job once, each its own candidate
+        rows = guards[0].db.query("SELECT measured_on, device_key FROM candidates")
+        assert len(rows) == 4 and {r["device_key"] for r in rows} == {guards[0].device.compare_key}
+        by_job = {v.candidate_id: v.device for v in views}
+        for r in guards[0].db.query("SELECT id, measured_on FROM candidates"):
+            assert r["measured_on"] == by_job[r["id"]]  # the verdict came from the device that ran it
+    finally:
+        for g in guards:
+            g.close()
+
+
+def test_an_incumbent_from_another_device_is_remeasured_on_the_judging_one(tmp_path):
+    g0, g1 = _guards(tmp_path / "ws", min_iters=10, max_iters=30)
+    try:
+        source = honest_source()
+        first = g0.evaluate(from_source(source, None, "k.py"), RMS, agent="x")
+        assert first.decision == "ACCEPT", first.reason
+        # the same source again, now judged on the other device: still a duplicate in the group
+        dup = g1.evaluate(from_source(source, None, "k.py"), RMS, agent="y")
+        assert dup.duplicate_of == first.candidate_id
+        # a changed copy judged on device 1 against the incumbent measured on device 0
+        other = g1.evaluate(from_source(unique(source), None, "k.py"), RMS, agent="x")
+        assert other.status == "PASSED", other.reason
+        entry = (other.paired or {}).get("agent")
+        assert entry and entry["incumbent"] == first.candidate_id, other.paired
+        assert "another device" in entry["why"] and g0.device.key in entry["why"]
+        assert entry["paired_speedup"] is not None, entry.get("note")
+        assert other.decision != "ACCEPT", other.reason  # the same kernel, measured side by side
+        # control: judged on the incumbent's own device, the stored measurement is comparable
+        same = g0.evaluate(from_source(unique(source), None, "k.py"), RMS, agent="x")
+        assert "another device" not in str(((same.paired or {}).get("agent") or {}).get("why"))
+    finally:
+        g0.close()
+        g1.close()
