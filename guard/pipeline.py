@@ -363,7 +363,8 @@ class Guard:
                     raise GuardError(
                         f"problem {d.name}: the reference fails on workload {w.uuid}: {reply.get('message')}"
                     )
-                result = {k: reply.get(k) for k in ("eager", "compiled", "compile_error", "flops", "flops_error")}
+                result = {k: reply.get(k) for k in ("eager", "compiled", "compile_error", "compile_counters",
+                                                    "flops", "flops_error")}
                 self.db.put_baseline(dhash, w.uuid, self.device.key, result)
                 out[w.uuid] = result
         progress("baseline", len(missing), len(missing), "baselines cached")

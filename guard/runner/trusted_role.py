@@ -185,6 +185,7 @@ class TrustedRole:
                 if key not in self.compiled:
                     self.compiled[key] = torch.compile(module.run, mode=msg.get("compile_mode") or "default")
                 out["compiled"] = timed(self.compiled[key])
+                out["compile_counters"] = _dynamo_counters()
             except Exception as exc:
                 out["compiled"] = None
                 out["compile_error"] = f"{type(exc).__name__}: {exc}"[:500]
@@ -192,3 +193,19 @@ class TrustedRole:
 
     def ceilings(self, msg: dict) -> dict:
         return {"ok": True, "ceilings": ceilings.measure(self.device)}
+
+
+def _dynamo_counters() -> dict | None:
+    """What torch.compile did in this worker so far: frames compiled, graphs, graph breaks,
+    recompilations. A compile baseline no faster than eager with no graph here was eager."""
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:  # noqa: BLE001 - diagnostics only
+        return None
+    return {
+        "frames_ok": int(counters["frames"].get("ok", 0)),
+        "frames_total": int(counters["frames"].get("total", 0)),
+        "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+        "recompiles": int(sum(counters["recompiles"].values())) if "recompiles" in counters else None,
+    }
