@@ -86,7 +86,10 @@ def main() -> int:
     t = time.monotonic()
     build_errors = prebuild(cuda_seeds, args.jobs)
     result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "prebuild_s": time.monotonic() - t, "problems": {}}
+              "prebuild_s": time.monotonic() - t,
+              "prebuild_errors": {Path(k).parent.name: v for k, v in build_errors.items() if v},
+              "prebuilt": sorted(Path(k).parent.name for k, v in build_errors.items() if not v),
+              "problems": {}}
     from guard.pipeline import Guard
 
     ws = Workspace.open(Path(tempfile.mkdtemp(prefix="seeds-bench-")) / "ws")
