@@ -119,8 +119,11 @@ class Agent:
             if v["decision"] == "ACCEPT":
                 mine = cid
                 speed = v.get("speedup_vs_best")
-                how = f"{speed:.2f}x over my previous best" if speed else f"{v.get('speedup_eager') or 0:.2f}x over eager"
-                await self._record(f"{notes}: correct and faster ({how})", "insight", cid)
+                if speed:
+                    text = f"{notes}: correct and faster ({speed:.2f}x over my previous best)"
+                else:  # my first correct kernel: nothing of mine to be faster than
+                    text = f"{notes}: correct, my first working kernel ({v.get('speedup_eager') or 0:.2f}x of eager's speed)"
+                await self._record(text, "insight", cid)
             elif v["decision"] == "REJECT":
                 await self._record(f"{notes}: rejected, {v['status']}: {v['reason'][:200]}", "pitfall", cid)
             elif v["decision"] == "REVERT" and v.get("speedup_vs_best"):
