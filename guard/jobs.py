@@ -160,12 +160,16 @@ class JobQueue:
 
     def _loop(self, guard: Guard) -> None:
         while not self._stop:
-            job = self._claim(guard)
-            if job is None:
-                with self._cv:
-                    self._cv.wait(1.0)
-                continue
-            self._run(job, guard)
+            try:
+                job = self._claim(guard)
+                if job is None:
+                    with self._cv:
+                        self._cv.wait(1.0)
+                    continue
+                self._run(job, guard)
+            except Exception:  # e.g. the database locked for longer than its timeout: keep serving
+                log.exception("job loop on %s", guard.device.key)
+                time.sleep(1.0)
 
     def _run(self, job, guard: Guard) -> None:
         job_id = job["id"]

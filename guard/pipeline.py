@@ -105,7 +105,8 @@ class Guard:
         self.scratch = Path(tempfile.mkdtemp(prefix="kernelarc-", dir=_scratch_root()))
         self.pool = WorkerPool(self.device.kind, self.scratch / "workers", self.cfg.cpu_memory_limit_gb, prestart,
                                env=self.device.worker_env())
-        self.slot = TimingSlot(self.device.key)
+        # simulated CPU devices share the cores, hence one slot
+        self.slot = TimingSlot(self.device.compare_key if self.device.simulated else self.device.key)
         self._lock = threading.Lock()  # one evaluation at a time on this device
         self._ceilings: dict | None = None
         self._secret = workspace.secret
@@ -648,6 +649,13 @@ class Guard:
             self.db.finish(c, cid, _row_fields(verdict), [])
         return verdict
 
+    def _elsewhere_unclear(self, row, cmp) -> bool:
+        """A stored comparison with a row measured on another device, inside the pairing band."""
+        if row is None or cmp is None or (row["measured_on"] or row["device_key"]) == self.device.key:
+            return False
+        band = self.cfg.pairing_band_gpu if self.device.kind == "cuda" else self.cfg.pairing_band_cpu
+        return 1 / band < cmp.speedup < band
+
     @staticmethod
     def _paired_for(paired: dict | None, label: str, row) -> "decision_mod.Comparison | None":
         entry = (paired or {}).get(label)
@@ -666,15 +674,27 @@ class Guard:
             gbest = self.db.global_best(c, problem.name, dhash, self.device.compare_key)
             cmp = self._paired_for(paired, "agent", best)
             was_paired = cmp is not None
+            unsure = False  # an unpaired, unclear comparison with a best measured on another device
             if cmp is None and best:
                 cmp = decision_mod.compare(new, self._measurements(c, best["id"]), self.cfg)
+                unsure = self._elsewhere_unclear(best, cmp)
             decision = decision_mod.decide(cmp)
+            if unsure and decision != "KEEP":
+                # The best changed (on another device) while this one was measured: no ACCEPT or
+                # REVERT from figures taken on two devices; a resubmission is compared properly.
+                decision = "KEEP"
             is_global = False
             if decision == "ACCEPT":
                 cmp_g = self._paired_for(paired, "global", gbest)
                 if cmp_g is None and gbest:
                     cmp_g = decision_mod.compare(new, self._measurements(c, gbest["id"]), self.cfg)
-                is_global = decision_mod.beats(cmp_g)
+                    if self._elsewhere_unclear(gbest, cmp_g):
+                        cmp_g = None  # not decidable here; the global best stays
+                        is_global = False
+                    else:
+                        is_global = decision_mod.beats(cmp_g)
+                else:
+                    is_global = decision_mod.beats(cmp_g)
             history = self._history(c, problem.name, agent)
             advice = decision_mod.advise(decision, history, sol_fraction, best["sol_fraction"] if best else None, self.cfg)
             row = c.execute("SELECT source_hash, normalized_hash FROM candidates WHERE id = ?", (cid,)).fetchone()
@@ -688,6 +708,9 @@ class Guard:
                           + (", re-measured side by side)" if was_paired else ")"))
                 if decision == "REVERT":
                     reason += f"; go back to {best['id']}"
+                if unsure:
+                    reason += ("; the best was measured on another device and changed during this evaluation, "
+                               "so no ACCEPT or REVERT is drawn from it: resubmit to compare on one device")
             if is_global:
                 reason += "; new global best"
             verdict = Verdict(

@@ -67,6 +67,10 @@ class Service:
         self.ws = workspace
         cfg = config or workspace.config()
         choices = resolve_all(device, devices if evaluator else 1)
+        if len({c.compare_key for c in choices}) > 1:
+            # one queue feeds every device: an agent's bests would split between models
+            raise ValueError("these GPUs are of different models (" + ", ".join(sorted({c.name for c in choices}))
+                             + "): serve one model per server, chosen with CUDA_VISIBLE_DEVICES")
         self.guards = [Guard(workspace, cfg, device=c, prestart=prestart and evaluator) for c in choices]
         self.guard = self.guards[0]
         self.db: Database = self.guard.db

@@ -131,3 +131,24 @@ def test_an_incumbent_from_another_device_is_remeasured_on_the_judging_one(tmp_p
     finally:
         g0.close()
         g1.close()
+
+
+def test_a_best_changed_on_another_device_mid_evaluation_gives_no_accept(tmp_path, monkeypatch):
+    """When the best changes on another device while a challenger is measured, the paired
+    re-measurement was against the old best; the decision must not come from figures taken on
+    two devices."""
+    g0, g1 = _guards(tmp_path / "ws", min_iters=10, max_iters=30)
+    try:
+        source = honest_source()
+        first = g0.evaluate(from_source(source, None, "k.py"), RMS, agent="x")
+        assert first.decision == "ACCEPT", first.reason
+        with g0.db.transaction() as c:  # its stored figures 20% slow: alone they would say ACCEPT
+            c.execute("UPDATE workload_results SET latency_ms = latency_ms * 1.2, rel_se = 0 WHERE candidate_id = ?",
+                      (first.candidate_id,))
+        monkeypatch.setattr(g1, "_pairings", lambda *a, **k: {})  # as if paired against a best since replaced
+        other = g1.evaluate(from_source(unique(source), None, "k.py"), RMS, agent="x")
+        assert other.status == "PASSED", other.reason
+        assert other.decision == "KEEP" and "another device" in other.reason, other.reason
+    finally:
+        g0.close()
+        g1.close()

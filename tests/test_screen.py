@@ -79,6 +79,8 @@ CPP_BANNED = {
     "FILE* f = fopen(\"x\", \"r\");": "file",
     "const char* e = getenv(\"HOME\");": "environment",
     "#include <fstream>": "include",
+    "cudaLaunchHostFunc(stream, wait_cb, nullptr);": "host-callback",
+    "cudaGraphAddHostNode(&node, graph, nullptr, 0, &params);": "host-callback",
 }
 
 

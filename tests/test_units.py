@@ -196,3 +196,24 @@ def test_a_profiler_session_leaves_the_worker_intact():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_outputs_are_poisoned_where_a_skipped_call_would_leave_old_results():
+    from guard.runner.timing import poison_outputs
+
+    f, i, b, u = torch.zeros(3), torch.zeros(3, dtype=torch.int32), torch.zeros(2, dtype=torch.bool), torch.zeros(
+        2, dtype=torch.uint8)
+    poison_outputs([f, {"i": i}, (b, u)])
+    assert torch.isnan(f).all() and (i == -1).all() and b.all() and (u == 255).all()
+
+
+def test_container_subclasses_are_refused_as_outputs():
+    from guard.runner.common import CandidateFault, normalize_outputs
+
+    class Lazy(list):  # could run code whenever the guard reads it
+        pass
+
+    with pytest.raises(CandidateFault, match="subclass of a container"):
+        normalize_outputs(Lazy([torch.ones(1)]), ["y"])
+    values, indices = normalize_outputs(torch.max(torch.ones(2, 3), dim=1), ["values", "indices"])
+    assert values.shape == indices.shape == (2,)  # torch's own result tuples are fine

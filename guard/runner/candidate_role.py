@@ -205,10 +205,12 @@ class CandidateRole:
         threads = harness.thread_count()
 
         def call(k: int):
-            return fn(*sets[k], *outs[k])
+            result = fn(*sets[k], *outs[k])
+            # destination passing: the buffers are the outputs (a graph keeps them as its own)
+            return outs[k] if self.dps else result
 
         def on_audit(iteration: int, k: int, result) -> None:
-            got = outs[k] if self.dps else normalize_outputs(result, list(self.d["outputs"]))
+            got = list(result) if self.dps else normalize_outputs(result, list(self.d["outputs"]))
             metas = []
             for j, t in enumerate(got):
                 if T.type(t) is not T.tensor_type:
@@ -228,6 +230,7 @@ class CandidateRole:
                 audit_at=tuple(msg.get("audit_at", ())),
                 on_audit=on_audit,
                 max_time_s=cfg.get("max_timing_s"),
+                outputs_of=(lambda k: outs[k]) if self.dps else None,
             )
         except CandidateFault:
             raise

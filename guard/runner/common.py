@@ -38,9 +38,19 @@ def load_module_from_source(source: str, folder: Path, stem: str):
     return module
 
 
+def plain_container(value) -> bool:
+    """A dict, tuple or list itself, or one of torch's own result tuples (torch.max's)."""
+    kind = T.type(value)
+    return kind in (dict, tuple, list) or getattr(kind, "__module__", "") == "torch.return_types"
+
+
 def normalize_outputs(result, output_names: list[str]) -> list:
     """The candidate's (or reference's) return value as a list in definition order."""
     n = len(output_names)
+    if T.isinstance(result, (dict, tuple, list)) and not plain_container(result):
+        # a subclass would run the candidate's own code wherever the guard reads it
+        raise CandidateFault("REWARD_HACK", f"returned a {T.type(result).__name__}, a subclass of a "
+                             "container: return a plain tuple, list or dict")
     if T.isinstance(result, dict):
         missing = [k for k in output_names if k not in result]
         if missing:

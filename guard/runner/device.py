@@ -14,12 +14,15 @@ A device has two identities:
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import platform
 import re
 from dataclasses import dataclass, field
 
 from . import nvml
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,10 @@ def visible_gpu_indices() -> list[int]:
             out.append(by_uuid[item])
         elif item.startswith("GPU-") and any(u.startswith(item) for u in by_uuid):
             out.append(next(i for u, i in by_uuid.items() if u.startswith(item)))
-        else:
-            break  # CUDA stops at the first entry it cannot use
+        else:  # CUDA stops at the first entry it cannot use (a MIG instance, too, is not handled here)
+            log.warning("CUDA_VISIBLE_DEVICES entry %r is not a GPU index or UUID this guard can use; "
+                        "the GPUs after it are ignored", item)
+            break
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import json
 import socket
+import statistics
 import threading
 import time
 from types import SimpleNamespace
@@ -61,6 +62,8 @@ T = SimpleNamespace(
     len=builtins.len,
     profile=torch.profiler.profile,
     cuda_activity=torch.profiler.ProfilerActivity.CUDA,
+    graph_replay=torch.cuda.CUDAGraph.replay,
+    median=statistics.median,
 )
 
 # (owner, attribute) pairs whose identity must not change while a candidate is loaded.
@@ -75,11 +78,26 @@ _WATCHED: list[tuple[object, str]] = [
     (torch.Tensor, "numpy"), (torch.Tensor, "contiguous"), (torch.Tensor, "item"),
     (torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda.Event, "record"),
     (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize"),
-    (torch.profiler, "profile"),
+    (torch.profiler, "profile"), (torch.autograd.profiler, "profile"),
+    (torch.cuda.CUDAGraph, "replay"), (torch.cuda.CUDAGraph, "capture_begin"),
+    (torch.cuda.CUDAGraph, "capture_end"), (torch.cuda, "graph"), (torch.cuda, "CUDAGraph"),
+    (statistics, "median"),
     (torch.testing, "assert_close"), (threading, "Thread"), (builtins, "isinstance"),
     (builtins, "print"), (builtins, "open"), (builtins, "__import__"),
     (json, "dumps"), (json, "loads"), (socket.socket, "sendall"), (socket.socket, "recv"),
 ]
+# What the GPU timer reads its figures through (the graph replay, CUPTI's records); private
+# classes, so only where this torch has them.
+for _owner, _attrs in (
+    ("_CUDAGraph", ("replay",)),
+    ("_autograd._KinetoEvent", ("duration_ns", "start_ns", "correlation_id", "device_type", "name")),
+):
+    _obj = torch._C
+    for _part in _owner.split("."):
+        _obj = getattr(_obj, _part, None)
+    if _obj is not None:
+        _WATCHED += [(_obj, a) for a in _attrs]
+
 _SNAPSHOT = {(id(o), a): getattr(o, a, None) for o, a in _WATCHED}
 
 

@@ -155,7 +155,7 @@ class Timer:
                     out = call(k)
                 graphs.append((g, out))
             for g, _ in graphs:  # one replay each before timing
-                g.replay()
+                T.graph_replay(g)
             T.cuda_sync()
             return graphs, None
         except Exception as exc:  # noqa: BLE001 - any failure means: time it eagerly
@@ -171,9 +171,13 @@ class Timer:
         T.cuda_sync()
         for it in range(iters):
             g, out = graphs[it % len(graphs)]
+            if it in audit:
+                # untimed: the static outputs still hold an earlier replay's results; poisoned,
+                # a replay that skips its work is caught by the check of what it leaves
+                poison_outputs(out)
             self._flush()
             T.event_record(starts[it])
-            g.replay()
+            T.graph_replay(g)
             T.event_record(ends[it])
             if it in audit:  # untimed: after the end event, before the next flush
                 keep_audit(it, it % len(graphs), out)
@@ -191,16 +195,22 @@ class Timer:
         try:
             events = self._graph_loop(graphs, iters, audit, keep_audit)
         finally:
-            prof.stop()
+            try:
+                prof.stop()
+                stop_error = None
+            except Exception as exc:  # noqa: BLE001 - the profiler's failure, not the candidate's
+                stop_error = f"profiler stop: {type(exc).__name__}: {exc}"[:200]
+        if stop_error:
+            return events, None, stop_error, []
         try:
             spans, why, kernels = graph_launch_spans(prof.profiler.kineto_results.events(), iters)
         except Exception as exc:  # noqa: BLE001
             spans, why, kernels = None, f"reading CUPTI records: {type(exc).__name__}: {exc}"[:200], []
         if spans is not None:
             # a replay's device work lies inside its event window; if not, the records are not ours
-            if statistics.median(spans) > 1.05 * statistics.median(events) + 1e-3:
-                spans, why = None, (f"CUPTI median {statistics.median(spans):.4f} ms exceeds the event "
-                                    f"median {statistics.median(events):.4f} ms")
+            if T.median(spans) > 1.05 * T.median(events) + 1e-3:
+                spans, why = None, (f"CUPTI median {T.median(spans):.4f} ms exceeds the event "
+                                    f"median {T.median(events):.4f} ms")
         return events, spans, why, kernels
 
     # -- a whole measurement -------------------------------------------------------------
@@ -217,9 +227,12 @@ class Timer:
         max_time_s: float | None = None,
         use_graphs: bool = True,
         use_cupti: bool = True,
+        outputs_of: Callable[[int], object] | None = None,
     ) -> dict:
         """Time ``call(set_index)``. ``on_audit(iteration, set_index, outputs)`` is called,
-        untimed, after the chosen iterations so their outputs can be checked."""
+        untimed, after the chosen iterations so their outputs can be checked; before those
+        iterations the outputs they will write (``outputs_of(set_index)`` for buffers the
+        caller owns, a graph's static outputs) are poisoned."""
         # Warm-up: every input set at least once (compilation, autotuning, caches).
         warm_ms, i = [], 0
         budget_end = T.perf_counter() + warmup_time_s
@@ -271,6 +284,8 @@ class Timer:
                 break
             k = it % n_sets
             want = it in audit
+            if want and outputs_of is not None:
+                poison_outputs(outputs_of(k))  # untimed, as in the graph loop
             lat, ev, host, out = self._iteration(lambda k=k: call(k), keep=want)
             lat_ms.append(lat)
             ev_ms.append(ev)
@@ -333,14 +348,39 @@ def _is_host(event) -> bool:
 
 
 def _copy_outputs(out):
-    """A stream-ordered copy of a graph's static outputs (tensor, tuple, list or dict)."""
-    if isinstance(out, torch.Tensor):
+    """A stream-ordered copy of a graph's static outputs (tensor, tuple, list or dict). Exact
+    types only: a subclass would run the candidate's code here, inside the timed loop."""
+    kind = T.type(out)
+    if kind is T.tensor_type:
         return T.clone(out)
-    if isinstance(out, (tuple, list)):
-        return type(out)(_copy_outputs(o) for o in out)
-    if isinstance(out, dict):
+    if kind is tuple or kind is list:
+        return kind(_copy_outputs(o) for o in out)
+    if kind is dict:
         return {k: _copy_outputs(v) for k, v in out.items()}
+    if getattr(kind, "__module__", "") == "torch.return_types":  # torch.max's result and kin
+        return tuple(_copy_outputs(o) for o in out)
     return out
+
+
+def poison_outputs(out) -> None:
+    """Fill output tensors with values no honest kernel leaves (NaN; -1 or the largest value
+    for integers), so outputs a call did not write are found by the check."""
+    kind = T.type(out)
+    if kind is T.tensor_type:
+        if out.is_floating_point() or out.is_complex():
+            T.fill_(out, float("nan"))
+        elif out.dtype == torch.bool:
+            T.fill_(out, True)
+        elif out.dtype == torch.uint8:
+            T.fill_(out, 255)
+        else:
+            T.fill_(out, -1)
+    elif kind is tuple or kind is list or getattr(kind, "__module__", "") == "torch.return_types":
+        for o in out:
+            poison_outputs(o)
+    elif kind is dict:
+        for o in out.values():
+            poison_outputs(o)
 
 
 def _persisting_l2_reset():

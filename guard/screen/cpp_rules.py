@@ -18,6 +18,9 @@ RULES: list[tuple[str, str, str]] = [
     (r"\b(getenv|secure_getenv|setenv|putenv)\s*\(|\benviron\b", "environment",
      "the environment is off limits"),
     (r"\b(dlopen|dlsym)\s*\(", "dynamic", "loading other libraries is not allowed"),
+    (r"\b(cudaLaunchHostFunc|cuLaunchHostFunc|cudaStreamAddCallback|cuStreamAddCallback|"
+     r"cudaGraphAddHostNode|cuGraphAddHostNode)\b", "host-callback",
+     "host callbacks are not allowed: their time is not device work and escapes the timer"),
     (r"\bcudaDeviceReset\s*\(|\bcudaSetDevice\s*\(", "device",
      "changing or resetting the device is not allowed"),
     (r"#\s*include\s*<(thread|future|fstream|filesystem)>", "include",
