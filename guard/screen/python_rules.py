@@ -33,6 +33,10 @@ BANNED_MODULES = {
     "glob": "file access is not allowed",
     "mmap": "file access is not allowed",
     "fcntl": "file access is not allowed",
+    "guard": "the guard's own code is off limits",
+    "kernelarc_mcp": "the server's code is off limits",
+    "launcher": "the launcher's code is off limits",
+    "wholemodel": "not for kernels",
     "time": "timers are the guard's; a kernel needs none",
     "timeit": "timers are the guard's; a kernel needs none",
     "atexit": "exit hooks are not allowed",
@@ -233,6 +237,12 @@ class _Visitor(ast.NodeVisitor):
     def visit_Assign(self, node: ast.Assign) -> None:
         for t in node.targets:
             self._check_target(t)
+        # `G = torch.cuda.CUDAGraph` makes G an alias: `G.replay = f` is monkey-patching too
+        if isinstance(node.value, (ast.Attribute, ast.Name)) and _root_name(node.value) in self.aliases:
+            dotted = _dotted(node.value)
+            for t in node.targets:
+                if isinstance(t, ast.Name) and dotted:
+                    self.aliases[t.id] = self._resolve(dotted)
         self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
