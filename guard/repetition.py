@@ -9,6 +9,7 @@ import hashlib
 import re
 
 from .candidates.solution import Solution
+from .pyparse import parse
 
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _WORDS = re.compile(r"[A-Za-z0-9_]+")
@@ -22,7 +23,7 @@ def normalized_hash(solution: Solution) -> str:
         text = src.content
         if src.path.endswith(".py"):
             try:
-                tree = ast.parse(text)
+                tree = parse(text)
                 for node in ast.walk(tree):  # docstrings are comments too
                     body = getattr(node, "body", None)
                     if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)

@@ -11,6 +11,8 @@ import math
 import operator
 from collections.abc import Mapping
 
+from ..pyparse import parse
+
 _BINOPS = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -58,7 +60,7 @@ def _parse(expression: str) -> ast.Expression:
     if len(expression) > 2000:
         raise FormulaError("formula longer than 2000 characters")
     try:
-        return ast.parse(expression, mode="eval")
+        return parse(expression, mode="eval")
     except SyntaxError as exc:
         raise FormulaError(f"cannot parse formula {expression!r}: {exc.msg}") from None
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..pyparse import parse
 from .families import classify
 from .problem import Problem, ProblemError
 from .schema import CustomInput, Definition, KernelArcFields, TensorSpec, VarAxis, Workload
@@ -25,7 +26,7 @@ def is_kernelbench_file(path: Path) -> bool:
     if not (path.is_file() and path.suffix == ".py"):
         return False
     try:
-        tree = ast.parse(path.read_text())
+        tree = parse(path.read_text())
     except SyntaxError:
         return False
     defined = {

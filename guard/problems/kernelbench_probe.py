@@ -11,10 +11,12 @@ import json
 import sys
 import time
 
+from ..pyparse import parse
+
 
 def _int_constants(source: str) -> dict[str, int]:
     consts: dict[str, int] = {}
-    for node in ast.parse(source).body:
+    for node in parse(source).body:
         if (
             isinstance(node, ast.Assign)
             and len(node.targets) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from .findings import Finding
+from ..pyparse import parse
 
 BANNED_MODULES = {
     "threading": "threads run work outside the timed call",
@@ -125,7 +126,7 @@ SUSPICIOUS_STRINGS = ("KERNELARC_", "secret.key", "workspace.db", ".kernelarc")
 
 def syntax_error(path: str, source: str) -> Finding | None:
     try:
-        ast.parse(source, filename=path)
+        parse(source, filename=path)
     except SyntaxError as exc:
         return Finding(path, exc.lineno or 0, "syntax", f"syntax error: {exc.msg}")
     except ValueError as exc:  # null bytes
@@ -299,7 +300,7 @@ class _Visitor(ast.NodeVisitor):
 
 
 def check(path: str, source: str) -> list[Finding]:
-    tree = ast.parse(source, filename=path)
+    tree = parse(source, filename=path)
     v = _Visitor(path)
     v.visit(tree)
     # one finding per (line, rule) keeps the message short
