@@ -195,3 +195,54 @@ def test_repetition_is_noticed(session_tmp):
         assert any("plan like this" in r and first.candidate_id in r and "rita" in r for r in plan.repeats), plan.repeats
     finally:
         g.close()
+
+
+def _dps_solution(body: str):
+    import json
+
+    from guard.candidates.load import from_solution_json
+
+    return from_solution_json(json.dumps({
+        "name": "rms-dps", "spec": {"languages": ["pytorch"], "entry_point": "k.py::run",
+                                    "destination_passing_style": True},
+        "sources": [{"path": "k.py", "content": unique(body)}],
+    }))
+
+
+DPS_HONEST = (
+    "import torch\n\n"
+    "def run(hidden_states, weight, output):\n"
+    "    x = hidden_states.float()\n"
+    "    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()\n"
+    "    output.copy_(y.to(output.dtype))\n"
+)
+
+# Honest for the first two calls on an output buffer (correctness, with its determinism
+# repeat, never calls more often), then returns at once: timing reuses its buffers, so the
+# skipped calls would leave the earlier, correct result in place.
+DPS_SKIPS = (
+    "import torch\n\n"
+    "_calls = {}\n"
+    "_alive = []  # keeps each buffer alive, so no other tensor takes its id\n\n"
+    "def run(hidden_states, weight, output):\n"
+    "    _alive.append(output)\n"
+    "    _calls[id(output)] = _calls.get(id(output), 0) + 1\n"
+    "    if _calls[id(output)] > 2:\n"
+    "        return\n"
+    "    x = hidden_states.float()\n"
+    "    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()\n"
+    "    output.copy_(y.to(output.dtype))\n"
+)
+
+
+def test_destination_passing_and_a_call_that_skips_its_work_while_timed(session_tmp):
+    guard = make_guard(session_tmp / "ws-dps", static_screen=False, audits=3, min_iters=20, max_iters=20)
+    try:
+        honest = guard.evaluate(_dps_solution(DPS_HONEST), RMS, agent="dps")
+        assert honest.status == "PASSED", honest.reason
+        skips = guard.evaluate(_dps_solution(DPS_SKIPS), RMS, agent="dps-skip")
+        # its outputs are poisoned before each audited timed call, so the skipped work shows
+        assert skips.decision == "REJECT" and skips.status != "PASSED", skips.reason
+        assert "tim" in skips.reason.lower(), skips.reason
+    finally:
+        guard.close()
