@@ -40,16 +40,19 @@ def test_paired_arithmetic():
 
 
 def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(session_tmp, band=2.5):
-    guard = make_guard(session_tmp / f"ws-pairing-{band}", min_iters=40, max_iters=80, pairing_band_cpu=band)
+    # 5 standard errors rather than 3: on 2 shared cores even two kernels timed turn about can
+    # differ by 10%; the stored figures (40% off, no error) still say ACCEPT on their own
+    guard = make_guard(session_tmp / f"ws-pairing-{band}", min_iters=40, max_iters=80, pairing_band_cpu=band,
+                       noise_sigmas=5)
     try:
         # a first verdict in a fresh guard runs cold (and slower on a CPU): keep it out of the comparison
         guard.evaluate(from_source(honest_source(), None, "kernel.py"), RMS, agent="warm-up")
         source = honest_source()
         first = guard.evaluate(from_source(source, None, "kernel.py"), RMS, agent="agent-p")
         assert first.decision == "ACCEPT", first.reason
-        # The incumbent's stored figures as a slow window would have left them: 20% slower.
+        # The incumbent's stored figures as a slow window would have left them: 40% slower.
         with guard.db.transaction() as c:
-            c.execute("UPDATE workload_results SET latency_ms = latency_ms * 1.2, rel_se = 0 WHERE candidate_id = ?",
+            c.execute("UPDATE workload_results SET latency_ms = latency_ms * 1.4, rel_se = 0 WHERE candidate_id = ?",
                       (first.candidate_id,))
         again = guard.evaluate(from_source(source + "\n# a comment\n", None, "kernel.py"), RMS, agent="agent-p")
         assert again.status == "PASSED", again.reason
