@@ -177,7 +177,7 @@ class Guard:
 
         prior = self.db.find_evaluated(d.name, dhash, source_hash, self.device.compare_key)
         if prior is not None:  # judged from the prior's measurements: taken where it was measured
-            common["measured_on"] = prior["measured_on"] or prior["device_key"]
+            common["measured_on"] = self._measured_on(prior)
             cid = self.db.insert_candidate(state="running", **common)
             return self._record_duplicate(cid, prior, problem, agent, notes, parent)
 
@@ -568,15 +568,13 @@ class Guard:
                 if decision_mod.decide(agent_cmp) != "ACCEPT":
                     continue
             stored = decision_mod.compare(new, self._measurements(conn, row["id"]), self.cfg)
-            band = self.cfg.pairing_band_gpu if self.device.kind == "cuda" else self.cfg.pairing_band_cpu
-            where = row["measured_on"] or row["device_key"]
-            if where != self.device.key:
+            if self._measured_elsewhere(row):
                 # Measured on another device of the group: compare only what was measured
                 # here, unless the difference is clear-cut even across devices.
-                if stored is None or not 1 / band < stored.speedup < band:
+                if not self._elsewhere_unclear(row, stored):
                     continue
-                why = f"the incumbent was measured on another device ({where})"
-            elif needs_pairing(stored, band):
+                why = f"the incumbent was measured on another device ({self._measured_on(row)})"
+            elif needs_pairing(stored, self._pairing_band):
                 why = "the stored comparison is not clear-cut"
             else:
                 continue
@@ -649,12 +647,22 @@ class Guard:
             self.db.finish(c, cid, _row_fields(verdict), [])
         return verdict
 
+    @property
+    def _pairing_band(self) -> float:
+        return self.cfg.pairing_band_gpu if self.device.kind == "cuda" else self.cfg.pairing_band_cpu
+
+    @staticmethod
+    def _measured_on(row) -> str:
+        return row["measured_on"] or row["device_key"]  # rows from before measured_on: their key
+
+    def _measured_elsewhere(self, row) -> bool:
+        return row is not None and self._measured_on(row) != self.device.key
+
     def _elsewhere_unclear(self, row, cmp) -> bool:
         """A stored comparison with a row measured on another device, inside the pairing band."""
-        if row is None or cmp is None or (row["measured_on"] or row["device_key"]) == self.device.key:
+        if cmp is None or not self._measured_elsewhere(row):
             return False
-        band = self.cfg.pairing_band_gpu if self.device.kind == "cuda" else self.cfg.pairing_band_cpu
-        return 1 / band < cmp.speedup < band
+        return 1 / self._pairing_band < cmp.speedup < self._pairing_band
 
     @staticmethod
     def _paired_for(paired: dict | None, label: str, row) -> "decision_mod.Comparison | None":
@@ -688,11 +696,8 @@ class Guard:
                 cmp_g = self._paired_for(paired, "global", gbest)
                 if cmp_g is None and gbest:
                     cmp_g = decision_mod.compare(new, self._measurements(c, gbest["id"]), self.cfg)
-                    if self._elsewhere_unclear(gbest, cmp_g):
-                        cmp_g = None  # not decidable here; the global best stays
-                        is_global = False
-                    else:
-                        is_global = decision_mod.beats(cmp_g)
+                    # not decidable from figures of two devices: the global best stays
+                    is_global = not self._elsewhere_unclear(gbest, cmp_g) and decision_mod.beats(cmp_g)
                 else:
                     is_global = decision_mod.beats(cmp_g)
             history = self._history(c, problem.name, agent)

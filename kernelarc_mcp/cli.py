@@ -376,6 +376,11 @@ def cmd_demo(args) -> int:
 # -- parser ------------------------------------------------------------------------------
 
 
+def device_option(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                   help="where to evaluate (auto: the GPU if NVML sees one, else the CPU)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kernelarc",
@@ -401,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file", help="a .py defining run(...), a .cu/.cpp source, or a solution.json")
     s.add_argument("--problem", required=True)
     s.add_argument("--agent", default="cli", help="who submits (default: cli)")
-    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    device_option(s)
     s.add_argument("--language", choices=["pytorch", "triton", "cuda_cpp"], help="override detection")
     s.add_argument("--notes", help="what this candidate tries (kept with it)")
     s.add_argument("--parent", help="id of the candidate this one derives from")
@@ -427,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8765)
     s.add_argument("--agent", help="stdio: the agent this connection speaks for (default $KERNELARC_AGENT)")
     s.add_argument("--allow-anonymous", action="store_true", help="HTTP without tokens (every caller is 'anonymous')")
-    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    device_option(s)
     s.add_argument("--max-wait", type=float, default=40.0, help="longest a tool call waits for a verdict (s)")
     s.add_argument("--devices", default="1",
                    help="how many GPUs of this host judge, one worker and timing slot each: N or 'all' "
@@ -464,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", help="model for the claude/codex clients")
     s.add_argument("--budget-minutes", type=float, default=30.0)
     s.add_argument("--max-candidates", type=int, help="per agent")
-    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    device_option(s)
     s.add_argument("--devices", default="1", help="GPUs of this host that judge, for the server the launcher "
                    "starts: N or 'all' (default 1)")
     s.add_argument("--server", help="URL of a running server (same workspace); default: start one")
@@ -486,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_report)
 
     s = sub.add_parser("demo", help="the main job: a three-agent scripted swarm on a seed problem")
-    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    device_option(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_demo)
 

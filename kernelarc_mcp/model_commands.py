@@ -170,8 +170,10 @@ def _verification_json(v) -> dict:
 
 
 def _model_args(s: argparse.ArgumentParser) -> None:
+    from .cli import device_option
+
     s.add_argument("model", metavar="MODEL", help="llama_block, gpt2_block (:small/:real) or a Python file")
-    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    device_option(s)
     s.add_argument("--dtype", help="default: bfloat16 on the GPU, float32 on the CPU")
     s.add_argument("--markdown", metavar="FILE", help="also write the tables as Markdown")
     s.add_argument("--json", action="store_true")

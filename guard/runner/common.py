@@ -38,10 +38,15 @@ def load_module_from_source(source: str, folder: Path, stem: str):
     return module
 
 
+def is_torch_result_tuple(kind: type) -> bool:
+    """torch's own named result tuples (torch.max's and kin): C types, no candidate code."""
+    return getattr(kind, "__module__", "") == "torch.return_types"
+
+
 def plain_container(value) -> bool:
-    """A dict, tuple or list itself, or one of torch's own result tuples (torch.max's)."""
+    """A dict, tuple or list itself, or one of torch's own result tuples."""
     kind = T.type(value)
-    return kind in (dict, tuple, list) or getattr(kind, "__module__", "") == "torch.return_types"
+    return kind in (dict, tuple, list) or is_torch_result_tuple(kind)
 
 
 def normalize_outputs(result, output_names: list[str]) -> list:

@@ -18,7 +18,7 @@ import logging
 import os
 import platform
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import nvml
 
@@ -33,7 +33,6 @@ class DeviceChoice:
     uuid: str | None = None
     group: str = ""  # comparable devices (same model); empty: the key
     simulated: bool = False  # one of several CPU "devices" sharing the same cores (tests)
-    index: int | None = field(default=None, compare=False)  # NVML index, for display
 
     @property
     def compare_key(self) -> str:
@@ -71,7 +70,7 @@ def _gpu(index: int) -> DeviceChoice | None:
     if not ident:
         return None
     return DeviceChoice("cuda", f"cuda-{ident['uuid']}", ident["name"], ident["uuid"],
-                        group=_group_of(ident["name"]), index=index)
+                        group=_group_of(ident["name"]))
 
 
 def visible_gpu_indices() -> list[int]:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from .common import is_torch_result_tuple
 from .harness import T
 
 
@@ -357,7 +358,7 @@ def _copy_outputs(out):
         return kind(_copy_outputs(o) for o in out)
     if kind is dict:
         return {k: _copy_outputs(v) for k, v in out.items()}
-    if getattr(kind, "__module__", "") == "torch.return_types":  # torch.max's result and kin
+    if is_torch_result_tuple(kind):
         return tuple(_copy_outputs(o) for o in out)
     return out
 
@@ -375,7 +376,7 @@ def poison_outputs(out) -> None:
             T.fill_(out, 255)
         else:
             T.fill_(out, -1)
-    elif kind is tuple or kind is list or getattr(kind, "__module__", "") == "torch.return_types":
+    elif kind is tuple or kind is list or is_torch_result_tuple(kind):
         for o in out:
             poison_outputs(o)
     elif kind is dict:
