@@ -17,6 +17,7 @@ import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -110,6 +111,7 @@ def client_main(url: str, tok: str, calls: int, seed: int, queue) -> None:
     errors = []
     headers = {"Authorization": f"Bearer {tok}", "accept": "application/json, text/event-stream",
                "content-type": "application/json"}
+    cpu0 = time.process_time()
     with httpx2.Client(headers=headers, timeout=60) as http:
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
                 "params": {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -137,7 +139,127 @@ def client_main(url: str, tok: str, calls: int, seed: int, queue) -> None:
             except Exception as exc:  # noqa: BLE001
                 errors.append(f"{type(exc).__name__}: {exc}"[:200])
             lat[tool].append((time.perf_counter() - t0) * 1e3)
-    queue.put({"lat": lat, "errors": errors})
+    queue.put({"lat": lat, "errors": errors, "cpu_s": time.process_time() - cpu0})
+
+
+# -- where the server's work went: its processes, their CPU time and connections ----------------
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, user + system CPU seconds) of a process, from /proc/PID/stat."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "; fields[0] is the state
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_processes(root: int) -> dict[int, str]:
+    """The server process and its descendants, each with its role (none where there is no /proc)."""
+    if not os.path.isdir("/proc"):
+        return {}
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (st := _stat(int(entry))) is not None:
+            parents[int(entry)] = st[0]
+    family, grew = {root}, True
+    while grew:
+        more = {pid for pid, ppid in parents.items() if ppid in family} - family
+        family |= more
+        grew = bool(more)
+    roles = {}
+    for pid in family:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if pid == root:
+            roles[pid] = "serve (evaluates)"
+        elif "worker_main" in cmd:
+            roles[pid] = "guard worker"
+        elif "resource_tracker" in cmd:
+            roles[pid] = "resource tracker"
+        else:
+            roles[pid] = "http worker"
+    return roles
+
+
+def cpu_seconds(pids) -> dict[int, float]:
+    return {pid: st[1] for pid in pids if (st := _stat(pid)) is not None}
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    out = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                out.add(link[8:-1])
+    except OSError:
+        pass
+    return out
+
+
+def connections(port: int, pids) -> dict[int, set[int]]:
+    """The established TCP connections to ``port``, as client ports, by the process that holds them."""
+    by_inode = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for ln in lines:
+            f = ln.split()
+            local, remote, state, inode = f[1], f[2], f[3], f[9]
+            if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:  # 01: ESTABLISHED
+                by_inode[inode] = int(remote.rsplit(":", 1)[1], 16)
+    return {pid: {by_inode[i] for i in _socket_inodes(pid) if i in by_inode} for pid in pids}
+
+
+def settle(root: int, workers: int, timeout: float = 120.0) -> float:
+    """Wait until the server's HTTP worker processes (with ``workers`` > 1) exist and have
+    finished starting (no CPU spent for half a second), so that no client connects while only
+    some of them can accept; returns the seconds waited."""
+    t0 = time.monotonic()
+    if workers <= 1 or not os.path.isdir("/proc"):
+        return 0.0
+    before: dict[int, float] = {}
+    while time.monotonic() - t0 < timeout:
+        http = [pid for pid, role in server_processes(root).items() if role == "http worker"]
+        now = cpu_seconds(http)
+        if len(now) >= workers and all(pid in before and now[pid] - before[pid] < 0.02 for pid in now):
+            break
+        before = now
+        time.sleep(0.5)
+    return time.monotonic() - t0
+
+
+class ProcessWatch:
+    """Samples, while the clients run, which server process holds each client connection."""
+
+    def __init__(self, root: int, port: int, every_s: float = 0.2):
+        self.roles = server_processes(root)
+        self.port, self.every_s = port, every_s
+        self.clients: dict[int, set[int]] = {pid: set() for pid in self.roles}
+        self._stop = threading.Event()
+        self._cpu0 = cpu_seconds(self.roles)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            for pid, ports in connections(self.port, self.roles).items():
+                self.clients[pid] |= ports
+
+    def finish(self) -> list[dict]:
+        self._stop.set()
+        self._thread.join()
+        cpu1 = cpu_seconds(self.roles)
+        return [{"pid": pid, "role": role, "cpu_s": round(cpu1.get(pid, 0.0) - self._cpu0.get(pid, 0.0), 2),
+                 "connections": len(self.clients[pid])}
+                for pid, role in sorted(self.roles.items())]
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -165,6 +287,8 @@ def main() -> int:
     toks = {a: token(ws, a) for a in agents}
     srv = HttpServer(ws, "--workers", str(args.workers))
     try:
+        settle_s = settle(srv.proc.pid, args.workers)
+        watch = ProcessWatch(srv.proc.pid, srv.port)
         q = mp.get_context("spawn").Queue()
         procs = [mp.get_context("spawn").Process(target=client_main, args=(srv.url, toks[a], args.calls, i, q))
                  for i, a in enumerate(agents)]
@@ -175,6 +299,7 @@ def main() -> int:
         for p in procs:
             p.join()
         wall = time.time() - t0
+        processes = watch.finish()
     finally:
         srv.stop()
     lat = {"recall": [], "peek_best": []}
@@ -188,12 +313,18 @@ def main() -> int:
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
         "clients": args.clients, "calls_per_client": args.calls, "server_workers": args.workers, "conclusions": args.conclusions,
-        "candidates": args.candidates, "populate_s": populate_s, "server_ready_s": srv.ready_s, "wall_s": wall,
+        "candidates": args.candidates, "populate_s": populate_s, "server_ready_s": srv.ready_s,
+        "workers_settled_s": settle_s, "wall_s": wall,
         "calls": len(every), "errors": len(errors), "error_samples": errors[:5],
         "throughput_per_s": len(every) / wall,
         **{f"{k}_p50_ms": pct(v, 0.5) for k, v in lat.items()},
         **{f"{k}_p99_ms": pct(v, 0.99) for k, v in lat.items()},
         "all_p50_ms": pct(every, 0.5), "all_p99_ms": pct(every, 0.99), "all_mean_ms": statistics.fmean(every),
+        # the clients' own CPU per call (handshake included): their share of the measured latency
+        "client_cpu_ms_per_call": 1e3 * sum(r["cpu_s"] for r in results) / max(1, len(every)),
+        # per server process: CPU seconds spent while the clients ran, client connections it held
+        "server_processes": processes,
+        "connections_per_http_process": [p["connections"] for p in processes if p["connections"]],
     }
     (args.out / "mcp_load.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))

@@ -1,0 +1,197 @@
+"""`kernelarc serve --transport http --workers N`: each HTTP worker process listens on its own
+socket (SO_REUSEPORT), so concurrent keep-alive clients are spread over the workers by the
+kernel instead of staying with whichever worker accepted first; stopping the server, or
+killing it, leaves no worker behind."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from serving.util import REPO, HttpServer, fast_workspace, free_port, token
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; SO_REUSEPORT balancing is Linux's")
+
+LISTEN, ESTABLISHED = "0A", "01"
+INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+
+
+# -- processes and sockets, from /proc ----------------------------------------------------------
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (fields[1]: parent, fields[19]: start time)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def descendants(root: int) -> dict[int, str]:
+    """Every process below ``root``, with its start time (to tell it from a later one of the same pid)."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (f := _stat(int(entry))) is not None:
+            parent[int(entry)] = int(f[1])
+    found, frontier = {}, {root}
+    while frontier:
+        frontier = {pid for pid, pp in parent.items() if pp in frontier and pid not in found}
+        for pid in frontier:
+            if (f := _stat(pid)) is not None:
+                found[pid] = f[19]
+    return found
+
+
+def alive(procs: dict[int, str]) -> list[int]:
+    return [pid for pid, start in procs.items() if (f := _stat(pid)) is not None and f[19] == start and f[0] != "Z"]
+
+
+def socket_inodes(pid: int) -> set[str]:
+    out = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(link[8:-1])
+    return out
+
+
+def tcp_inodes(port: int, state: str) -> set[str]:
+    """Inodes of the TCP sockets whose local port is ``port``, in ``state``."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for ln in lines:
+            f = ln.split()
+            if f[3] == state and int(f[1].rsplit(":", 1)[1], 16) == port:
+                out.add(f[9])
+    return out
+
+
+def http_workers(srv: HttpServer, n: int, timeout: float = 60) -> dict[int, set[str]]:
+    """The server's HTTP worker processes (those below it holding a listening socket of its
+    port), each with the listening sockets it holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listening = tcp_inodes(srv.port, LISTEN)
+        held = {pid: socket_inodes(pid) & listening for pid in descendants(srv.proc.pid)}
+        held = {pid: inodes for pid, inodes in held.items() if inodes}
+        if len(held) >= n or time.monotonic() > deadline:
+            return held
+        time.sleep(0.2)
+
+
+def stop(srv: HttpServer, sig: int) -> int:
+    srv.proc.send_signal(sig)
+    try:
+        return srv.proc.wait(timeout=30)
+    finally:
+        srv.stop()
+
+
+def gone(procs: dict[int, str], timeout: float = 20) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (left := alive(procs)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+@pytest.fixture(scope="module")
+def ws_token(tmp_path_factory):
+    ws = fast_workspace(tmp_path_factory.mktemp("http-workers") / "ws")
+    return ws, token(ws, "wendy")
+
+
+# -- tests ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_keep_alive_connections_spread_over_workers_and_stop_cleanly(ws_token, sig):
+    ws, tok = ws_token
+    workers, clients = 2, 16
+    srv = HttpServer(ws, "--workers", str(workers))
+    conns = []
+    try:
+        held = http_workers(srv, workers)
+        # one listening socket per worker (with one shared socket, every worker holds the same one)
+        assert len(held) == workers, held
+        assert all(len(inodes) == 1 for inodes in held.values()), held
+        assert len(set().union(*held.values())) == workers, held
+
+        # the clients connect at once, then each makes a call and keeps its connection
+        conns = [http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120) for _ in range(clients)]
+        for c in conns:
+            c.connect()
+        headers = {"Authorization": f"Bearer {tok}", "accept": "application/json, text/event-stream",
+                   "content-type": "application/json"}
+        for c in conns:
+            c.request("POST", "/mcp", json.dumps(INIT), headers)
+        for c in conns:
+            r = c.getresponse()
+            assert r.status == 200, r.read()[:300]
+            r.read()
+        established = tcp_inodes(srv.port, ESTABLISHED)
+        per_worker = {pid: len(socket_inodes(pid) & established) for pid in held}
+        assert sum(per_worker.values()) == clients, per_worker
+        # hashing puts all 16 on one of two workers with probability 2 / 2**16
+        assert sum(1 for n in per_worker.values() if n) > 1, per_worker
+
+        procs = descendants(srv.proc.pid)
+        assert set(held) <= set(procs)
+        # idle keep-alive connections stay open while the server stops
+        assert stop(srv, sig) == 0, (ws / f"serve-{srv.port}.log").read_text()[-2000:]
+        assert not gone(procs), f"left running after the server stopped: {alive(procs)}"
+    finally:
+        for c in conns:
+            c.close()
+        srv.stop()
+
+
+def test_workers_do_not_outlive_a_killed_server(ws_token):
+    ws, _ = ws_token
+    srv = HttpServer(ws, "--workers", "2")
+    try:
+        held = http_workers(srv, 2)
+        assert len(held) == 2, held
+        procs = descendants(srv.proc.pid)
+        srv.proc.kill()
+        srv.proc.wait(timeout=10)
+        assert not gone(procs, timeout=30), f"left running after the server was killed: {alive(procs)}"
+    finally:
+        srv.stop()
+
+
+def test_a_port_in_use_is_refused_even_by_a_reuseport_listener(ws_token):
+    """SO_REUSEPORT lets sockets of one user share a port: a second server must still refuse a
+    port another one listens on, not quietly take half its connections."""
+    ws, _ = ws_token
+    port = free_port()
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", port))
+        other.listen()
+        out = _serve(ws, port)
+    assert out.returncode != 0, out.stderr[-2000:]
+    assert "address already in use" in out.stderr.lower(), out.stderr[-2000:]
+
+
+def _serve(ws: Path, port: int) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), "serve", "--transport",
+                           "http", "--port", str(port), "--device", "cpu", "--workers", "2"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
