@@ -262,6 +262,25 @@ class ProcessWatch:
                 for pid, role in sorted(self.roles.items())]
 
 
+def _spin(seconds: float) -> float:
+    """Burn ``seconds`` of this process's CPU; return them."""
+    t0 = time.process_time()
+    while time.process_time() - t0 < seconds:
+        pass
+    return time.process_time() - t0
+
+
+def cpu_capacity(processes: int, seconds: float = 1.0) -> float:
+    """How many cores this machine really gives at once: ``processes`` busy loops of
+    ``seconds`` CPU each, total CPU over wall time (a VM's or cgroup's limit shows here, where
+    os.cpu_count() does not)."""
+    with mp.get_context("spawn").Pool(processes) as pool:
+        pool.map(_spin, [0.01] * processes)  # processes started before the clock
+        t0 = time.perf_counter()
+        burnt = sum(pool.map(_spin, [seconds] * processes, chunksize=1))
+        return burnt / (time.perf_counter() - t0)
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
@@ -279,6 +298,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     from serving.util import HttpServer, fast_workspace, token
 
+    capacity = cpu_capacity(os.cpu_count() or 1)
+    print(f"CPU capacity: {capacity:.1f} cores busy at once (os.cpu_count() {os.cpu_count()})", flush=True)
     ws = fast_workspace(Path(tempfile.mkdtemp(prefix="mcp-load-")) / "ws")
     agents = [f"agent{i:02d}" for i in range(args.clients)]
     t0 = time.time()
@@ -312,6 +333,7 @@ def main() -> int:
     summary = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
+        "cores_usable_at_once": capacity,
         "clients": args.clients, "calls_per_client": args.calls, "server_workers": args.workers, "conclusions": args.conclusions,
         "candidates": args.candidates, "populate_s": populate_s, "server_ready_s": srv.ready_s,
         "workers_settled_s": settle_s, "wall_s": wall,

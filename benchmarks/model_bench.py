@@ -14,6 +14,8 @@ import datetime as dt
 import json
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,14 +30,16 @@ STEPS = {
 }
 
 
-def _cli(out: Path, tag: str, args: list[str]) -> dict:
+def _cli(out: Path, scratch: Path, tag: str, args: list[str]) -> dict:
     md = out / f"{tag}.md"
-    extra = ["--out", str(out / "problems")] if "--top" in args else []
-    cmd = [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(out / "ws"), *args, *extra,
+    extra = ["--out", str(scratch / "problems")] if "--top" in args else []
+    cmd = [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(scratch / "ws"), *args, *extra,
            "--device", DEVICE, "--markdown", str(md)]
     t0 = time.time()
     text = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-    (out / f"{tag}.txt").write_text(text.stdout + "\n--- stderr ---\n" + text.stderr[-8000:])
+    # one text file for every step: the device machine returns at most 8 files per call
+    with (out / "model_bench_output.txt").open("a") as f:
+        f.write(f"===== {tag}: {' '.join(cmd[3:])}\n{text.stdout}\n--- stderr ---\n{text.stderr[-8000:]}\n")
     return {"tag": tag, "command": "kernelarc " + " ".join(args + ["--device", DEVICE]), "rc": text.returncode,
             "seconds": round(time.time() - t0, 1), "markdown": md.name if md.exists() else None}
 
@@ -48,13 +52,17 @@ def run(out: Path, steps: list[str]) -> None:
     except FileNotFoundError:
         smi = "none (CPU dry run)"
     log = {"date": dt.date.today().isoformat(), "gpu": smi, "runs": []}
+    scratch = Path(tempfile.mkdtemp(prefix="model-bench-"))  # workspace and problems, kept out of OUT
     for step in steps:
         for args in STEPS[step]:
             tag = f"{step}_{args[1]}" if step == "profile" else f"verify_{step}"
-            entry = _cli(out, tag, args)
+            entry = _cli(out, scratch, tag, args)
             log["runs"].append(entry)
             print(json.dumps(entry), flush=True)
             (out / "model_bench.json").write_text(json.dumps(log, indent=2))
+    if (scratch / "problems").is_dir():  # the problems written by --top, as one file
+        with tarfile.open(out / "problems.tar.gz", "w:gz") as tar:
+            tar.add(scratch / "problems", arcname="problems")
 
 
 def render(out: Path) -> str:
@@ -67,7 +75,7 @@ def render(out: Path) -> str:
         if r["markdown"] and (out / r["markdown"]).exists():
             lines += [(out / r["markdown"]).read_text().strip(), ""]
         else:
-            lines += ["(no tables: see the .txt output)", ""]
+            lines += ["(no tables came back from this step: see the text output)", ""]
     return "\n".join(lines) + "\n"
 
 

@@ -120,6 +120,7 @@ def main() -> int:
                 entry["compile_sol_fraction"] = geomean([w["sol_ms"] / w["compile_ms"] for w in ref if w["compile_ms"]])
                 entry["bound"] = max({w["bound"] for w in ref}, key=[w["bound"] for w in ref].count)
                 entry["workloads"] = len(ref)
+            entry["baseline_diagnostics"] = _baseline_diagnostics(guard, folder.name)
             result["problems"][folder.name] = entry
             result["device"] = guard.device_info()
             out_json.write_text(json.dumps(result, indent=2, default=str))
@@ -130,6 +131,26 @@ def main() -> int:
     out_json.write_text(json.dumps(result, indent=2, default=str))
     print(render(result))
     return 0
+
+
+def _baseline_diagnostics(guard, problem: str) -> list[dict]:
+    """Per workload, what the eager and torch.compile baselines ran: device operations per
+    call and dynamo's counters (a compiled baseline with no graph was eager in disguise)."""
+    from guard.problems.derive import workload_set
+
+    prob = guard.store.get(problem)
+    d = prob.definition
+    out = []
+    for w in workload_set(prob, guard.device.kind, guard._secret).visible:
+        base = guard.db.baseline(d.content_hash(), w.uuid, guard.device.key) or {}
+        out.append({
+            "uuid": w.uuid,
+            "eager_ops_per_call": (base.get("eager") or {}).get("device_ops_per_call"),
+            "compiled_ops_per_call": (base.get("compiled") or {}).get("device_ops_per_call"),
+            "compile_counters": base.get("compile_counters"),
+            "compile_error": base.get("compile_error"),
+        })
+    return out
 
 
 def _us(ms):

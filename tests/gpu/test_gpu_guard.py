@@ -122,7 +122,10 @@ def test_side_stream_work_is_timed(gpu_guard_runtime):
     s = {w.uuid: w for w in side.workloads}[big]
     assert s.latency_ms > 0.8 * h.latency_ms, (s.latency_ms, h.latency_ms)
     if s.timing["method"] == "cuda-events+host-sync":  # the graph capture refused the fork
-        assert s.timing["event_median_ms"] < 0.5 * s.latency_ms  # the events alone were fooled
+        # the events alone were fooled: they end before the side stream's work does (on the
+        # H200 they saw 11.0 of 19.6 ms; how much they miss depends on how far the host's
+        # launches run ahead of the device)
+        assert s.timing["event_median_ms"] < 0.8 * s.latency_ms
         assert s.timing["off_stream_suspect"]
 
 
