@@ -2,7 +2,7 @@
 the CUDA C++ seed; median latency over the workloads and fraction of speed of light.
 
 Usage: python -m benchmarks.seeds_bench OUT_DIR [--budget-s 480] [--only NAME ...]
-       python -m benchmarks.seeds_bench --render OUT_DIR/seeds_bench.json > docs/seeds.md
+       python -m benchmarks.seeds_bench --render RUN1.json [RUN2.json ...] > docs/seeds.md
 CUDA seeds are compiled first, in parallel, into the guard's shared build cache.
 """
 
@@ -71,11 +71,11 @@ def main() -> int:
     ap.add_argument("out", type=Path, nargs="?")
     ap.add_argument("--budget-s", type=float, default=480)
     ap.add_argument("--only", nargs="*")
-    ap.add_argument("--render", type=Path)
+    ap.add_argument("--render", type=Path, nargs="+", help="result files; a problem measured in a later one replaces it")
     ap.add_argument("--jobs", type=int, default=4)
     args = ap.parse_args()
     if args.render:
-        print(render(json.loads(args.render.read_text())))
+        print(render(merge([json.loads(p.read_text()) for p in args.render])))
         return 0
     t_start = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -150,6 +150,17 @@ def _baseline_diagnostics(guard, problem: str) -> list[dict]:
             "compile_counters": base.get("compile_counters"),
             "compile_error": base.get("compile_error"),
         })
+    return out
+
+
+def merge(results: list[dict]) -> dict:
+    """Several runs as one: each problem from the last run that measured it; the run's date
+    and device kept per problem where runs differ."""
+    out = dict(results[0], problems=dict(results[0]["problems"]))
+    for r in results[1:]:
+        for name, entry in r["problems"].items():
+            if "skipped" not in entry:
+                out["problems"][name] = dict(entry, measured=r["date"][:16])
     return out
 
 
