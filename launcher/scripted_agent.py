@@ -1,8 +1,9 @@
 """The scripted agent: a real MCP client over streamable HTTP that needs no model.
 
 It reads the problem, starts from a seed its strategy prefers, proposes variants (other
-launch configurations: ``num_warps``, ``num_stages``; other seeds; the reference in plain
-PyTorch), submits them, records what it learns as conclusions with their evidence, looks at
+launch configurations: ``num_warps``, ``num_stages``, tile sizes; other seeds; the reference
+in plain PyTorch), climbs from each variant the guard accepts to that variant's own
+variants, never submits the same source twice, submits them, records what it learns as conclusions with their evidence, looks at
 its peers' best and adopts it when it leads, and follows the guard's advice: a redraft
 switches to another starting point, stop ends it. Deterministic for a given problem and
 strategy. Run by the launcher: ``python -m launcher.scripted_agent --url URL --problem P``
@@ -26,6 +27,11 @@ KNOBS = {
     "num_warps": [4, 8, 2, 16, 1],
     "num_stages": [3, 2, 4, 1],
 }
+# tile sizes passed as keyword arguments (``BLOCK=4096``): tried at half, double, a quarter
+# and four times their value; a size the kernel cannot take is the guard's to reject
+TILES = ("BLOCK", "BLOCK_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "BM", "BN", "BK")
+TILE_FACTORS = (0.5, 2, 0.25, 4)
+TILE_RANGE = (16, 65536)
 PREFERRED_START = {
     "tiling_autotune": ["seed_triton.py", "reference", "seed_cuda.cu"],
     "memory_fusion": ["seed_triton.py", "seed_cuda.cu", "reference"],
@@ -35,13 +41,20 @@ PREFERRED_START = {
 }
 
 
+def _tile_values(current: int) -> list[int]:
+    values = [int(current * f) for f in TILE_FACTORS]
+    return [v for v in values if TILE_RANGE[0] <= v <= TILE_RANGE[1] and v & (v - 1) == 0]
+
+
 def variants(source: str) -> list[tuple[str, str]]:
-    """Other launch configurations of a source: (new source, what changed)."""
+    """Other launch configurations of a source, one change each: (new source, what changed)."""
     out = []
-    for knob, values in KNOBS.items():
-        for m in re.finditer(rf"\b{knob}\s*=\s*(\d+)", source):
+    options = [(knob, lambda cur, vs=values: vs) for knob, values in KNOBS.items()]
+    options += [(tile, _tile_values) for tile in TILES]
+    for knob, values_for in options:
+        for m in re.finditer(rf"\b{knob}\s*=\s*(\d+)\b", source):
             current = int(m.group(1))
-            for v in values:
+            for v in values_for(current):
                 if v != current:
                     new = source[: m.start(1)] + str(v) + source[m.end(1):]
                     out.append((new, f"{knob} {current} -> {v}"))
@@ -58,6 +71,7 @@ class Agent:
         self.max_candidates = max_candidates
         self.deadline = time.monotonic() + budget_s if budget_s else None
         self.submitted = 0
+        self.tried: set[str] = set()  # sources submitted, so no variant is judged twice
 
     async def tool(self, name: str, **args):
         r = await self.c.call_tool(name, args)
@@ -109,6 +123,9 @@ class Agent:
                 start_index += 1
                 queue = [(lang, src, f"start from {label}")] + [(lang, s, n) for s, n in variants(src)]
             lang, src, notes = queue.pop(0)
+            if src in self.tried:
+                continue
+            self.tried.add(src)
             res = await self.submit(src, lang, f"[{self.strategy}] {notes}")
             v = res.get("verdict")
             if res["state"] != "done" or v is None:
@@ -118,6 +135,8 @@ class Agent:
             cid = v["candidate_id"]
             if v["decision"] == "ACCEPT":
                 mine = cid
+                # climb: the new best's own variants come next
+                queue = [(lang, s, f"{n} (on my best {cid})") for s, n in variants(src) if s not in self.tried] + queue
                 speed = v.get("speedup_vs_best")
                 if speed:
                     text = f"{notes}: correct and faster ({speed:.2f}x over my previous best)"

@@ -104,3 +104,15 @@ def test_claude_command(tmp_path):
     assert argv[argv.index("--append-system-prompt") + 1] == "Tile it."
     assert "mcp__kernelarc" in argv[argv.index("--allowedTools") + 1]
     assert argv[argv.index("--resume") + 1] == "sess-1"
+
+
+def test_scripted_agent_varies_tile_sizes_and_never_repeats_a_source():
+    from launcher.scripted_agent import variants
+
+    src = "k[(n,)](x, y, BLOCK=4096, num_warps=8)\nBLOCK_SIZE = 16\n"
+    changes = [n for _, n in variants(src)]
+    assert "BLOCK 4096 -> 2048" in changes and "BLOCK 4096 -> 16384" in changes
+    assert "BLOCK_SIZE 16 -> 32" in changes and not any("BLOCK_SIZE 16 -> 8" in c for c in changes)
+    assert not any("BLOCK 4096 -> 4096" in c for c in changes)
+    sources = [s for s, _ in variants(src)]
+    assert len(sources) == len(set(sources)) and src not in sources
