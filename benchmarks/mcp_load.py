@@ -25,6 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+from serving import procfs  # noqa: E402
+
 PROBLEMS = ["rmsnorm_llama3_8b", "softmax_lm_vocab_fp32", "matmul_bf16_llm_projections", "layernorm_gpt2_bf16"]
 DOMAIN = ("tile block warp vector load store coalesce fuse epilogue split reduce persistent autotune "
           "stages pipeline shared memory bank conflict register spill occupancy launch overhead rows "
@@ -143,31 +145,12 @@ def client_main(url: str, tok: str, calls: int, seed: int, queue) -> None:
 
 
 # -- where the server's work went: its processes, their CPU time and connections ----------------
-def _stat(pid: int) -> tuple[int, float] | None:
-    """(parent pid, user + system CPU seconds) of a process, from /proc/PID/stat."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "; fields[0] is the state
-    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def server_processes(root: int) -> dict[int, str]:
     """The server process and its descendants, each with its role (none where there is no /proc)."""
     if not os.path.isdir("/proc"):
         return {}
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (st := _stat(int(entry))) is not None:
-            parents[int(entry)] = st[0]
-    family, grew = {root}, True
-    while grew:
-        more = {pid for pid, ppid in parents.items() if ppid in family} - family
-        family |= more
-        grew = bool(more)
     roles = {}
-    for pid in family:
+    for pid in {root, *procfs.descendants(root)}:
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
@@ -184,38 +167,13 @@ def server_processes(root: int) -> dict[int, str]:
 
 
 def cpu_seconds(pids) -> dict[int, float]:
-    return {pid: st[1] for pid in pids if (st := _stat(pid)) is not None}
-
-
-def _socket_inodes(pid: int) -> set[str]:
-    out = set()
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                out.add(link[8:-1])
-    except OSError:
-        pass
-    return out
+    return {pid: cpu for pid in pids if (cpu := procfs.cpu_seconds(pid)) is not None}
 
 
 def connections(port: int, pids) -> dict[int, set[int]]:
     """The established TCP connections to ``port``, as client ports, by the process that holds them."""
-    by_inode = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for ln in lines:
-            f = ln.split()
-            local, remote, state, inode = f[1], f[2], f[3], f[9]
-            if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:  # 01: ESTABLISHED
-                by_inode[inode] = int(remote.rsplit(":", 1)[1], 16)
-    return {pid: {by_inode[i] for i in _socket_inodes(pid) if i in by_inode} for pid in pids}
+    remote = procfs.tcp_sockets(port, procfs.ESTABLISHED)
+    return {pid: {remote[i] for i in procfs.socket_inodes(pid) if i in remote} for pid in pids}
 
 
 def settle(root: int, workers: int, timeout: float = 120.0) -> float:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -17,73 +16,18 @@ from pathlib import Path
 
 import pytest
 
+from serving.procfs import ESTABLISHED, LISTEN, descendants, socket_inodes, stat_fields, tcp_sockets
 from serving.util import REPO, HttpServer, fast_workspace, free_port, token
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; SO_REUSEPORT balancing is Linux's")
 
-LISTEN, ESTABLISHED = "0A", "01"
 INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
 
 
-# -- processes and sockets, from /proc ----------------------------------------------------------
-def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (fields[1]: parent, fields[19]: start time)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2:].split()
-
-
-def descendants(root: int) -> dict[int, str]:
-    """Every process below ``root``, with its start time (to tell it from a later one of the same pid)."""
-    parent = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (f := _stat(int(entry))) is not None:
-            parent[int(entry)] = int(f[1])
-    found, frontier = {}, {root}
-    while frontier:
-        frontier = {pid for pid, pp in parent.items() if pp in frontier and pid not in found}
-        for pid in frontier:
-            if (f := _stat(pid)) is not None:
-                found[pid] = f[19]
-    return found
-
-
 def alive(procs: dict[int, str]) -> list[int]:
-    return [pid for pid, start in procs.items() if (f := _stat(pid)) is not None and f[19] == start and f[0] != "Z"]
-
-
-def socket_inodes(pid: int) -> set[str]:
-    out = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return out
-    for fd in fds:
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            out.add(link[8:-1])
-    return out
-
-
-def tcp_inodes(port: int, state: str) -> set[str]:
-    """Inodes of the TCP sockets whose local port is ``port``, in ``state``."""
-    out = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for ln in lines:
-            f = ln.split()
-            if f[3] == state and int(f[1].rsplit(":", 1)[1], 16) == port:
-                out.add(f[9])
-    return out
+    return [pid for pid, start in procs.items()
+            if (f := stat_fields(pid)) is not None and f[19] == start and f[0] != "Z"]
 
 
 def http_workers(srv: HttpServer, n: int, timeout: float = 60) -> dict[int, set[str]]:
@@ -91,7 +35,7 @@ def http_workers(srv: HttpServer, n: int, timeout: float = 60) -> dict[int, set[
     port), each with the listening sockets it holds."""
     deadline = time.monotonic() + timeout
     while True:
-        listening = tcp_inodes(srv.port, LISTEN)
+        listening = set(tcp_sockets(srv.port, LISTEN))
         held = {pid: socket_inodes(pid) & listening for pid in descendants(srv.proc.pid)}
         held = {pid: inodes for pid, inodes in held.items() if inodes}
         if len(held) >= n or time.monotonic() > deadline:
@@ -146,7 +90,7 @@ def test_keep_alive_connections_spread_over_workers_and_stop_cleanly(ws_token, s
             r = c.getresponse()
             assert r.status == 200, r.read()[:300]
             r.read()
-        established = tcp_inodes(srv.port, ESTABLISHED)
+        established = set(tcp_sockets(srv.port, ESTABLISHED))
         per_worker = {pid: len(socket_inodes(pid) & established) for pid in held}
         assert sum(per_worker.values()) == clients, per_worker
         # hashing puts all 16 on one of two workers with probability 2 / 2**16
