@@ -25,7 +25,7 @@ def _round_bf16(x):
 def _attn_fwd(
     q_ptr, k_ptr, v_ptr, o_ptr, seq_len, n_q_heads, group, head_dim, scale,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
-    BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, DOT_BF16: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, DOT_BF16: tl.constexpr, ROUND_BF16: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -63,12 +63,15 @@ def _attn_fwd(
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        p = _round_bf16(p).to(tl.bfloat16)
-        if not DOT_BF16:
-            p = p.to(tl.float32)
+        if ROUND_BF16:  # a bfloat16 model's P @ V takes P in bfloat16
+            p = _round_bf16(p)
+        if DOT_BF16:
+            p = p.to(tl.bfloat16)
         acc = acc * alpha[:, None] + tl.dot(p, v)
         m_i = m_new
-    out = _round_bf16(acc / l_i[:, None])
+    out = acc / l_i[:, None]
+    if ROUND_BF16:
+        out = _round_bf16(out)
     tl.store(
         o_ptr + b * sob + h * soh + offs_m[:, None] * sos + offs_d[None, :],
         out.to(o_ptr.dtype.element_ty),
@@ -86,12 +89,13 @@ def run(q, k, v):
     if batch * n_q_heads * seq_len == 0:
         return o
     bm, bn = 64, 64
+    low = q.dtype == torch.bfloat16  # in float32 (a model run on the CPU) nothing is rounded
     grid = (triton.cdiv(seq_len, bm), batch * n_q_heads)
     _attn_fwd[grid](
         q, k, v, o, seq_len, n_q_heads, group, head_dim, head_dim ** -0.5,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
-        BM=bm, BN=bn, BD=triton.next_power_of_2(head_dim), DOT_BF16=q.is_cuda,
-        num_warps=4, num_stages=2,
+        BM=bm, BN=bn, BD=triton.next_power_of_2(head_dim), DOT_BF16=q.is_cuda and low,
+        ROUND_BF16=low, num_warps=4, num_stages=2,
     )
     return o

@@ -1,6 +1,6 @@
 """Seed SwiGLU gate/up in Triton: one program per 64x64 output tile runs both projections
 over the same x tiles (two float32 accumulators, tl.dot), then the epilogue rounds gate and up
-to bfloat16 as the model does and writes silu(gate) * up.
+to bfloat16 as a bfloat16 model does and writes silu(gate) * up.
 
 A fair starting point, not the best possible: fixed tiles, no autotuning, no grouped tile
 order, the weights read as two separate matrices. (On a CPU, Triton's interpreter cannot
@@ -25,7 +25,7 @@ def _round_bf16(x):
 def _gate_up_kernel(
     x_ptr, wg_ptr, wu_ptr, y_ptr, M, N, K,
     stride_xm, stride_wn, stride_ym,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DOT_BF16: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DOT_BF16: tl.constexpr, ROUND_BF16: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -49,10 +49,14 @@ def _gate_up_kernel(
             a32 = a.to(tl.float32)
             acc_g = tl.dot(a32, g.to(tl.float32), acc_g)
             acc_u = tl.dot(a32, u.to(tl.float32), acc_u)
-    gate = _round_bf16(acc_g)  # the model rounds gate and up to bfloat16
-    up = _round_bf16(acc_u)
+    gate, up = acc_g, acc_u
+    if ROUND_BF16:  # a bfloat16 model rounds gate and up to bfloat16
+        gate = _round_bf16(gate)
+        up = _round_bf16(up)
     y = gate / (1.0 + tl.exp(-gate)) * up
-    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], _round_bf16(y).to(y_ptr.dtype.element_ty),
+    if ROUND_BF16:
+        y = _round_bf16(y)
+    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y.to(y_ptr.dtype.element_ty),
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
@@ -66,9 +70,10 @@ def run(x, gate_proj, up_proj):
     if M == 0 or N == 0:
         return y
     bm, bn, bk = 64, 64, 32
+    low = x.dtype == torch.bfloat16  # in float32 (a model run on the CPU) nothing is rounded
     grid = (triton.cdiv(M, bm), triton.cdiv(N, bn))
     _gate_up_kernel[grid](
         x, gate_proj, up_proj, y, M, N, K, x.stride(0), gate_proj.stride(0), y.stride(0),
-        BM=bm, BN=bn, BK=bk, DOT_BF16=x.is_cuda, num_warps=4, num_stages=3,
+        BM=bm, BN=bn, BK=bk, DOT_BF16=x.is_cuda and low, ROUND_BF16=low, num_warps=4, num_stages=3,
     )
     return y

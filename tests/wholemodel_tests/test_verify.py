@@ -107,6 +107,17 @@ def test_seed_triton_kernels_on_the_model(llama_bf16, tmp_path):
     assert all(u.served > 0 for u in v.total.use.values())
 
 
+def test_seed_triton_kernels_on_the_float32_model(tmp_path):
+    """The same in float32 (what `kernelarc verify --seeds triton` runs on a CPU): the seeds
+    round to bfloat16 only where the model is in bfloat16, so they meet float32's accuracy."""
+    model = load("llama_block", device="cpu", dtype="float32")
+    srcs = seed_sources(profile_model(model, reps=1, warmup=1))
+    kernels = [build_kernel(s.problem, s.solution, s.origin, "cpu", tmp_path) for s in srcs]
+    v = verify(model, kernels, reps=1, warmup=0)
+    assert v.ok, v.total.check.message
+    assert all(u.served > 0 for u in v.total.use.values())
+
+
 def test_cli_profile_top_submit_and_verify_run(tmp_path):
     """profile --top writes and imports problems; the guard judges a kernel on one; a
     swarm run's best kernel is what verify --run plugs in."""
