@@ -19,6 +19,7 @@ DUPLICATE_JACCARD = 0.8
 # Recall ranks at most this many matches, the newest (the full-text index returns them in
 # id order without scoring everything), so its cost does not grow with the workspace.
 SEARCH_WINDOW = 100
+WORD_CACHE = 200_000  # conclusions whose words recall keeps split, per process
 
 
 def _tokens(text: str) -> set[str]:
@@ -44,6 +45,9 @@ class Memory:
         self._df: dict[str, int] = {}  # document frequencies, valid for one database version
         self._df_version = -1
         self._df_lock = threading.Lock()
+        # conclusion id -> (its text and tags, their words, their 5-letter stems): recall scores
+        # the same conclusions again and again, and splitting their text was most of its cost
+        self._words: dict[int, tuple[str, frozenset[str], frozenset[str]]] = {}
 
     # -- writing ---------------------------------------------------------------------------
     def record(
@@ -158,8 +162,7 @@ class Memory:
         for r in rows:
             if words:
                 # the index matches porter stems; a shared 5-letter prefix is close enough here
-                present = _tokens(r["text"] + " " + r["tags"])
-                stems = {t[:5] for t in present}
+                present, stems = self._words_of(r["id"], r["text"] + " " + r["tags"])
                 relevance = sum(v for w, v in idf.items() if w in present or w[:5] in stems) / total_idf
             else:
                 relevance = 0.5
@@ -177,6 +180,17 @@ class Memory:
                 d.pop(internal, None)
             out.append(d)
         return out
+
+    def _words_of(self, cid: int, text: str) -> tuple[frozenset[str], frozenset[str]]:
+        hit = self._words.get(cid)
+        if hit is not None and hit[0] == text:  # a conclusion whose text changed is split again
+            return hit[1], hit[2]
+        present = frozenset(_tokens(text))
+        stems = frozenset(t[:5] for t in present)
+        if len(self._words) > WORD_CACHE:
+            self._words = {}  # replaced, not cleared: a thread reading the old one is unaffected
+        self._words[cid] = (text, present, stems)
+        return present, stems
 
     def _frequencies(self, conn, words: list[str]) -> dict[str, int]:
         """How many conclusions contain each word (and, under "\0docs", how many there are),
