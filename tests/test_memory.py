@@ -96,6 +96,23 @@ def test_recall_ranks_by_relevance_scope_and_strength(db, problem):
         m.recall(problem, "x", "galaxy", 5)
 
 
+def test_recall_relevance_follows_a_conclusions_current_text(db, problem):
+    """Recall keeps each conclusion's words between calls; a row whose text or tags changed
+    is read again, not scored with the old words."""
+    m = Memory(db)
+    add_candidate(db, "c1")
+    add_candidate(db, "c2")
+    m.record("a", problem, "vectorised loads of eight bf16 values", "insight", "c1")
+    m.record("a", problem, "fewer warps for the decode shapes", "insight", "c2")
+    before = {t["evidence"]: t["score"] for t in m.recall(problem, "vectorised loads", "problem", 5)}
+    assert set(before) == {"c1"}
+    with db.transaction() as c:  # tags now name what the other conclusion is about
+        c.execute("UPDATE conclusions SET tags = ? WHERE evidence = 'c1'", ('["unrelated"]',))
+        c.execute("UPDATE conclusions SET tags = ? WHERE evidence = 'c2'", ('["vectorised", "loads"]',))
+    after = {t["evidence"]: t["score"] for t in m.recall(problem, "decode vectorised loads", "problem", 5)}
+    assert after["c2"] > after["c1"], after
+
+
 def test_retention_by_count_and_age(db, problem):
     m = Memory(db, C.Retention(per_problem=3))
     texts = ["wide tiles help prefill", "narrow rows hurt decode", "stages three beat two",
