@@ -102,14 +102,15 @@ def test_recall_relevance_follows_a_conclusions_current_text(db, problem):
     m = Memory(db)
     add_candidate(db, "c1")
     add_candidate(db, "c2")
-    m.record("a", problem, "vectorised loads of eight bf16 values", "insight", "c1")
-    m.record("a", problem, "fewer warps for the decode shapes", "insight", "c2")
-    before = {t["evidence"]: t["score"] for t in m.recall(problem, "vectorised loads", "problem", 5)}
-    assert set(before) == {"c1"}
-    with db.transaction() as c:  # tags now name what the other conclusion is about
-        c.execute("UPDATE conclusions SET tags = ? WHERE evidence = 'c1'", ('["unrelated"]',))
-        c.execute("UPDATE conclusions SET tags = ? WHERE evidence = 'c2'", ('["vectorised", "loads"]',))
-    after = {t["evidence"]: t["score"] for t in m.recall(problem, "decode vectorised loads", "problem", 5)}
+    m.record("a", problem, "decode shapes want eight bf16 values per thread", "insight", "c1", ["vectorised", "loads"])
+    m.record("a", problem, "decode shapes want fewer warps per row", "insight", "c2")
+    query = "decode vectorised loads"
+    before = {t["evidence"]: t["score"] for t in m.recall(problem, query, "problem", 5)}
+    assert before["c1"] > before["c2"], before
+    with db.transaction() as c:  # the tags move from one conclusion to the other
+        c.execute("UPDATE conclusions SET tags = '[]' WHERE evidence = 'c1'")
+        c.execute("""UPDATE conclusions SET tags = '["vectorised", "loads"]' WHERE evidence = 'c2'""")
+    after = {t["evidence"]: t["score"] for t in m.recall(problem, query, "problem", 5)}
     assert after["c2"] > after["c1"], after
 
 
