@@ -154,7 +154,7 @@ def cmd_serve(args) -> int:
 
     from memory.conclusions import Retention
 
-    from .http_app import serve_http
+    from .http_app import check_port_free, serve_http
     from .server import build_server
     from .service import Service
     from .tokens import check_agent_name
@@ -165,6 +165,12 @@ def cmd_serve(args) -> int:
         log.warning("serving on %s: reachable beyond this machine", args.host)
     from guard.runner.device import parse_count
 
+    if args.transport == "http":
+        try:  # before the service re-queues interrupted jobs: a second server must change nothing
+            check_port_free(args.host, args.port)
+        except OSError as exc:
+            log.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
+            return 3
     service = Service(ws, ws.config(), device=args.device, retention=retention, max_wait_s=args.max_wait,
                       devices=parse_count(args.devices))
     if len(service.guards) > 1:

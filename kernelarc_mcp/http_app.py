@@ -30,8 +30,11 @@ from memory.conclusions import Retention
 
 ENV = "KERNELARC_SERVE_OPTIONS"
 STARTUP_FAILURE = 3  # uvicorn's exit status when a server cannot start
-MIN_LIFE_S = 10.0  # an HTTP worker that ends sooner (not told to) is not started again
 STOP_GRACE_S = 10.0  # how long stopping workers may finish the requests they have
+# A worker that ends after it was serving is started again, after a pause that doubles with
+# each recent crash; one that crashes this often within CRASH_WINDOW_S stops the server.
+RESTART_PAUSE_S = (0.5, 30.0)
+CRASH_BUDGET, CRASH_WINDOW_S = 5, 60.0
 log = logging.getLogger(__name__)
 
 
@@ -82,16 +85,23 @@ def serve_http(service, options: dict, workers: int) -> None:
     _Workers(options["host"], options["port"], workers, common).run()
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Raise OSError when something listens on ``host:port`` (port 0 is always free). Called
+    before the server touches the workspace, so that a second server started by mistake
+    changes nothing; SO_REUSEPORT sockets would otherwise join another server on the port."""
+    if not port:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+
+
 def _listeners(host: str, port: int, n: int, backlog: int = 2048) -> list[socket.socket]:
     """``n`` listening sockets on one port, with SO_REUSEPORT: the kernel gives each new
     connection to one of them."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    if port:
-        # SO_REUSEPORT would also let these join another server of this user on the port:
-        # a plain bind fails if anything listens there
-        with socket.socket(family) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((host, port))
+    check_port_free(host, port)  # again: the port may have been taken since the first check
     socks: list[socket.socket] = []
     try:
         for _ in range(n):
@@ -111,16 +121,23 @@ def _listeners(host: str, port: int, n: int, backlog: int = 2048) -> list[socket
     return socks
 
 
-def _http_worker(sock: socket.socket, common: dict, parent: int) -> None:
-    """One HTTP worker process: the app from ``create_app`` served on its own socket."""
+def _http_worker(sock: socket.socket, common: dict, parent: int, ready) -> None:
+    """One HTTP worker process: the app from ``create_app`` served on its own socket;
+    ``ready`` is set once it answers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C: the parent stops us (SIGTERM)
     import uvicorn
 
     threading.Thread(target=_exit_with_parent, args=(parent,), name="kernelarc-parent-watch", daemon=True).start()
-    config = uvicorn.Config("kernelarc_mcp.http_app:create_app", factory=True, **common)
-    try:
-        uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:  # an interrupt before the server caught signals; the parent stops us
-        pass
+    server = uvicorn.Server(uvicorn.Config("kernelarc_mcp.http_app:create_app", factory=True, **common))
+    threading.Thread(target=_report_ready, args=(server, ready), name="kernelarc-ready", daemon=True).start()
+    server.run(sockets=[sock])
+
+
+def _report_ready(server, ready) -> None:
+    while not server.started and not server.should_exit:
+        time.sleep(0.05)
+    if server.started:
+        ready.set()
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -133,8 +150,10 @@ def _exit_with_parent(parent: int) -> None:
 
 
 class _Workers:
-    """The HTTP worker processes, each on its own listening socket; a worker that ends is
-    started again on the same socket (connections that arrive meanwhile wait in its queue)."""
+    """The HTTP worker processes, each on its own listening socket. A worker that ends
+    before it ever served stops the server (it would fail again); one that ends later is
+    started again on the same socket (connections that arrive meanwhile wait in its queue),
+    unless workers crash more than CRASH_BUDGET times in CRASH_WINDOW_S."""
 
     def __init__(self, host: str, port: int, n: int, common: dict):
         import multiprocessing
@@ -144,20 +163,43 @@ class _Workers:
         except OSError as exc:
             log.error("cannot listen on %s:%d: %s", host, port, exc)
             raise SystemExit(STARTUP_FAILURE) from None
+        log.info("HTTP workers listening on %s:%d", host, self.socks[0].getsockname()[1])
         self.common = common
         self.ctx = multiprocessing.get_context("spawn")
         self.procs: list = [None] * n
-        self.started = [0.0] * n
+        self.ready: list = [None] * n
+        self.restart_at: list[float | None] = [None] * n
+        self.crashes: list[float] = []
         self.stopping = False  # set by the signal handler (an Event's lock could deadlock there)
 
     def _start(self, i: int) -> None:
-        p = self.ctx.Process(target=_http_worker, args=(self.socks[i], self.common, os.getpid()),
+        self.ready[i] = self.ctx.Event()
+        p = self.ctx.Process(target=_http_worker, args=(self.socks[i], self.common, os.getpid(), self.ready[i]),
                              name=f"kernelarc-http-{i}")
         p.start()
-        self.procs[i], self.started[i] = p, time.monotonic()
+        self.procs[i], self.restart_at[i] = p, None
 
     def _on_signal(self, *_) -> None:
         self.stopping = True
+
+    def _ended(self, i: int) -> bool:
+        """Worker ``i`` has ended: schedule its restart; False when the server must stop."""
+        p = self.procs[i]
+        if not self.ready[i].is_set():
+            log.error("HTTP worker %d (pid %s) ended with status %s before it could serve; stopping",
+                      i, p.pid, p.exitcode)
+            return False
+        now = time.monotonic()
+        self.crashes = [t for t in self.crashes if now - t < CRASH_WINDOW_S] + [now]
+        if len(self.crashes) > CRASH_BUDGET:
+            log.error("HTTP workers ended %d times in %.0f s (last: worker %d, status %s); stopping",
+                      len(self.crashes), CRASH_WINDOW_S, i, p.exitcode)
+            return False
+        pause = min(RESTART_PAUSE_S[1], RESTART_PAUSE_S[0] * 2 ** (len(self.crashes) - 1))
+        log.warning("HTTP worker %d (pid %s) ended with status %s; starting another in %.1f s",
+                    i, p.pid, p.exitcode, pause)
+        self.procs[i], self.restart_at[i] = None, now + pause
+        return True
 
     def run(self) -> None:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -166,18 +208,17 @@ class _Workers:
             for i in range(len(self.socks)):
                 if not self.stopping:
                     self._start(i)
-            while not self.stopping:
-                time.sleep(0.5)  # a signal ends the sleep early
+            while not self.stopping and not failed:
+                time.sleep(0.2)  # the flag set by a signal is seen at the next turn
                 for i, p in enumerate(self.procs):
-                    if self.stopping or p is None or p.is_alive():
-                        continue
-                    if time.monotonic() - self.started[i] < MIN_LIFE_S:
-                        log.error("HTTP worker %d (pid %s) ended with status %s while starting; stopping",
-                                  i, p.pid, p.exitcode)
-                        failed = self.stopping = True
+                    if self.stopping:
                         break
-                    log.warning("HTTP worker %d (pid %s) ended with status %s; starting another", i, p.pid, p.exitcode)
-                    self._start(i)
+                    if p is None:
+                        if self.restart_at[i] is not None and time.monotonic() >= self.restart_at[i]:
+                            self._start(i)
+                    elif not p.is_alive() and not self._ended(i):
+                        failed = True
+                        break
         finally:
             self._stop_all()
             for sig, handler in previous.items():

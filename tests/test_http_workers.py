@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -121,18 +122,89 @@ def test_workers_do_not_outlive_a_killed_server(ws_token):
         srv.stop()
 
 
-def test_a_port_in_use_is_refused_even_by_a_reuseport_listener(ws_token):
+def test_a_port_in_use_is_refused_even_by_a_reuseport_listener(tmp_path):
     """SO_REUSEPORT lets sockets of one user share a port: a second server must still refuse a
-    port another one listens on, not quietly take half its connections."""
-    ws, _ = ws_token
+    port another one listens on, not quietly take half its connections, and refuse it before
+    it touches the workspace (it would re-queue the running server's evaluation)."""
+    from guard.archive.db import Database
+    from guard.jobs import SCHEMA as JOBS_SCHEMA
+
+    ws = fast_workspace(tmp_path / "ws")
+    db = Database(ws / "workspace.db")
+    db.reader().executescript(JOBS_SCHEMA)
+    with db.transaction() as c:
+        c.execute("INSERT INTO jobs (id, agent, problem, solution_json, state, created_at)"
+                  " VALUES ('j-running', 'alice', 'rmsnorm_llama3_8b', '{}', 'running', 0)")
     port = free_port()
     with socket.socket() as other:
         other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         other.bind(("127.0.0.1", port))
         other.listen()
         out = _serve(ws, port)
-    assert out.returncode != 0, out.stderr[-2000:]
+    assert out.returncode == 3, out.stderr[-2000:]
     assert "address already in use" in out.stderr.lower(), out.stderr[-2000:]
+    assert db.query("SELECT state FROM jobs WHERE id = 'j-running'")[0]["state"] == "running"
+
+
+def test_a_worker_that_crashes_after_serving_is_replaced(ws_token):
+    """A worker killed while serving (twice, quickly) is started again after a pause; the
+    server keeps answering on its port."""
+    ws, tok = ws_token
+    srv = HttpServer(ws, "--workers", "2")
+    try:
+        for _ in range(2):
+            held = http_workers(srv, 2)
+            assert len(held) == 2, held
+            _wait_all_serving(srv.port, tok, set(held))
+            time.sleep(0.5)  # the parent learns that a worker serves by polling (every 50 ms)
+            os.kill(next(iter(held)), signal.SIGKILL)
+            time.sleep(0.3)
+        held = http_workers(srv, 2)
+        assert len(held) == 2 and srv.proc.poll() is None, (ws / f"serve-{srv.port}.log").read_text()[-2000:]
+        for _ in range(8):  # whichever socket a new connection lands on answers
+            _wait_serving(srv.port, tok)
+        assert "starting another" in (ws / f"serve-{srv.port}.log").read_text()
+    finally:
+        srv.stop()
+
+
+def _wait_all_serving(port: int, tok: str, pids: set[int], timeout: float = 90) -> None:
+    """Until each of ``pids`` has answered a request: new connections land on the workers by
+    a hash of their port, and the one that answered is the one holding the connection."""
+    served: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while served < pids:
+        assert time.monotonic() < deadline, f"workers {pids - served} never answered"
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            conn.request("POST", "/mcp", json.dumps(INIT), {"Authorization": f"Bearer {tok}",
+                         "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status != 200:
+                continue
+            mine = conn.sock.getsockname()[1]
+            inodes = {i for i, remote in tcp_sockets(port, ESTABLISHED).items() if remote == mine}
+            served |= {pid for pid in pids if socket_inodes(pid) & inodes}
+        finally:
+            conn.close()
+
+
+def _wait_serving(port: int, tok: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.request("POST", "/mcp", json.dumps(INIT), {"Authorization": f"Bearer {tok}",
+                         "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        finally:
+            conn.close()
+        assert time.monotonic() < deadline, "the server stopped answering"
+        time.sleep(0.2)
 
 
 def _serve(ws: Path, port: int) -> subprocess.CompletedProcess:
