@@ -19,7 +19,7 @@ DUPLICATE_JACCARD = 0.8
 # Recall ranks at most this many matches, the newest (the full-text index returns them in
 # id order without scoring everything), so its cost does not grow with the workspace.
 SEARCH_WINDOW = 100
-WORD_CACHE = 200_000  # conclusions whose words recall keeps split, per process
+WORD_CACHE = 20_000  # conclusions whose words recall keeps split, per process (a few MB)
 
 
 def _tokens(text: str) -> set[str]:
@@ -45,9 +45,10 @@ class Memory:
         self._df: dict[str, int] = {}  # document frequencies, valid for one database version
         self._df_version = -1
         self._df_lock = threading.Lock()
-        # conclusion id -> (its text and tags, their words, their 5-letter stems): recall scores
-        # the same conclusions again and again, and splitting their text was most of its cost
-        self._words: dict[int, tuple[str, frozenset[str], frozenset[str]]] = {}
+        # conclusion id -> (hash of its text and tags, their words, their 5-letter stems):
+        # recall scores the same conclusions again and again, and splitting their text was
+        # most of its cost
+        self._words: dict[int, tuple[int, frozenset[str], frozenset[str]]] = {}
 
     # -- writing ---------------------------------------------------------------------------
     def record(
@@ -182,14 +183,18 @@ class Memory:
         return out
 
     def _words_of(self, cid: int, text: str) -> tuple[frozenset[str], frozenset[str]]:
+        fingerprint = hash(text)
         hit = self._words.get(cid)
-        if hit is not None and hit[0] == text:  # a conclusion whose text changed is split again
+        if hit is not None and hit[0] == fingerprint:  # a conclusion whose text changed is split again
             return hit[1], hit[2]
         present = frozenset(_tokens(text))
         stems = frozenset(t[:5] for t in present)
-        if len(self._words) > WORD_CACHE:
-            self._words = {}  # replaced, not cleared: a thread reading the old one is unaffected
-        self._words[cid] = (text, present, stems)
+        if len(self._words) >= WORD_CACHE:
+            # the newest conclusions are the ones recall reads (it ranks the newest matches):
+            # keep the newer half; replaced, not changed in place, for threads reading it
+            old = self._words
+            self._words = {k: old[k] for k in sorted(old)[len(old) // 2:]}
+        self._words[cid] = (fingerprint, present, stems)
         return present, stems
 
     def _frequencies(self, conn, words: list[str]) -> dict[str, int]:
