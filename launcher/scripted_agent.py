@@ -1,11 +1,11 @@
 """The scripted agent: a real MCP client over streamable HTTP that needs no model.
 
-It reads the problem, starts from a seed its strategy prefers, proposes variants (other
-launch configurations: ``num_warps``, ``num_stages``, tile sizes; other seeds; the reference
-in plain PyTorch), climbs from each variant the guard accepts to that variant's own
-variants, never submits the same source twice, submits them, records what it learns as conclusions with their evidence, looks at
-its peers' best and adopts it when it leads, and follows the guard's advice: a redraft
-switches to another starting point, stop ends it. Deterministic for a given problem and
+It reads the problem, starts from a seed its strategy prefers and proposes variants (other
+launch configurations: ``num_warps``, ``num_stages``, Triton tile sizes; other seeds; the
+reference in plain PyTorch). It submits them (never the same source twice), climbs from each
+variant the guard accepts to that variant's own variants, records what it learns as
+conclusions with their evidence, looks at its peers' best and adopts it when it leads, and
+follows the guard's advice: a redraft switches to another starting point, stop ends it. Deterministic for a given problem and
 strategy. Run by the launcher: ``python -m launcher.scripted_agent --url URL --problem P``
 with the token in ``$KERNELARC_TOKEN``.
 """
@@ -27,8 +27,8 @@ KNOBS = {
     "num_warps": [4, 8, 2, 16, 1],
     "num_stages": [3, 2, 4, 1],
 }
-# tile sizes passed as keyword arguments (``BLOCK=4096``): tried at half, double, a quarter
-# and four times their value; a size the kernel cannot take is the guard's to reject
+# tile sizes of Triton launches given as numbers (``BLOCK=4096``): tried at half, double, a
+# quarter and four times their value; a size the kernel cannot take is the guard's to reject
 TILES = ("BLOCK", "BLOCK_SIZE", "BLOCK_M", "BLOCK_N", "BLOCK_K", "BM", "BN", "BK")
 TILE_FACTORS = (0.5, 2, 0.25, 4)
 TILE_RANGE = (16, 65536)
@@ -50,7 +50,10 @@ def variants(source: str) -> list[tuple[str, str]]:
     """Other launch configurations of a source, one change each: (new source, what changed)."""
     out = []
     options = [(knob, lambda cur, vs=values: vs) for knob, values in KNOBS.items()]
-    options += [(tile, _tile_values) for tile in TILES]
+    if "__global__" not in source:
+        # a CUDA kernel's tile constants are tied to each other and to its thread layout
+        # (the seeds load both tiles with one loop): changing one alone breaks the kernel
+        options += [(tile, _tile_values) for tile in TILES]
     for knob, values_for in options:
         for m in re.finditer(rf"\b{knob}\s*=\s*(\d+)\b", source):
             current = int(m.group(1))

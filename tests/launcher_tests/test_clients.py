@@ -113,6 +113,57 @@ def test_scripted_agent_varies_tile_sizes_and_never_repeats_a_source():
     changes = [n for _, n in variants(src)]
     assert "BLOCK 4096 -> 2048" in changes and "BLOCK 4096 -> 16384" in changes
     assert "BLOCK_SIZE 16 -> 32" in changes and not any("BLOCK_SIZE 16 -> 8" in c for c in changes)
-    assert not any("BLOCK 4096 -> 4096" in c for c in changes)
+    cuda = "__global__ void k() {}\nconstexpr int BM = 64, BN = 64;\n"
+    assert variants(cuda) == []  # CUDA tiles are tied to the kernel's thread layout
     sources = [s for s, _ in variants(src)]
     assert len(sources) == len(set(sources)) and src not in sources
+
+
+def test_scripted_agent_climbs_from_accepted_variants_and_ends():
+    """Agent.run against a scripted server: every BLOCK halving is faster (ACCEPT), the rest
+    slower (REVERT). The agent climbs BLOCK down step by step, never submits a source twice,
+    and ends when nothing is left to try."""
+    import re
+
+    import anyio
+
+    from launcher.scripted_agent import Agent
+
+    seed = "def run(x):\n    k[(1,)](x, BLOCK=4096, num_warps=8)\n    return x\n"
+    submitted: list[str] = []
+
+    class Server:
+        best = 4096
+
+        async def call(self, name, args):
+            if name == "get_problem":
+                return {"seed_kernels": {"seed_triton.py": seed}, "reference": "def run(x):\n    return x\n"}
+            if name == "status":
+                return {"device": {"kind": "cpu"}}
+            if name == "submit_candidate":
+                src = args["source"]
+                submitted.append(src)
+                m = re.search(r"BLOCK=(\d+)", src)
+                block = int(m.group(1)) if m else None
+                faster = block is not None and block < self.best and "num_warps=8" in src
+                if faster:
+                    self.best = block
+                verdict = {"candidate_id": f"c{len(submitted)}", "decision": "ACCEPT" if faster else "REVERT",
+                           "status": "PASSED", "reason": "", "speedup_vs_best": 1.1 if faster else 0.9,
+                           "speedup_eager": 1.0, "advice": {"action": "continue", "message": ""}}
+                return {"state": "done", "verdict": verdict}
+            if name == "peek_best":
+                return {"global_best": None}
+            return {}
+
+    server = Server()
+    agent = Agent(None, "p", "memory_fusion", "a", max_candidates=200, budget_s=None)
+
+    async def tool(name, **args):
+        return await server.call(name, args)
+
+    agent.tool = tool
+    anyio.run(agent.run)
+    assert len(submitted) == len(set(submitted)), "a source was submitted twice"
+    assert server.best == 16  # climbed 4096 -> 2048 -> ... -> 16, the smallest tile tried
+    assert len(submitted) < 200  # ended by running out of variants, not by the budget
