@@ -154,8 +154,8 @@ def _baseline_diagnostics(guard, problem: str) -> list[dict]:
 
 
 def merge(results: list[dict]) -> dict:
-    """Several runs as one: each problem from the last run that measured it; the run's date
-    and device kept per problem where runs differ."""
+    """Several runs as one: each problem from the last run that measured it (with that run's
+    date under ``measured``). The header (date, device, ceilings) is the first run's."""
     out = dict(results[0], problems=dict(results[0]["problems"]))
     for r in results[1:]:
         for name, entry in r["problems"].items():

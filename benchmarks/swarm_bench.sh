@@ -7,15 +7,20 @@
 #   bash benchmarks/swarm_bench.sh OUT [MINUTES] [PROBLEM] [DEVICE]
 set -uo pipefail
 out=${1:?usage: swarm_bench.sh OUT [MINUTES] [PROBLEM] [DEVICE]}
-minutes=${2:-9}
+minutes=${2:-8}
 problem=${3:-softmax_lm_vocab_fp32}
 device=${4:-cuda}
 ws=$(mktemp -d)/ws
 mkdir -p "$out"
-python3 -m kernelarc_mcp.cli --workspace "$ws" launch --problem "$problem" --agents 4 --client scripted \
+# A device call ends at 10 minutes: 8 minutes of swarm leave room for the start, the report
+# and the copy. Should the launch run long, SIGINT (which the launcher handles: it stops the
+# agents and still writes the report) comes a minute after its budget.
+timeout --signal=INT "$(( ${minutes%.*} * 60 + 60 ))" \
+  python3 -m kernelarc_mcp.cli --workspace "$ws" launch --problem "$problem" --agents 4 --client scripted \
   --budget-minutes "$minutes" --max-candidates 100 --device "$device" -q --json > "$out/launch.json"
 echo "launch exit status $?"
-report=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])['report'])" "$out/launch.json") || exit 1
-cp -r "$(dirname "$report")" "$out/report"
+report=$(ls -td "$ws"/runs/*/report 2>/dev/null | head -1)
+[ -n "$report" ] || { echo "no report was written"; exit 1; }
+cp -r "$report" "$out/report"
 python3 -m kernelarc_mcp.cli --workspace "$ws" status --json > "$out/status.json"
-cat "$report"
+cat "$report/REPORT.md"
