@@ -75,6 +75,9 @@ def serve_http(service, options: dict, workers: int) -> None:
     common = dict(host=options["host"], port=options["port"], log_level="warning", access_log=False,
                   **_uvicorn_speedups())
     if workers <= 1:
+        # uvicorn shuts down gracefully on SIGTERM, then raises the signal again: as an exit,
+        # so that the caller still closes the service (its guard workers, its job threads)
+        signal.signal(signal.SIGTERM, _exit_quietly)
         uvicorn.run(build_app(service, options), **common)
         return
     os.environ[ENV] = json.dumps(options)
@@ -83,6 +86,10 @@ def serve_http(service, options: dict, workers: int) -> None:
         uvicorn.run("kernelarc_mcp.http_app:create_app", factory=True, workers=workers, **common)
         return
     _Workers(options["host"], options["port"], workers, common).run()
+
+
+def _exit_quietly(*_) -> None:
+    raise SystemExit(0)
 
 
 def check_port_free(host: str, port: int) -> None:

@@ -211,3 +211,17 @@ def _serve(ws: Path, port: int) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), "serve", "--transport",
                            "http", "--port", str(port), "--device", "cpu", "--workers", "2"],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
+
+
+def test_one_process_server_stopped_by_sigterm_exits_cleanly(ws_token):
+    """uvicorn re-raises SIGTERM after its graceful shutdown; the server still closes its
+    service (guard workers included) and exits 0, as a launcher stopping it expects."""
+    ws, _ = ws_token
+    srv = HttpServer(ws)
+    try:
+        time.sleep(2)
+        procs = descendants(srv.proc.pid)
+        assert stop(srv, signal.SIGTERM) == 0, (ws / f"serve-{srv.port}.log").read_text()[-2000:]
+        assert not gone(procs), f"left running: {alive(procs)}"
+    finally:
+        srv.stop()
