@@ -161,8 +161,10 @@ def server_processes(root: int) -> dict[int, str]:
             roles[pid] = "guard worker"
         elif "resource_tracker" in cmd:
             roles[pid] = "resource tracker"
-        else:
+        elif "spawn_main" in cmd and (f := procfs.stat_fields(pid)) is not None and int(f[1]) == root:
             roles[pid] = "http worker"
+        else:
+            roles[pid] = "other"  # a compiler, a build step, ...
     return roles
 
 
