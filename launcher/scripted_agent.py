@@ -1,13 +1,14 @@
 """The scripted agent: a real MCP client over streamable HTTP that needs no model.
 
-It reads the problem, starts from a seed its strategy prefers and proposes variants (other
-launch configurations: ``num_warps``, ``num_stages``, Triton tile sizes; other seeds; the
-reference in plain PyTorch). It submits them (never the same source twice), climbs from each
-variant the guard accepts to that variant's own variants, records what it learns as
-conclusions with their evidence, looks at its peers' best and adopts it when it leads, and
-follows the guard's advice: a redraft switches to another starting point, stop ends it. Deterministic for a given problem and
-strategy. Run by the launcher: ``python -m launcher.scripted_agent --url URL --problem P``
-with the token in ``$KERNELARC_TOKEN``.
+It reads the problem, starts from a seed its strategy prefers and proposes variants: other
+launch configurations (``num_warps``, ``num_stages``, Triton tile sizes, given as numbers or
+set by name), other seeds, the reference in plain PyTorch. It submits them (never the same
+source twice), climbs from each variant the guard accepts to that variant's own variants,
+records what it learns as conclusions with their evidence, looks at its peers' best and
+adopts it when it leads, and follows the guard's advice: a redraft switches to another
+starting point, stop ends it. Deterministic for a given problem and strategy. Run by the
+launcher: ``python -m launcher.scripted_agent --url URL --problem P`` with the token in
+``$KERNELARC_TOKEN``.
 """
 
 from __future__ import annotations
@@ -61,6 +62,29 @@ def variants(source: str) -> list[tuple[str, str]]:
                 if v != current:
                     new = source[: m.start(1)] + str(v) + source[m.end(1):]
                     out.append((new, f"{knob} {current} -> {v}"))
+    if "__global__" not in source:
+        out += _tile_tuple_variants(source)
+    return out
+
+
+def _tile_tuple_variants(source: str) -> list[tuple[str, str]]:
+    """Tiles set in one assignment and passed on by name (``bm, bn, bk = 64, 64, 32`` then
+    ``BM=bm, BN=bn, BK=bk``): each one halved and doubled."""
+    out = []
+    for m in re.finditer(r"^[ \t]*(\w+(?:[ \t]*,[ \t]*\w+)+)[ \t]*=[ \t]*(\d+(?:[ \t]*,[ \t]*\d+)+)[ \t]*$",
+                         source, flags=re.M):
+        names = [n.strip() for n in m.group(1).split(",")]
+        values = [int(v) for v in m.group(2).split(",")]
+        if len(names) != len(values):
+            continue
+        for i, (name, current) in enumerate(zip(names, values)):
+            tile = re.search(rf"\b({'|'.join(TILES)})\s*=\s*{name}\b", source)
+            if tile is None:
+                continue
+            for v in _tile_values(current)[:2]:  # half and double
+                new_values = ", ".join(str(v if j == i else x) for j, x in enumerate(values))
+                new = source[: m.start(2)] + new_values + source[m.end(2):]
+                out.append((new, f"{tile.group(1)} {current} -> {v}"))
     return out
 
 

@@ -13,7 +13,7 @@ from conftest import RMS, honest_source
 from launcher.clients import AgentContext, get_client
 from serving.fake_anthropic import FakeAnthropic
 from serving.npm import CLAUDE_CODE, npm_bin
-from serving.util import fast_workspace, kernelarc
+from serving.util import fast_workspace
 
 SOURCE = honest_source()
 SCRIPT = [
@@ -167,3 +167,25 @@ def test_scripted_agent_climbs_from_accepted_variants_and_ends():
     assert len(submitted) == len(set(submitted)), "a source was submitted twice"
     assert server.best == 16  # climbed 4096 -> 2048 -> ... -> 16, the smallest tile tried
     assert len(submitted) < 200  # ended by running out of variants, not by the budget
+
+
+def test_scripted_agent_varies_gemm_tiles_set_by_name_and_the_variants_compute_the_same(tmp_path):
+    """The Triton GEMM seeds set their tiles in one assignment and pass them by name; the
+    agent halves and doubles each, and the variants (through Triton's interpreter) still
+    compute the seed's product."""
+    import torch
+
+    from guard.runner.common import load_module_from_source
+    from launcher.scripted_agent import variants
+    from seeds import SEEDS_DIR
+
+    src = (SEEDS_DIR / "matmul_bf16_llm_projections" / "seed_triton.py").read_text()
+    found = dict((n, s) for s, n in variants(src))
+    assert {"BM 64 -> 32", "BN 64 -> 128", "BK 32 -> 16", "BK 32 -> 64"} <= set(found), sorted(found)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 96, generator=gen).to(torch.bfloat16)
+    w = torch.randn(72, 96, generator=gen).to(torch.bfloat16)
+    want = load_module_from_source(src, tmp_path / "seed", "seed").run(x, w)
+    for change in ("BM 64 -> 32", "BK 32 -> 16"):
+        got = load_module_from_source(found[change], tmp_path / "v", "variant").run(x, w)
+        assert torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2), change
