@@ -131,7 +131,9 @@ def _listeners(host: str, port: int, n: int, backlog: int = 2048) -> list[socket
 def _http_worker(sock: socket.socket, common: dict, parent: int, ready) -> None:
     """One HTTP worker process: the app from ``create_app`` served on its own socket;
     ``ready`` is set once it answers."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C: the parent stops us (SIGTERM)
+    # a terminal's Ctrl-C while this worker starts: ignored (the parent stops it with SIGTERM);
+    # once serving, uvicorn's own handler takes over and shuts down gracefully
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import uvicorn
 
     threading.Thread(target=_exit_with_parent, args=(parent,), name="kernelarc-parent-watch", daemon=True).start()

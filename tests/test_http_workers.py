@@ -44,6 +44,12 @@ def http_workers(srv: HttpServer, n: int, timeout: float = 60) -> dict[int, set[
         time.sleep(0.2)
 
 
+def send_initialize(conn: http.client.HTTPConnection, tok: str) -> None:
+    """The MCP handshake's first request, as an agent with token ``tok`` sends it."""
+    conn.request("POST", "/mcp", json.dumps(INIT), {"Authorization": f"Bearer {tok}", "Content-Type": "application/json",
+                                                    "Accept": "application/json, text/event-stream"})
+
+
 def stop(srv: HttpServer, sig: int) -> int:
     srv.proc.send_signal(sig)
     try:
@@ -83,10 +89,8 @@ def test_keep_alive_connections_spread_over_workers_and_stop_cleanly(ws_token, s
         conns = [http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120) for _ in range(clients)]
         for c in conns:
             c.connect()
-        headers = {"Authorization": f"Bearer {tok}", "accept": "application/json, text/event-stream",
-                   "content-type": "application/json"}
         for c in conns:
-            c.request("POST", "/mcp", json.dumps(INIT), headers)
+            send_initialize(c, tok)
         for c in conns:
             r = c.getresponse()
             assert r.status == 200, r.read()[:300]
@@ -161,8 +165,7 @@ def test_a_worker_that_crashes_after_serving_is_replaced(ws_token):
             time.sleep(0.3)
         held = http_workers(srv, 2)
         assert len(held) == 2 and srv.proc.poll() is None, (ws / f"serve-{srv.port}.log").read_text()[-2000:]
-        for _ in range(8):  # whichever socket a new connection lands on answers
-            _wait_serving(srv.port, tok)
+        _wait_all_serving(srv.port, tok, set(held))  # the replacement answers on its socket too
         assert "starting another" in (ws / f"serve-{srv.port}.log").read_text()
     finally:
         srv.stop()
@@ -177,8 +180,7 @@ def _wait_all_serving(port: int, tok: str, pids: set[int], timeout: float = 90) 
         assert time.monotonic() < deadline, f"workers {pids - served} never answered"
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         try:
-            conn.request("POST", "/mcp", json.dumps(INIT), {"Authorization": f"Bearer {tok}",
-                         "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+            send_initialize(conn, tok)
             resp = conn.getresponse()
             resp.read()
             if resp.status != 200:
@@ -188,24 +190,6 @@ def _wait_all_serving(port: int, tok: str, pids: set[int], timeout: float = 90) 
             served |= {pid for pid in pids if socket_inodes(pid) & inodes}
         finally:
             conn.close()
-
-
-def _wait_serving(port: int, tok: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        try:
-            conn.request("POST", "/mcp", json.dumps(INIT), {"Authorization": f"Bearer {tok}",
-                         "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        finally:
-            conn.close()
-        assert time.monotonic() < deadline, "the server stopped answering"
-        time.sleep(0.2)
-
 
 def _serve(ws: Path, port: int) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), "serve", "--transport",

@@ -151,6 +151,9 @@ class Database:
         device kept as where they were measured."""
         if key == group:
             return
+        # a read first: every server process builds a guard, and most find nothing to move
+        if not self._conn().execute("SELECT 1 FROM candidates WHERE device_key = ? LIMIT 1", (key,)).fetchone():
+            return
         with self.transaction() as c:
             c.execute("UPDATE candidates SET measured_on = device_key, device_key = ? WHERE device_key = ?",
                       (group, key))

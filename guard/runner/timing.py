@@ -364,8 +364,10 @@ def _copy_outputs(out):
 
 
 def poison_outputs(out) -> None:
-    """Fill output tensors with values no honest kernel leaves (NaN; -1 or the largest value
-    for integers), so outputs a call did not write are found by the check."""
+    """Fill output tensors with values a correct result is unlikely to hold (NaN for floats;
+    -1, 255 or True for integers and booleans), so outputs a call did not write are found by
+    the check. For integers and booleans that is likely, not certain: an output whose right
+    value is all -1 (or all True) would not show a skipped write."""
     kind = T.type(out)
     if kind is T.tensor_type:
         if out.is_floating_point() or out.is_complex():
