@@ -101,11 +101,16 @@ def populate(ws_path: Path, n_candidates: int, n_conclusions: int, agents: list[
                      updated_at=now - rng.uniform(0, 30 * 86400))
 
 
-def client_main(url: str, tok: str, calls: int, seed: int, queue) -> None:
+def client_main(url: str, tok: str, calls: int, seed: int, queue, nodelay: bool = False) -> None:
     """One client: the MCP handshake, then ``calls`` tool calls over plain HTTP. Requests
     are built and answers parsed with the standard library, so the client spends little CPU
     of its own and the timings are the server's (16 SDK clients would load a 2-core machine
-    as much as the server does)."""
+    as much as the server does). ``nodelay``: the client's socket sends at once (TCP_NODELAY).
+    Without it the HTTP library writes a request's headers and body separately, and the body
+    may wait for the server to acknowledge the headers (Nagle's algorithm meeting a delayed
+    acknowledgement: up to 40 ms on Linux), which is the client's latency, not the server's."""
+    import socket
+
     import httpx2
 
     rng = random.Random(seed)
@@ -114,7 +119,8 @@ def client_main(url: str, tok: str, calls: int, seed: int, queue) -> None:
     headers = {"Authorization": f"Bearer {tok}", "accept": "application/json, text/event-stream",
                "content-type": "application/json"}
     cpu0 = time.process_time()
-    with httpx2.Client(headers=headers, timeout=60) as http:
+    transport = httpx2.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)] if nodelay else None)
+    with httpx2.Client(headers=headers, timeout=60, transport=transport) as http:
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
                 "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                            "clientInfo": {"name": "load", "version": "1"}}}
@@ -246,33 +252,17 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--calls", type=int, default=200)
-    ap.add_argument("--conclusions", type=int, default=100_000)
-    ap.add_argument("--candidates", type=int, default=10_000)
-    ap.add_argument("--workers", type=int, default=1, help="HTTP worker processes of the server")
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    from serving.util import HttpServer, fast_workspace, token
+def one_round(ws: Path, toks: dict[str, str], args, nodelay: bool) -> dict:
+    """Start the server, run every client to the end, stop the server; the figures."""
+    from serving.util import HttpServer
 
-    capacity = cpu_capacity(os.cpu_count() or 1)
-    print(f"CPU capacity: {capacity:.1f} cores busy at once (os.cpu_count() {os.cpu_count()})", flush=True)
-    ws = fast_workspace(Path(tempfile.mkdtemp(prefix="mcp-load-")) / "ws")
-    agents = [f"agent{i:02d}" for i in range(args.clients)]
-    t0 = time.time()
-    populate(ws, args.candidates, args.conclusions, agents)
-    populate_s = time.time() - t0
-    toks = {a: token(ws, a) for a in agents}
     srv = HttpServer(ws, "--workers", str(args.workers))
     try:
         settle_s = settle(srv.proc.pid, args.workers)
         watch = ProcessWatch(srv.proc.pid, srv.port)
         q = mp.get_context("spawn").Queue()
-        procs = [mp.get_context("spawn").Process(target=client_main, args=(srv.url, toks[a], args.calls, i, q))
-                 for i, a in enumerate(agents)]
+        procs = [mp.get_context("spawn").Process(target=client_main, args=(srv.url, tok, args.calls, i, q, nodelay))
+                 for i, tok in enumerate(toks.values())]
         t0 = time.time()
         for p in procs:
             p.start()
@@ -290,13 +280,9 @@ def main() -> int:
             lat[k] += r["lat"][k]
         errors += r["errors"]
     every = lat["recall"] + lat["peek_best"]
-    summary = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
-        "cores_usable_at_once": capacity,
-        "clients": args.clients, "calls_per_client": args.calls, "server_workers": args.workers, "conclusions": args.conclusions,
-        "candidates": args.candidates, "populate_s": populate_s, "server_ready_s": srv.ready_s,
-        "workers_settled_s": settle_s, "wall_s": wall,
+    return {
+        "client_tcp_nodelay": nodelay,
+        "server_ready_s": srv.ready_s, "workers_settled_s": settle_s, "wall_s": wall,
         "calls": len(every), "errors": len(errors), "error_samples": errors[:5],
         "throughput_per_s": len(every) / wall,
         **{f"{k}_p50_ms": pct(v, 0.5) for k, v in lat.items()},
@@ -308,8 +294,44 @@ def main() -> int:
         "server_processes": processes,
         "connections_per_http_process": [p["connections"] for p in processes if p["connections"]],
     }
-    (args.out / "mcp_load.json").write_text(json.dumps(summary, indent=2))
-    print(json.dumps(summary, indent=2))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--conclusions", type=int, default=100_000)
+    ap.add_argument("--candidates", type=int, default=10_000)
+    ap.add_argument("--workers", type=int, default=1, help="HTTP worker processes of the server")
+    ap.add_argument("--nodelay", choices=["off", "on", "both"], default="off",
+                    help="clients set TCP_NODELAY (both: one round each on the same workspace;"
+                         " the second is written to mcp_load_nodelay.json)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    from serving.util import fast_workspace, token
+
+    capacity = cpu_capacity(os.cpu_count() or 1)
+    print(f"CPU capacity: {capacity:.1f} cores busy at once (os.cpu_count() {os.cpu_count()})", flush=True)
+    ws = fast_workspace(Path(tempfile.mkdtemp(prefix="mcp-load-")) / "ws")
+    agents = [f"agent{i:02d}" for i in range(args.clients)]
+    t0 = time.time()
+    populate(ws, args.candidates, args.conclusions, agents)
+    populate_s = time.time() - t0
+    toks = {a: token(ws, a) for a in agents}
+    rounds = {"off": [False], "on": [True], "both": [False, True]}[args.nodelay]
+    for nodelay in rounds:
+        summary = {
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": f"{platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
+            "cores_usable_at_once": capacity,
+            "clients": args.clients, "calls_per_client": args.calls, "server_workers": args.workers,
+            "conclusions": args.conclusions, "candidates": args.candidates, "populate_s": populate_s,
+            **one_round(ws, toks, args, nodelay),
+        }
+        name = "mcp_load_nodelay.json" if nodelay and args.nodelay == "both" else "mcp_load.json"
+        (args.out / name).write_text(json.dumps(summary, indent=2))
+        print(json.dumps(summary, indent=2), flush=True)
     return 0
 
 

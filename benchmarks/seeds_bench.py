@@ -1,7 +1,7 @@
 """Measure every seed problem on the GPU: reference eager, torch.compile, the Triton seed and
 the CUDA C++ seed; median latency over the workloads and fraction of speed of light.
 
-Usage: python -m benchmarks.seeds_bench OUT_DIR [--budget-s 480] [--only NAME ...]
+Usage: python -m benchmarks.seeds_bench OUT_DIR [--budget-s 480] [--only NAME ...] [--kinds triton cuda]
        python -m benchmarks.seeds_bench --render RUN1.json [RUN2.json ...] > docs/seeds.md
 CUDA seeds are compiled first, in parallel, into the guard's shared build cache.
 """
@@ -73,6 +73,8 @@ def main() -> int:
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--render", type=Path, nargs="+", help="result files; a problem measured in a later one replaces it")
     ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--kinds", nargs="+", choices=["triton", "cuda"], default=["triton", "cuda"],
+                    help="which seeds to evaluate (the baselines come with the first one)")
     args = ap.parse_args()
     if args.render:
         print(render(merge([json.loads(p.read_text()) for p in args.render])))
@@ -82,7 +84,7 @@ def main() -> int:
     problems = sorted(p.parent for p in SEEDS_DIR.glob("*/definition.json"))
     if args.only:
         problems = [p for p in problems if p.name in args.only]
-    cuda_seeds = [p / "seed_cuda.cu" for p in problems if (p / "seed_cuda.cu").is_file()]
+    cuda_seeds = [p / "seed_cuda.cu" for p in problems if (p / "seed_cuda.cu").is_file() and "cuda" in args.kinds]
     t = time.monotonic()
     build_errors = prebuild(cuda_seeds, args.jobs)
     result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -104,7 +106,7 @@ def main() -> int:
             entry: dict = {}
             for kind, fname in (("triton", "seed_triton.py"), ("cuda", "seed_cuda.cu")):
                 path = folder / fname
-                if not path.is_file():
+                if kind not in args.kinds or not path.is_file():
                     continue
                 t = time.monotonic()
                 v = guard.evaluate(from_file(path), folder.name, agent=f"seed-{kind}")
