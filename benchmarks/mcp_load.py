@@ -153,25 +153,7 @@ def client_main(url: str, tok: str, calls: int, seed: int, queue, nodelay: bool 
 # -- where the server's work went: its processes, their CPU time and connections ----------------
 def server_processes(root: int) -> dict[int, str]:
     """The server process and its descendants, each with its role (none where there is no /proc)."""
-    if not os.path.isdir("/proc"):
-        return {}
-    roles = {}
-    for pid in {root, *procfs.descendants(root)}:
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if pid == root:
-            roles[pid] = "serve (evaluates)"
-        elif "worker_main" in cmd:
-            roles[pid] = "guard worker"
-        elif "resource_tracker" in cmd:
-            roles[pid] = "resource tracker"
-        elif "spawn_main" in cmd and (f := procfs.stat_fields(pid)) is not None and int(f[1]) == root:
-            roles[pid] = "http worker"
-        else:
-            roles[pid] = "other"  # a compiler, a build step, ...
-    return roles
+    return procfs.process_roles(root)
 
 
 def cpu_seconds(pids) -> dict[int, float]:
@@ -309,6 +291,7 @@ def main() -> int:
                          " the second is written to mcp_load_nodelay.json)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    from kernelarc_mcp.http_app import uvicorn_speedups
     from serving.util import fast_workspace, token
 
     capacity = cpu_capacity(os.cpu_count() or 1)
@@ -325,6 +308,7 @@ def main() -> int:
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": f"{platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
             "cores_usable_at_once": capacity,
+            "server_http_stack": uvicorn_speedups(),  # uvloop and httptools when installed
             "clients": args.clients, "calls_per_client": args.calls, "server_workers": args.workers,
             "conclusions": args.conclusions, "candidates": args.candidates, "populate_s": populate_s,
             **one_round(ws, toks, args, nodelay),

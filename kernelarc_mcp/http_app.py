@@ -6,12 +6,14 @@ number of worker processes can answer. Exactly one process evaluates: the one th
 the workspace and put submissions in the queue (the database), then wait for the verdict
 there. With ``workers=1`` the same process does both.
 
-With several HTTP workers each one listens on its own socket, all bound to the one port with
-SO_REUSEPORT (on Linux), and the kernel gives each new connection to one of them by a hash of
-the client's address and port: uniformly, whatever the workers are doing. With one socket
-shared by all, as ``uvicorn.run(workers=N)`` does, a connection goes to whichever worker is
-woken first, and that one accepts every connection waiting; clients keep their connection
-alive, so where they land decides the load of each worker for as long as they stay.
+With several HTTP workers this process accepts every connection on the port and passes it
+(its file descriptor, over a Unix socket) to the worker that holds the fewest; each worker
+reports back when a connection of its own ends. Clients keep their connection alive, so
+where a connection lands decides a worker's load for as long as the client stays: with one
+socket shared by all workers (``uvicorn.run(workers=N)``) a burst went to whichever worker
+woke first (splits of 16/0/0/0 were seen), and with one SO_REUSEPORT socket per worker the
+kernel's hash of the client's port put up to 6 of 16 clients on one of 8 workers, whose
+clients then waited on each other while other workers were idle.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from memory.conclusions import Retention
 ENV = "KERNELARC_SERVE_OPTIONS"
 STARTUP_FAILURE = 3  # uvicorn's exit status when a server cannot start
 STOP_GRACE_S = 10.0  # how long stopping workers may finish the requests they have
+# At the start, connections wait until every worker serves (at most this long): clients that
+# connect early keep their connection, and all of them would stay with the first worker up.
+ALL_READY_WAIT_S = 60.0
 # A worker that ends after it was serving is started again, after a pause that doubles with
 # each recent crash; one that crashes this often within CRASH_WINDOW_S stops the server.
 RESTART_PAUSE_S = (0.5, 30.0)
@@ -38,7 +43,7 @@ CRASH_BUDGET, CRASH_WINDOW_S = 5, 60.0
 log = logging.getLogger(__name__)
 
 
-def _uvicorn_speedups() -> dict:
+def uvicorn_speedups() -> dict:
     fast = importlib.util.find_spec("uvloop") and importlib.util.find_spec("httptools")
     return {"loop": "uvloop" if fast else "asyncio", "http": "httptools" if fast else "h11"}
 
@@ -73,7 +78,7 @@ def serve_http(service, options: dict, workers: int) -> None:
     import uvicorn
 
     common = dict(host=options["host"], port=options["port"], log_level="warning", access_log=False,
-                  **_uvicorn_speedups())
+                  **uvicorn_speedups())
     if workers <= 1:
         # uvicorn shuts down gracefully on SIGTERM, then raises the signal again: as an exit,
         # so that the caller still closes the service (its guard workers, its job threads)
@@ -81,8 +86,8 @@ def serve_http(service, options: dict, workers: int) -> None:
         uvicorn.run(build_app(service, options), **common)
         return
     os.environ[ENV] = json.dumps(options)
-    if not (sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")):
-        # elsewhere SO_REUSEPORT does not balance (or does not exist): one shared socket
+    if not (hasattr(socket, "send_fds") and hasattr(socket, "AF_UNIX")):
+        # no descriptor passing (Windows): one socket shared by uvicorn's workers
         uvicorn.run("kernelarc_mcp.http_app:create_app", factory=True, workers=workers, **common)
         return
     _Workers(options["host"], options["port"], workers, common).run()
@@ -95,7 +100,7 @@ def _exit_quietly(*_) -> None:
 def check_port_free(host: str, port: int) -> None:
     """Raise OSError when something listens on ``host:port`` (port 0 is always free). Called
     before the server touches the workspace, so that a second server started by mistake
-    changes nothing; SO_REUSEPORT sockets would otherwise join another server on the port."""
+    changes nothing (it would re-queue the running server's evaluations)."""
     if not port:
         return
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -104,42 +109,88 @@ def check_port_free(host: str, port: int) -> None:
         probe.bind((host, port))
 
 
-def _listeners(host: str, port: int, n: int, backlog: int = 2048) -> list[socket.socket]:
-    """``n`` listening sockets on one port, with SO_REUSEPORT: the kernel gives each new
-    connection to one of them."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+def _listener(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    """The server's one listening socket; connections wait in its queue until dispatched."""
     check_port_free(host, port)  # again: the port may have been taken since the first check
-    socks: list[socket.socket] = []
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     try:
-        for _ in range(n):
-            sock = socket.socket(family)
-            socks.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind((host, port))
-            port = sock.getsockname()[1]  # port 0: the others take the one the first was given
-            # listening from now on: a client that connects before its worker has started
-            # waits in this socket's queue
-            sock.listen(backlog)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+        sock.setblocking(False)
     except OSError:
-        for sock in socks:
-            sock.close()
+        sock.close()
         raise
-    return socks
+    return sock
 
 
-def _http_worker(sock: socket.socket, common: dict, parent: int, ready) -> None:
-    """One HTTP worker process: the app from ``create_app`` served on its own socket;
-    ``ready`` is set once it answers."""
+def _http_worker(control: socket.socket, common: dict, parent: int, ready) -> None:
+    """One HTTP worker process: the app from ``create_app``, serving the connections the
+    parent passes over ``control``; ``ready`` is set once it can answer."""
     # a terminal's Ctrl-C while this worker starts: ignored (the parent stops it with SIGTERM);
     # once serving, uvicorn's own handler takes over and shuts down gracefully
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import uvicorn
 
     threading.Thread(target=_exit_with_parent, args=(parent,), name="kernelarc-parent-watch", daemon=True).start()
-    server = uvicorn.Server(uvicorn.Config("kernelarc_mcp.http_app:create_app", factory=True, **common))
+    server = _dispatched_server_class(uvicorn.Server)(
+        uvicorn.Config("kernelarc_mcp.http_app:create_app", factory=True, **common), control)
     threading.Thread(target=_report_ready, args=(server, ready), name="kernelarc-ready", daemon=True).start()
-    server.run(sockets=[sock])
+    server.run(sockets=[])
+
+
+def _dispatched_server_class(base):
+    """A uvicorn server that listens on no socket of its own: it serves the connections that
+    arrive as file descriptors over a Unix socket, and reports each one's end back on it
+    (b"d"), so that the dispatcher knows how many each worker holds."""
+
+    class DispatchedServer(base):
+        def __init__(self, config, control: socket.socket):
+            super().__init__(config)
+            self.control = control
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            if self.should_exit:
+                return
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+            self.control.setblocking(False)
+            loop.add_reader(self.control.fileno(), self._receive, loop)
+
+        def _protocol(self, loop):
+            # what uvicorn's own startup builds for each connection of a listening socket
+            protocol = self.config.http_protocol_class(config=self.config, server_state=self.server_state,
+                                                       app_state=self.lifespan.state, _loop=loop)
+            lost = protocol.connection_lost
+
+            def connection_lost(exc):
+                lost(exc)
+                try:
+                    self.control.send(b"d")
+                except OSError:  # the parent is gone; _exit_with_parent stops this worker
+                    pass
+
+            protocol.connection_lost = connection_lost
+            return protocol
+
+        def _receive(self, loop) -> None:
+            try:
+                _, fds, _, _ = socket.recv_fds(self.control, 64, 64)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                fds = []
+            if not fds:  # the parent closed its end: nothing more will come
+                loop.remove_reader(self.control.fileno())
+                return
+            for fd in fds:
+                conn = socket.socket(fileno=fd)
+                conn.setblocking(False)
+                loop.create_task(loop.connect_accepted_socket(lambda: self._protocol(loop), conn))
+
+    return DispatchedServer
 
 
 def _report_ready(server, ready) -> None:
@@ -159,34 +210,43 @@ def _exit_with_parent(parent: int) -> None:
 
 
 class _Workers:
-    """The HTTP worker processes, each on its own listening socket. A worker that ends
-    before it ever served stops the server (it would fail again); one that ends later is
-    started again on the same socket (connections that arrive meanwhile wait in its queue),
-    unless workers crash more than CRASH_BUDGET times in CRASH_WINDOW_S."""
+    """The HTTP worker processes and the dispatcher: this process accepts every connection on
+    the one listening socket and passes it to the worker holding the fewest (ties: in turn).
+    A worker that ends before it ever served stops the server (it would fail again); one that
+    ends later is started again (connections that arrive meanwhile go to the others, or wait
+    in the queue), unless workers crash more than CRASH_BUDGET times in CRASH_WINDOW_S."""
 
     def __init__(self, host: str, port: int, n: int, common: dict):
         import multiprocessing
 
         try:
-            self.socks = _listeners(host, port, n)
+            self.listener = _listener(host, port)
         except OSError as exc:
             log.error("cannot listen on %s:%d: %s", host, port, exc)
             raise SystemExit(STARTUP_FAILURE) from None
-        log.info("HTTP workers listening on %s:%d", host, self.socks[0].getsockname()[1])
-        self.common = common
+        port = self.listener.getsockname()[1]
+        log.info("HTTP workers listening on %s:%d", host, port)
+        self.common = dict(common, port=port)
         self.ctx = multiprocessing.get_context("spawn")
         self.procs: list = [None] * n
         self.ready: list = [None] * n
+        self.control: list[socket.socket | None] = [None] * n
+        self.held = [0] * n  # connections each worker holds
+        self.turn = 0
+        self.all_ready_by: float | None = None  # set when the workers start; None once all served
         self.restart_at: list[float | None] = [None] * n
         self.crashes: list[float] = []
         self.stopping = False  # set by the signal handler (an Event's lock could deadlock there)
 
     def _start(self, i: int) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.ready[i] = self.ctx.Event()
-        p = self.ctx.Process(target=_http_worker, args=(self.socks[i], self.common, os.getpid(), self.ready[i]),
+        p = self.ctx.Process(target=_http_worker, args=(theirs, self.common, os.getpid(), self.ready[i]),
                              name=f"kernelarc-http-{i}")
         p.start()
-        self.procs[i], self.restart_at[i] = p, None
+        theirs.close()
+        ours.setblocking(False)
+        self.procs[i], self.control[i], self.held[i], self.restart_at[i] = p, ours, 0, None
 
     def _on_signal(self, *_) -> None:
         self.stopping = True
@@ -194,6 +254,7 @@ class _Workers:
     def _ended(self, i: int) -> bool:
         """Worker ``i`` has ended: schedule its restart; False when the server must stop."""
         p = self.procs[i]
+        self._drop(i)
         if not self.ready[i].is_set():
             log.error("HTTP worker %d (pid %s) ended with status %s before it could serve; stopping",
                       i, p.pid, p.exitcode)
@@ -210,15 +271,75 @@ class _Workers:
         self.procs[i], self.restart_at[i] = None, now + pause
         return True
 
+    def _drop(self, i: int) -> None:
+        if self.control[i] is not None:
+            self.control[i].close()
+        self.control[i], self.held[i] = None, 0
+
+    def _serving(self) -> list[int]:
+        serving = [i for i, p in enumerate(self.procs)
+                   if p is not None and self.control[i] is not None and self.ready[i].is_set()]
+        if self.all_ready_by is not None:
+            if len(serving) < len(self.procs) and time.monotonic() < self.all_ready_by:
+                return []
+            self.all_ready_by = None
+        return serving
+
+    def _dispatch(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for connections and for workers' reports; pass each new
+        connection to the least loaded serving worker."""
+        import select
+
+        serving = self._serving()
+        watched = [self.control[i] for i in range(len(self.procs)) if self.control[i] is not None]
+        readable, _, _ = select.select(watched + ([self.listener] if serving else []), [], [], timeout)
+        for i, ctl in enumerate(self.control):
+            if ctl is not None and ctl in readable:
+                try:
+                    data = ctl.recv(4096)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    data = b""
+                if not data:  # the worker is gone; the main loop restarts it
+                    self._drop(i)
+                else:
+                    self.held[i] = max(0, self.held[i] - data.count(b"d"))
+        if self.listener not in readable:
+            return
+        while serving:
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. too many open files: leave the rest queued
+                log.warning("accepting a connection failed: %s", exc)
+                return
+            with conn:
+                while serving:
+                    least = min(self.held[i] for i in serving)
+                    tied = [i for i in serving if self.held[i] == least]
+                    i = tied[self.turn % len(tied)]
+                    self.turn += 1
+                    try:
+                        socket.send_fds(self.control[i], [b"c"], [conn.fileno()])
+                        self.held[i] += 1
+                        break
+                    except OSError as exc:
+                        log.warning("HTTP worker %d did not take a connection (%s)", i, exc)
+                        self._drop(i)
+                        serving = self._serving()
+
     def run(self) -> None:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         failed = False
         try:
-            for i in range(len(self.socks)):
+            for i in range(len(self.procs)):
                 if not self.stopping:
                     self._start(i)
+            self.all_ready_by = time.monotonic() + ALL_READY_WAIT_S
             while not self.stopping and not failed:
-                time.sleep(0.2)  # the flag set by a signal is seen at the next turn
+                self._dispatch(0.2)  # a flag set by a signal is seen at the next turn at the latest
                 for i, p in enumerate(self.procs):
                     if self.stopping:
                         break
@@ -238,8 +359,7 @@ class _Workers:
     def _stop_all(self) -> None:
         """SIGTERM to every worker (they finish the requests in hand), SIGKILL to those still
         there after STOP_GRACE_S."""
-        for sock in self.socks:
-            sock.close()
+        self.listener.close()
         live = [p for p in self.procs if p is not None]
         for p in live:
             if p.is_alive():
@@ -252,3 +372,5 @@ class _Workers:
                 log.warning("HTTP worker pid %s did not stop in %.0f s; killing it", p.pid, STOP_GRACE_S)
                 p.kill()
                 p.join()
+        for i in range(len(self.procs)):
+            self._drop(i)

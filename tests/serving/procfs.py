@@ -71,3 +71,27 @@ def tcp_sockets(port: int, state: str) -> dict[str, int]:
             if f[3] == state and int(f[1].rsplit(":", 1)[1], 16) == port:
                 out[f[9]] = int(f[2].rsplit(":", 1)[1], 16)
     return out
+
+
+def process_roles(root: int) -> dict[int, str]:
+    """The server process ``root`` and its descendants, each with its role (empty where there
+    is no /proc): the HTTP workers are its direct children started through spawn."""
+    if not os.path.isdir("/proc"):
+        return {}
+    roles = {}
+    for pid in {root, *descendants(root)}:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if pid == root:
+            roles[pid] = "serve (evaluates)"
+        elif "worker_main" in cmd:
+            roles[pid] = "guard worker"
+        elif "resource_tracker" in cmd:
+            roles[pid] = "resource tracker"
+        elif "spawn_main" in cmd and (f := stat_fields(pid)) is not None and int(f[1]) == root:
+            roles[pid] = "http worker"
+        else:
+            roles[pid] = "other"  # a compiler, a build step, ...
+    return roles
