@@ -217,3 +217,30 @@ def test_container_subclasses_are_refused_as_outputs():
         normalize_outputs(Lazy([torch.ones(1)]), ["y"])
     values, indices = normalize_outputs(torch.max(torch.ones(2, 3), dim=1), ["values", "indices"])
     assert values.shape == indices.shape == (2,)  # torch's own result tuples are fine
+
+
+def test_compile_baselines_of_many_problems_are_all_compiled():
+    """Every reference decorated with @torch.no_grad() shares one wrapper function; compiling
+    that wrapper reached dynamo's recompile limit after eight frames in a worker, and every
+    later problem's "compile" baseline ran eagerly (seen on the H200: compile equal to eager on
+    whole problems). The guard compiles each reference's own function instead."""
+    import subprocess
+    import sys
+
+    script = """
+import torch
+from torch._dynamo.utils import counters
+from guard.runner.trusted_role import _compile, _dynamo_counters
+fns = []
+for i in range(12):  # twelve problems, each reference loaded from its own source
+    ns = {"torch": torch}
+    exec(f"@torch.no_grad()\\ndef run(x):\\n    return x * {i} + 1\\n", ns)
+    fns.append(ns["run"])
+for i, fn in enumerate(fns):
+    out = _compile(fn, "default", backend="eager")(torch.ones(3))
+    assert out.tolist() == [i + 1.0] * 3, out
+c = _dynamo_counters()
+assert c["frames_ok"] == c["frames_total"] == 12, c
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]

@@ -183,9 +183,16 @@ class TrustedRole:
         if msg.get("compile"):
             try:
                 if key not in self.compiled:
-                    self.compiled[key] = torch.compile(module.run, mode=msg.get("compile_mode") or "default")
+                    self.compiled[key] = _compile(module.run, msg.get("compile_mode") or "default")
+                before = _dynamo_counters()
                 out["compiled"] = timed(self.compiled[key])
-                out["compile_counters"] = _dynamo_counters()
+                out["compile_counters"] = after = _dynamo_counters()
+                if before and after and (after["frames_total"] - before["frames_total"]
+                                         > after["frames_ok"] - before["frames_ok"]):
+                    # dynamo gave up on a frame (a recompile limit, an unsupported construct)
+                    # and ran it eagerly: that time is not torch.compile's
+                    out["compiled"] = None
+                    out["compile_error"] = "torch.compile fell back to eager on this workload (a frame failed to compile)"
             except Exception as exc:
                 out["compiled"] = None
                 out["compile_error"] = f"{type(exc).__name__}: {exc}"[:500]
@@ -193,6 +200,27 @@ class TrustedRole:
 
     def ceilings(self, msg: dict) -> dict:
         return {"ok": True, "ceilings": ceilings.measure(self.device)}
+
+
+# Recompilations allowed per function: each workload may be a new shape, and a problem has
+# up to 16 visible workloads (dynamo's default, 8, would run the rest eagerly).
+RECOMPILE_LIMIT = 64
+
+
+def _compile(fn, mode: str, backend: str = "inductor"):
+    """``torch.compile`` of the reference's ``run`` itself. A decorator such as
+    ``@torch.no_grad()`` wraps every problem's ``run`` in one and the same wrapper function,
+    whose compiled code dynamo caches on that shared code object: its recompile limit was then
+    reached across problems and every later problem ran eagerly under the name of compile. The
+    caller already runs without gradients."""
+    import inspect
+
+    import torch._dynamo.config as dynamo_config
+
+    for name in ("recompile_limit", "cache_size_limit"):  # the name changed across versions
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), RECOMPILE_LIMIT))
+    return torch.compile(inspect.unwrap(fn), mode=None if backend != "inductor" else mode, backend=backend)
 
 
 def _dynamo_counters() -> dict | None:
