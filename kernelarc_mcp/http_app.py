@@ -177,12 +177,12 @@ def _dispatched_server_class(base):
 
         def _receive(self, loop) -> None:
             try:
-                _, fds, _, _ = socket.recv_fds(self.control, 64, 64)
+                data, fds, _, _ = socket.recv_fds(self.control, 64, 64)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
-                fds = []
-            if not fds:  # the parent closed its end: nothing more will come
+                data, fds = b"", []
+            if not data:  # the parent closed its end: nothing more will come
                 loop.remove_reader(self.control.fileno())
                 return
             for fd in fds:
@@ -316,19 +316,29 @@ class _Workers:
                 log.warning("accepting a connection failed: %s", exc)
                 return
             with conn:
-                while serving:
-                    least = min(self.held[i] for i in serving)
-                    tied = [i for i in serving if self.held[i] == least]
-                    i = tied[self.turn % len(tied)]
-                    self.turn += 1
-                    try:
-                        socket.send_fds(self.control[i], [b"c"], [conn.fileno()])
-                        self.held[i] += 1
-                        break
-                    except OSError as exc:
-                        log.warning("HTTP worker %d did not take a connection (%s)", i, exc)
-                        self._drop(i)
-                        serving = self._serving()
+                self._hand_over(conn, list(serving))
+            serving = self._serving()
+
+    def _hand_over(self, conn: socket.socket, candidates: list[int]) -> None:
+        """Pass ``conn`` to the least loaded of ``candidates`` (ties: in turn). A worker whose
+        Unix socket is full is passed over this time; one whose socket is broken is dropped
+        (the main loop restarts it once it has ended)."""
+        while candidates:
+            least = min(self.held[i] for i in candidates)
+            tied = [i for i in candidates if self.held[i] == least]
+            i = tied[self.turn % len(tied)]
+            self.turn += 1
+            try:
+                socket.send_fds(self.control[i], [b"c"], [conn.fileno()])
+                self.held[i] += 1
+                return
+            except BlockingIOError:
+                candidates.remove(i)
+            except OSError as exc:
+                log.warning("HTTP worker %d did not take a connection (%s)", i, exc)
+                self._drop(i)
+                candidates.remove(i)
+        log.warning("no HTTP worker could take a connection; it is closed")
 
     def run(self) -> None:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
