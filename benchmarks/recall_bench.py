@@ -22,12 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from benchmarks.mcp_load import PROBLEMS, populate, words  # noqa: E402
-
-
-def pct(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+from benchmarks.mcp_load import PROBLEMS, pct, populate, words  # noqa: E402
 
 
 def main() -> int:
