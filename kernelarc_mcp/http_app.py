@@ -18,6 +18,7 @@ clients then waited on each other while other workers were idle.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import logging
@@ -73,11 +74,13 @@ def create_app():
 
 def serve_http(service, options: dict, workers: int) -> None:
     """Serve until interrupted (SIGINT or SIGTERM); ``service`` is the evaluating one (this
-    process). With ``workers`` > 1 this process serves no HTTP itself: it listens on one
-    socket per worker and starts the workers, which answer on them."""
+    process). With ``workers`` > 1 this process serves no HTTP itself: it accepts the
+    connections and hands each to the HTTP worker that holds the fewest."""
     import uvicorn
 
-    common = dict(host=options["host"], port=options["port"], log_level="warning", access_log=False,
+    # ws="none": MCP needs no websockets, and an upgraded connection would escape the
+    # dispatcher's count of each worker's connections
+    common = dict(host=options["host"], port=options["port"], log_level="warning", access_log=False, ws="none",
                   **uvicorn_speedups())
     if workers <= 1:
         # uvicorn shuts down gracefully on SIGTERM, then raises the signal again: as an exit,
@@ -142,12 +145,16 @@ def _http_worker(control: socket.socket, common: dict, parent: int, ready) -> No
 def _dispatched_server_class(base):
     """A uvicorn server that listens on no socket of its own: it serves the connections that
     arrive as file descriptors over a Unix socket, and reports each one's end back on it
-    (b"d"), so that the dispatcher knows how many each worker holds."""
+    (b"d"), so that the dispatcher knows how many each worker holds. Every b"c" the parent
+    sends is answered by exactly one b"d", whatever becomes of its connection."""
 
     class DispatchedServer(base):
         def __init__(self, config, control: socket.socket):
             super().__init__(config)
             self.control = control
+            self.unreported = 0  # ends not yet sent (the Unix socket was full)
+            self.retry_pending = False
+            self.loop = None
 
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets=sockets)
@@ -155,27 +162,64 @@ def _dispatched_server_class(base):
                 return
             import asyncio
 
-            loop = asyncio.get_running_loop()
+            self.loop = asyncio.get_running_loop()
             self.control.setblocking(False)
-            loop.add_reader(self.control.fileno(), self._receive, loop)
+            self.loop.add_reader(self.control.fileno(), self._receive)
 
-        def _protocol(self, loop):
+        async def shutdown(self, sockets=None) -> None:
+            # take no more connections: the parent sees the end of the Unix socket and stops
+            # sending, instead of queueing connections this process will never serve
+            self._close_control()
+            await super().shutdown(sockets=sockets)
+
+        def _close_control(self) -> None:
+            if self.control.fileno() >= 0:
+                if self.loop is not None:
+                    self.loop.remove_reader(self.control.fileno())
+                self.control.close()
+
+        def _ended(self, n: int = 1) -> None:
+            self.unreported += n
+            if self.control.fileno() < 0 or not self.unreported:
+                return
+            try:
+                self.unreported -= self.control.send(b"d" * self.unreported)
+            except BlockingIOError:
+                pass
+            except OSError:  # the parent is gone; _exit_with_parent stops this worker
+                return
+            if self.unreported and self.loop is not None and not self.retry_pending:
+                self.retry_pending = True
+                self.loop.call_later(0.05, self._retry_reports)
+
+        def _retry_reports(self) -> None:
+            self.retry_pending = False
+            self._ended(0)
+
+        def _protocol(self):
             # what uvicorn's own startup builds for each connection of a listening socket
             protocol = self.config.http_protocol_class(config=self.config, server_state=self.server_state,
-                                                       app_state=self.lifespan.state, _loop=loop)
+                                                       app_state=self.lifespan.state, _loop=self.loop)
             lost = protocol.connection_lost
 
             def connection_lost(exc):
-                lost(exc)
                 try:
-                    self.control.send(b"d")
-                except OSError:  # the parent is gone; _exit_with_parent stops this worker
-                    pass
+                    lost(exc)
+                finally:
+                    self._ended()
 
             protocol.connection_lost = connection_lost
             return protocol
 
-        def _receive(self, loop) -> None:
+        async def _adopt(self, conn: socket.socket) -> None:
+            try:
+                await self.loop.connect_accepted_socket(self._protocol, conn)
+            except Exception as exc:  # noqa: BLE001 - the connection is lost, not the worker
+                log.warning("a dispatched connection could not be served: %s", exc)
+                conn.close()
+                self._ended()
+
+        def _receive(self) -> None:
             try:
                 data, fds, _, _ = socket.recv_fds(self.control, 64, 64)
             except (BlockingIOError, InterruptedError):
@@ -183,12 +227,16 @@ def _dispatched_server_class(base):
             except OSError:
                 data, fds = b"", []
             if not data:  # the parent closed its end: nothing more will come
-                loop.remove_reader(self.control.fileno())
+                self._close_control()
                 return
             for fd in fds:
                 conn = socket.socket(fileno=fd)
                 conn.setblocking(False)
-                loop.create_task(loop.connect_accepted_socket(lambda: self._protocol(loop), conn))
+                self.loop.create_task(self._adopt(conn))
+            if data.count(b"c") > len(fds):
+                # descriptors that did not arrive (this process at its limit of open files):
+                # their clients see the connection closed; the parent must not count them
+                self._ended(data.count(b"c") - len(fds))
 
     return DispatchedServer
 
@@ -287,27 +335,33 @@ class _Workers:
 
     def _dispatch(self, timeout: float) -> None:
         """Wait up to ``timeout`` for connections and for workers' reports; pass each new
-        connection to the least loaded serving worker."""
-        import select
+        connection to the least loaded serving worker. Connections are accepted only while a
+        serving worker can take one; the rest wait in the listening socket's queue."""
+        import selectors
 
         serving = self._serving()
-        watched = [self.control[i] for i in range(len(self.procs)) if self.control[i] is not None]
-        readable, _, _ = select.select(watched + ([self.listener] if serving else []), [], [], timeout)
-        for i, ctl in enumerate(self.control):
-            if ctl is not None and ctl in readable:
-                try:
-                    data = ctl.recv(4096)
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError:
-                    data = b""
-                if not data:  # the worker is gone; the main loop restarts it
-                    self._drop(i)
-                else:
-                    self.held[i] = max(0, self.held[i] - data.count(b"d"))
-        if self.listener not in readable:
-            return
-        while serving:
+        with selectors.DefaultSelector() as sel:  # select() fails on descriptors past 1023
+            for i, ctl in enumerate(self.control):
+                if ctl is not None:
+                    sel.register(ctl, selectors.EVENT_READ | (selectors.EVENT_WRITE if i in serving else 0), i)
+            if serving:
+                sel.register(self.listener, selectors.EVENT_READ, None)
+            events = sel.select(timeout)
+        writable: set[int] = set()
+        incoming = False
+        for key, mask in events:
+            if key.data is None:
+                incoming = True
+                continue
+            i = key.data
+            if mask & selectors.EVENT_WRITE:
+                writable.add(i)
+            if mask & selectors.EVENT_READ:
+                self._read_reports(i)
+        while incoming:
+            candidates = [i for i in self._serving() if i in writable and self.control[i] is not None]
+            if not candidates:
+                return
             try:
                 conn, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -316,29 +370,47 @@ class _Workers:
                 log.warning("accepting a connection failed: %s", exc)
                 return
             with conn:
-                self._hand_over(conn, list(serving))
-            serving = self._serving()
+                if self._hand_over(conn, candidates) is not None:
+                    continue
+                # every worker's Unix socket is full: this one is closed, the rest stay queued
+                log.warning("no HTTP worker could take a connection; it is closed")
+                return
 
-    def _hand_over(self, conn: socket.socket, candidates: list[int]) -> None:
-        """Pass ``conn`` to the least loaded of ``candidates`` (ties: in turn). A worker whose
-        Unix socket is full is passed over this time; one whose socket is broken is dropped
-        (the main loop restarts it once it has ended)."""
+    def _read_reports(self, i: int) -> None:
+        try:
+            data = self.control[i].recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the worker is gone or stopping; the main loop restarts it once it ends
+            self._drop(i)
+        else:
+            self.held[i] = max(0, self.held[i] - data.count(b"d"))
+
+    def _hand_over(self, conn: socket.socket, candidates: list[int]) -> int | None:
+        """Pass ``conn`` to the least loaded of ``candidates`` (ties: in turn); the worker that
+        took it, or None. A worker that cannot take one now (its Unix socket full, too many
+        descriptors in flight) is passed over; one whose socket is broken is dropped and
+        stopped, and the main loop starts another."""
         while candidates:
             least = min(self.held[i] for i in candidates)
             tied = [i for i in candidates if self.held[i] == least]
             i = tied[self.turn % len(tied)]
             self.turn += 1
+            candidates.remove(i)
             try:
                 socket.send_fds(self.control[i], [b"c"], [conn.fileno()])
                 self.held[i] += 1
-                return
-            except BlockingIOError:
-                candidates.remove(i)
+                return i
             except OSError as exc:
-                log.warning("HTTP worker %d did not take a connection (%s)", i, exc)
-                self._drop(i)
-                candidates.remove(i)
-        log.warning("no HTTP worker could take a connection; it is closed")
+                if exc.errno in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.EBADF):
+                    log.warning("HTTP worker %d did not take a connection (%s); stopping it", i, exc)
+                    self._drop(i)
+                    if self.procs[i] is not None and self.procs[i].is_alive():
+                        self.procs[i].terminate()
+                # EAGAIN, ETOOMANYREFS, ENOBUFS: try another worker
+        return None
 
     def run(self) -> None:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -228,3 +228,49 @@ def test_one_process_server_stopped_by_sigterm_exits_cleanly(ws_token):
         assert not gone(procs), f"left running: {alive(procs)}"
     finally:
         srv.stop()
+
+
+def test_dispatcher_passes_over_a_full_worker_and_stops_a_broken_one():
+    """A worker whose Unix socket is full (it stopped reading) is passed over without being
+    dropped; one whose socket is broken is dropped and stopped, so that it is started again."""
+    from kernelarc_mcp.http_app import _Workers
+
+    class FakeProcess:
+        terminated = False
+
+        def is_alive(self):
+            return True
+
+        def terminate(self):
+            self.terminated = True
+
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(3)]
+    w = _Workers.__new__(_Workers)
+    w.procs = [FakeProcess() for _ in pairs]
+    w.control = [ours for ours, _ in pairs]
+    w.held, w.turn = [0, 0, 0], 0
+    for ours, _ in pairs:
+        ours.setblocking(False)
+    # worker 0 has stopped reading: fill its socket with descriptors until it takes no more
+    with socket.socket() as filler:
+        while True:
+            try:
+                socket.send_fds(pairs[0][0], [b"c"], [filler.fileno()])
+            except OSError:
+                break
+    pairs[2][1].close()  # worker 2's end is gone
+    w.held = [0, 5, 0]  # so the full worker 0 and the broken worker 2 are tried first
+    try:
+        with socket.socket() as conn:
+            took = w._hand_over(conn, [0, 1, 2])
+        assert took == 1, took
+        assert w.control[0] is not None and not w.procs[0].terminated  # full: passed over, kept
+        assert w.control[2] is None and w.procs[2].terminated  # broken: dropped and stopped
+        assert w.held == [0, 6, 0]
+        data, fds, _, _ = socket.recv_fds(pairs[1][1], 16, 4)
+        assert data == b"c" and len(fds) == 1
+        os.close(fds[0])
+    finally:
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()

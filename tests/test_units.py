@@ -223,7 +223,8 @@ def test_compile_baselines_of_many_problems_are_all_compiled():
     """Every reference decorated with @torch.no_grad() shares one wrapper function; compiling
     that wrapper reached dynamo's recompile limit after eight frames in a worker, and every
     later problem's "compile" baseline ran eagerly (seen on the H200: compile equal to eager on
-    whole problems). The guard compiles each reference's own function instead."""
+    whole problems). The guard compiles each reference's own function instead (raising the limit
+    alone would only move the problem to the 65th frame)."""
     import subprocess
     import sys
 
@@ -232,7 +233,7 @@ import torch
 from torch._dynamo.utils import counters
 from guard.runner.trusted_role import _compile, _dynamo_counters
 fns = []
-for i in range(12):  # twelve problems, each reference loaded from its own source
+for i in range(70):  # more problems than the recompile limit, each reference from its own source
     ns = {"torch": torch}
     exec(f"@torch.no_grad()\\ndef run(x):\\n    return x * {i} + 1\\n", ns)
     fns.append(ns["run"])
@@ -240,7 +241,72 @@ for i, fn in enumerate(fns):
     out = _compile(fn, "default", backend="eager")(torch.ones(3))
     assert out.tolist() == [i + 1.0] * 3, out
 c = _dynamo_counters()
-assert c["frames_ok"] == c["frames_total"] == 12, c
+assert c["frames_ok"] == c["frames_total"] == 70, c
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_a_compile_baseline_that_fell_back_is_dropped_for_the_rest_of_the_problem(tmp_path, monkeypatch):
+    """Once dynamo reports a frame it could not compile, that workload's compile time and every
+    later one of the problem are dropped: dynamo may skip the function from then on without
+    counting anything, which looks the same as reusing compiled code."""
+    from guard.problems.derive import workload_set
+    from guard.problems.store import load_problem
+    from guard.runner import trusted_role as tr
+    from seeds import SEEDS_DIR
+
+    prob = load_problem(SEEDS_DIR / "rmsnorm_llama3_8b")
+    d = prob.definition
+    visible = workload_set(prob, "cpu", b"secret").visible[:3]
+    # frames (total, ok) as dynamo would count them: the first workload compiles, the second
+    # fails one frame, the third counts nothing (skipped, or a cache hit: indistinguishable)
+    frames = iter([(0, 0), (1, 1), (1, 1), (3, 2), (3, 2), (3, 2)])
+
+    def counters():
+        total, ok = next(frames)
+        return {"frames_ok": ok, "frames_total": total, "unique_graphs": ok, "graph_breaks": 0, "recompiles": None}
+
+    monkeypatch.setattr(tr, "_dynamo_counters", counters)
+    monkeypatch.setattr(tr, "_compile", lambda fn, mode: fn)  # the bookkeeping, not inductor, is tested
+    role = tr.TrustedRole("cpu", tmp_path)
+    key = d.content_hash()
+    assert role.handle({"op": "problem", "key": key, "definition": d.to_json(), "blob_root": None})["ok"]
+    cfg = {"min_iters": 3, "max_iters": 5, "max_timing_s": 5.0, "target_time_s": 0.01, "warmup_time_s": 0.0}
+    replies = [role.handle({"op": "baseline", "key": key, "workload": w.model_dump(mode="json"),
+                            "axes": d.resolve_axes(w.axes), "sets": [1, 2], "config": cfg, "compile": True})
+               for w in visible]
+    assert all(r["ok"] for r in replies), replies
+    assert replies[0]["compiled"] is not None and not replies[0].get("compile_error")
+    assert replies[1]["compiled"] is None and "fell back" in replies[1]["compile_error"]
+    assert replies[2]["compiled"] is None and "earlier workload" in replies[2]["compile_error"]
+
+
+def test_only_grad_mode_wrappers_are_removed_before_compiling():
+    """no_grad's wrapper is shared by every decorated function and is removed; a decorator
+    that changes what is computed is kept."""
+    import functools
+
+    from guard.runner.trusted_role import _is_grad_mode_wrapper
+
+    @torch.no_grad()
+    def plain(x):
+        return x + 1
+
+    def doubles(fn):
+        @functools.wraps(fn)
+        def wrapper(x):
+            return 2 * fn(x)
+        return wrapper
+
+    @doubles
+    def scaled(x):
+        return x + 1
+
+    @torch.inference_mode()
+    def inference(x):
+        return x + 1
+
+    assert _is_grad_mode_wrapper(plain) and not _is_grad_mode_wrapper(plain.__wrapped__)
+    assert _is_grad_mode_wrapper(inference)
+    assert not _is_grad_mode_wrapper(scaled) and not _is_grad_mode_wrapper(torch.autocast("cpu")(scaled))

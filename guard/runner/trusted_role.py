@@ -28,6 +28,7 @@ class TrustedRole:
         self.ref_inputs: dict[str, tuple] = {}  # tag -> (key, workload, axes, seed, kind)
         self.timer: Timer | None = None
         self.compiled: dict[str, object] = {}
+        self.compile_fell_back: set[str] = set()  # problems on which dynamo gave up once
 
     def handle(self, msg: dict) -> dict:
         op = msg.get("op")
@@ -191,8 +192,14 @@ class TrustedRole:
                                          > after["frames_ok"] - before["frames_ok"]):
                     # dynamo gave up on a frame (a recompile limit, an unsupported construct)
                     # and ran it eagerly: that time is not torch.compile's
+                    self.compile_fell_back.add(key)
                     out["compiled"] = None
                     out["compile_error"] = "torch.compile fell back to eager on this workload (a frame failed to compile)"
+                elif key in self.compile_fell_back:
+                    # dynamo may skip that function from now on without counting anything, which
+                    # looks like a reuse of compiled code: no later time of it is trusted
+                    out["compiled"] = None
+                    out["compile_error"] = "torch.compile fell back to eager on an earlier workload of this problem"
             except Exception as exc:
                 out["compiled"] = None
                 out["compile_error"] = f"{type(exc).__name__}: {exc}"[:500]
@@ -208,19 +215,28 @@ RECOMPILE_LIMIT = 64
 
 
 def _compile(fn, mode: str, backend: str = "inductor"):
-    """``torch.compile`` of the reference's ``run`` itself. A decorator such as
+    """``torch.compile`` of the reference's ``run`` itself. A grad-mode decorator such as
     ``@torch.no_grad()`` wraps every problem's ``run`` in one and the same wrapper function,
     whose compiled code dynamo caches on that shared code object: its recompile limit was then
-    reached across problems and every later problem ran eagerly under the name of compile. The
-    caller already runs without gradients."""
-    import inspect
-
+    reached across problems and every later problem ran eagerly under the name of compile.
+    Only such wrappers are removed (the caller already runs without gradients); any other
+    decorator (autocast, a cache, argument casting) changes what is computed and stays."""
     import torch._dynamo.config as dynamo_config
 
     for name in ("recompile_limit", "cache_size_limit"):  # the name changed across versions
         if hasattr(dynamo_config, name):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), RECOMPILE_LIMIT))
-    return torch.compile(inspect.unwrap(fn), mode=None if backend != "inductor" else mode, backend=backend)
+    while _is_grad_mode_wrapper(fn):
+        fn = fn.__wrapped__
+    return torch.compile(fn, mode=None if backend != "inductor" else mode, backend=backend)
+
+
+def _is_grad_mode_wrapper(fn) -> bool:
+    """The wrapper torch's grad-mode context managers (no_grad, enable_grad, inference_mode,
+    set_grad_enabled) put around a decorated function."""
+    code = getattr(fn, "__code__", None)
+    return (hasattr(fn, "__wrapped__") and code is not None and code.co_name == "decorate_context"
+            and Path(code.co_filename).name == "_contextlib.py")
 
 
 def _dynamo_counters() -> dict | None:
