@@ -115,6 +115,22 @@ class Guard:
     def warm_up(self) -> None:
         self.pool.warm_up()
 
+    def prepare(self, problem_name: str, progress: Progress | None = None) -> int:
+        """Measure the device's ceilings and the problem's eager and compile baselines now,
+        before any candidate (both are cached), so that the first verdict does not wait for
+        them. Returns how many workloads' baselines were measured (0: all were cached)."""
+        progress = progress or _noop
+        problem = self.store.get(problem_name)
+        wset = workload_set(problem, self.device.kind, self._secret)
+        dhash = problem.definition.content_hash()
+        with self._lock:
+            missing = sum(self.db.baseline(dhash, w.uuid, self.device.key) is None for w in wset.visible)
+            trusted = self._trusted()
+            key = self._load_problem(trusted, problem)
+            self._ensure_ceilings(trusted, progress)
+            self._ensure_baselines(trusted, problem, key, wset.visible, progress)
+        return missing
+
     def close(self) -> None:
         self.pool.close()
         self.db.close()

@@ -156,7 +156,7 @@ def cmd_serve(args) -> int:
 
     from .http_app import check_port_free, serve_http
     from .server import build_server
-    from .service import Service
+    from .service import Service, ServiceError
     from .tokens import check_agent_name
 
     ws = _workspace(args)
@@ -171,8 +171,12 @@ def cmd_serve(args) -> int:
         except OSError as exc:
             log.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
             return 3
-    service = Service(ws, ws.config(), device=args.device, retention=retention, max_wait_s=args.max_wait,
-                      devices=parse_count(args.devices))
+    try:
+        service = Service(ws, ws.config(), device=args.device, retention=retention, max_wait_s=args.max_wait,
+                          devices=parse_count(args.devices), prepare=args.prepare or ())
+    except ServiceError as exc:  # an unknown problem to prepare
+        log.error("%s", exc)
+        return 2
     if len(service.guards) > 1:
         log.info("judging on %d devices: %s", len(service.guards), ", ".join(g.device.key for g in service.guards))
     try:
@@ -447,6 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="HTTP worker processes (reads scale with them; one process evaluates)")
     s.add_argument("--retention-days", type=float, help="forget conclusions older than this")
     s.add_argument("--retention-per-problem", type=int, help="keep only the newest N conclusions per problem")
+    s.add_argument("--prepare", action="append", metavar="PROBLEM",
+                   help="measure this problem's eager and compile baselines at start, before any candidate "
+                        "(repeatable; kernelarc launch passes its problem)")
     s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("token", help="bearer tokens for agents (HTTP)")

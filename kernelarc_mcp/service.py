@@ -8,6 +8,8 @@ import json
 import logging
 import math
 import threading
+import time
+from collections.abc import Sequence
 
 from guard.archive.db import Database
 from guard.candidates.load import CandidateError, from_solution_json, from_source
@@ -61,10 +63,17 @@ class ServiceError(ValueError):
 class Service:
     def __init__(self, workspace: Workspace, config: GuardConfig | None = None, device: str = "auto",
                  retention: Retention | None = None, max_wait_s: float = MAX_WAIT_S, prestart: bool = True,
-                 evaluator: bool = True, devices: int | None = 1):
+                 evaluator: bool = True, devices: int | None = 1, prepare: Sequence[str] = ()):
         """``evaluator=False``: this process only reads and queues; another one evaluates.
-        ``devices``: how many GPUs of the host judge (``None``: all), one guard each."""
+        ``devices``: how many GPUs of the host judge (``None``: all), one guard each.
+        ``prepare``: problems whose baselines each guard measures as soon as it has started
+        (a launch names its problem, so that its agents' first verdicts do not wait for them)."""
         self.ws = workspace
+        for name in prepare:  # an unknown name fails here, before any worker starts
+            try:
+                workspace.problems().get(name)
+            except (ProblemError, ValueError) as exc:
+                raise ServiceError(f"cannot prepare {name!r}: {exc}") from None
         cfg = config or workspace.config()
         choices = resolve_all(device, devices if evaluator else 1)
         if len({c.compare_key for c in choices}) > 1:
@@ -80,7 +89,7 @@ class Service:
         self._peek_cache: dict[tuple, tuple[int, V.PeekResult]] = {}
         if evaluator:
             for g in self.guards:
-                threading.Thread(target=g.warm_up, daemon=True).start()
+                threading.Thread(target=_start_guard, args=(g, list(prepare)), daemon=True).start()
 
     def close(self) -> None:
         self.jobs.stop()
@@ -349,3 +358,16 @@ def _repetition_warnings(traj: list[dict]) -> list[str]:
         out += [f"{t['id']}: {r}" for r in t.get("repeats", []) if "plan like this" in r]
     return out[-5:]
 
+
+def _start_guard(guard, prepare: list[str]) -> None:
+    """Start a guard's workers, then measure the baselines of the problems named."""
+    guard.warm_up()
+    for name in prepare:
+        t0 = time.monotonic()
+        try:
+            n = guard.prepare(name)
+        except Exception as exc:  # noqa: BLE001 - the first candidate will measure them instead
+            log.warning("baselines of %s on %s not prepared: %s", name, guard.device.key, exc)
+            continue
+        log.info("baselines of %s on %s: %d workload(s) measured in %.1f s", name, guard.device.key, n,
+                 time.monotonic() - t0)

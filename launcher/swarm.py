@@ -134,7 +134,7 @@ class Swarm:
         self.server = subprocess.Popen(
             [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(self.ws.root), "serve",
              "--transport", "http", "--port", str(port), "--device", self.config.device,
-             "--devices", self.config.devices],
+             "--devices", self.config.devices, "--prepare", self.config.problem],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
         logf.close()
