@@ -199,8 +199,14 @@ class Guard:
 
         cid = self.db.insert_candidate(state="running", **common)
         try:
-            with self._lock:
+            if not self._lock.acquire(blocking=False):
+                # another evaluation, or the baselines of a problem being prepared
+                progress("waiting", 0, 1, "this device's guard is busy (another evaluation, or baselines being measured)")
+                self._lock.acquire()
+            try:
                 return self._run(cid, problem, solution_json, language, agent, notes, parent, progress, t_start)
+            finally:
+                self._lock.release()
         except GuardError as exc:
             self.db.set_state(cid, "error", reason=str(exc)[:2000])
             raise
