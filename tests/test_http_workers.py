@@ -233,7 +233,7 @@ def test_one_process_server_stopped_by_sigterm_exits_cleanly(ws_token):
 def test_dispatcher_passes_over_a_full_worker_and_stops_a_broken_one():
     """A worker whose Unix socket is full (it stopped reading) is passed over without being
     dropped; one whose socket is broken is dropped and stopped, so that it is started again."""
-    from kernelarc_mcp.http_app import _Workers
+    from kernelarc_mcp.http_workers import Workers
 
     class FakeProcess:
         terminated = False
@@ -245,7 +245,7 @@ def test_dispatcher_passes_over_a_full_worker_and_stops_a_broken_one():
             self.terminated = True
 
     pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(3)]
-    w = _Workers.__new__(_Workers)
+    w = Workers.__new__(Workers)
     w.procs = [FakeProcess() for _ in pairs]
     w.control = [ours for ours, _ in pairs]
     w.held, w.turn = [0, 0, 0], 0
