@@ -151,11 +151,6 @@ def client_main(url: str, tok: str, calls: int, seed: int, queue, nodelay: bool 
 
 
 # -- where the server's work went: its processes, their CPU time and connections ----------------
-def server_processes(root: int) -> dict[int, str]:
-    """The server process and its descendants, each with its role (none where there is no /proc)."""
-    return procfs.process_roles(root)
-
-
 def cpu_seconds(pids) -> dict[int, float]:
     return {pid: cpu for pid in pids if (cpu := procfs.cpu_seconds(pid)) is not None}
 
@@ -175,7 +170,7 @@ def settle(root: int, workers: int, timeout: float = 120.0) -> float:
         return 0.0
     before: dict[int, float] = {}
     while time.monotonic() - t0 < timeout:
-        http = [pid for pid, role in server_processes(root).items() if role == "http worker"]
+        http = [pid for pid, role in procfs.process_roles(root).items() if role == "http worker"]
         now = cpu_seconds(http)
         if len(now) >= workers and all(pid in before and now[pid] - before[pid] < 0.02 for pid in now):
             break
@@ -188,7 +183,7 @@ class ProcessWatch:
     """Samples, while the clients run, which server process holds each client connection."""
 
     def __init__(self, root: int, port: int, every_s: float = 0.2):
-        self.roles = server_processes(root)
+        self.roles = procfs.process_roles(root)
         self.port, self.every_s = port, every_s
         self.clients: dict[int, set[int]] = {pid: set() for pid in self.roles}
         self._stop = threading.Event()

@@ -115,21 +115,13 @@ class Guard:
     def warm_up(self) -> None:
         self.pool.warm_up()
 
-    def prepare(self, problem_name: str, progress: Progress | None = None) -> int:
+    def prepare(self, problem_name: str, progress: Progress | None = None) -> None:
         """Measure the device's ceilings and the problem's eager and compile baselines now,
         before any candidate (both are cached), so that the first verdict does not wait for
-        them. Returns how many workloads' baselines were measured (0: all were cached)."""
-        progress = progress or _noop
+        them."""
         problem = self.store.get(problem_name)
-        wset = workload_set(problem, self.device.kind, self._secret)
-        dhash = problem.definition.content_hash()
         with self._lock:
-            missing = sum(self.db.baseline(dhash, w.uuid, self.device.key) is None for w in wset.visible)
-            trusted = self._trusted()
-            key = self._load_problem(trusted, problem)
-            self._ensure_ceilings(trusted, progress)
-            self._ensure_baselines(trusted, problem, key, wset.visible, progress)
-        return missing
+            self._reference_side(problem, workload_set(problem, self.device.kind, self._secret), progress or _noop)
 
     def close(self) -> None:
         self.pool.close()
@@ -226,10 +218,7 @@ class Guard:
 
         t = time.monotonic()
         progress("start", 0, 1, "starting workers")
-        trusted = self._trusted()
-        key = self._load_problem(trusted, problem)
-        ceilings = self._ensure_ceilings(trusted, progress)
-        baselines = self._ensure_baselines(trusted, problem, key, wset.visible, progress)
+        trusted, key, ceilings, baselines = self._reference_side(problem, wset, progress)
         phases["baseline"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -298,6 +287,14 @@ class Guard:
                                      solution_json, paired=paired)
 
     # -- workers and caches ----------------------------------------------------------------------
+    def _reference_side(self, problem: Problem, wset, progress: Progress):
+        """The trusted worker with the problem loaded, the device's ceilings and the visible
+        workloads' baselines (measured where not cached): (worker, key, ceilings, baselines)."""
+        trusted = self._trusted()
+        key = self._load_problem(trusted, problem)
+        ceilings = self._ensure_ceilings(trusted, progress)
+        return trusted, key, ceilings, self._ensure_baselines(trusted, problem, key, wset.visible, progress)
+
     def _trusted(self) -> WorkerProcess:
         try:
             return self.pool.trusted()
@@ -387,7 +384,7 @@ class Guard:
                         f"problem {d.name}: the reference fails on workload {w.uuid}: {reply.get('message')}"
                     )
                 result = {k: reply.get(k) for k in ("eager", "compiled", "compile_error", "compile_counters",
-                                                    "flops", "flops_error")}
+                                                    "compile_checked", "flops", "flops_error")}
                 self.db.put_baseline(dhash, w.uuid, self.device.key, result)
                 out[w.uuid] = result
         progress("baseline", len(missing), len(missing), "baselines cached")

@@ -365,9 +365,8 @@ def _start_guard(guard, prepare: list[str]) -> None:
     for name in prepare:
         t0 = time.monotonic()
         try:
-            n = guard.prepare(name)
+            guard.prepare(name)
         except Exception as exc:  # noqa: BLE001 - the first candidate will measure them instead
             log.warning("baselines of %s on %s not prepared: %s", name, guard.device.key, exc)
             continue
-        log.info("baselines of %s on %s: %d workload(s) measured in %.1f s", name, guard.device.key, n,
-                 time.monotonic() - t0)
+        log.info("baselines of %s on %s ready after %.1f s", name, guard.device.key, time.monotonic() - t0)

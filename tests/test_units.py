@@ -310,3 +310,25 @@ def test_only_grad_mode_wrappers_are_removed_before_compiling():
     assert _is_grad_mode_wrapper(plain) and not _is_grad_mode_wrapper(plain.__wrapped__)
     assert _is_grad_mode_wrapper(inference)
     assert not _is_grad_mode_wrapper(scaled) and not _is_grad_mode_wrapper(torch.autocast("cpu")(scaled))
+
+
+def test_seeds_table_trusts_compile_times_the_guard_checked():
+    """dynamo's counters count over the whole worker: after one frame failed anywhere, an older
+    run's counters can no longer vouch for a compile time, but a baseline the guard checked
+    for the fall-back (compile_checked) still can; an unchecked one with every frame compiled
+    so far can too, and a time with a compile error never."""
+    from benchmarks.seeds_bench import compile_check
+
+    def w(uuid):
+        return {"uuid": uuid, "compile_ms": 0.01, "eager_ms": 0.02, "sol_ms": 0.001}
+
+    failed_before = {"frames_ok": 8, "frames_total": 9}
+    clean = {"frames_ok": 3, "frames_total": 3}
+    entry = {"triton": {"per_workload": [w("a"), w("b"), w("c"), w("d")]}, "baseline_diagnostics": [
+        {"uuid": "a", "compile_counters": failed_before, "compile_checked": True},
+        {"uuid": "b", "compile_counters": failed_before},
+        {"uuid": "c", "compile_counters": clean},
+        {"uuid": "d", "compile_counters": clean, "compile_checked": True, "compile_error": "fell back"},
+    ]}
+    valid, total = compile_check(entry)
+    assert [x["uuid"] for x in valid] == ["a", "c"] and total == 4

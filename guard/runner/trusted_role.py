@@ -188,6 +188,8 @@ class TrustedRole:
                 before = _dynamo_counters()
                 out["compiled"] = timed(self.compiled[key])
                 out["compile_counters"] = after = _dynamo_counters()
+                # whether the fall-back check below ran (readers of older baselines cannot tell)
+                out["compile_checked"] = bool(before and after)
                 if before and after and (after["frames_total"] - before["frames_total"]
                                          > after["frames_ok"] - before["frames_ok"]):
                     # dynamo gave up on a frame (a recompile limit, an unsupported construct)
