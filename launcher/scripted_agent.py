@@ -50,10 +50,11 @@ def _tile_values(current: int) -> list[int]:
 def variants(source: str) -> list[tuple[str, str]]:
     """Other launch configurations of a source, one change each: (new source, what changed)."""
     out = []
+    # a CUDA kernel's tile constants are tied to each other and to its thread layout (the
+    # seeds load both tiles with one loop): changing one alone breaks the kernel
+    tiles = "__global__" not in source
     options = [(knob, lambda cur, vs=values: vs) for knob, values in KNOBS.items()]
-    if "__global__" not in source:
-        # a CUDA kernel's tile constants are tied to each other and to its thread layout
-        # (the seeds load both tiles with one loop): changing one alone breaks the kernel
+    if tiles:
         options += [(tile, _tile_values) for tile in TILES]
     for knob, values_for in options:
         for m in re.finditer(rf"\b{knob}\s*=\s*(\d+)\b", source):
@@ -62,7 +63,7 @@ def variants(source: str) -> list[tuple[str, str]]:
                 if v != current:
                     new = source[: m.start(1)] + str(v) + source[m.end(1):]
                     out.append((new, f"{knob} {current} -> {v}"))
-    if "__global__" not in source:
+    if tiles:
         out += _tile_tuple_variants(source)
     return out
 
