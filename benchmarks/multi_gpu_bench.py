@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -39,7 +40,13 @@ def swarm(ws_root: Path, problem: str, agents: int, minutes: float, devices: int
     cmd = [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws_root), "launch", "--problem", problem,
            "--agents", str(agents), "--client", "scripted", "--budget-minutes", str(minutes),
            "--max-candidates", "1000", "--device", device, "--devices", str(devices), "-q", "--json"]
-    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    # Every swarm starts cold: its own ceilings/build cache and compiler caches, so the run that
+    # goes second does not inherit the first one's measured ceilings and compiled kernels
+    caches = ws_root.parent / "caches"
+    env = os.environ | {"KERNELARC_CACHE_DIR": str(caches / "kernelarc"),
+                        "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+                        "TRITON_CACHE_DIR": str(caches / "triton")}
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         raise SystemExit(f"launch failed ({p.returncode}): {p.stderr[-3000:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])

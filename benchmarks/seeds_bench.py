@@ -157,9 +157,11 @@ def merge(results: list[dict]) -> dict:
     """Several runs as one: what a later run measured of a problem replaces what an earlier
     one did (a run of the Triton seeds alone keeps the CUDA seeds' figures of an earlier one);
     the dates of the runs that measured it are under ``measured``. The header (date, device,
-    ceilings) is the first run's."""
+    ceilings) is the first run's; every run's ceilings are under ``runs``, since a problem's
+    fractions of SOL use the ceilings of the run that measured it."""
     out = dict(results[0], problems={n: dict(e, measured=[results[0]["date"][:16]])
-                                     for n, e in results[0]["problems"].items()})
+                                     for n, e in results[0]["problems"].items()},
+               runs=[{"date": r["date"][:16], "ceilings": r.get("device", {}).get("ceilings", {})} for r in results])
     for r in results[1:]:
         for name, entry in r["problems"].items():
             if "skipped" in entry:
@@ -199,25 +201,35 @@ def _pct(x):
     return "-" if x is None else f"{x:.0%}"
 
 
+def _ceilings(c: dict) -> str:
+    rates = c.get("matmul_flops_per_s", {})
+    return (f"copy {c.get('copy_bytes_per_s', 0) / 1e12:.2f} TB/s (read + write), dense matmul "
+            + ", ".join(f"{k} {v / 1e12:.0f} TFLOP/s" for k, v in rates.items() if v))
+
+
 def render(r: dict) -> str:
     dev = r.get("device", {})
     c = dev.get("ceilings", {})
-    rates = c.get("matmul_flops_per_s", {})
+    runs = r.get("runs") or [{"date": r["date"][:16], "ceilings": c}]
     lines = [
         f"Measured {r['date'][:10]} on {dev.get('name')} by `python -m benchmarks.seeds_bench` "
         "(guard defaults except 0.1 s of timing per workload, at most 300 iterations).",
         "",
-        "Ceilings used for speed of light: copy "
-        f"{c.get('copy_bytes_per_s', 0) / 1e12:.2f} TB/s (read + write), dense matmul "
-        + ", ".join(f"{k} {v / 1e12:.0f} TFLOP/s" for k, v in rates.items() if v),
-        "",
+    ]
+    if len(runs) == 1:
+        lines += [f"Ceilings used for speed of light: {_ceilings(c)}", ""]
+    else:
+        lines += ["Ceilings used for speed of light, measured by each run (each figure's fraction uses those of the "
+                  "run that measured that figure; the runs of a problem are under `measured` in the merged JSON):", ""]
+        lines += [f"- {run['date']}: {_ceilings(run['ceilings'])}" for run in runs] + [""]
+    lines += [
         "Latency: median over the problem's workloads, in microseconds. Fraction of SOL: geometric mean over",
         "the workloads of T_sol / T.",
         "",
         "| problem | workloads | bound | eager us | compile us | Triton seed us | CUDA seed us | eager SOL | compile SOL | Triton SOL | CUDA SOL |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    partial = []
+    partial, invalid = [], []
     for name, e in r["problems"].items():
         if "skipped" in e:
             lines.append(f"| {name} | not measured: {e['skipped']} |||||||||")
@@ -232,6 +244,7 @@ def render(r: dict) -> str:
                 partial.append(name)
         else:
             comp_us = comp_sol = "not valid"
+            invalid.append(name)
 
         def cell(x, key, fmt):
             if not x:
@@ -246,9 +259,10 @@ def render(r: dict) -> str:
             f"{_pct(e.get('eager_sol_fraction'))} | {comp_sol} | "
             f"{cell(tri, 'sol_fraction', _pct)} | {cell(cu, 'sol_fraction', _pct)} |"
         )
-    lines += ["", "compile: only workloads whose baseline shows every frame compiled by dynamo (none fell back to eager);",
-              "\"not valid\": no such workload in the runs shown (runs before 2026-11-29 15:00 kept no diagnostics, and a",
-              "shared decorator let dynamo's recompile limit turn compile into eager: fixed since, not re-measured)."]
+    lines += ["", "compile: only workloads whose baseline shows every frame compiled by dynamo (none fell back to eager)."]
+    if invalid:
+        lines += [f"\"not valid\" ({', '.join(invalid)}): no such workload in the runs shown (runs without "
+                  "diagnostics, or a compile that fell back to eager)."]
     if partial:
         lines += [f"(k/n): the median over the k of n workloads that compiled ({', '.join(partial)})."]
     fails = [(n, k, e[k]) for n, e in r["problems"].items() for k in ("triton", "cuda")

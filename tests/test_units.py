@@ -332,3 +332,35 @@ def test_seeds_table_trusts_compile_times_the_guard_checked():
     ]}
     valid, total = compile_check(entry)
     assert [x["uuid"] for x in valid] == ["a", "c"] and total == 4
+
+
+def test_seeds_table_merges_runs_and_names_their_ceilings():
+    """A later run of the Triton seeds replaces that problem's baselines and Triton figures but
+    keeps an earlier run's CUDA seed; every run's ceilings are listed, and "not valid" names
+    exactly the problems whose compile time nothing vouches for."""
+    from benchmarks.seeds_bench import merge, render
+
+    def run(date, copy, problems):
+        return {"date": date, "device": {"name": "GPU", "ceilings": {"copy_bytes_per_s": copy}},
+                "problems": problems}
+
+    def seed(ms):
+        return {"status": "PASSED", "median_ms": ms, "sol_fraction": 0.5,
+                "per_workload": [{"uuid": "a", "compile_ms": 0.004, "sol_ms": 0.001}]}
+
+    checked = [{"uuid": "a", "compile_counters": {"frames_ok": 1, "frames_total": 1}, "compile_checked": True}]
+    first = run("2026-01-01T10:00", 4e12, {
+        "p": {"eager_median_ms": 0.05, "triton": seed(0.010), "cuda": seed(0.020)},
+        "q": {"eager_median_ms": 0.07, "triton": seed(0.030)}})
+    later = run("2026-01-01T12:00", 3e12, {"p": {"eager_median_ms": 0.04, "triton": seed(0.009),
+                                                  "baseline_diagnostics": checked}})
+    merged = merge([first, later])
+    assert merged["problems"]["p"]["cuda"]["median_ms"] == 0.020
+    assert merged["problems"]["p"]["triton"]["median_ms"] == 0.009
+    assert merged["problems"]["p"]["measured"] == ["2026-01-01T10:00", "2026-01-01T12:00"]
+    text = render(merged)
+    row_p = next(line for line in text.splitlines() if line.startswith("| p |"))
+    assert "| 40.0 | 4.0 | 9.0 | 20.0 |" in row_p
+    assert "2026-01-01T10:00: copy 4.00 TB/s" in text and "2026-01-01T12:00: copy 3.00 TB/s" in text
+    assert '"not valid" (q)' in text
+    assert '"not valid"' not in render(merge([later]))
