@@ -15,7 +15,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-from conftest import CHEATS, RMS, fast_config, honest_source, unique  # noqa: E402
+from conftest import CHEATS, RMS, SOL_EXAMPLES, fast_config, honest_source, unique  # noqa: E402
 from guard.candidates.load import from_source  # noqa: E402
 from guard.pipeline import Guard  # noqa: E402
 from guard.problems.derive import workload_set  # noqa: E402
@@ -27,7 +27,9 @@ CHEAT_FILES = sorted(p for p in CHEATS.glob("*.py") if p.name != "honest_torch.p
 
 def _guard(path, **kw):
     cfg = fast_config(min_iters=20, max_iters=100, target_time_s=0.02, **kw)
-    return Guard(Workspace.open(path), cfg, device="cuda")
+    g = Guard(Workspace.open(path), cfg, device="cuda")
+    g.store.import_path(SOL_EXAMPLES / "softmax_h4096")  # the problem of the float32 cheat
+    return g
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +46,8 @@ def gpu_guard_runtime(session_tmp):
     g.close()
 
 
-def submit(g, source, agent, language=None):
-    return g.evaluate(from_source(source, language, "kernel.py"), RMS, agent=agent)
+def submit(g, source, agent, language=None, problem=RMS):
+    return g.evaluate(from_source(source, language, "kernel.py"), problem, agent=agent)
 
 
 def _expect(path, key):
@@ -77,14 +79,12 @@ def test_cuda_cpp_seed_builds_and_passes(gpu_guard):
 @pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)
 def test_cheats_on_gpu_runtime_defence(gpu_guard_runtime, path):
     expected, problem = _expect(path, "runtime")
-    if problem:
-        pytest.skip("problem not imported in the GPU workspace")
     g = gpu_guard_runtime
     source = path.read_text()
     if "{VISIBLE}" in source:
         rows = sorted({w.axes["num_tokens"] for w in workload_set(g.store.get(RMS), "cuda", g._secret).visible})
         source = source.replace("{VISIBLE}", repr(set(rows)))
-    v = submit(g, unique(source), f"cheat-{path.stem}")
+    v = submit(g, unique(source), f"cheat-{path.stem}", problem=problem or RMS)
     assert v.status == expected, f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
     after = submit(g, honest_source(), f"after-{path.stem}")
     assert after.status == "PASSED", after.reason
