@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,18 +47,29 @@ def swarm(ws_root: Path, problem: str, agents: int, minutes: float, devices: int
     env = os.environ | {"KERNELARC_CACHE_DIR": str(caches / "kernelarc"),
                         "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
                         "TRITON_CACHE_DIR": str(caches / "triton")}
+    t0 = time.time()
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         raise SystemExit(f"launch failed ({p.returncode}): {p.stderr[-3000:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])
     db = Database(ws_root / "workspace.db")
-    jobs = db.query("SELECT device, state, started_at, finished_at FROM jobs WHERE state = 'done'")
+    done = db.query("SELECT j.device, j.finished_at, c.duplicate_of FROM jobs j "
+                    "LEFT JOIN candidates c ON c.id = j.candidate_id WHERE j.state = 'done'")
+    # a source submitted before is answered from the archive: no GPU judged it
+    jobs = [j for j in done if not j["duplicate_of"]]
     per_device: dict[str, int] = {}
     for j in jobs:
         per_device[j["device"]] = per_device.get(j["device"], 0) + 1
     judged = len(jobs)
+    # when each verdict came, in seconds from the launch: the rate once judging has begun
+    # tells the GPUs' share apart from the start-up (ceilings, baselines) they all pay
+    times = sorted(round(j["finished_at"] - t0, 1) for j in jobs if j["finished_at"])
+    steady = (len(times) - 1) / (times[-1] - times[0]) * 60 if len(times) >= 2 and times[-1] > times[0] else None
     return {"devices": devices, "agents": agents, "minutes": minutes, "judged": judged,
-            "per_minute": judged / minutes, "per_device": per_device, "run": out["run"]}
+            "duplicates": len(done) - judged,
+            "per_minute": judged / minutes, "per_device": per_device, "run": out["run"],
+            "verdict_times_s": times, "first_verdict_s": times[0] if times else None,
+            "per_minute_after_first": steady}
 
 
 def interference(problem: str, source: str, n: int, device: str, count: int) -> dict:
@@ -118,6 +130,8 @@ def main() -> int:
             print(json.dumps(result["swarm"][-1]), flush=True)
         one, many = result["swarm"]
         result["throughput_ratio"] = many["per_minute"] / one["per_minute"] if one["per_minute"] else None
+        if one["per_minute_after_first"] and many["per_minute_after_first"]:
+            result["throughput_ratio_after_first"] = many["per_minute_after_first"] / one["per_minute_after_first"]
     if not args.skip_spread:
         rms = (SEEDS_DIR / "rmsnorm_llama3_8b" / "seed_triton.py").read_text()
         result["interference"] = interference("rmsnorm_h4096", rms, args.resubmissions, args.device, args.devices)
