@@ -246,3 +246,28 @@ def test_destination_passing_and_a_call_that_skips_its_work_while_timed(session_
         assert "tim" in skips.reason.lower(), skips.reason
     finally:
         guard.close()
+
+
+def test_a_candidate_waiting_for_a_busy_guard_says_so(guard):
+    """While the device's guard is busy (another evaluation, or baselines being prepared), a new
+    candidate reports that it waits, then is judged once the guard is free."""
+    import threading
+
+    events: list[tuple[str, str]] = []
+    result: dict = {}
+    guard._lock.acquire()  # what a running evaluation or `serve --prepare` holds
+    try:
+        worker = threading.Thread(target=lambda: result.update(v=guard.evaluate(
+            from_source(unique(honest_source()), None, "k.py"), RMS, agent="waiter",
+            progress=lambda phase, done, total, msg="": events.append((phase, msg)))))
+        worker.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(p == "waiting" for p, _ in events):
+            time.sleep(0.05)
+        assert [m for p, m in events if p == "waiting"] == [
+            "this device's guard is busy (another evaluation, or baselines being measured)"]
+        assert "v" not in result  # still waiting: judged only once the guard is free
+    finally:
+        guard._lock.release()
+    worker.join(300)
+    assert result["v"].status == "PASSED", result["v"].reason
