@@ -2,7 +2,9 @@
 the CUDA C++ seed; median latency over the workloads and fraction of speed of light.
 
 Usage: python -m benchmarks.seeds_bench OUT_DIR [--budget-s 480] [--only NAME ...] [--kinds triton cuda]
-       python -m benchmarks.seeds_bench --render RUN1.json [RUN2.json ...] > docs/seeds.md
+       python -m benchmarks.seeds_bench --render RUN1.json [RUN2.json ...] [--write docs/seeds.md]
+(``--write``: the table replaces the block between the document's seeds_bench markers; a run
+that measures writes its own table there too.)
 CUDA seeds are compiled first, in parallel, into the guard's shared build cache.
 """
 
@@ -75,10 +77,19 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--kinds", nargs="+", choices=["triton", "cuda"], default=["triton", "cuda"],
                     help="which seeds to evaluate (the baselines come with the first one)")
+    ap.add_argument("--write", type=Path, metavar="DOC",
+                    help=f"put the table into DOC, between the lines {BEGIN!r} and {END!r}")
     args = ap.parse_args()
+    if args.write and not _has_block(args.write):
+        ap.error(f"{args.write} has no block to replace: add the lines {BEGIN!r} and {END!r} where the table goes")
     if args.render:
-        print(render(merge([json.loads(p.read_text()) for p in args.render])))
+        table = render(merge([json.loads(p.read_text()) for p in args.render]))
+        print(table)
+        if args.write:
+            write_block(args.write, table)
         return 0
+    if args.out is None:
+        ap.error("OUT_DIR is needed to measure (or --render to print a table from results)")
     t_start = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     problems = sorted(p.parent for p in SEEDS_DIR.glob("*/definition.json"))
@@ -128,8 +139,30 @@ def main() -> int:
             ), flush=True)
     result["total_s"] = time.monotonic() - t_start
     out_json.write_text(json.dumps(result, indent=2, default=str))
-    print(render(result))
+    table = render(result)
+    print(table)
+    if args.write:
+        write_block(args.write, table)
     return 0
+
+
+BEGIN = "<!-- seeds_bench table: begin -->"
+END = "<!-- seeds_bench table: end -->"
+
+
+def _has_block(doc: Path) -> bool:
+    if not doc.is_file():
+        return False
+    lines = doc.read_text().splitlines()
+    return BEGIN in lines and END in lines and lines.index(BEGIN) < lines.index(END)
+
+
+def write_block(doc: Path, table: str) -> None:
+    """Replace what lies between the markers in ``doc`` by ``table``; the rest of the document
+    (the prose around the table) stays as it is."""
+    lines = doc.read_text().splitlines()
+    i, j = lines.index(BEGIN), lines.index(END)
+    doc.write_text("\n".join(lines[:i + 1] + table.splitlines() + lines[j:]) + "\n")
 
 
 def _baseline_diagnostics(guard, problem: str) -> list[dict]:

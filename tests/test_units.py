@@ -364,3 +364,15 @@ def test_seeds_table_merges_runs_and_names_their_ceilings():
     assert "2026-01-01T10:00: copy 4.00 TB/s" in text and "2026-01-01T12:00: copy 3.00 TB/s" in text
     assert '"not valid" (q)' in text
     assert '"not valid"' not in render(merge([later]))
+
+
+def test_seeds_table_is_written_between_its_markers_only(tmp_path):
+    from benchmarks.seeds_bench import BEGIN, END, _has_block, write_block
+
+    doc = tmp_path / "seeds.md"
+    doc.write_text(f"# Title\n\nprose before\n{BEGIN}\nold table\n{END}\nprose after\n")
+    assert _has_block(doc)
+    write_block(doc, "| new | table |\n|---|---|")
+    assert doc.read_text() == f"# Title\n\nprose before\n{BEGIN}\n| new | table |\n|---|---|\n{END}\nprose after\n"
+    (tmp_path / "bare.md").write_text("no markers\n")
+    assert not _has_block(tmp_path / "bare.md") and not _has_block(tmp_path / "missing.md")
