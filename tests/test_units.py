@@ -376,3 +376,26 @@ def test_seeds_table_is_written_between_its_markers_only(tmp_path):
     assert doc.read_text() == f"# Title\n\nprose before\n{BEGIN}\n| new | table |\n|---|---|\n{END}\nprose after\n"
     (tmp_path / "bare.md").write_text("no markers\n")
     assert not _has_block(tmp_path / "bare.md") and not _has_block(tmp_path / "missing.md")
+
+
+def test_ceilings_probe_runs_and_compares_with_the_guards_measurement(tmp_path):
+    """The probe for the next GPU session, checked on the CPU: it runs the guard's own ceiling
+    measurement and the ramped one, and its summary compares the two per ceiling."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, "-m", "benchmarks.ceilings_probe", str(tmp_path), "--device", "cpu",
+                          "--repeats", "2", "--ramp-s", "0.05", "--reps", "2", "--batch", "1"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads((tmp_path / "ceilings_probe.json").read_text())
+    assert len(r["guard"]) == 2 and all(g["copy_bytes_per_s"] > 0 for g in r["guard"])
+    assert [s["ceiling"] for s in r["summary"]] == [
+        "copy (read + write)", "matmul bfloat16", "matmul float16", "matmul float32"]
+    for s in r["summary"]:
+        assert s["ramped"] > 0 and len(s["guard_to_ramped"]) == 2
+        assert s["guard_to_ramped"][0] == s["guard"][0] / s["ramped"]
+    assert "| copy (read + write) |" in out.stdout
