@@ -64,12 +64,21 @@ def swarm(ws_root: Path, problem: str, agents: int, minutes: float, devices: int
     # when each verdict came, in seconds from the launch: the rate once judging has begun
     # tells the GPUs' share apart from the start-up (ceilings, baselines) they all pay
     times = sorted(round(j["finished_at"] - t0, 1) for j in jobs if j["finished_at"])
-    steady = (len(times) - 1) / (times[-1] - times[0]) * 60 if len(times) >= 2 and times[-1] > times[0] else None
-    return {"devices": devices, "agents": agents, "minutes": minutes, "judged": judged,
-            "duplicates": len(done) - judged,
+    # per device from its own first verdict (each guard pays its own start-up), then summed
+    rates = {d: _rate_after_first([j["finished_at"] for j in jobs if j["device"] == d]) for d in per_device}
+    steady = sum(rates.values()) if rates and None not in rates.values() else None
+    # "judged" in results before 2026-11-29 20:00 counted every finished job, duplicates included
+    return {"devices": devices, "agents": agents, "minutes": minutes, "judged_unique": judged,
+            "finished_jobs": len(done), "duplicates": len(done) - judged,
             "per_minute": judged / minutes, "per_device": per_device, "run": out["run"],
             "verdict_times_s": times, "first_verdict_s": times[0] if times else None,
-            "per_minute_after_first": steady}
+            "per_minute_after_first": steady, "per_device_after_first": rates}
+
+
+def _rate_after_first(finished: list[float]) -> float | None:
+    """Verdicts per minute from the first one on: (n - 1) over the time from first to last."""
+    t = sorted(x for x in finished if x)
+    return (len(t) - 1) / (t[-1] - t[0]) * 60 if len(t) >= 2 and t[-1] > t[0] else None
 
 
 def interference(problem: str, source: str, n: int, device: str, count: int) -> dict:

@@ -3,8 +3,7 @@ the CUDA C++ seed; median latency over the workloads and fraction of speed of li
 
 Usage: python -m benchmarks.seeds_bench OUT_DIR [--budget-s 480] [--only NAME ...] [--kinds triton cuda]
        python -m benchmarks.seeds_bench --render RUN1.json [RUN2.json ...] [--write docs/seeds.md]
-(``--write``: the table replaces the block between the document's seeds_bench markers; a run
-that measures writes its own table there too.)
+(``--write``: the table replaces the block between the document's seeds_bench markers.)
 CUDA seeds are compiled first, in parallel, into the guard's shared build cache.
 """
 
@@ -80,6 +79,8 @@ def main() -> int:
     ap.add_argument("--write", type=Path, metavar="DOC",
                     help=f"put the table into DOC, between the lines {BEGIN!r} and {END!r}")
     args = ap.parse_args()
+    if args.write and not args.render:
+        ap.error("--write goes with --render: the document's table is the merge of the runs it names")
     if args.write and not _has_block(args.write):
         ap.error(f"{args.write} has no block to replace: add the lines {BEGIN!r} and {END!r} where the table goes")
     if args.render:
@@ -128,7 +129,7 @@ def main() -> int:
             if ref:
                 entry["eager_median_ms"] = statistics.median(w["eager_ms"] for w in ref)
                 entry["eager_sol_fraction"] = geomean([w["sol_ms"] / w["eager_ms"] for w in ref])
-                entry["bound"] = max({w["bound"] for w in ref}, key=[w["bound"] for w in ref].count)
+                entry["bound"] = _bound(ref)
                 entry["workloads"] = len(ref)
             entry["baseline_diagnostics"] = _baseline_diagnostics(guard, folder.name)
             result["problems"][folder.name] = entry
@@ -139,10 +140,7 @@ def main() -> int:
             ), flush=True)
     result["total_s"] = time.monotonic() - t_start
     out_json.write_text(json.dumps(result, indent=2, default=str))
-    table = render(result)
-    print(table)
-    if args.write:
-        write_block(args.write, table)
+    print(render(result))
     return 0
 
 
@@ -189,31 +187,65 @@ def _baseline_diagnostics(guard, problem: str) -> list[dict]:
 def merge(results: list[dict]) -> dict:
     """Several runs as one: what a later run measured of a problem replaces what an earlier
     one did (a run of the Triton seeds alone keeps the CUDA seeds' figures of an earlier one);
-    the dates of the runs that measured it are under ``measured``. The header (date, device,
-    ceilings) is the first run's; every run's ceilings are under ``runs``, since a problem's
-    fractions of SOL use the ceilings of the run that measured it."""
-    out = dict(results[0], problems={n: dict(e, measured=[results[0]["date"][:16]])
-                                     for n, e in results[0]["problems"].items()},
-               runs=[{"date": r["date"][:16], "ceilings": r.get("device", {}).get("ceilings", {})} for r in results])
-    for r in results[1:]:
+    the dates of the runs that measured it are under ``measured``, and each seed's figures and
+    the baselines' diagnostics carry the date of their run (``run``, ``diagnostics_run``), so
+    diagnostics vouch only for times measured with them. The header (date, device, ceilings)
+    is the first run's; every run's ceilings are under ``runs``, since a problem's fractions
+    of SOL use the ceilings of the run that measured them."""
+    out = {k: v for k, v in results[0].items() if k != "problems"}
+    out["problems"] = {}
+    out["runs"] = [{"date": r["date"][:16], "ceilings": r.get("device", {}).get("ceilings", {})} for r in results]
+    for r in results:
+        date = r["date"][:16]
         for name, entry in r["problems"].items():
-            if "skipped" in entry:
-                continue
             old = out["problems"].get(name, {})
+            if "skipped" in entry:
+                out["problems"].setdefault(name, entry)
+                continue
             if "skipped" in old:
                 old = {}
-            if "baseline_diagnostics" not in entry:
+            entry = dict(entry, **{k: dict(entry[k], run=date) for k in SEED_KINDS if k in entry})
+            if "baseline_diagnostics" in entry:
+                entry["diagnostics_run"] = date
+            else:
                 old.pop("baseline_diagnostics", None)
-            out["problems"][name] = dict(old, **entry, measured=old.get("measured", []) + [r["date"][:16]])
+                old.pop("diagnostics_run", None)
+            out["problems"][name] = dict(old, **entry, measured=old.get("measured", []) + [date])
     return out
+
+
+SEED_KINDS = ("triton", "cuda")
+
+
+def reference_workloads(e: dict) -> list[dict]:
+    """The per-workload figures that came with the problem's baselines: those of a seed
+    measured in the same run as the diagnostics (after ``merge``), else of either seed."""
+    seeds = [e[k] for k in SEED_KINDS if isinstance(e.get(k), dict)]
+    if "diagnostics_run" in e:
+        seeds = [x for x in seeds if x.get("run") == e["diagnostics_run"]]
+    return (seeds[0] if seeds else {}).get("per_workload", [])
+
+
+def _bound(workloads: list[dict]) -> str:
+    """The bound most of the workloads share; "mixed" on a tie."""
+    bounds = [w["bound"] for w in workloads if w.get("bound")]
+    counts = {b: bounds.count(b) for b in set(bounds)}
+    if not counts:
+        return "-"
+    top = max(counts.values())
+    winners = sorted(b for b, n in counts.items() if n == top)
+    return winners[0] if len(winners) == 1 else "mixed"
 
 
 def compile_check(e: dict) -> tuple[list[dict], int]:
     """The workloads whose torch.compile time is trustworthy, and how many there are in all.
     Where the guard checked for dynamo falling back to eager (``compile_checked``), a time it
     kept is trusted. Older runs are judged by dynamo's counters, which count over the whole
-    worker: every frame met so far compiled. A run without diagnostics has none."""
-    ref = (e.get("triton") or e.get("cuda") or {}).get("per_workload", [])
+    worker: every frame met so far compiled. A run without diagnostics has none, and
+    diagnostics never vouch for a time another run measured."""
+    ref = reference_workloads(e)
+    if not ref:  # no seed measured with these diagnostics: count the workloads, vouch for none
+        return [], len((e.get("triton") or e.get("cuda") or {}).get("per_workload", []))
     diag = {d["uuid"]: d for d in e.get("baseline_diagnostics") or []}
     ok = []
     for w in ref:
@@ -268,6 +300,7 @@ def render(r: dict) -> str:
             lines.append(f"| {name} | not measured: {e['skipped']} |||||||||")
             continue
         tri, cu = e.get("triton", {}), e.get("cuda", {})
+        ref = reference_workloads(e)
         valid, n = compile_check(e)
         if valid:
             comp_us = _us(statistics.median(w["compile_ms"] for w in valid))
@@ -287,12 +320,15 @@ def render(r: dict) -> str:
             return fmt(x.get(key))
 
         lines.append(
-            f"| {name} | {e.get('workloads', '-')} | {e.get('bound', '-')} | {_us(e.get('eager_median_ms'))} | "
+            f"| {name} | {e.get('workloads', '-')} | {_bound(ref) if ref else e.get('bound', '-')} | "
+            f"{_us(e.get('eager_median_ms'))} | "
             f"{comp_us} | {cell(tri, 'median_ms', _us)} | {cell(cu, 'median_ms', _us)} | "
             f"{_pct(e.get('eager_sol_fraction'))} | {comp_sol} | "
             f"{cell(tri, 'sol_fraction', _pct)} | {cell(cu, 'sol_fraction', _pct)} |"
         )
-    lines += ["", "compile: only workloads whose baseline shows every frame compiled by dynamo (none fell back to eager)."]
+    lines += ["", "bound: what most workloads are bound by, under the ceilings of the run that measured them "
+              "(mixed: as many of each).",
+              "compile: only workloads whose baseline shows every frame compiled by dynamo (none fell back to eager)."]
     if invalid:
         lines += [f"\"not valid\" ({', '.join(invalid)}): no such workload in the runs shown (runs without "
                   "diagnostics, or a compile that fell back to eager)."]

@@ -255,19 +255,25 @@ def test_a_candidate_waiting_for_a_busy_guard_says_so(guard):
 
     events: list[tuple[str, str]] = []
     result: dict = {}
+    def judge():
+        try:
+            result["v"] = guard.evaluate(from_source(unique(honest_source()), None, "k.py"), RMS, agent="waiter",
+                                         progress=lambda phase, done, total, msg="": events.append((phase, msg)))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertions below
+            result["error"] = exc
+
     guard._lock.acquire()  # what a running evaluation or `serve --prepare` holds
     try:
-        worker = threading.Thread(target=lambda: result.update(v=guard.evaluate(
-            from_source(unique(honest_source()), None, "k.py"), RMS, agent="waiter",
-            progress=lambda phase, done, total, msg="": events.append((phase, msg)))))
+        worker = threading.Thread(target=judge, daemon=True)
         worker.start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not any(p == "waiting" for p, _ in events):
             time.sleep(0.05)
         assert [m for p, m in events if p == "waiting"] == [
             "this device's guard is busy (another evaluation, or baselines being measured)"]
-        assert "v" not in result  # still waiting: judged only once the guard is free
+        assert not result  # still waiting: judged only once the guard is free
     finally:
         guard._lock.release()
     worker.join(300)
+    assert "v" in result, result.get("error", "no verdict within 300 s")
     assert result["v"].status == "PASSED", result["v"].reason

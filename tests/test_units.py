@@ -366,6 +366,33 @@ def test_seeds_table_merges_runs_and_names_their_ceilings():
     assert '"not valid"' not in render(merge([later]))
 
 
+def test_seeds_table_diagnostics_vouch_only_for_times_of_their_own_run():
+    """A later run of the CUDA seeds alone brings checked diagnostics; they must not make an
+    older run's (unchecked, possibly eager-in-disguise) Triton compile times look valid: the
+    table takes the compile times measured with them. A tie between bounds reads "mixed"."""
+    from benchmarks.seeds_bench import merge, render
+
+    def seed(compile_ms, bounds):
+        return {"status": "PASSED", "median_ms": 0.01, "sol_fraction": 0.5,
+                "per_workload": [{"uuid": u, "compile_ms": compile_ms, "sol_ms": 0.001, "bound": b}
+                                 for u, b in zip("ab", bounds)]}
+
+    old = {"date": "2026-01-01T10:00", "device": {"ceilings": {}},
+           "problems": {"p": {"eager_median_ms": 0.05, "triton": seed(0.050, ["memory", "memory"])}}}
+    checked = [{"uuid": u, "compile_counters": {"frames_ok": 1, "frames_total": 1}, "compile_checked": True}
+               for u in "ab"]
+    new = {"date": "2026-01-02T10:00", "device": {"ceilings": {}},
+           "problems": {"p": {"eager_median_ms": 0.05, "cuda": seed(0.004, ["memory", "compute"]),
+                              "baseline_diagnostics": checked}}}
+    row = next(line for line in render(merge([old, new])).splitlines() if line.startswith("| p |"))
+    assert row.startswith("| p | - | mixed | 50.0 | 4.0 |"), row
+    # the other order: the older run's diagnostics do not vouch for the newer Triton times either
+    newer_triton = {"date": "2026-01-03T10:00", "device": {"ceilings": {}},
+                    "problems": {"p": {"eager_median_ms": 0.05, "triton": seed(0.050, ["memory", "memory"])}}}
+    row = next(line for line in render(merge([new, newer_triton])).splitlines() if line.startswith("| p |"))
+    assert "| not valid |" in row and "| memory |" in row, row
+
+
 def test_seeds_table_is_written_between_its_markers_only(tmp_path):
     from benchmarks.seeds_bench import BEGIN, END, _has_block, write_block
 
@@ -396,6 +423,9 @@ def test_ceilings_probe_runs_and_compares_with_the_guards_measurement(tmp_path):
     assert [s["ceiling"] for s in r["summary"]] == [
         "copy (read + write)", "matmul bfloat16", "matmul float16", "matmul float32"]
     for s in r["summary"]:
-        assert s["ramped"] > 0 and len(s["guard_to_ramped"]) == 2
-        assert s["guard_to_ramped"][0] == s["guard"][0] / s["ramped"]
+        assert s["ramped"] > 0 and len(s["guard_to_ramped"]) == 2 and s["ramped_median"] <= s["ramped"]
+    # the ramped ceiling is the best over every shape of its dtype, not one shape's
+    bf16 = [v["best"] for k, v in r["ramped"]["matmul"].items() if k.startswith("bfloat16 ")]
+    assert len(bf16) == 2 and r["summary"][1]["ramped"] == max(bf16)
+    assert len(r["ramped"]["copy"]) == 2 and r["summary"][0]["ramped"] == max(v["best"] for v in r["ramped"]["copy"].values())
     assert "| copy (read + write) |" in out.stdout
