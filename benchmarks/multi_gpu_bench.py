@@ -8,6 +8,9 @@
 
 Usage: python -m benchmarks.multi_gpu_bench OUT [--agents 8] [--minutes 4] [--devices 2]
                                              [--resubmissions 10] [--device cuda|cpu]
+                                             [--swarm-with one|all|both]
+(``--swarm-with one`` or ``all``: only that swarm, so two long windows fit two device calls;
+``--combine A.json B.json``: the ratio of two such results.)
 (``--device cpu``: a dry run with simulated devices, to check the script, not to measure.)
 Writes OUT/multi_gpu_bench.json and prints a summary.
 """
@@ -81,6 +84,15 @@ def _rate_after_first(finished: list[float]) -> float | None:
     return (len(t) - 1) / (t[-1] - t[0]) * 60 if len(t) >= 2 and t[-1] > t[0] else None
 
 
+def ratios(one: dict, many: dict) -> dict:
+    """Throughput with several GPUs over throughput with one: over the whole window, and from
+    each device's first verdict on."""
+    out = {"throughput_ratio": many["per_minute"] / one["per_minute"] if one["per_minute"] else None}
+    if one.get("per_minute_after_first") and many.get("per_minute_after_first"):
+        out["throughput_ratio_after_first"] = many["per_minute_after_first"] / one["per_minute_after_first"]
+    return out
+
+
 def interference(problem: str, source: str, n: int, device: str, count: int) -> dict:
     ws = Workspace.open(Path(tempfile.mkdtemp(prefix="multi-gpu-spread-")) / "ws")
     ws.problems().import_path(SOL / problem)
@@ -114,7 +126,7 @@ def interference(problem: str, source: str, n: int, device: str, count: int) -> 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("out", type=Path)
+    ap.add_argument("out", type=Path, nargs="?")
     ap.add_argument("--agents", type=int, default=8)
     ap.add_argument("--minutes", type=float, default=4.0)
     ap.add_argument("--devices", type=int, default=2)
@@ -124,23 +136,35 @@ def main() -> int:
     ap.add_argument("--problem", default="softmax_lm_vocab_fp32")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--skip-swarm", action="store_true")
+    ap.add_argument("--swarm-with", choices=["one", "all", "both"], default="both",
+                    help="which swarms to run: one GPU, all --devices, or both in turn")
+    ap.add_argument("--combine", nargs=2, type=Path, metavar=("ONE_GPU_JSON", "ALL_GPUS_JSON"),
+                    help="no measuring: the throughput ratio of two results written with --swarm-with")
     ap.add_argument("--skip-spread", action="store_true")
     args = ap.parse_args()
+    if args.combine:
+        runs = sorted((s for p in args.combine for s in json.loads(p.read_text()).get("swarm", [])),
+                      key=lambda s: s["devices"])
+        if len(runs) != 2 or runs[0]["devices"] == runs[1]["devices"]:
+            ap.error("--combine wants two results with one swarm each, on different numbers of GPUs")
+        print(json.dumps(ratios(*runs), indent=2))
+        return 0
+    if args.out is None:
+        ap.error("OUT is needed to measure")
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                     "devices": [c.key for c in resolve_all(args.device, args.devices)]}
     path = args.out / "multi_gpu_bench.json"
     if not args.skip_swarm:
         result["swarm"] = []
-        for n in (1, args.devices):
+        counts = {"one": (1,), "all": (args.devices,), "both": (1, args.devices)}[args.swarm_with]
+        for n in counts:
             ws_root = Path(tempfile.mkdtemp(prefix=f"multi-gpu-{n}-")) / "ws"
             result["swarm"].append(swarm(ws_root, args.problem, args.agents, args.minutes, n, args.device))
             path.write_text(json.dumps(result, indent=2))
             print(json.dumps(result["swarm"][-1]), flush=True)
-        one, many = result["swarm"]
-        result["throughput_ratio"] = many["per_minute"] / one["per_minute"] if one["per_minute"] else None
-        if one["per_minute_after_first"] and many["per_minute_after_first"]:
-            result["throughput_ratio_after_first"] = many["per_minute_after_first"] / one["per_minute_after_first"]
+        if len(result["swarm"]) == 2:
+            result |= ratios(*result["swarm"])
     if not args.skip_spread:
         rms = (SEEDS_DIR / "rmsnorm_llama3_8b" / "seed_triton.py").read_text()
         result["interference"] = interference("rmsnorm_h4096", rms, args.resubmissions, args.device, args.devices)
