@@ -31,6 +31,10 @@ from guard.workspace import Workspace  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
 
 
+# the seed kernels of a problem folder, by kind
+SEED_FILES = {"triton": "seed_triton.py", "cuda": "seed_cuda.cu"}
+
+
 def _prebuild(path: str) -> tuple[str, str | None]:
     from guard.builders import BuildError, get_builder
 
@@ -74,7 +78,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--render", type=Path, nargs="+", help="result files; a problem measured in a later one replaces it")
     ap.add_argument("--jobs", type=int, default=4)
-    ap.add_argument("--kinds", nargs="+", choices=["triton", "cuda"], default=["triton", "cuda"],
+    ap.add_argument("--kinds", nargs="+", choices=list(SEED_FILES), default=list(SEED_FILES),
                     help="which seeds to evaluate (the baselines come with the first one)")
     ap.add_argument("--write", type=Path, metavar="DOC",
                     help=f"put the table into DOC, between the lines {BEGIN!r} and {END!r}")
@@ -96,7 +100,7 @@ def main() -> int:
     problems = sorted(p.parent for p in SEEDS_DIR.glob("*/definition.json"))
     if args.only:
         problems = [p for p in problems if p.name in args.only]
-    cuda_seeds = [p / "seed_cuda.cu" for p in problems if (p / "seed_cuda.cu").is_file() and "cuda" in args.kinds]
+    cuda_seeds = [p / SEED_FILES["cuda"] for p in problems if (p / SEED_FILES["cuda"]).is_file() and "cuda" in args.kinds]
     t = time.monotonic()
     build_errors = prebuild(cuda_seeds, args.jobs)
     result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -116,7 +120,7 @@ def main() -> int:
                 result["problems"][folder.name] = {"skipped": "time budget of the run spent"}
                 continue
             entry: dict = {}
-            for kind, fname in (("triton", "seed_triton.py"), ("cuda", "seed_cuda.cu")):
+            for kind, fname in SEED_FILES.items():
                 path = folder / fname
                 if kind not in args.kinds or not path.is_file():
                     continue
@@ -125,7 +129,7 @@ def main() -> int:
                 entry[kind] = summarize(v) | {"wall_s": time.monotonic() - t}
                 if kind == "cuda" and build_errors.get(str(path)):
                     entry[kind]["prebuild_error"] = build_errors[str(path)]
-            ref = (entry.get("triton") or entry.get("cuda") or {}).get("per_workload", [])
+            ref = reference_workloads(entry)
             if ref:
                 entry["eager_median_ms"] = statistics.median(w["eager_ms"] for w in ref)
                 entry["eager_sol_fraction"] = geomean([w["sol_ms"] / w["eager_ms"] for w in ref])
@@ -136,7 +140,7 @@ def main() -> int:
             result["device"] = guard.device_info()
             out_json.write_text(json.dumps(result, indent=2, default=str))
             print(f"{folder.name}: " + ", ".join(
-                f"{k} {entry[k]['status']} {entry[k]['median_ms']}" for k in ("triton", "cuda") if k in entry
+                f"{k} {entry[k]['status']} {entry[k]['median_ms']}" for k in SEED_FILES if k in entry
             ), flush=True)
     result["total_s"] = time.monotonic() - t_start
     out_json.write_text(json.dumps(result, indent=2, default=str))
@@ -204,7 +208,7 @@ def merge(results: list[dict]) -> dict:
                 continue
             if "skipped" in old:
                 old = {}
-            entry = dict(entry, **{k: dict(entry[k], run=date) for k in SEED_KINDS if k in entry})
+            entry = dict(entry, **{k: dict(entry[k], run=date) for k in SEED_FILES if k in entry})
             if "baseline_diagnostics" in entry:
                 entry["diagnostics_run"] = date
             else:
@@ -214,13 +218,11 @@ def merge(results: list[dict]) -> dict:
     return out
 
 
-SEED_KINDS = ("triton", "cuda")
-
 
 def reference_workloads(e: dict) -> list[dict]:
     """The per-workload figures that came with the problem's baselines: those of a seed
     measured in the same run as the diagnostics (after ``merge``), else of either seed."""
-    seeds = [e[k] for k in SEED_KINDS if isinstance(e.get(k), dict)]
+    seeds = [e[k] for k in SEED_FILES if isinstance(e.get(k), dict)]
     if "diagnostics_run" in e:
         seeds = [x for x in seeds if x.get("run") == e["diagnostics_run"]]
     return (seeds[0] if seeds else {}).get("per_workload", [])
@@ -245,7 +247,7 @@ def compile_check(e: dict) -> tuple[list[dict], int]:
     diagnostics never vouch for a time another run measured."""
     ref = reference_workloads(e)
     if not ref:  # no seed measured with these diagnostics: count the workloads, vouch for none
-        return [], len((e.get("triton") or e.get("cuda") or {}).get("per_workload", []))
+        return [], max((len(e[k].get("per_workload", [])) for k in SEED_FILES if isinstance(e.get(k), dict)), default=0)
     diag = {d["uuid"]: d for d in e.get("baseline_diagnostics") or []}
     ok = []
     for w in ref:
@@ -334,7 +336,7 @@ def render(r: dict) -> str:
                   "diagnostics, or a compile that fell back to eager)."]
     if partial:
         lines += [f"(k/n): the median over the k of n workloads that compiled ({', '.join(partial)})."]
-    fails = [(n, k, e[k]) for n, e in r["problems"].items() for k in ("triton", "cuda")
+    fails = [(n, k, e[k]) for n, e in r["problems"].items() for k in SEED_FILES
              if isinstance(e.get(k), dict) and e[k].get("status") != "PASSED"]
     if fails:
         lines += ["", "Seeds that did not pass on this run:", ""]

@@ -83,8 +83,6 @@ class DispatchedServer(uvicorn.Server):
         await super().startup(sockets=sockets)
         if self.should_exit:
             return
-        import asyncio
-
         self.loop = asyncio.get_running_loop()
         self.control.setblocking(False)
         self.loop.add_reader(self.control.fileno(), self._receive)
@@ -200,6 +198,8 @@ class Workers:
         self.ready: list = [None] * n
         self.control: list[socket.socket | None] = [None] * n
         self.held = [0] * n  # connections each worker holds
+        self.serving = [False] * n  # has said it serves (a worker stays so until it is dropped)
+        self.full: set[int] = set()  # could not take a descriptor: wait until its socket is writable
         self.turn = 0
         self.all_ready_by: float | None = None  # set when the workers start; None once all served
         self.restart_at: list[float | None] = [None] * n
@@ -215,6 +215,8 @@ class Workers:
         theirs.close()
         ours.setblocking(False)
         self.procs[i], self.control[i], self.held[i], self.restart_at[i] = p, ours, 0, None
+        self.serving[i] = False
+        self.full.discard(i)
 
     def _on_signal(self, *_) -> None:
         self.stopping = True
@@ -242,11 +244,14 @@ class Workers:
     def _drop(self, i: int) -> None:
         if self.control[i] is not None:
             self.control[i].close()
-        self.control[i], self.held[i] = None, 0
+        self.control[i], self.held[i], self.serving[i] = None, 0, False
+        self.full.discard(i)
 
     def _serving(self) -> list[int]:
-        serving = [i for i, p in enumerate(self.procs)
-                   if p is not None and self.control[i] is not None and self.ready[i].is_set()]
+        for i, p in enumerate(self.procs):
+            if not self.serving[i] and p is not None and self.control[i] is not None and self.ready[i].is_set():
+                self.serving[i] = True
+        serving = [i for i, ok in enumerate(self.serving) if ok]
         if self.all_ready_by is not None:
             if len(serving) < len(self.procs) and time.monotonic() < self.all_ready_by:
                 return []
@@ -257,15 +262,16 @@ class Workers:
         """Wait up to ``timeout`` for connections and for workers' reports; pass each new
         connection to the least loaded serving worker. Connections are accepted only while a
         serving worker can take one; the rest wait in the listening socket's queue."""
-        serving = self._serving()
+        # Only a worker that could not take a descriptor is watched for writability: an empty
+        # Unix socket is always writable, and watching every one would never let select() wait.
+        open_ = [i for i in self._serving() if i not in self.full]
         with selectors.DefaultSelector() as sel:  # select() fails on descriptors past 1023
             for i, ctl in enumerate(self.control):
                 if ctl is not None:
-                    sel.register(ctl, selectors.EVENT_READ | (selectors.EVENT_WRITE if i in serving else 0), i)
-            if serving:
+                    sel.register(ctl, selectors.EVENT_READ | (selectors.EVENT_WRITE if i in self.full else 0), i)
+            if open_:
                 sel.register(self.listener, selectors.EVENT_READ, None)
             events = sel.select(timeout)
-        writable: set[int] = set()
         incoming = False
         for key, mask in events:
             if key.data is None:
@@ -273,11 +279,11 @@ class Workers:
                 continue
             i = key.data
             if mask & selectors.EVENT_WRITE:
-                writable.add(i)
+                self.full.discard(i)  # offered again from the next turn on
             if mask & selectors.EVENT_READ:
                 self._read_reports(i)
         while incoming:
-            candidates = [i for i in self._serving() if i in writable and self.control[i] is not None]
+            candidates = [i for i in open_ if i not in self.full and self.control[i] is not None]
             if not candidates:
                 return
             try:
@@ -327,7 +333,8 @@ class Workers:
                     self._drop(i)
                     if self.procs[i] is not None and self.procs[i].is_alive():
                         self.procs[i].terminate()
-                # EAGAIN, ETOOMANYREFS, ENOBUFS: try another worker
+                else:  # EAGAIN, ETOOMANYREFS, ENOBUFS: try another worker, this one once writable
+                    self.full.add(i)
         return None
 
     def run(self) -> None:

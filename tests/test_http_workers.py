@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from serving.procfs import ESTABLISHED, LISTEN, descendants, process_roles, socket_inodes, stat_fields, tcp_sockets
+from serving.procfs import (ESTABLISHED, LISTEN, cpu_seconds, descendants, process_roles, socket_inodes, stat_fields,
+                            tcp_sockets)
 from serving.util import REPO, HttpServer, fast_workspace, free_port, token
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -100,15 +101,27 @@ def test_keep_alive_connections_spread_over_workers_and_stop_cleanly(ws_token, s
         # 8 workers; a shared socket gave all 16 to one)
         assert max(per_worker.values()) - min(per_worker.values()) <= 1, per_worker
         assert socket_inodes(srv.proc.pid) & established == set(), "the dispatcher keeps no connection"
+        # every worker serves and every connection is idle: the dispatcher waits in select()
+        # (it used to spin there, on Unix sockets that are always writable)
+        cpu0, t0 = cpu_seconds(srv.proc.pid), time.monotonic()
+        time.sleep(2.0)
+        idle_cpu = (cpu_seconds(srv.proc.pid) - cpu0) / (time.monotonic() - t0)
+        assert idle_cpu < 0.25, f"the serving process used {idle_cpu:.0%} of a core while idle"
 
         # a worker's closed connections are counted off: the next ones go to it
         first = held[0]
         remote = tcp_sockets(srv.port, ESTABLISHED)
         on_first = {port for inode, port in remote.items() if inode in socket_inodes(first)}
         closing = [c for c in conns if c.sock.getsockname()[1] in on_first][:4]
+        # wait until the worker has closed its side of them, then for its reports to travel
+        closed_ports = {c.sock.getsockname()[1] for c in closing}
         for c in closing:
             c.close()
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and closed_ports & {
+                port for inode, port in tcp_sockets(srv.port, ESTABLISHED).items() if inode in socket_inodes(first)}:
+            time.sleep(0.1)
+        time.sleep(0.5)
         fresh = [http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120) for _ in range(4)]
         conns += fresh
         for c in fresh:
@@ -248,7 +261,7 @@ def test_dispatcher_passes_over_a_full_worker_and_stops_a_broken_one():
     w = Workers.__new__(Workers)
     w.procs = [FakeProcess() for _ in pairs]
     w.control = [ours for ours, _ in pairs]
-    w.held, w.turn = [0, 0, 0], 0
+    w.held, w.turn, w.serving, w.full = [0, 0, 0], 0, [True] * 3, set()
     for ours, _ in pairs:
         ours.setblocking(False)
     # worker 0 has stopped reading: fill its socket with descriptors until it takes no more
@@ -265,6 +278,7 @@ def test_dispatcher_passes_over_a_full_worker_and_stops_a_broken_one():
             took = w._hand_over(conn, [0, 1, 2])
         assert took == 1, took
         assert w.control[0] is not None and not w.procs[0].terminated  # full: passed over, kept
+        assert w.full == {0}  # watched until its socket is writable, offered no connection till then
         assert w.control[2] is None and w.procs[2].terminated  # broken: dropped and stopped
         assert w.held == [0, 6, 0]
         data, fds, _, _ = socket.recv_fds(pairs[1][1], 16, 4)
