@@ -15,7 +15,6 @@ import shutil
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,14 +29,14 @@ from .paths import cache_dir
 from .problems.derive import largest_tensor, workload_set
 from .repetition import normalized_hash, repeats
 from .problems.dtypes import dtype_info
-from .problems.problem import Problem, ProblemError
+from .problems.problem import Problem
 from .problems.schema import Definition, Workload
 from .runner import device as device_mod
 from .runner.pool import WorkerPool
 from .runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from .runner.slot import TimingSlot
 from .screen import screen_solution
-from .verdict import Advice, Verdict, WorkloadResult
+from .verdict import Verdict, WorkloadResult
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -63,6 +62,11 @@ def _scratch_root() -> str | None:
     except OSError:
         pass
     return None
+
+
+# what a trusted worker's baseline reply carries that the guard keeps
+BASELINE_FIELDS = ("eager", "compiled", "compile_error", "compile_counters", "compile_checked", "compile_fell_back",
+                   "flops", "flops_error")
 
 
 class GuardError(RuntimeError):
@@ -121,7 +125,8 @@ class Guard:
         them."""
         problem = self.store.get(problem_name)
         with self._lock:
-            self._reference_side(problem, workload_set(problem, self.device.kind, self._secret), progress or _noop)
+            self._reference_side(problem, workload_set(problem, self.device.kind, self._secret).visible,
+                                 progress or _noop)
 
     def close(self) -> None:
         self.pool.close()
@@ -218,7 +223,7 @@ class Guard:
 
         t = time.monotonic()
         progress("start", 0, 1, "starting workers")
-        trusted, key, ceilings, baselines = self._reference_side(problem, wset, progress)
+        trusted, key, ceilings, baselines = self._reference_side(problem, wset.visible, progress)
         phases["baseline"] = time.monotonic() - t
 
         t = time.monotonic()
@@ -287,13 +292,13 @@ class Guard:
                                      solution_json, paired=paired)
 
     # -- workers and caches ----------------------------------------------------------------------
-    def _reference_side(self, problem: Problem, wset, progress: Progress):
+    def _reference_side(self, problem: Problem, visible: list[Workload], progress: Progress):
         """The trusted worker with the problem loaded, the device's ceilings and the visible
         workloads' baselines (measured where not cached): (worker, key, ceilings, baselines)."""
         trusted = self._trusted()
         key = self._load_problem(trusted, problem)
         ceilings = self._ensure_ceilings(trusted, progress)
-        return trusted, key, ceilings, self._ensure_baselines(trusted, problem, key, wset.visible, progress)
+        return trusted, key, ceilings, self._ensure_baselines(trusted, problem, key, visible, progress)
 
     def _trusted(self) -> WorkerProcess:
         try:
@@ -364,27 +369,32 @@ class Guard:
         out, missing = {}, []
         for w in visible:
             cached = self.db.baseline(dhash, w.uuid, self.device.key)
-            if cached is not None:
+            if cached is not None and (cached.get("compile_checked") or not self.cfg.compile_baseline):
                 out[w.uuid] = cached
-            else:
+            else:  # a compile time made without the fall-back check is not trusted: measured again
                 missing.append(w)
         if not missing:
             return out
         with self._hold(True, progress):
             for i, w in enumerate(missing):
                 progress("baseline", i, len(missing), f"timing the reference on {w.uuid}")
+                # once dynamo fell back to eager on a workload of the problem, it may skip the
+                # function silently: no later compile time of that problem is asked for
+                fell_back = any(b.get("compile_fell_back") for b in out.values())
                 reply = self._trusted_request(trusted, {
                     "op": "baseline", "key": key, "workload": w.model_dump(mode="json"),
                     "axes": d.resolve_axes(w.axes), "sets": self._set_seeds(d, w, "baseline", 0),
-                    "config": self._timing_config(), "compile": self.cfg.compile_baseline,
+                    "config": self._timing_config(), "compile": self.cfg.compile_baseline and not fell_back,
                     "compile_mode": self.cfg.compile_mode, "count_flops": d.kernelarc.flops is None,
                 }, max(600, self.cfg.call_timeout_s))
                 if not reply.get("ok"):
                     raise GuardError(
                         f"problem {d.name}: the reference fails on workload {w.uuid}: {reply.get('message')}"
                     )
-                result = {k: reply.get(k) for k in ("eager", "compiled", "compile_error", "compile_counters",
-                                                    "compile_checked", "flops", "flops_error")}
+                result = {k: reply.get(k) for k in BASELINE_FIELDS}
+                if fell_back and self.cfg.compile_baseline:
+                    result |= {"compile_checked": True, "compile_fell_back": True,
+                               "compile_error": "torch.compile fell back to eager on an earlier workload of this problem"}
                 self.db.put_baseline(dhash, w.uuid, self.device.key, result)
                 out[w.uuid] = result
         progress("baseline", len(missing), len(missing), "baselines cached")

@@ -69,10 +69,11 @@ class Service:
         ``prepare``: problems whose baselines each guard measures as soon as it has started
         (a launch names its problem, so that its agents' first verdicts do not wait for them)."""
         self.ws = workspace
+        store = workspace.problems()
         for name in prepare:  # an unknown name fails here, before any worker starts
             try:
-                workspace.problems().get(name)
-            except (ProblemError, ValueError) as exc:
+                store.get(name)
+            except ValueError as exc:  # ProblemError, or a definition that does not validate
                 raise ServiceError(f"cannot prepare {name!r}: {exc}") from None
         cfg = config or workspace.config()
         choices = resolve_all(device, devices if evaluator else 1)

@@ -4,6 +4,7 @@ CPU-sized workloads of each problem. Caches and locks go to a per-session temp f
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -35,6 +36,28 @@ def fast_config(**overrides):
     )
     base.update(overrides)
     return GuardConfig(**base)
+
+
+def expectation(path) -> dict:
+    """The fields of a cheat's EXPECT line (screen=, runtime=, PROBLEM=; heldout: HELDOUT)."""
+    text = path.read_text()
+    m = re.search(r"EXPECT ([^\"\n]*)", text)
+    assert m, f"{path.name} has no EXPECT line"
+    fields = dict(kv.split("=") for kv in m.group(1).split() if "=" in kv)
+    fields["heldout"] = "HELDOUT" in m.group(1)
+    return fields
+
+
+def cheat_source(path, guard) -> str:
+    """A cheat's source, made unique, with the visible shapes filled in where it asks."""
+    source = path.read_text()
+    if "{VISIBLE}" in source:  # the cheat knows the visible shapes, as an agent would
+        from guard.problems.derive import workload_set
+
+        wset = workload_set(guard.store.get(RMS), guard.device.kind, guard._secret)
+        rows = sorted({w.axes["num_tokens"] for w in wset.visible})
+        source = source.replace("{VISIBLE}", repr(set(rows)))
+    return unique(source)
 
 
 def make_guard(path: Path, **overrides):

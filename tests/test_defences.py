@@ -7,31 +7,13 @@ import time
 
 import pytest
 
-from conftest import CHEATS, RMS, honest_source, unique
-from guard.candidates.load import from_source
+from conftest import CHEATS, RMS, cheat_source, expectation, honest_source, unique
 from guard.problems.derive import workload_set
+from guard.candidates.load import from_source
 
 CHEAT_FILES = sorted(p for p in CHEATS.glob("*.py") if p.name != "honest_torch.py")
 # cheats that take their worker down (every candidate gets a fresh worker anyway)
 FAULTS = {"infinite_loop", "hard_exit", "early_exit", "segfault", "out_of_memory", "leaks_state"}
-
-
-def expectation(path) -> dict:
-    text = path.read_text()
-    m = re.search(r"EXPECT ([^\"\n]*)", text)
-    assert m, f"{path.name} has no EXPECT line"
-    fields = dict(kv.split("=") for kv in m.group(1).split() if "=" in kv)
-    fields["heldout"] = "HELDOUT" in m.group(1)
-    return fields
-
-
-def cheat_source(path, guard) -> str:
-    source = path.read_text()
-    if "{VISIBLE}" in source:  # the cheat knows the visible shapes, as an agent would
-        wset = workload_set(guard.store.get(RMS), "cpu", guard._secret)
-        rows = sorted({w.axes["num_tokens"] for w in wset.visible})
-        source = source.replace("{VISIBLE}", repr(set(rows)))
-    return unique(source)
 
 
 def evaluate(guard, source: str, problem: str, agent: str):

@@ -247,10 +247,9 @@ assert c["frames_ok"] == c["frames_total"] == 70, c
     assert out.returncode == 0, out.stderr[-3000:]
 
 
-def test_a_compile_baseline_that_fell_back_is_dropped_for_the_rest_of_the_problem(tmp_path, monkeypatch):
-    """Once dynamo reports a frame it could not compile, that workload's compile time and every
-    later one of the problem are dropped: dynamo may skip the function from then on without
-    counting anything, which looks the same as reusing compiled code."""
+def test_a_compile_baseline_that_fell_back_is_reported_by_the_worker(tmp_path, monkeypatch):
+    """When dynamo reports a frame it could not compile, the worker drops that workload's
+    compile time and says the problem fell back; a clean workload keeps its time."""
     from guard.problems.derive import workload_set
     from guard.problems.store import load_problem
     from guard.runner import trusted_role as tr
@@ -258,10 +257,10 @@ def test_a_compile_baseline_that_fell_back_is_dropped_for_the_rest_of_the_proble
 
     prob = load_problem(SEEDS_DIR / "rmsnorm_llama3_8b")
     d = prob.definition
-    visible = workload_set(prob, "cpu", b"secret").visible[:3]
+    visible = workload_set(prob, "cpu", b"secret").visible[:2]
     # frames (total, ok) as dynamo would count them: the first workload compiles, the second
-    # fails one frame, the third counts nothing (skipped, or a cache hit: indistinguishable)
-    frames = iter([(0, 0), (1, 1), (1, 1), (3, 2), (3, 2), (3, 2)])
+    # fails one frame
+    frames = iter([(0, 0), (1, 1), (1, 1), (3, 2)])
 
     def counters():
         total, ok = next(frames)
@@ -276,10 +275,50 @@ def test_a_compile_baseline_that_fell_back_is_dropped_for_the_rest_of_the_proble
     replies = [role.handle({"op": "baseline", "key": key, "workload": w.model_dump(mode="json"),
                             "axes": d.resolve_axes(w.axes), "sets": [1, 2], "config": cfg, "compile": True})
                for w in visible]
-    assert all(r["ok"] for r in replies), replies
+    assert all(r["ok"] and r["compile_checked"] for r in replies), replies
     assert replies[0]["compiled"] is not None and not replies[0].get("compile_error")
-    assert replies[1]["compiled"] is None and "fell back" in replies[1]["compile_error"]
-    assert replies[2]["compiled"] is None and "earlier workload" in replies[2]["compile_error"]
+    assert not replies[0].get("compile_fell_back")
+    assert replies[1]["compiled"] is None and replies[1]["compile_fell_back"] and "fell back" in replies[1]["compile_error"]
+
+
+def test_the_guard_asks_no_compile_time_after_a_fall_back_and_remeasures_unchecked_baselines(tmp_path, monkeypatch):
+    """The guard keeps the fall-back with the baselines (so it survives a new trusted worker):
+    after one, no later workload of the problem is compiled. A cached baseline made without
+    the fall-back check is measured again."""
+    from conftest import RMS, make_guard
+    from guard.problems.derive import workload_set
+
+    g = make_guard(tmp_path / "ws", compile_baseline=True)
+    try:
+        problem = g.store.get(RMS)
+        d = problem.definition
+        visible = workload_set(problem, "cpu", g._secret).visible[:4]
+        # an old baseline of the first workload: a compile time nobody checked
+        g.db.put_baseline(d.content_hash(), visible[0].uuid, g.device.key, {"eager": {"median_ms": 1.0},
+                                                                             "compiled": {"median_ms": 1.0}})
+        asked = []
+
+        def fake_request(trusted, msg, timeout):
+            asked.append((msg["workload"]["uuid"], msg["compile"]))
+            fell = len(asked) == 2
+            return {"ok": True, "eager": {"median_ms": 2.0}, "compile_checked": msg["compile"],
+                    "compiled": None if fell or not msg["compile"] else {"median_ms": 1.0},
+                    "compile_fell_back": fell or None}
+
+        monkeypatch.setattr(g, "_trusted_request", fake_request)
+        out = g._ensure_baselines(None, problem, "key", visible, lambda *a: None)
+        assert asked == [(visible[0].uuid, True), (visible[1].uuid, True),
+                         (visible[2].uuid, False), (visible[3].uuid, False)]
+        assert out[visible[0].uuid]["compiled"] is not None  # re-measured with the check
+        later = out[visible[3].uuid]
+        assert later["compiled"] is None and later["compile_fell_back"] and "earlier workload" in later["compile_error"]
+        assert g.db.baseline(d.content_hash(), visible[3].uuid, g.device.key)["compile_checked"]
+        # cached now, every one checked: nothing is asked again
+        asked.clear()
+        g._ensure_baselines(None, problem, "key", visible, lambda *a: None)
+        assert asked == []
+    finally:
+        g.close()
 
 
 def test_only_grad_mode_wrappers_are_removed_before_compiling():

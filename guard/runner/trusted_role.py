@@ -28,7 +28,6 @@ class TrustedRole:
         self.ref_inputs: dict[str, tuple] = {}  # tag -> (key, workload, axes, seed, kind)
         self.timer: Timer | None = None
         self.compiled: dict[str, object] = {}
-        self.compile_fell_back: set[str] = set()  # problems on which dynamo gave up once
 
     def handle(self, msg: dict) -> dict:
         op = msg.get("op")
@@ -182,26 +181,25 @@ class TrustedRole:
 
         out["eager"] = timed(module.run)
         if msg.get("compile"):
+            # the guard reads only baselines made with the fall-back check below; one that
+            # fell back is reported, and the guard asks no more compile times of that problem
+            # (dynamo may then skip the function without counting anything)
+            out["compile_checked"] = True
             try:
                 if key not in self.compiled:
                     self.compiled[key] = _compile(module.run, msg.get("compile_mode") or "default")
                 before = _dynamo_counters()
                 out["compiled"] = timed(self.compiled[key])
                 out["compile_counters"] = after = _dynamo_counters()
-                # whether the fall-back check below ran (readers of older baselines cannot tell)
-                out["compile_checked"] = bool(before and after)
-                if before and after and (after["frames_total"] - before["frames_total"]
-                                         > after["frames_ok"] - before["frames_ok"]):
+                if before is None or after is None:
+                    out["compiled"] = None
+                    out["compile_error"] = "dynamo's counters are not readable: a fall-back to eager cannot be ruled out"
+                elif after["frames_total"] - before["frames_total"] > after["frames_ok"] - before["frames_ok"]:
                     # dynamo gave up on a frame (a recompile limit, an unsupported construct)
                     # and ran it eagerly: that time is not torch.compile's
-                    self.compile_fell_back.add(key)
                     out["compiled"] = None
+                    out["compile_fell_back"] = True
                     out["compile_error"] = "torch.compile fell back to eager on this workload (a frame failed to compile)"
-                elif key in self.compile_fell_back:
-                    # dynamo may skip that function from now on without counting anything, which
-                    # looks like a reuse of compiled code: no later time of it is trusted
-                    out["compiled"] = None
-                    out["compile_error"] = "torch.compile fell back to eager on an earlier workload of this problem"
             except Exception as exc:
                 out["compiled"] = None
                 out["compile_error"] = f"{type(exc).__name__}: {exc}"[:500]
@@ -221,13 +219,15 @@ def _compile(fn, mode: str, backend: str = "inductor"):
     ``@torch.no_grad()`` wraps every problem's ``run`` in one and the same wrapper function,
     whose compiled code dynamo caches on that shared code object: its recompile limit was then
     reached across problems and every later problem ran eagerly under the name of compile.
-    Only such wrappers are removed (the caller already runs without gradients); any other
-    decorator (autocast, a cache, argument casting) changes what is computed and stays."""
+    Only such wrappers are removed: the caller already runs every baseline under
+    ``torch.no_grad()``, which a removed ``no_grad``/``inference_mode`` wrapper repeats (an
+    ``enable_grad`` one would not, but a reference computes the same values either way); any
+    other decorator (autocast, a cache, argument casting) changes what is computed and stays."""
     import torch._dynamo.config as dynamo_config
 
     for name in ("recompile_limit", "cache_size_limit"):  # the name changed across versions
-        if hasattr(dynamo_config, name):
-            setattr(dynamo_config, name, max(getattr(dynamo_config, name), RECOMPILE_LIMIT))
+        if getattr(dynamo_config, name, RECOMPILE_LIMIT) < RECOMPILE_LIMIT:
+            setattr(dynamo_config, name, RECOMPILE_LIMIT)
     while _is_grad_mode_wrapper(fn):
         fn = fn.__wrapped__
     return torch.compile(fn, mode=None if backend != "inductor" else mode, backend=backend)

@@ -4,7 +4,6 @@ inputs, recovery after an illegal memory access, and the CUDA C++ builder."""
 
 from __future__ import annotations
 
-import re
 import time
 
 import pytest
@@ -15,10 +14,9 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-from conftest import CHEATS, RMS, SOL_EXAMPLES, fast_config, honest_source, unique  # noqa: E402
+from conftest import CHEATS, RMS, SOL_EXAMPLES, cheat_source, expectation, fast_config, honest_source, unique  # noqa: E402,E501
 from guard.candidates.load import from_source  # noqa: E402
 from guard.pipeline import Guard  # noqa: E402
-from guard.problems.derive import workload_set  # noqa: E402
 from guard.workspace import Workspace  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
 
@@ -50,12 +48,6 @@ def submit(g, source, agent, language=None, problem=RMS):
     return g.evaluate(from_source(source, language, "kernel.py"), problem, agent=agent)
 
 
-def _expect(path, key):
-    m = re.search(r"EXPECT ([^\"\n]*)", path.read_text())
-    fields = dict(kv.split("=") for kv in m.group(1).split() if "=" in kv)
-    return fields.get(key), fields.get("PROBLEM")
-
-
 def test_honest_candidates_pass_on_gpu(gpu_guard):
     v = submit(gpu_guard, honest_source(), "torch")
     assert v.status == "PASSED", v.reason
@@ -78,13 +70,10 @@ def test_cuda_cpp_seed_builds_and_passes(gpu_guard):
 
 @pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)
 def test_cheats_on_gpu_runtime_defence(gpu_guard_runtime, path):
-    expected, problem = _expect(path, "runtime")
+    exp = expectation(path)
+    expected = exp["runtime"]
     g = gpu_guard_runtime
-    source = path.read_text()
-    if "{VISIBLE}" in source:
-        rows = sorted({w.axes["num_tokens"] for w in workload_set(g.store.get(RMS), "cuda", g._secret).visible})
-        source = source.replace("{VISIBLE}", repr(set(rows)))
-    v = submit(g, unique(source), f"cheat-{path.stem}", problem=problem or RMS)
+    v = submit(g, cheat_source(path, g), f"cheat-{path.stem}", problem=exp.get("PROBLEM", RMS))
     assert v.status == expected, f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
     after = submit(g, honest_source(), f"after-{path.stem}")
     assert after.status == "PASSED", after.reason
