@@ -1,0 +1,123 @@
+"""The benchmark scripts' own logic, on the CPU: how the seeds table merges runs and vouches
+for compile times, how it is written into its document, and the ceilings probe."""
+
+from __future__ import annotations
+
+
+def test_seeds_table_trusts_compile_times_the_guard_checked():
+    """dynamo's counters count over the whole worker: after one frame failed anywhere, an older
+    run's counters can no longer vouch for a compile time, but a baseline the guard checked
+    for the fall-back (compile_checked) still can; an unchecked one with every frame compiled
+    so far can too, and a time with a compile error never."""
+    from benchmarks.seeds_bench import compile_check
+
+    def w(uuid):
+        return {"uuid": uuid, "compile_ms": 0.01, "eager_ms": 0.02, "sol_ms": 0.001}
+
+    failed_before = {"frames_ok": 8, "frames_total": 9}
+    clean = {"frames_ok": 3, "frames_total": 3}
+    entry = {"triton": {"per_workload": [w("a"), w("b"), w("c"), w("d")]}, "baseline_diagnostics": [
+        {"uuid": "a", "compile_counters": failed_before, "compile_checked": True},
+        {"uuid": "b", "compile_counters": failed_before},
+        {"uuid": "c", "compile_counters": clean},
+        {"uuid": "d", "compile_counters": clean, "compile_checked": True, "compile_error": "fell back"},
+    ]}
+    valid, total = compile_check(entry)
+    assert [x["uuid"] for x in valid] == ["a", "c"] and total == 4
+
+
+def test_seeds_table_merges_runs_and_names_their_ceilings():
+    """A later run of the Triton seeds replaces that problem's baselines and Triton figures but
+    keeps an earlier run's CUDA seed; every run's ceilings are listed, and "not valid" names
+    exactly the problems whose compile time nothing vouches for."""
+    from benchmarks.seeds_bench import merge, render
+
+    def run(date, copy, problems):
+        return {"date": date, "device": {"name": "GPU", "ceilings": {"copy_bytes_per_s": copy}},
+                "problems": problems}
+
+    def seed(ms):
+        return {"status": "PASSED", "median_ms": ms, "sol_fraction": 0.5,
+                "per_workload": [{"uuid": "a", "compile_ms": 0.004, "sol_ms": 0.001}]}
+
+    checked = [{"uuid": "a", "compile_counters": {"frames_ok": 1, "frames_total": 1}, "compile_checked": True}]
+    first = run("2026-01-01T10:00", 4e12, {
+        "p": {"eager_median_ms": 0.05, "triton": seed(0.010), "cuda": seed(0.020)},
+        "q": {"eager_median_ms": 0.07, "triton": seed(0.030)}})
+    later = run("2026-01-01T12:00", 3e12, {"p": {"eager_median_ms": 0.04, "triton": seed(0.009),
+                                                  "baseline_diagnostics": checked}})
+    merged = merge([first, later])
+    assert merged["problems"]["p"]["cuda"]["median_ms"] == 0.020
+    assert merged["problems"]["p"]["triton"]["median_ms"] == 0.009
+    assert merged["problems"]["p"]["measured"] == ["2026-01-01T10:00", "2026-01-01T12:00"]
+    text = render(merged)
+    row_p = next(line for line in text.splitlines() if line.startswith("| p |"))
+    assert "| 40.0 | 4.0 | 9.0 | 20.0 |" in row_p
+    assert "2026-01-01T10:00: copy 4.00 TB/s" in text and "2026-01-01T12:00: copy 3.00 TB/s" in text
+    assert '"not valid" (q)' in text
+    assert '"not valid"' not in render(merge([later]))
+
+
+def test_seeds_table_diagnostics_vouch_only_for_times_of_their_own_run():
+    """A later run of the CUDA seeds alone brings checked diagnostics; they must not make an
+    older run's (unchecked, possibly eager-in-disguise) Triton compile times look valid: the
+    table takes the compile times measured with them. A tie between bounds reads "mixed"."""
+    from benchmarks.seeds_bench import merge, render
+
+    def seed(compile_ms, bounds):
+        return {"status": "PASSED", "median_ms": 0.01, "sol_fraction": 0.5,
+                "per_workload": [{"uuid": u, "compile_ms": compile_ms, "sol_ms": 0.001, "bound": b}
+                                 for u, b in zip("ab", bounds)]}
+
+    old = {"date": "2026-01-01T10:00", "device": {"ceilings": {}},
+           "problems": {"p": {"eager_median_ms": 0.05, "triton": seed(0.050, ["memory", "memory"])}}}
+    checked = [{"uuid": u, "compile_counters": {"frames_ok": 1, "frames_total": 1}, "compile_checked": True}
+               for u in "ab"]
+    new = {"date": "2026-01-02T10:00", "device": {"ceilings": {}},
+           "problems": {"p": {"eager_median_ms": 0.05, "cuda": seed(0.004, ["memory", "compute"]),
+                              "baseline_diagnostics": checked}}}
+    row = next(line for line in render(merge([old, new])).splitlines() if line.startswith("| p |"))
+    assert row.startswith("| p | - | mixed | 50.0 | 4.0 |"), row
+    # the other order: the older run's diagnostics do not vouch for the newer Triton times either
+    newer_triton = {"date": "2026-01-03T10:00", "device": {"ceilings": {}},
+                    "problems": {"p": {"eager_median_ms": 0.05, "triton": seed(0.050, ["memory", "memory"])}}}
+    row = next(line for line in render(merge([new, newer_triton])).splitlines() if line.startswith("| p |"))
+    assert "| not valid |" in row and "| memory |" in row, row
+
+
+def test_seeds_table_is_written_between_its_markers_only(tmp_path):
+    from benchmarks.seeds_bench import BEGIN, END, _has_block, write_block
+
+    doc = tmp_path / "seeds.md"
+    doc.write_text(f"# Title\n\nprose before\n{BEGIN}\nold table\n{END}\nprose after\n")
+    assert _has_block(doc)
+    write_block(doc, "| new | table |\n|---|---|")
+    assert doc.read_text() == f"# Title\n\nprose before\n{BEGIN}\n| new | table |\n|---|---|\n{END}\nprose after\n"
+    (tmp_path / "bare.md").write_text("no markers\n")
+    assert not _has_block(tmp_path / "bare.md") and not _has_block(tmp_path / "missing.md")
+
+
+def test_ceilings_probe_runs_and_compares_with_the_guards_measurement(tmp_path):
+    """The probe for the next GPU session, checked on the CPU: it runs the guard's own ceiling
+    measurement and the ramped one, and its summary compares the two per ceiling."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, "-m", "benchmarks.ceilings_probe", str(tmp_path), "--device", "cpu",
+                          "--repeats", "2", "--ramp-s", "0.05", "--reps", "2", "--batch", "1"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads((tmp_path / "ceilings_probe.json").read_text())
+    assert len(r["guard"]) == 2 and all(g["copy_bytes_per_s"] > 0 for g in r["guard"])
+    assert [s["ceiling"] for s in r["summary"]] == [
+        "copy (read + write)", "matmul bfloat16", "matmul float16", "matmul float32"]
+    for s in r["summary"]:
+        assert s["ramped"] > 0 and len(s["guard_to_ramped"]) == 2 and s["ramped_median"] <= s["ramped"]
+    # the ramped ceiling is the best over every shape of its dtype, not one shape's
+    bf16 = [v["best"] for k, v in r["ramped"]["matmul"].items() if k.startswith("bfloat16 ")]
+    assert len(bf16) == 2 and r["summary"][1]["ramped"] == max(bf16)
+    assert len(r["ramped"]["copy"]) == 2 and r["summary"][0]["ramped"] == max(v["best"] for v in r["ramped"]["copy"].values())
+    assert "| copy (read + write) |" in out.stdout
