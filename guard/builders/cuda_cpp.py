@@ -1,27 +1,46 @@
 """CUDA C++ (and plain C++) candidates with a torch binding, through torch's extension
 loader. A source without ``PYBIND11_MODULE`` gets a generated binding for its entry
-function."""
+function.
+
+Identical sources and flags share one build: the worker loads a finished build from the
+shared cache (read-only to a sandboxed candidate, so no candidate can replace another
+source's library), else builds in its own folder, and the guard then copies that build into
+the cache with ``publish_build`` under the digest it computed itself (``extension_digest``).
+"""
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
+import posixpath
 import re
 import shutil
+import stat
 import subprocess
+import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .base import BuildError, write_sources
 from .trim import trim_compiler_output
+
+log = logging.getLogger(__name__)
+
+EXT_PREFIX = "kernelarc_ext_"
+BINDING_NAME = "kernelarc_binding.cpp"
+COMPILE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+MAX_LIBRARY_BYTES = 1 << 30
+_DIGEST = re.compile(r"[0-9a-f]{16}")
 
 _SIGNATURE = re.compile(
     r"^[ \t]*((?:[\w:]+(?:<[^;{}()]*>)?[\s\*&]+)+?)(\w+)\s*\(([^;{}]*?)\)\s*\{", re.M
 )
 
 
-def _binding_source(sources: list[Path], symbol: str) -> str:
-    for path in sources:
-        text = path.read_text()
+def _binding_source(texts: list[str], symbol: str) -> str:
+    for text in texts:
         for m in _SIGNATURE.finditer(text):
             if m.group(2) == symbol and "__global__" not in m.group(1):
                 ret, args = m.group(1).strip(), m.group(3).strip()
@@ -38,22 +57,75 @@ def _binding_source(sources: list[Path], symbol: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What is compiled, as relative paths in the source folder, and the build's digest."""
+
+    units: list[str]
+    binding: str | None  # generated PYBIND11_MODULE source, when the candidate has none
+    digest: str
+
+
+def _plan(solution: dict) -> _Plan:
+    """From the solution alone (no torch, no files), so that the guard computes the same
+    digest as the worker without trusting what the worker says."""
+    files: dict[str, str] = {}
+    for src in solution["sources"]:
+        files[posixpath.normpath(src["path"])] = src["content"]  # as write_sources lays them out
+    symbol = solution["spec"]["entry_point"].split("::")[1]
+    units = list(dict.fromkeys(
+        posixpath.normpath(s["path"]) for s in solution["sources"]
+        if posixpath.splitext(s["path"])[1] in COMPILE_SUFFIXES
+    ))
+    if not units:
+        raise BuildError("no .cu/.cpp source to compile")
+    binding = None
+    if not any("PYBIND11_MODULE" in files[u] for u in units):
+        binding = _binding_source([files[u] for u in units], symbol)
+        files[BINDING_NAME] = binding
+        units.append(BINDING_NAME)
+    opts = solution["spec"].get("compile_options") or {}
+    digest = hashlib.sha256(
+        b"".join(rel.encode() + b"\0" + files[rel].encode() for rel in sorted(files))
+        + repr(opts).encode()
+    ).hexdigest()[:16]
+    return _Plan(units, binding, digest)
+
+
+def extension_digest(solution: dict) -> str | None:
+    """The cache key of a CUDA C++ solution's build (None when it cannot be built)."""
+    try:
+        return _plan(solution).digest
+    except (BuildError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
+def _load_built(name: str, path: Path):
+    """Import a finished extension without torch's loader, which would lock and maybe
+    rebuild in its (here read-only) folder."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 class CudaCppBuilder:
     languages = ("cuda_cpp",)
 
     def build(self, solution: dict, srcdir: Path, builddir: Path, device: str) -> Callable:
+        """``builddir``: the shared cache of finished builds (only read); a new build goes
+        into ``build/`` beside ``srcdir``, in the worker's own folder."""
         import torch
         from torch.utils import cpp_extension
 
-        paths = write_sources(solution, srcdir)
+        plan = _plan(solution)
+        write_sources(solution, srcdir)
+        if plan.binding is not None:
+            (srcdir / BINDING_NAME).write_text(plan.binding)
         symbol = solution["spec"]["entry_point"].split("::")[1]
-        compile_units = [p for p in paths if p.suffix in (".cu", ".cpp", ".cc", ".cxx", ".c")]
-        if not compile_units:
-            raise BuildError("no .cu/.cpp source to compile")
-        if not any("PYBIND11_MODULE" in p.read_text() for p in compile_units):
-            binding = srcdir / "kernelarc_binding.cpp"
-            binding.write_text(_binding_source(compile_units, symbol))
-            compile_units.append(binding)
+        compile_units = [srcdir / u for u in plan.units]
         has_cuda_sources = any(p.suffix == ".cu" for p in compile_units)
         if has_cuda_sources and not torch.cuda.is_available():
             self._syntax_check(compile_units, srcdir)
@@ -62,39 +134,36 @@ class CudaCppBuilder:
                 status="RUNTIME_ERROR",
             )
         opts = solution["spec"].get("compile_options") or {}
-        everything = sorted(set(paths) | set(compile_units))
-        digest = hashlib.sha256(
-            b"".join(str(p.relative_to(srcdir)).encode() + b"\0" + p.read_bytes() for p in everything)
-            + repr(opts).encode()
-        ).hexdigest()[:16]
-        # Identical sources and flags share one build folder (torch locks it while building),
-        # so a resubmission or a parallel pre-build does not compile again. The sources are
-        # copied there so that their paths, and so ninja's commands, are the same each time.
-        builddir = builddir / digest
-        stable = builddir / "src"
-        if not stable.exists():
-            shutil.copytree(srcdir, stable, dirs_exist_ok=True)
-        compile_units = [stable / p.relative_to(srcdir) for p in compile_units]
-        cuda_flags = list(opts.get("cuda_cflags") or ["-O3"])
-        if has_cuda_sources and not any("arch" in f for f in cuda_flags):
-            major, minor = torch.cuda.get_device_capability()
-            cuda_flags.append(f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}")
-        try:
-            module = cpp_extension.load(
-                name=f"kernelarc_ext_{digest}",
-                sources=[str(p) for p in compile_units],
-                extra_cflags=list(opts.get("cflags") or ["-O3"]),
-                extra_cuda_cflags=cuda_flags,
-                extra_ldflags=list(opts.get("ld_flags") or []),
-                build_directory=str(builddir),
-                verbose=False,
-            )
-        except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
-            text = str(exc)
-            out = getattr(exc, "output", None)
-            if isinstance(out, (bytes, str)):
-                text += "\n" + (out.decode(errors="replace") if isinstance(out, bytes) else out)
-            raise BuildError(trim_compiler_output(text, [stable, srcdir, builddir])) from None
+        name = EXT_PREFIX + plan.digest
+        cached = Path(builddir) / plan.digest / f"{name}.so"
+        own = srcdir.parent / "build" / plan.digest
+        if cached.is_file():
+            try:
+                module = _load_built(name, cached)
+            except ImportError as exc:
+                raise BuildError(f"loading the cached build failed: {exc}") from None
+        else:
+            own.mkdir(parents=True, exist_ok=True)
+            cuda_flags = list(opts.get("cuda_cflags") or ["-O3"])
+            if has_cuda_sources and not any("arch" in f for f in cuda_flags):
+                major, minor = torch.cuda.get_device_capability()
+                cuda_flags.append(f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}")
+            try:
+                module = cpp_extension.load(
+                    name=name,
+                    sources=[str(p) for p in compile_units],
+                    extra_cflags=list(opts.get("cflags") or ["-O3"]),
+                    extra_cuda_cflags=cuda_flags,
+                    extra_ldflags=list(opts.get("ld_flags") or []),
+                    build_directory=str(own),
+                    verbose=False,
+                )
+            except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
+                text = str(exc)
+                out = getattr(exc, "output", None)
+                if isinstance(out, (bytes, str)):
+                    text += "\n" + (out.decode(errors="replace") if isinstance(out, bytes) else out)
+                raise BuildError(trim_compiler_output(text, [srcdir, own])) from None
         fn = getattr(module, symbol, None)
         if not callable(fn):
             raise BuildError(f"the extension exports no function {symbol!r}")
@@ -130,3 +199,56 @@ class CudaCppBuilder:
                         status="RUNTIME_ERROR",
                     )
                 raise BuildError(trim_compiler_output(text, [srcdir]))
+
+
+def publish_build(worker_dir: Path, digest: str, cache: Path) -> bool:
+    """Copy the extension that the candidate worker in ``worker_dir`` built for ``digest``
+    into the shared ``cache``, where later workers load it read-only. The guard calls it
+    with the digest it computed from the solution itself (``extension_digest``), never one
+    a worker reported, so a worker cannot plant a library under another source's digest.
+    Returns whether the cache has the build now."""
+    if not _DIGEST.fullmatch(digest or ""):
+        raise ValueError(f"not a build digest: {digest!r}")
+    cache = Path(cache)
+    name = f"{EXT_PREFIX}{digest}.so"
+    target = cache / digest
+    if (target / name).is_file():
+        return True
+    data = _read_own_file(Path(worker_dir) / "build" / digest / name, Path(worker_dir))
+    if data is None:
+        return False
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=cache))
+    try:
+        (tmp / name).write_bytes(data)
+        os.chmod(tmp / name, 0o755)
+        os.chmod(tmp, 0o755)
+        try:
+            os.rename(tmp, target)  # whole folder at once: a reader never sees half a library
+        except OSError:
+            if not (target / name).is_file():  # not another publisher's: a stale folder
+                log.warning("cannot publish build %s: %s exists without %s", digest, target, name)
+                return False
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return True
+
+
+def _read_own_file(path: Path, root: Path) -> bytes | None:
+    """The bytes of ``path`` if it is a plain file really inside ``root``: a worker controls
+    its folder, and could leave a link (or a hard link) to a file of the guard's there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        real = os.readlink(f"/proc/self/fd/{fd}")
+        inside = real.startswith(os.path.realpath(root) + os.sep)
+        if not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and inside and st.st_size <= MAX_LIBRARY_BYTES):
+            log.warning("not publishing %s: not a plain file of the worker's own", path)
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(MAX_LIBRARY_BYTES + 1)
+    finally:
+        os.close(fd)

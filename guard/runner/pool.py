@@ -1,5 +1,6 @@
 """Worker pool for one device: a long-lived trusted worker and use-once candidate workers,
-with the next candidate worker started ahead so a verdict does not wait for torch's import."""
+with the next candidate worker started ahead so a verdict does not wait for torch's import.
+Candidate workers run in the OS sandbox when this machine allows it (``self.isolation``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 import uuid
 from pathlib import Path
 
+from .. import sandbox
 from .process import WorkerProcess
 
 log = logging.getLogger(__name__)
@@ -16,10 +18,19 @@ log = logging.getLogger(__name__)
 
 class WorkerPool:
     def __init__(self, device: str, root: Path, memory_limit_gb: float | None = None, prestart: bool = True,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, protect: list[Path] | None = None,
+                 expose: list[Path] | None = None, build_cache: Path | None = None):
+        """``protect``: what candidates must not see (the workspace); ``expose``: read-only
+        folders they may see even inside it (problem folders with safetensors inputs);
+        ``build_cache``: built extensions, read-only to candidates. Raises
+        ``sandbox.SandboxUnavailable`` under ``KERNELARC_SANDBOX=require`` without a sandbox."""
         self.device = device
         self.env = dict(env or {})  # e.g. the GPU this pool's workers are pinned to
         self.root = Path(root)
+        self.protect = list(protect or [])
+        self.expose = list(expose or [])
+        self.build_cache = build_cache
+        self.isolation = sandbox.ensure_isolation()
         self.memory_limit_gb = memory_limit_gb
         self.prestart = prestart
         self._trusted: WorkerProcess | None = None
@@ -28,7 +39,8 @@ class WorkerPool:
 
     def _new(self, role: str) -> WorkerProcess:
         workdir = self.root / f"{role}-{uuid.uuid4().hex[:10]}"
-        return WorkerProcess(role, self.device, workdir, self.memory_limit_gb, self.env).start()
+        return WorkerProcess(role, self.device, workdir, self.memory_limit_gb, self.env, protect=self.protect,
+                             expose=self.expose, isolation=self.isolation, build_cache=self.build_cache).start()
 
     def trusted(self, timeout: float = 180.0) -> WorkerProcess:
         with self._lock:

@@ -3,7 +3,9 @@
 Workers run ``python -m guard.runner.worker_main`` in their own session (so a kill takes
 their children too), with a scrubbed environment (no workspace path, no secret), their own
 working folder, and stdout/stderr sent to a log file: nothing a candidate prints can reach
-the parent's stdout or the protocol.
+the parent's stdout or the protocol. Candidate workers run inside the OS sandbox
+(``guard.sandbox``) where the machine allows it: their own folder is the only place they
+can write, and the workspace, other processes and the network are out of sight.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from .. import sandbox
+from ..paths import cache_dir
 from . import protocol
 
 log = logging.getLogger(__name__)
@@ -81,18 +86,40 @@ class WorkerProcess:
         workdir: Path,
         memory_limit_gb: float | None = None,
         env_extra: dict[str, str] | None = None,
+        *,
+        protect: Sequence[Path] = (),
+        expose: Sequence[Path] = (),
+        isolation: "sandbox.Isolation | None" = None,
+        build_cache: Path | None = None,
     ):
+        """``protect``: paths a candidate must not see (the workspace, the secret);
+        ``expose``: read-only paths it may see even inside those (problem folders);
+        ``isolation``: the pool's probe result (probed here when not given);
+        ``build_cache``: the built-extension cache, shown read-only."""
         self.role = role
         self.device = device
-        self.workdir = Path(workdir)
+        self.workdir = Path(workdir).absolute()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        # Outputs a candidate hands to the trusted worker: inside its own folder, the only
+        # place a sandboxed worker can write.
+        self.outdir = self.workdir / "out"
+        self.outdir.mkdir(exist_ok=True)
         self.log_path = self.workdir / "worker.log"
         self.memory_limit_gb = memory_limit_gb
         self.env_extra = env_extra
+        self.protect = [Path(p) for p in protect]
+        self.expose = [Path(p) for p in expose]
+        self.build_cache = Path(build_cache) if build_cache else cache_dir() / "torch_extensions"
+        if role == "candidate":
+            iso = isolation or sandbox.probe()
+            self.isolation = iso.mechanism if iso.available else "none"
+        else:  # the trusted worker holds references, never candidate code: unconfined
+            self.isolation = "none"
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self.info: dict = {}
         self.started_at = 0.0
+        self._sandbox_init: int | None = None  # pidfd of the sandbox's init (PID 1 inside)
 
     # -- lifecycle ----------------------------------------------------------------
     def start(self) -> "WorkerProcess":
@@ -103,22 +130,70 @@ class WorkerProcess:
         ]
         if self.memory_limit_gb and self.device == "cpu":
             cmd += ["--memory-limit-gb", str(self.memory_limit_gb)]
+        env = worker_env(self.device, self.env_extra)
+        if self.role == "candidate":
+            env.update(sandbox.scratch_env(self.workdir, env))
+        pass_fds = [child_sock.fileno()]
+        info_r = info_w = None
+        if self.isolation != "none":
+            self.build_cache.mkdir(parents=True, exist_ok=True)  # a bind needs it to exist
+            policy = sandbox.SandboxPolicy.for_worker(
+                self.workdir, self.device, protect=self.protect, readonly=[self.build_cache],
+                expose=self.expose, env=env,
+            )
+            info_r, info_w = os.pipe()
+            cmd = sandbox.wrap(policy, cmd, env, info_fd=info_w)
+            pass_fds.append(info_w)
         logf = open(self.log_path, "ab")
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=self.workdir,
-            env=worker_env(self.device, self.env_extra),
-            stdin=subprocess.DEVNULL,
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            pass_fds=(child_sock.fileno(),),
-            start_new_session=True,
-        )
-        logf.close()
-        child_sock.close()
+        try:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=self.workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                pass_fds=pass_fds,
+                start_new_session=True,
+            )
+        finally:
+            logf.close()
+            child_sock.close()
+            if info_w is not None:
+                os.close(info_w)
         self.sock = parent_sock
+        if info_r is not None:
+            self._sandbox_init = self._open_sandbox_init(info_r)
         return self
+
+    @staticmethod
+    def _open_sandbox_init(info_r: int) -> int | None:
+        """A pidfd on the sandbox's init, read from bwrap's --info-fd right after start
+        (before its pid could be reused): ``kill`` waits on it, since the kernel has killed
+        every process of the sandbox by the time its init is gone."""
+        import select
+
+        try:
+            data = b""
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                ready, _, _ = select.select([info_r], [], [], max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    break
+                chunk = os.read(info_r, 4096)
+                if not chunk:
+                    break
+                data += chunk
+                pid = sandbox.bwrap.child_pid(data)
+                if pid is not None:
+                    return os.pidfd_open(pid)
+            log.warning("bwrap gave no sandbox pid (%r); kill relies on --die-with-parent", data[:200])
+        except OSError as exc:  # the sandbox failed to start; the first request says so
+            log.warning("cannot watch the sandbox's init: %s", exc)
+        finally:
+            os.close(info_r)
+        return None
 
     def wait_ready(self, timeout: float = 120.0) -> dict:
         if not self.info:
@@ -143,9 +218,32 @@ class WorkerProcess:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 log.warning("worker %s did not die after SIGKILL", self.proc.pid)
+        self._end_sandbox()
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+
+    def _end_sandbox(self, timeout: float = 10.0) -> None:
+        """Kill the sandbox's init (the kernel then kills its whole PID namespace: a
+        candidate's children and grandchildren, whatever session they made) and wait for it."""
+        import select
+
+        fd, self._sandbox_init = self._sandbox_init, None
+        if fd is None:
+            return
+        try:
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # already gone
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            if not poller.poll(timeout * 1000):
+                log.warning("the sandbox of worker %s outlived its kill", self.proc.pid if self.proc else "?")
+        except OSError as exc:
+            log.warning("waiting for the sandbox failed: %s", exc)
+        finally:
+            os.close(fd)
 
     def close(self, grace: float = 2.0) -> None:
         """Ask the worker to exit; kill it if it does not."""

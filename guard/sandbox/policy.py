@@ -1,0 +1,220 @@
+"""What a sandboxed candidate worker may see: the mounts, built from what exists on this
+machine rather than from a fixed list (a developer's venv, a GPU VM's system Python with
+packages on ``PYTHONPATH``, CUDA under ``/usr/local`` or ``/opt``).
+
+Nothing here starts a process; ``guard.sandbox.bwrap`` turns a policy into a command line.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import logging
+import os
+import site
+import stat
+import sys
+import sysconfig
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+# System trees a Python process, a compiler (CUDA C++ builds) and the CUDA driver need.
+# /etc is there for ld.so.cache, passwd and the alternatives links; what in it is not
+# world-readable (shadow, ssh host keys, ...) is masked, see ``_unreadable_in_etc``.
+SYSTEM_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt")
+# sysfs: the CUDA driver and PyTorch's cpuinfo read PCI, NUMA and CPU topology there.
+SYSFS = "/sys"
+GPU_DEVICE_GLOB = "/dev/nvidia*"  # nvidia0..N, nvidiactl, nvidia-uvm(-tools), nvidia-caps/
+CUDA_GLOBS = ("/usr/local/cuda*", "/usr/local/nvidia", "/opt/nvidia", "/opt/cuda*")
+WORKSPACE_DIRNAME = ".kernelarc"  # guard.workspace.DEFAULT_WORKSPACE (no import: keep this light)
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """The mounts of one sandboxed worker. Paths are absolute and bound at the same path
+    inside, so file names in messages mean the same thing on both sides."""
+
+    workdir: Path  # the worker's own folder: the only host folder it may write
+    readonly: tuple[Path, ...] = ()  # bound read-only, parents before children
+    symlinks: tuple[tuple[str, Path], ...] = ()  # (target, link): top-level links such as /lib -> usr/lib
+    masks: tuple[Path, ...] = ()  # protected paths that a read-only bind would show: hidden
+    exposed: tuple[Path, ...] = ()  # read-only, bound after the masks (may lie inside one)
+    devices: tuple[Path, ...] = ()  # device nodes bound as they are (GPU)
+    hostname: str = "kernelarc-sandbox"
+    notes: tuple[str, ...] = field(default=(), compare=False)  # what was left out, and why
+
+    @classmethod
+    def for_worker(
+        cls,
+        workdir: Path,
+        device: str,
+        protect: Iterable[Path] = (),
+        readonly: Iterable[Path] = (),
+        expose: Iterable[Path] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> "SandboxPolicy":
+        """The policy of a candidate worker in ``workdir``.
+
+        ``protect``: paths the worker must never see (the workspace, a secret), masked where
+        a read-only bind would include them and never bound themselves. ``readonly``: more
+        paths to show read-only (the built-extension cache). ``expose``: paths to show
+        read-only even inside a protected path (e.g. the workspace's problem folders, which
+        hold the safetensors inputs). ``env``: the worker's environment, whose
+        ``PYTHONPATH`` and ``LD_LIBRARY_PATH`` entries are shown too.
+        """
+        workdir = Path(os.path.abspath(workdir))
+        env = dict(os.environ if env is None else env)
+        protected = _existing(list(protect) + default_protected())
+        exposed = _existing(expose)
+        notes: list[str] = []
+
+        wanted = [
+            *_python_paths(env),
+            str(PROJECT_ROOT),
+            *SYSTEM_PATHS,
+            SYSFS,
+            *_cuda_paths(env),
+            *_env_paths(env, "LD_LIBRARY_PATH"),
+            *(str(p) for p in readonly),
+        ]
+        binds: list[Path] = []
+        links: list[tuple[str, Path]] = []
+        for raw in wanted:
+            path = Path(os.path.abspath(raw))
+            if not path.exists():
+                continue
+            found = [path]
+            if path.is_symlink() and path.parent == Path("/"):
+                links.append((os.readlink(path), path))  # keep /lib -> usr/lib a link
+                found = [path.resolve()]
+            elif path.resolve() != path:
+                found.append(path.resolve())  # a link's target must be there too
+            for p in found:
+                if any(_within(p, q) for q in protected):
+                    notes.append(f"not shown, inside a protected path: {p}")
+                else:
+                    binds.append(p)
+        readonly_binds = _outermost(binds)
+        masks = [p for p in protected if any(_within(p, b) for b in readonly_binds)]
+        if Path("/etc") in readonly_binds:
+            masks.extend(_unreadable_in_etc())
+        devices = [Path(p) for p in sorted(glob.glob(GPU_DEVICE_GLOB))] if device.startswith("cuda") else []
+        for note in notes:
+            log.debug("sandbox: %s", note)
+        return cls(
+            workdir=workdir,
+            readonly=tuple(readonly_binds),
+            symlinks=tuple(sorted(set(links), key=lambda x: str(x[1]))),
+            masks=tuple(dict.fromkeys(masks)),
+            exposed=tuple(p for p in exposed if p not in readonly_binds),
+            devices=tuple(devices),
+            notes=tuple(notes),
+        )
+
+
+def default_protected() -> list[Path]:
+    """Workspaces the guard may use besides the one it is given: ``$KERNELARC_WORKSPACE``
+    and a ``.kernelarc`` in the current folder or the project (a demo's), so a stale one
+    inside a bound folder is hidden too."""
+    out = [Path.cwd() / WORKSPACE_DIRNAME, PROJECT_ROOT / WORKSPACE_DIRNAME]
+    if os.environ.get("KERNELARC_WORKSPACE"):
+        out.append(Path(os.environ["KERNELARC_WORKSPACE"]).expanduser())
+    return out
+
+
+def scratch_env(workdir: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """Variables that keep every cache a candidate's libraries write (Triton, inductor, the
+    CUDA JIT cache, ``~/.cache``) inside its own folder: nothing is shared with the next
+    candidate, and inside the sandbox nothing else is writable."""
+    workdir = Path(workdir)
+    out = {
+        "HOME": str(workdir),
+        "TMPDIR": "/tmp",
+        "XDG_CACHE_HOME": str(workdir / ".cache"),
+        "TRITON_HOME": str(workdir),
+        "TRITON_CACHE_DIR": str(workdir / ".triton" / "cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(workdir / ".inductor"),
+        "TORCH_EXTENSIONS_DIR": str(workdir / ".torch_extensions"),
+        "CUDA_CACHE_PATH": str(workdir / ".nv" / "ComputeCache"),
+    }
+    # HOME moves, so packages installed with ``pip --user`` would vanish from sys.path: keep them.
+    user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    if user_site and os.path.isdir(user_site) and user_site in sys.path:
+        out["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), user_site) if p)
+    return out
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _python_paths(env: Mapping[str, str]) -> list[str]:
+    """Where this interpreter and its packages live. The current folder ('' in sys.path) is
+    left out: it is the caller's, often the one holding the workspace."""
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable))]
+    paths += [sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    paths += site.getsitepackages()
+    cwd = os.getcwd()
+    paths += [p for p in sys.path if p and os.path.abspath(p) != cwd]
+    paths += _env_paths(env, "PYTHONPATH")
+    return [p for p in paths if p]
+
+
+def _cuda_paths(env: Mapping[str, str]) -> list[str]:
+    paths = [p for g in CUDA_GLOBS for p in glob.glob(g)]
+    paths += [env[k] for k in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT") if env.get(k)]
+    return paths
+
+
+def _env_paths(env: Mapping[str, str], name: str) -> list[str]:
+    return [p for p in env.get(name, "").split(os.pathsep) if p]
+
+
+def _existing(paths: Iterable[Path]) -> list[Path]:
+    out = []
+    for p in paths:
+        p = Path(os.path.abspath(os.path.expanduser(p)))
+        if os.path.lexists(p):
+            out.append(p)
+            if p.resolve() != p:
+                out.append(p.resolve())  # reached through a link, it is the same folder
+    return list(dict.fromkeys(out))
+
+
+def _within(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents
+
+
+def _outermost(paths: Sequence[Path]) -> list[Path]:
+    """Drop paths already inside another bound path; parents come first."""
+    out: list[Path] = []
+    for p in sorted(set(paths), key=lambda x: (len(x.parts), str(x))):
+        if not any(_within(p, q) for q in out):
+            out.append(p)
+    return sorted(out, key=lambda x: (len(x.parts), str(x)))
+
+
+@functools.lru_cache(maxsize=1)
+def _unreadable_in_etc() -> tuple[Path, ...]:
+    """Entries of /etc that others may not read (shadow, ssh host keys, ssl/private, sudoers):
+    hidden, since the sandbox runs as the guard's user, possibly root."""
+    hidden: list[Path] = []
+    for root, dirs, files in os.walk("/etc", followlinks=False):
+        for name in list(dirs):
+            p = os.path.join(root, name)
+            st = os.lstat(p)
+            if not stat.S_ISLNK(st.st_mode) and (st.st_mode & 0o005) != 0o005:
+                hidden.append(Path(p))
+                dirs.remove(name)  # the mask hides everything below it
+        for name in files:
+            p = os.path.join(root, name)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and not st.st_mode & 0o004:
+                hidden.append(Path(p))
+    return tuple(hidden)

@@ -1,0 +1,348 @@
+"""The OS sandbox around candidate workers (guard/sandbox/): what a sandboxed process can
+read, write, see and reach, that a kill leaves nothing behind, and that an honest candidate
+still builds and runs inside it. Real bwrap processes on the CPU.
+
+Where bwrap cannot run here, the tests that need it are skipped, except under CI, where
+the sandbox must work and they fail instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import RMS, honest_source
+from guard import sandbox
+from guard.builders.cuda_cpp import EXT_PREFIX, extension_digest, publish_build
+from guard.sandbox import isolation as isolation_mod
+from guard.sandbox.policy import PROJECT_ROOT, SandboxPolicy
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def needs_bwrap():
+    iso = sandbox.probe()
+    if not iso.available:
+        if os.environ.get("CI"):
+            pytest.fail(f"the sandbox must work in CI: {iso.line()}")
+        pytest.skip(iso.line())
+    return iso
+
+
+def run_sandboxed(workdir: Path, code: str, **policy_args) -> dict:
+    """Run ``code`` (after ``ATTEMPT``) with this interpreter in a sandbox around ``workdir``;
+    it prints one JSON line, returned as a dict."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = {"PATH": os.defpath, "PYTHONDONTWRITEBYTECODE": "1"}
+    policy = SandboxPolicy.for_worker(workdir, "cpu", env=env, **policy_args)
+    code = textwrap.dedent(ATTEMPT) + textwrap.dedent(code)
+    cmd = sandbox.wrap(policy, [sys.executable, "-c", code], env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def fake_workspace(parent: Path) -> Path:
+    ws = parent / "ws"
+    (ws / "problems" / "p").mkdir(parents=True)
+    (ws / "secret.key").write_text("ab" * 32)
+    (ws / "workspace.db").write_text("records")
+    (ws / "problems" / "p" / "definition.json").write_text("{}")
+    return ws
+
+
+ATTEMPT = """
+    import json, os, sys
+    def attempt(fn, *args):
+        try:
+            r = fn(*args)
+            return r if isinstance(r, (list, str)) else "ok"
+        except OSError as e:
+            return "denied: " + type(e).__name__
+    """
+
+
+# -- reading ----------------------------------------------------------------------------------
+def test_workspace_and_secret_are_out_of_sight(tmp_path, needs_bwrap):
+    # the workspace lies inside a folder the sandbox shows read-only, as ./.kernelarc lies
+    # inside the project: it must be masked, not merely left unbound
+    shown = tmp_path / "shown"
+    shown.mkdir()
+    (shown / "visible.txt").write_text("fine")
+    ws = fake_workspace(shown)
+    lone_secret = tmp_path / "secret.key"  # outside every bound path
+    lone_secret.write_text("cd" * 32)
+    got = run_sandboxed(tmp_path / "scratch", f"""
+    print(json.dumps({{
+        "visible": attempt(lambda: open({str(shown / 'visible.txt')!r}).read()),
+        "shown": attempt(os.listdir, {str(shown)!r}),
+        "ws": attempt(os.listdir, {str(ws)!r}),
+        "secret": attempt(lambda: open({str(ws / 'secret.key')!r}).read()),
+        "db": attempt(lambda: open({str(ws / 'workspace.db')!r}).read()),
+        "lone": attempt(lambda: open({str(lone_secret)!r}).read()),
+        "tmp": attempt(os.listdir, {str(tmp_path)!r}),
+    }}))
+    """, protect=[ws], readonly=[shown])
+    assert got["visible"] == "fine"  # the bind works, so what follows is the mask's doing
+    assert "ab" * 32 not in json.dumps(got) and "cd" * 32 not in json.dumps(got)
+    assert got["secret"].startswith("denied") and got["db"].startswith("denied")
+    assert got["ws"] == [] or got["ws"].startswith("denied")
+    assert got["lone"].startswith("denied")
+    assert "secret.key" not in got["tmp"]  # only the sandbox's own folders appear there
+
+
+def test_policy_masks_and_leaves_out_protected_paths(tmp_path):
+    shown = tmp_path / "shown"
+    ws = fake_workspace(shown)
+    inner = ws / "lib"  # e.g. a PYTHONPATH entry inside the workspace: never bound
+    inner.mkdir()
+    policy = SandboxPolicy.for_worker(
+        tmp_path / "scratch", "cpu", protect=[ws], readonly=[shown, inner],
+        expose=[ws / "problems"], env={"PYTHONPATH": str(inner)},
+    )
+    assert shown in policy.readonly and ws in policy.masks
+    assert not any(p == inner or inner in p.parents for p in policy.readonly)
+    assert policy.exposed == (ws / "problems",)
+    assert Path("/") not in policy.readonly and Path("/tmp") not in policy.readonly
+    assert Path(os.path.expanduser("~")) not in policy.readonly
+    assert PROJECT_ROOT in policy.readonly or any(PROJECT_ROOT.is_relative_to(p) for p in policy.readonly)
+
+
+def test_exposed_problem_folder_inside_a_masked_workspace(tmp_path, needs_bwrap):
+    shown = tmp_path / "shown"
+    ws = fake_workspace(shown)
+    got = run_sandboxed(tmp_path / "scratch", f"""
+    print(json.dumps({{
+        "problem": attempt(lambda: open({str(ws / 'problems' / 'p' / 'definition.json')!r}).read()),
+        "secret": attempt(lambda: open({str(ws / 'secret.key')!r}).read()),
+    }}))
+    """, protect=[ws], readonly=[shown], expose=[ws / "problems"])
+    assert got["problem"] == "{}" and got["secret"].startswith("denied")
+
+
+# -- writing ----------------------------------------------------------------------------------
+def test_writes_only_in_its_own_folder(tmp_path, needs_bwrap):
+    tag = f"kernelarc-sandbox-test-{uuid.uuid4().hex[:8]}"
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    targets = {
+        "project": PROJECT_ROOT / tag,
+        "home": Path(os.path.expanduser("~")) / tag,
+        "host_tmp": Path("/tmp") / tag,
+        "cache": cache / tag,
+    }
+    scratch = tmp_path / "scratch"
+    code = f"""
+    targets = {{k: v for k, v in {json.dumps({k: str(v) for k, v in targets.items()})}.items()}}
+    out = {{k: attempt(lambda p=p: open(p, "w").write("x")) for k, p in targets.items()}}
+    out["own"] = attempt(lambda: open("own.txt", "w").write("mine"))
+    print(json.dumps(out))
+    """
+    try:
+        got = run_sandboxed(scratch, code, readonly=[cache])
+        for name, path in targets.items():
+            assert not path.exists(), f"the sandbox wrote {path}"
+            if name != "host_tmp":  # the sandbox's /tmp is its own tmpfs: writable, and gone
+                assert got[name].startswith("denied"), (name, got[name])
+        assert got["own"] == "ok" and (scratch / "own.txt").read_text() == "mine"
+    finally:
+        for path in targets.values():
+            path.unlink(missing_ok=True)
+
+
+# -- processes and network --------------------------------------------------------------------------
+def test_proc_shows_only_the_sandbox(tmp_path, needs_bwrap):
+    me = os.getpid()
+    got = run_sandboxed(tmp_path / "scratch", f"""
+    pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+    print(json.dumps({{
+        "pids": pids,
+        "host_environ": attempt(lambda: open("/proc/{me}/environ").read()),
+        "init": open("/proc/1/cmdline", "rb").read().split(b"\\0")[0].decode(),
+        "me": os.getpid(),
+    }}))
+    """)
+    assert got["host_environ"].startswith("denied")
+    assert me not in got["pids"]  # the sandbox's pids are 1 (its init), 2, ...
+    assert len(got["pids"]) <= 4 and got["me"] in got["pids"]
+    assert got["init"].endswith("bwrap")  # PID 1 is the sandbox's own init
+
+
+def test_no_network(tmp_path, needs_bwrap):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.5)
+        port = listener.getsockname()[1]
+        got = run_sandboxed(tmp_path / "scratch", f"""
+        import socket
+        def connect():
+            with socket.create_connection(("127.0.0.1", {port}), timeout=2):
+                return "connected"
+        def udp():
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.sendto(b"x", ("8.8.8.8", 53))
+        print(json.dumps({{"tcp": attempt(connect), "udp": attempt(udp)}}))
+        """)
+        assert got["tcp"].startswith("denied") and got["udp"].startswith("denied")
+        with pytest.raises(socket.timeout):
+            listener.accept()
+
+
+# -- real workers -------------------------------------------------------------------------------
+def _host_pids_with(marker: str) -> list[int]:
+    found = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{p}/cmdline").read_bytes():
+                    found.append(int(p))
+            except OSError:
+                pass
+    return found
+
+
+def _definition_and_workload():
+    from guard.problems.derive import workload_set
+    from guard.problems.store import ProblemStore
+
+    problem = ProblemStore(Path("/nonexistent-kernelarc-problems")).get(RMS)
+    w = workload_set(problem, "cpu", b"\0" * 32).visible[0]
+    d = problem.definition
+    return problem, d, w
+
+
+def _prepare(worker, source: str, build_cache: Path) -> dict:
+    from guard.candidates.load import from_source
+
+    problem, d, _ = _definition_and_workload()
+    solution = from_source(source, "pytorch", "kernel.py").model_dump(mode="json", exclude_none=True)
+    return worker.request({
+        "op": "prepare", "definition": d.to_json(), "solution": solution, "language": "pytorch",
+        "blob_root": str(problem.root) if problem.root else None, "build_cache": str(build_cache),
+    }, 60)
+
+
+def test_kill_leaves_no_grandchild(tmp_path, needs_bwrap):
+    from guard.runner.process import WorkerProcess
+
+    marker = f"{time.time_ns() % 10**9}.5"  # sleep's argument: unique on this machine
+    source = textwrap.dedent(f"""
+        import os
+        if os.fork() == 0:  # a grandchild in its own session, orphaned at once
+            os.setsid()
+            if os.fork() == 0:
+                os.execvp("sleep", ["sleep", "{marker}"])
+            os._exit(0)
+        import torch
+        def run(x, w):
+            return x
+    """)
+    worker = WorkerProcess("candidate", "cpu", tmp_path / "cand").start()
+    try:
+        assert worker.isolation == "bubblewrap"
+        _prepare(worker, source, tmp_path / "cache")
+        deadline = time.monotonic() + 10
+        while not _host_pids_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _host_pids_with(marker), "the candidate's grandchild did not start"
+    finally:
+        worker.kill()
+    assert _host_pids_with(marker) == []
+
+
+def test_honest_candidate_builds_and_runs_in_the_sandbox(tmp_path, needs_bwrap):
+    from guard.runner.pool import WorkerPool
+
+    ws = fake_workspace(tmp_path)
+    pool = WorkerPool("cpu", tmp_path / "workers", prestart=False, protect=[ws])
+    worker = pool.take_candidate()
+    try:
+        assert worker.isolation == "bubblewrap" and pool.isolation.available
+        assert worker.outdir == worker.workdir / "out" and worker.outdir.is_dir()
+        reply = _prepare(worker, honest_source(), tmp_path / "cache")
+        assert reply.get("ok"), reply
+        _, d, w = _definition_and_workload()
+        reply = worker.request({
+            "op": "check", "workload": w.model_dump(mode="json"), "axes": d.resolve_axes(w.axes),
+            "rounds": [{"seed": 7, "kind": "normal", "tag": "r0"}], "determinism": True,
+            "outdir": str(worker.outdir),
+        }, 60)
+        assert reply.get("ok"), reply
+        files = [o["file"] for r in reply["rounds"] for o in r["outputs"]]
+        assert files and all(Path(f).parent == worker.outdir and Path(f).stat().st_size for f in files)
+    finally:
+        pool.discard(worker)
+        pool.close()
+
+
+# -- switches ----------------------------------------------------------------------------------
+def test_sandbox_off_gives_isolation_none(monkeypatch, tmp_path):
+    from guard.runner.process import WorkerProcess
+
+    monkeypatch.setenv("KERNELARC_SANDBOX", "off")
+    iso = sandbox.probe()
+    assert iso.mechanism == "none" and "KERNELARC_SANDBOX=off" in iso.reason
+    assert sandbox.isolation_line() == f"isolation: none ({iso.reason})"
+    assert WorkerProcess("candidate", "cpu", tmp_path / "w").isolation == "none"
+
+
+def test_require_refuses_to_start_without_a_sandbox(monkeypatch, tmp_path):
+    from guard.runner.pool import WorkerPool
+
+    missing = sandbox.Isolation("none", reason="bwrap not found (test)")
+    monkeypatch.setattr(isolation_mod, "_probe_bwrap", lambda: missing)
+    monkeypatch.setenv("KERNELARC_SANDBOX", "require")
+    with pytest.raises(sandbox.SandboxUnavailable, match="bwrap not found"):
+        WorkerPool("cpu", tmp_path / "workers", prestart=False)
+    monkeypatch.setenv("KERNELARC_SANDBOX", "")
+    pool = WorkerPool("cpu", tmp_path / "workers", prestart=False)  # warns, starts
+    assert pool.isolation == missing and pool.isolation.line() == "isolation: none (bwrap not found (test))"
+
+
+def test_isolation_line_names_the_mechanism(needs_bwrap):
+    assert sandbox.isolation_line() == f"isolation: bubblewrap {needs_bwrap.version}"
+
+
+# -- built extensions ------------------------------------------------------------------------------
+def _cuda_solution(body: str) -> dict:
+    return {"sources": [{"path": "kernel.cu", "content": body}],
+            "spec": {"entry_point": "kernel.cu::run", "language": "cuda_cpp"}}
+
+
+def test_publish_build_copies_only_the_worker_s_own_library(tmp_path):
+    sol = _cuda_solution("torch::Tensor run(torch::Tensor x) { return x; }")
+    digest = extension_digest(sol)
+    assert digest == extension_digest(_cuda_solution("torch::Tensor run(torch::Tensor x) { return x; }"))
+    assert digest != extension_digest(_cuda_solution("torch::Tensor run(torch::Tensor x) { return x * 2; }"))
+    assert extension_digest(_cuda_solution("int nothing_to_bind;")) is None
+    cache, worker = tmp_path / "cache", tmp_path / "worker"
+    built = worker / "build" / digest / f"{EXT_PREFIX}{digest}.so"
+    built.parent.mkdir(parents=True)
+
+    assert not publish_build(worker, digest, cache)  # nothing built
+    secret = tmp_path / "secret.key"
+    secret.write_text("ab" * 32)
+    built.symlink_to(secret)  # a worker pointing the guard at one of its files
+    assert not publish_build(worker, digest, cache)
+    built.unlink()
+    os.link(secret, built)  # or hard-linking one
+    assert not publish_build(worker, digest, cache)
+    built.unlink()
+    built.write_bytes(b"\x7fELF library")
+    assert publish_build(worker, digest, cache)
+    assert (cache / digest / built.name).read_bytes() == b"\x7fELF library"
+    built.write_bytes(b"replaced later")  # the cached build is not replaced
+    assert publish_build(worker, digest, cache)
+    assert (cache / digest / built.name).read_bytes() == b"\x7fELF library"
+    with pytest.raises(ValueError):
+        publish_build(worker, "../../elsewhere", cache)
