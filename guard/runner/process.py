@@ -157,6 +157,9 @@ class WorkerProcess:
                 pass_fds=pass_fds,
                 start_new_session=True,
             )
+        except BaseException:
+            sandbox.bwrap.close_quietly(info_r)
+            raise
         finally:
             logf.close()
             child_sock.close()
