@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from guard.candidates.load import from_source  # noqa: E402
-from guard.pipeline import Guard  # noqa: E402
+from guard.cascade import Guard  # noqa: E402
 from guard.workspace import Workspace  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
 

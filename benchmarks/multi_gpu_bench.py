@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.guard_bench import JAMBA, SOL, spread_study  # noqa: E402,F401
 from guard.archive.db import Database  # noqa: E402
-from guard.pipeline import Guard  # noqa: E402
+from guard.cascade import Guard  # noqa: E402
 from guard.runner.device import resolve_all  # noqa: E402
 from guard.workspace import Workspace  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402

@@ -108,7 +108,7 @@ def main() -> int:
               "prebuild_errors": {Path(k).parent.name: v for k, v in build_errors.items() if v},
               "prebuilt": sorted(Path(k).parent.name for k, v in build_errors.items() if not v),
               "problems": {}}
-    from guard.pipeline import Guard
+    from guard.cascade import Guard
 
     ws = Workspace.open(Path(tempfile.mkdtemp(prefix="seeds-bench-")) / "ws")
     cfg = GuardConfig(target_time_s=0.1, max_iters=300)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .candidates.solution import Solution
-from .pipeline import Guard, GuardError
+from .cascade import Guard, GuardError
 from .verdict import Verdict
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ spread, and the shifts move a whole run together (docs/benchmarks.md: on the H20
 A comparison with an incumbent measured in another window mixes that shift into the
 speedup. So when a comparison is not clear-cut, both are timed again in the order
 incumbent, challenger, challenger, incumbent (cancelling a linear drift) and the speedup
-comes from the paired ratios. This module holds the arithmetic; the pipeline runs it.
+comes from the paired ratios. This module holds the arithmetic; guard/cascade/pairing_gate.py runs it.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ def cmd_problems(args) -> int:
 
 
 def _guard(args, ws):
-    from guard.pipeline import Guard
+    from guard.cascade import Guard
 
     overrides = {}
     if getattr(args, "no_compile_baseline", False):
@@ -521,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"token {args.action} needs an agent NAME")
     _setup_logging(args.verbose)
     from guard.candidates.load import CandidateError
-    from guard.pipeline import GuardError
+    from guard.cascade import GuardError
     from guard.problems.problem import ProblemError
 
     try:

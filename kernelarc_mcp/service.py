@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from guard.archive.db import Database
 from guard.candidates.load import CandidateError, from_solution_json, from_source
 from guard.candidates.solution import Solution
+from guard.cascade import Guard, ceilings_cache_dir
 from guard.config import GuardConfig
 from guard.jobs import JobQueue
 from guard.leaderboard import leaderboard
-from guard.pipeline import Guard, ceilings_cache_dir
 from guard.problems.derive import workload_set
 from guard.problems.dtypes import dtype_info
 from guard.problems.problem import ProblemError

@@ -61,7 +61,7 @@ def cheat_source(path, guard) -> str:
 
 
 def make_guard(path: Path, **overrides):
-    from guard.pipeline import Guard
+    from guard.cascade import Guard
     from guard.workspace import Workspace
 
     ws = Workspace.open(path)

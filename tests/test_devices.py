@@ -12,8 +12,8 @@ import pytest
 from conftest import RMS, fast_config, honest_source, unique
 from guard.archive.db import Database
 from guard.candidates.load import from_source
+from guard.cascade import Guard, pairing_gate
 from guard.jobs import JobQueue
-from guard.pipeline import Guard
 from guard.runner import device as device_mod
 from guard.runner import nvml
 from guard.workspace import Workspace
@@ -147,7 +147,8 @@ def test_a_best_changed_on_another_device_mid_evaluation_gives_no_accept(tmp_pat
         with g0.db.transaction() as c:  # its stored figures 20% slow: alone they would say ACCEPT
             c.execute("UPDATE workload_results SET latency_ms = latency_ms * 1.2, rel_se = 0 WHERE candidate_id = ?",
                       (first.candidate_id,))
-        monkeypatch.setattr(g1, "_pairings", lambda *a, **k: {})  # as if paired against a best since replaced
+        # as if paired against a best since replaced
+        monkeypatch.setattr(pairing_gate, "pairings", lambda *a, **k: {})
         other = g1.evaluate(from_source(unique(source), None, "k.py"), RMS, agent="x")
         assert other.status == "PASSED", other.reason
         assert other.decision == "KEEP" and "another device" in other.reason, other.reason

@@ -305,8 +305,8 @@ def test_the_guard_asks_no_compile_time_after_a_fall_back_and_remeasures_uncheck
                     "compiled": None if fell or not msg["compile"] else {"median_ms": 1.0},
                     "compile_fell_back": fell or None}
 
-        monkeypatch.setattr(g, "_trusted_request", fake_request)
-        out = g._ensure_baselines(None, problem, "key", visible, lambda *a: None)
+        monkeypatch.setattr(g.reference, "request", fake_request)
+        out = g.reference.ensure_baselines(None, problem, "key", visible, lambda *a: None)
         assert asked == [(visible[0].uuid, True), (visible[1].uuid, True),
                          (visible[2].uuid, False), (visible[3].uuid, False)]
         assert out[visible[0].uuid]["compiled"] is not None  # re-measured with the check
@@ -315,7 +315,7 @@ def test_the_guard_asks_no_compile_time_after_a_fall_back_and_remeasures_uncheck
         assert g.db.baseline(d.content_hash(), visible[3].uuid, g.device.key)["compile_checked"]
         # cached now, every one checked: nothing is asked again
         asked.clear()
-        g._ensure_baselines(None, problem, "key", visible, lambda *a: None)
+        g.reference.ensure_baselines(None, problem, "key", visible, lambda *a: None)
         assert asked == []
     finally:
         g.close()

@@ -16,7 +16,7 @@ pytestmark = [
 
 from conftest import CHEATS, RMS, SOL_EXAMPLES, cheat_source, expectation, fast_config, honest_source, unique  # noqa: E402,E501
 from guard.candidates.load import from_source  # noqa: E402
-from guard.pipeline import Guard  # noqa: E402
+from guard.cascade import Guard  # noqa: E402
 from guard.workspace import Workspace  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
 

@@ -1,0 +1,112 @@
+"""Gate 3: correctness on every visible workload (random and adversarial rounds, the first
+run twice for determinism) and the held-out ones, whose shapes a reason never shows. The
+candidate worker writes its outputs to files; the trusted worker compares them with the
+reference."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ..config import GuardConfig
+from ..problems.derive import largest_tensor
+from ..problems.schema import Definition, Workload
+from .context import EvalContext
+from .reasons import GuardError, Rejection, first_line
+
+log = logging.getLogger(__name__)
+
+ROUND_LABEL = {
+    "normal": "random inputs",
+    "mixed": "mixed scales (1e-3..1e3 per row)",
+    "large": "large magnitudes",
+    "tiny": "values near zero",
+}
+
+ADVERSARIAL_MAX_ELEMENTS = 1 << 24
+
+
+def rounds(cfg: GuardConfig, d: Definition, w: Workload, visible: bool) -> list[str]:
+    """The kinds of input of each round on ``w``."""
+    kinds = ["normal"] * (cfg.correctness_rounds if visible else cfg.heldout_rounds)
+    # Adversarial values test numerics, not size: the largest workloads (whose outputs
+    # dominate the transfer time) get the random rounds only.
+    if cfg.adversarial_rounds and d.kernelarc.adversarial and largest_tensor(d, w.axes) <= ADVERSARIAL_MAX_ELEMENTS:
+        kinds += ["mixed", "large", "tiny"] if visible else ["mixed"]
+    return kinds
+
+
+def check(ctx: EvalContext) -> dict:
+    """Run the rounds; the verdict's ``checked`` on success, a ``Rejection`` otherwise."""
+    ref, cfg, d, wset, trusted, progress = ctx.ref, ctx.cfg, ctx.definition, ctx.wset, ctx.trusted, ctx.progress
+    plan = [(w, True, w.uuid) for w in wset.visible] + [
+        (w, False, f"held-out workload {i + 1} of {len(wset.heldout)}")
+        for i, w in enumerate(wset.heldout)
+    ]
+    names = list(d.outputs)
+    tolerances = [d.tolerance_for(s.dtype).model_dump() for s in d.outputs.values()]
+    rounds_run = skipped = 0
+    for idx, (w, visible, label) in enumerate(plan):
+        progress("correctness", idx, len(plan), label)
+        axes = d.resolve_axes(w.axes)
+        planned = [
+            {"seed": ref.seed("round", ctx.eval_seed, w.uuid, r), "kind": kind, "tag": f"w{idx}r{r}"}
+            for r, kind in enumerate(rounds(cfg, d, w, visible))
+        ]
+        made = ref.request(trusted, {
+            "op": "reference", "key": ctx.key, "workload": w.model_dump(mode="json"),
+            "axes": axes, "rounds": planned,
+        })
+        kept = []
+        for rnd, info in zip(planned, made.get("rounds", [])):
+            if not info.get("ok"):
+                if visible and ref.device.kind != "cpu" and rnd["kind"] == "normal":
+                    raise GuardError(f"problem {d.name}: the reference fails on {w.uuid}: {info.get('message')}")
+                log.warning("reference failed on %s (%s): %s; round skipped", label, rnd["kind"], info.get("message"))
+                skipped += 1
+                continue
+            if rnd["kind"] != "normal" and not info.get("finite"):
+                skipped += 1  # the op does not allow these values: the reference overflows
+                ref.request(trusted, {"op": "release", "tags": [rnd["tag"]]})
+                continue
+            kept.append(rnd)
+        if not kept:
+            continue
+        with ref.hold(False, progress):
+            reply = ctx.cand.request({
+                "op": "check", "workload": w.model_dump(mode="json"), "axes": axes,
+                "rounds": kept, "determinism": cfg.check_determinism and visible,
+                "outdir": str(ctx.outdir),
+            }, cfg.call_timeout_s)
+        if not reply.get("ok"):
+            ref.request(trusted, {"op": "release", "tags": [r["tag"] for r in kept]})
+            if reply.get("status") == "INTERNAL":
+                raise GuardError(f"worker error on {label}: {reply.get('message')}")
+            raise failure("correctness", reply["status"], reply.get("message", ""), w, visible, label)
+        for rnd, got in zip(kept, reply["rounds"]):
+            cmp = ref.request(trusted, {
+                "op": "compare", "tag": rnd["tag"], "outputs": got["outputs"],
+                "tolerances": tolerances, "names": names,
+            })
+            for meta in got["outputs"]:
+                Path(meta["file"]).unlink(missing_ok=True)
+            if not cmp.get("ok"):
+                raise GuardError(f"comparison failed on {label}: {cmp.get('message')}")
+            rounds_run += 1
+            if not cmp.get("passed"):
+                ref.request(trusted, {"op": "release", "tags": None})
+                msg = f"{cmp.get('message')} [round {rnd['tag'][rnd['tag'].index('r') + 1:]}: {ROUND_LABEL[rnd['kind']]}]"
+                raise failure("correctness", cmp["status"], msg, w, visible, label)
+    progress("correctness", len(plan), len(plan), "all workloads passed")
+    return {"visible_workloads": len(wset.visible), "heldout_workloads": len(wset.heldout),
+            "rounds": rounds_run, "rounds_skipped": skipped, "determinism": cfg.check_determinism}
+
+
+def failure(gate: str, status: str, message: str, w: Workload, visible: bool, label: str) -> Rejection:
+    if visible:
+        where = f"workload {w.uuid} {w.axes}"
+        return Rejection(gate, status, f"{status} on {where}: {first_line(message)}", message, w.uuid)
+    # Held-out workloads stay hidden: say what failed, not the shape or positions.
+    hint = ("it passes the visible workloads, so look at sizes that are odd, not powers of two, "
+            "or outside the shapes you tuned for (masking, tails, strides)")
+    return Rejection(gate, status, f"{status} on a {label} (shape not shown): {hint}", None, label)

@@ -1,0 +1,237 @@
+"""The Guard: one device's workers, caches and records, and ``evaluate``, which runs the
+cascade's gates in order (each in its own module of this package)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from ..archive.db import Database
+from ..archive.git_archive import GitArchive
+from ..candidates.solution import Solution
+from ..config import GuardConfig
+from ..paths import cache_dir
+from ..problems.derive import workload_set
+from ..problems.problem import Problem
+from ..repetition import normalized_hash
+from ..runner import device as device_mod
+from ..runner.pool import WorkerPool
+from ..runner.process import WorkerDied, WorkerTimeout
+from ..runner.slot import TimingSlot
+from ..screen import screen_solution
+from ..verdict import Verdict
+from ..workspace import Workspace
+from . import benchmark_gate, correctness_gate, pairing_gate, scoring_gate
+from .context import EvalContext, Progress, noop
+from .reasons import GuardError, Rejection, died, first_line, timed_out
+from .recording import Recorder
+from .reference_side import ReferenceSide
+
+
+def _scratch_root() -> str | None:
+    """/dev/shm when it has room: candidate outputs travel through files there."""
+    try:
+        st = os.statvfs("/dev/shm")
+        if st.f_bavail * st.f_frsize > (4 << 30):
+            return "/dev/shm"
+    except OSError:
+        pass
+    return None
+
+
+class Guard:
+    def __init__(
+        self,
+        workspace: Workspace,
+        config: GuardConfig | None = None,
+        device: "str | device_mod.DeviceChoice" = "auto",
+        prestart: bool = True,
+    ):
+        self.ws = workspace
+        self.cfg = config or workspace.config()
+        self.device = device if isinstance(device, device_mod.DeviceChoice) else device_mod.resolve(device)
+        self.db = Database(workspace.db_path)
+        # Rows written before devices had groups carry the physical key: adopt them.
+        self.db.adopt_device(self.device.key, self.device.compare_key)
+        self.store = workspace.problems()
+        self.archive = GitArchive(workspace.archive_dir)
+        # Worker folders live outside the workspace: a candidate's working directory must
+        # not lead it to the database, the secret or the held-out workloads.
+        self.scratch = Path(tempfile.mkdtemp(prefix="kernelarc-", dir=_scratch_root()))
+        self.pool = WorkerPool(self.device.kind, self.scratch / "workers", self.cfg.cpu_memory_limit_gb, prestart,
+                               env=self.device.worker_env())
+        # simulated CPU devices share the cores, hence one slot
+        self.slot = TimingSlot(self.device.compare_key if self.device.simulated else self.device.key)
+        self._lock = threading.Lock()  # one evaluation at a time on this device
+        self._secret = workspace.secret
+        self.reference = ReferenceSide(self.pool, self.db, self.cfg, self.device, self.slot, self._secret)
+        self.recorder = Recorder(self.db, self.cfg, self.device, self.archive, self.device_info)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def warm_up(self) -> None:
+        self.pool.warm_up()
+
+    def prepare(self, problem_name: str, progress: Progress | None = None) -> None:
+        """Measure the device's ceilings and the problem's eager and compile baselines now,
+        before any candidate (both are cached), so that the first verdict does not wait for
+        them."""
+        problem = self.store.get(problem_name)
+        with self._lock:
+            self.reference.prepare(problem, workload_set(problem, self.device.kind, self._secret).visible,
+                                   progress or noop)
+
+    def close(self) -> None:
+        self.pool.close()
+        self.db.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def __enter__(self) -> "Guard":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def device_info(self) -> dict:
+        info = {"kind": self.device.kind, "key": self.device.key, "group": self.device.compare_key,
+                "name": self.device.name}
+        if self.reference.ceilings:
+            info["ceilings"] = self.reference.ceilings
+        return info
+
+    # -- the cascade ------------------------------------------------------------------------
+    def evaluate(
+        self,
+        solution: Solution,
+        problem_name: str,
+        agent: str = "cli",
+        notes: str | None = None,
+        parent: str | None = None,
+        progress: Progress | None = None,
+    ) -> Verdict:
+        progress = progress or noop
+        t_start = time.monotonic()
+        problem = self.store.get(problem_name)
+        d = problem.definition
+        dhash = d.content_hash()
+        source_hash = solution.source_hash()
+        language = solution.spec.primary_language
+        solution_json = solution.model_dump(mode="json", exclude_none=True)
+        common = dict(
+            problem=d.name, definition_hash=dhash, agent=agent, parent=parent, notes=notes,
+            language=language, source_hash=source_hash, normalized_hash=normalized_hash(solution),
+            solution_json=json.dumps(solution_json), device_key=self.device.compare_key,
+            device_kind=self.device.kind, measured_on=self.device.key,
+        )
+
+        # Gate 1: static screen (pure Python, no worker needed).
+        if self.cfg.static_screen:
+            progress("screen", 0, 1, "static screen")
+            res = screen_solution(solution, self.cfg.max_source_bytes, self.cfg.max_source_files)
+            if not res.ok:
+                cid = self.db.insert_candidate(state="running", **common)
+                first = res.findings[0]
+                return self.recorder.reject(
+                    cid, problem, agent, Rejection("screen", res.status, first.render(), res.message()),
+                    {"screen": time.monotonic() - t_start}, notes, parent,
+                )
+
+        prior = self.db.find_evaluated(d.name, dhash, source_hash, self.device.compare_key)
+        if prior is not None:  # judged from the prior's measurements: taken where it was measured
+            common["measured_on"] = pairing_gate.measured_on(prior)
+            cid = self.db.insert_candidate(state="running", **common)
+            return self.recorder.duplicate(cid, prior, problem, agent, notes, parent)
+
+        cid = self.db.insert_candidate(state="running", **common)
+        try:
+            if not self._lock.acquire(blocking=False):
+                # another evaluation, or the baselines of a problem being prepared
+                progress("waiting", 0, 1, "this device's guard is busy (another evaluation, or baselines being measured)")
+                self._lock.acquire()
+            try:
+                return self._run(cid, problem, solution_json, language, agent, notes, parent, progress, t_start)
+            finally:
+                self._lock.release()
+        except GuardError as exc:
+            self.db.set_state(cid, "error", reason=str(exc)[:2000])
+            raise
+        except BaseException:
+            self.db.set_state(cid, "interrupted", reason="the evaluation was interrupted")
+            raise
+
+    def _run(self, cid, problem: Problem, solution_json: dict, language: str, agent: str,
+             notes, parent, progress: Progress, t_start: float) -> Verdict:
+        d = problem.definition
+        wset = workload_set(problem, self.device.kind, self._secret)
+        phases: dict[str, float] = {"screen": time.monotonic() - t_start}
+        eval_seed = self.reference.seed("eval", cid, d.content_hash())
+
+        t = time.monotonic()
+        progress("start", 0, 1, "starting workers")
+        trusted, key, ceilings, baselines = self.reference.prepare(problem, wset.visible, progress)
+        phases["baseline"] = time.monotonic() - t
+
+        t = time.monotonic()
+        cand = self.pool.take_candidate()
+        gate = "build"
+        try:
+            try:
+                cand.wait_ready(180)
+            except WorkerDied as exc:
+                raise GuardError(f"a candidate worker could not start: {exc}\n{exc.log_tail}") from None
+            phases["start"] = time.monotonic() - t
+            ctx = EvalContext(cid, problem, wset, eval_seed, cand, trusted, key, progress, self.reference)
+
+            # Gate 2: build.
+            t = time.monotonic()
+            progress("build", 0, 1, f"building ({language})")
+            reply = cand.request(
+                {"op": "prepare", "definition": d.to_json(), "solution": solution_json,
+                 "language": language, "blob_root": str(problem.root) if problem.root else None,
+                 "build_cache": str(cache_dir() / "torch_extensions")},
+                self.cfg.build_timeout_s,
+            )
+            if not reply.get("ok"):
+                raise Rejection("build", reply.get("status", "COMPILE_ERROR"),
+                                first_line(reply.get("message", "build failed")), reply.get("message"))
+            phases["build"] = time.monotonic() - t
+
+            # Gate 3: correctness on the visible and held-out workloads.
+            t = time.monotonic()
+            gate = "correctness"
+            checked = correctness_gate.check(ctx)
+            phases["correctness"] = time.monotonic() - t
+
+            # Gate 4: benchmark.
+            t = time.monotonic()
+            gate = "benchmark"
+            timings = benchmark_gate.benchmark(ctx)
+            phases["benchmark"] = time.monotonic() - t
+
+            # Gate 5: score; then, when a comparison is close, re-measure side by side.
+            workloads = scoring_gate.score(d, wset.visible, timings, baselines, ceilings)
+            t = time.monotonic()
+            paired = pairing_gate.pairings(ctx, self.db, self.pool, workloads, agent)
+            if paired:
+                phases["pairing"] = time.monotonic() - t
+        except Rejection as rej:
+            phases["total"] = time.monotonic() - t_start
+            return self.recorder.reject(cid, problem, agent, rej, phases, notes, parent)
+        except WorkerTimeout as exc:
+            phases["total"] = time.monotonic() - t_start
+            return self.recorder.reject(cid, problem, agent, timed_out(gate, exc, self.cfg.call_timeout_s),
+                                        phases, notes, parent)
+        except WorkerDied as exc:
+            phases["total"] = time.monotonic() - t_start
+            return self.recorder.reject(cid, problem, agent, died(gate, exc), phases, notes, parent)
+        finally:
+            self.pool.discard(cand)  # its folder goes with it, outputs included
+
+        # Gates 6 and 7: decision, archive.
+        phases["total"] = time.monotonic() - t_start
+        return self.recorder.measured(cid, problem, agent, workloads, checked, phases, notes, parent,
+                                      solution_json, paired=paired)

@@ -1,0 +1,103 @@
+"""Comparisons with stored candidates: their measurements, the device they were measured
+on, and the paired re-measurement (guard/pairing.py holds its arithmetic) against the
+agent's best and, for a likely ACCEPT, the global best, when the stored comparison is not
+clear-cut or the incumbent was measured on another device of the group."""
+
+from __future__ import annotations
+
+import logging
+
+from .. import decision as decision_mod
+from ..archive.db import Database
+from ..config import GuardConfig
+from ..pairing import needs_pairing, paired_comparison
+from ..runner import device as device_mod
+from ..runner.pool import WorkerPool
+from ..verdict import WorkloadResult
+from .benchmark_gate import remeasure
+from .context import EvalContext
+from .reasons import Unpaired
+
+log = logging.getLogger(__name__)
+
+
+def pairing_band(cfg: GuardConfig, device: "device_mod.DeviceChoice") -> float:
+    return cfg.pairing_band_gpu if device.kind == "cuda" else cfg.pairing_band_cpu
+
+
+def measured_on(row) -> str:
+    return row["measured_on"] or row["device_key"]  # rows from before measured_on: their key
+
+
+def measured_elsewhere(row, device: "device_mod.DeviceChoice") -> bool:
+    return row is not None and measured_on(row) != device.key
+
+
+def elsewhere_unclear(row, cmp, cfg: GuardConfig, device: "device_mod.DeviceChoice") -> bool:
+    """A stored comparison with a row measured on another device, inside the pairing band."""
+    if cmp is None or not measured_elsewhere(row, device):
+        return False
+    band = pairing_band(cfg, device)
+    return 1 / band < cmp.speedup < band
+
+
+def paired_for(paired: dict | None, label: str, row) -> "decision_mod.Comparison | None":
+    """The paired comparison made against ``row`` (None when it was not the one paired with)."""
+    entry = (paired or {}).get(label)
+    if row is None or not entry or entry["incumbent"] != row["id"]:
+        return None
+    return entry["comparison"]
+
+
+def measurements(c, cid: str) -> dict[str, tuple[float, float]]:
+    """A stored candidate's workload -> (median latency, relative standard error)."""
+    rows = c.execute(
+        "SELECT workload, latency_ms, rel_se FROM workload_results WHERE candidate_id = ?", (cid,)
+    ).fetchall()
+    return {r["workload"]: (r["latency_ms"], r["rel_se"] or 0.0) for r in rows if r["latency_ms"]}
+
+
+def pairings(ctx: EvalContext, db: Database, pool: WorkerPool, workloads: list[WorkloadResult], agent: str) -> dict:
+    """Paired re-measurements against the agent's best and, for a likely ACCEPT, the
+    global best, when the stored comparison is not clear-cut: label -> entry with the
+    incumbent's id, the stored speedup, why, the samples and their comparison (or a note)."""
+    cfg, device, problem = ctx.cfg, ctx.ref.device, ctx.problem
+    dhash = problem.definition.content_hash()
+    new = {w.uuid: (w.latency_ms, w.rel_se or 0.0) for w in workloads}
+    conn = db.reader()
+    best = db.agent_best(conn, problem.name, dhash, agent, device.compare_key)
+    gbest = db.global_best(conn, problem.name, dhash, device.compare_key)
+    out: dict = {}
+    for label, row in (("agent", best), ("global", gbest)):
+        if row is None:
+            continue
+        if label == "global":
+            if best is not None and row["id"] == best["id"]:
+                if "agent" in out:
+                    out["global"] = out["agent"]
+                continue
+            agent_cmp = (out.get("agent") or {}).get("comparison")
+            if agent_cmp is None and best is not None:
+                agent_cmp = decision_mod.compare(new, measurements(conn, best["id"]), cfg)
+            if decision_mod.decide(agent_cmp) != "ACCEPT":
+                continue
+        stored = decision_mod.compare(new, measurements(conn, row["id"]), cfg)
+        if measured_elsewhere(row, device):
+            # Measured on another device of the group: compare only what was measured
+            # here, unless the difference is clear-cut even across devices.
+            if not elsewhere_unclear(row, stored, cfg, device):
+                continue
+            why = f"the incumbent was measured on another device ({measured_on(row)})"
+        elif needs_pairing(stored, pairing_band(cfg, device)):
+            why = "the stored comparison is not clear-cut"
+        else:
+            continue
+        entry = {"incumbent": row["id"], "stored_speedup": stored.speedup, "comparison": None, "why": why}
+        try:
+            entry["samples"] = remeasure(ctx, pool, row)
+            entry["comparison"] = paired_comparison(entry["samples"], cfg)
+        except Unpaired as exc:
+            entry["note"] = str(exc)
+            log.warning("paired re-measurement skipped: %s", exc)
+        out[label] = entry
+    return out

@@ -1,0 +1,179 @@
+"""Gates 6 and 7: the decision (against the agent's best and the global best, from the
+paired comparison where one was made) and the record of it: the verdict in the database,
+accepted candidates committed to the git archive, duplicates judged from their prior."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from .. import decision as decision_mod
+from .. import scoring
+from ..archive.db import Database
+from ..archive.git_archive import GitArchive
+from ..config import GuardConfig
+from ..problems.problem import Problem
+from ..repetition import repeats
+from ..runner import device as device_mod
+from ..verdict import Verdict, WorkloadResult
+from .pairing_gate import elsewhere_unclear, measurements, paired_for
+from .reasons import Rejection
+
+
+class Recorder:
+    def __init__(self, db: Database, cfg: GuardConfig, device: "device_mod.DeviceChoice", archive: GitArchive,
+                 device_info: Callable[[], dict]):
+        self.db, self.cfg, self.device, self.archive = db, cfg, device, archive
+        self.device_info = device_info  # the verdict's device (with the ceilings once measured)
+
+    def reject(self, cid, problem: Problem, agent, rej: Rejection, phases, notes, parent) -> Verdict:
+        with self.db.transaction() as c:
+            history = _history(self.db, c, problem.name, agent)
+            best = self.db.agent_best(c, problem.name, problem.definition.content_hash(), agent,
+                                      self.device.compare_key)
+            gbest = self.db.global_best(c, problem.name, problem.definition.content_hash(), self.device.compare_key)
+            advice = decision_mod.advise("REJECT", history, None, best["sol_fraction"] if best else None, self.cfg)
+            row = c.execute("SELECT source_hash, normalized_hash, notes FROM candidates WHERE id = ?", (cid,)).fetchone()
+            verdict = Verdict(
+                candidate_id=cid, problem=problem.name, agent=agent, decision="REJECT",
+                status=rej.status, gate=rej.gate, reason=rej.reason, diagnostic=rej.diagnostic,
+                first_failing_workload=rej.workload, advice=advice, phases_s=phases,
+                agent_best_id=best["id"] if best else None, global_best_id=gbest["id"] if gbest else None,
+                device=self.device_info(), notes=notes, parent=parent,
+                repeats=repeats(c, problem.name, agent, row["source_hash"], row["normalized_hash"], notes, cid),
+            )
+            self.db.finish(c, cid, row_fields(verdict), [])
+        return verdict
+
+    def measured(self, cid, problem: Problem, agent, workloads: list[WorkloadResult], checked,
+                 phases, notes, parent, solution_json, duplicate_of: str | None = None,
+                 paired: dict | None = None) -> Verdict:
+        cfg, device = self.cfg, self.device
+        dhash = problem.definition.content_hash()
+        new = {w.uuid: (w.latency_ms, w.rel_se or 0.0) for w in workloads}
+        sol_fraction = scoring.geomean([w.sol_fraction for w in workloads])
+        with self.db.transaction() as c:
+            best = self.db.agent_best(c, problem.name, dhash, agent, device.compare_key)
+            gbest = self.db.global_best(c, problem.name, dhash, device.compare_key)
+            cmp = paired_for(paired, "agent", best)
+            was_paired = cmp is not None
+            unsure = False  # an unpaired, unclear comparison with a best measured on another device
+            if cmp is None and best:
+                cmp = decision_mod.compare(new, measurements(c, best["id"]), cfg)
+                unsure = elsewhere_unclear(best, cmp, cfg, device)
+            decision = decision_mod.decide(cmp)
+            if unsure and decision != "KEEP":
+                # The best changed (on another device) while this one was measured: no ACCEPT or
+                # REVERT from figures taken on two devices; a resubmission is compared properly.
+                decision = "KEEP"
+            is_global = False
+            if decision == "ACCEPT":
+                cmp_g = paired_for(paired, "global", gbest)
+                if cmp_g is None and gbest:
+                    cmp_g = decision_mod.compare(new, measurements(c, gbest["id"]), cfg)
+                    # not decidable from figures of two devices: the global best stays
+                    is_global = not elsewhere_unclear(gbest, cmp_g, cfg, device) and decision_mod.beats(cmp_g)
+                else:
+                    is_global = decision_mod.beats(cmp_g)
+            history = _history(self.db, c, problem.name, agent)
+            advice = decision_mod.advise(decision, history, sol_fraction, best["sol_fraction"] if best else None, cfg)
+            row = c.execute("SELECT source_hash, normalized_hash FROM candidates WHERE id = ?", (cid,)).fetchone()
+            repeated = repeats(c, problem.name, agent, row["source_hash"], row["normalized_hash"], notes, cid)
+            if cmp is None:
+                reason = "first correct candidate of this agent: it becomes the agent's best"
+            else:
+                word = {"ACCEPT": "faster than", "KEEP": "within the noise of", "REVERT": "slower than"}[decision]
+                reason = (f"{word} the agent's best {best['id']}: speedup {cmp.speedup:.3f}x "
+                          f"(threshold {cmp.threshold:.1%}"
+                          + (", re-measured side by side)" if was_paired else ")"))
+                if decision == "REVERT":
+                    reason += f"; go back to {best['id']}"
+                if unsure:
+                    reason += ("; the best was measured on another device and changed during this evaluation, "
+                               "so no ACCEPT or REVERT is drawn from it: resubmit to compare on one device")
+            if is_global:
+                reason += "; new global best"
+            verdict = Verdict(
+                candidate_id=cid, problem=problem.name, agent=agent, decision=decision, status="PASSED",
+                reason=reason, score=scoring.mean([w.sol_score for w in workloads]),
+                speedup_eager=scoring.geomean([w.speedup_eager for w in workloads]),
+                speedup_compile=scoring.geomean([w.speedup_compile for w in workloads]),
+                sol_fraction=sol_fraction,
+                latency_ms=scoring.geomean([w.latency_ms for w in workloads]),
+                speedup_vs_best=cmp.speedup if cmp else None, threshold=cmp.threshold if cmp else None,
+                agent_best_id=cid if decision == "ACCEPT" else (best["id"] if best else None),
+                global_best_id=cid if is_global else (gbest["id"] if gbest else None),
+                is_global_best=is_global, duplicate_of=duplicate_of, advice=advice,
+                workloads=workloads, checked=checked, phases_s=phases, device=self.device_info(),
+                notes=notes, parent=parent, paired=paired_summary(paired), repeats=repeated,
+            )
+            self.db.finish(c, cid, row_fields(verdict), [w.model_dump() for w in workloads])
+        if decision == "ACCEPT" and duplicate_of is None:
+            self.archive.commit(problem.name, agent, cid, solution_json, summary(verdict))
+        return verdict
+
+    def duplicate(self, cid, prior, problem: Problem, agent, notes, parent) -> Verdict:
+        """A source identical to ``prior`` (a stored row): judged again from its verdict."""
+        prior_verdict = Verdict.model_validate_json(prior["verdict_json"])
+        if prior_verdict.decision == "REJECT":
+            rej = Rejection(prior_verdict.gate or "correctness", prior_verdict.status,
+                            f"identical to {prior['id']}, already rejected: {prior_verdict.reason}",
+                            prior_verdict.diagnostic, prior_verdict.first_failing_workload)
+            v = self.reject(cid, problem, agent, rej, {}, notes, parent)
+        else:
+            v = self.measured(
+                cid, problem, agent, prior_verdict.workloads, prior_verdict.checked, {}, notes, parent,
+                json.loads(prior["solution_json"]), duplicate_of=prior["id"],
+            )
+        with self.db.transaction() as c:
+            c.execute("UPDATE candidates SET duplicate_of = ? WHERE id = ?", (prior["id"], cid))
+        v.duplicate_of = prior["id"]
+        v.reason = f"identical source already evaluated as {prior['id']} (not measured again); " + v.reason
+        return v
+
+
+def _history(db: Database, c, problem: str, agent: str) -> list[dict]:
+    return [dict(r) for r in db.agent_history(c, problem, agent)]
+
+
+def row_fields(v: Verdict) -> dict:
+    """The candidate row's columns from a verdict."""
+    return {
+        "decision": v.decision, "status": v.status, "gate": v.gate, "reason": v.reason,
+        "diagnostic": v.diagnostic, "first_failing_workload": v.first_failing_workload,
+        "score": v.score, "speedup_eager": v.speedup_eager, "speedup_compile": v.speedup_compile,
+        "sol_fraction": v.sol_fraction, "latency_ms": v.latency_ms,
+        "speedup_vs_best": v.speedup_vs_best, "threshold": v.threshold,
+        "global_best": int(v.is_global_best), "duplicate_of": v.duplicate_of,
+        "verdict_json": v.model_dump_json(),
+    }
+
+
+def paired_summary(paired: dict | None) -> dict | None:
+    """The verdict's ``paired``: per label what was re-measured, and the milliseconds."""
+    if not paired:
+        return None
+    out = {}
+    for label, e in paired.items():
+        cmp = e.get("comparison")
+        out[label] = {
+            "incumbent": e["incumbent"],
+            "stored_speedup": e.get("stored_speedup"),
+            "why": e.get("why"),
+            "paired_speedup": cmp.speedup if cmp else None,
+            "threshold": cmp.threshold if cmp else None,
+            "note": e.get("note"),
+            "workloads": {
+                u: {"incumbent_ms": [x[0] for x in s["incumbent"]], "challenger_ms": [x[0] for x in s["challenger"]]}
+                for u, s in (e.get("samples") or {}).items()
+            },
+        }
+    return out
+
+
+def summary(v: Verdict) -> dict:
+    """What the git archive's commit message carries."""
+    return {k: getattr(v, k) for k in (
+        "candidate_id", "problem", "agent", "decision", "status", "score", "speedup_eager",
+        "speedup_compile", "sol_fraction", "latency_ms", "is_global_best", "reason",
+    )}

@@ -1,0 +1,165 @@
+"""The reference side of one device: the trusted worker (problem loading, requests), the
+device's ceilings and the problems' eager and compile baselines (both cached), and what
+candidate and baseline timing share so both are measured alike: the seeds of the input
+sets (from the workspace secret), the timing configuration and the device's timing slot."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import time
+from pathlib import Path
+
+from ..archive.db import Database
+from ..config import GuardConfig
+from ..paths import cache_dir
+from ..problems.dtypes import dtype_info
+from ..problems.problem import Problem
+from ..problems.schema import Definition, Workload
+from ..runner import device as device_mod
+from ..runner.pool import WorkerPool
+from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
+from ..runner.slot import TimingSlot
+from .context import Progress, noop
+from .reasons import GuardError
+
+# what a trusted worker's baseline reply carries that the guard keeps
+BASELINE_FIELDS = ("eager", "compiled", "compile_error", "compile_counters", "compile_checked", "compile_fell_back",
+                   "flops", "flops_error")
+
+
+def ceilings_cache_dir() -> Path:
+    return cache_dir() / "ceilings"
+
+
+def _prod(shape) -> int:
+    n = 1
+    for x in shape:
+        n *= x
+    return n
+
+
+class ReferenceSide:
+    def __init__(self, pool: WorkerPool, db: Database, cfg: GuardConfig, device: "device_mod.DeviceChoice",
+                 slot: TimingSlot, secret: bytes):
+        self.pool, self.db, self.cfg, self.device, self.slot = pool, db, cfg, device, slot
+        self._secret = secret
+        self.ceilings: dict | None = None  # measured once per device, cached on disk
+
+    # -- seeds, timing configuration, the slot ----------------------------------------------
+    def seed(self, *parts: object) -> int:
+        msg = "|".join(str(p) for p in parts).encode()
+        return int.from_bytes(hmac.new(self._secret, msg, hashlib.sha256).digest()[:6], "big")
+
+    def set_seeds(self, d: Definition, w: Workload, purpose: str, salt: object) -> list[int]:
+        """The seeds of the input sets a timed loop rotates over (4, or 2 for large inputs)."""
+        axes = d.resolve_axes(w.axes)
+        in_bytes = sum(
+            dtype_info(s.dtype).bytes * _prod(d.shape_of(s, axes))
+            for s in d.inputs.values() if s.shape is not None
+        )
+        n = 4 if in_bytes < (256 << 20) else 2
+        if self.device.kind == "cpu":
+            n = 2
+        return [self.seed(purpose, salt, w.uuid, k) for k in range(n)]
+
+    def timing_config(self) -> dict:
+        c = self.cfg
+        return {"min_iters": c.min_iters, "max_iters": c.max_iters, "max_timing_s": c.max_timing_s,
+                "target_time_s": c.target_time_s, "warmup_time_s": c.warmup_time_s}
+
+    def hold(self, exclusive: bool, progress: Progress):
+        """The device's timing slot; says so when another process holds it."""
+        return self.slot.hold(exclusive, on_wait=lambda: progress("wait", 0, 1, "waiting for the timing slot"))
+
+    # -- the trusted worker -------------------------------------------------------------------
+    def prepare(self, problem: Problem, visible: list[Workload], progress: Progress):
+        """The trusted worker with the problem loaded, the device's ceilings and the visible
+        workloads' baselines (measured where not cached): (worker, key, ceilings, baselines)."""
+        trusted = self.trusted()
+        key = self.load_problem(trusted, problem)
+        ceilings = self.ensure_ceilings(trusted, progress)
+        return trusted, key, ceilings, self.ensure_baselines(trusted, problem, key, visible, progress)
+
+    def trusted(self) -> WorkerProcess:
+        try:
+            return self.pool.trusted()
+        except (WorkerDied, WorkerTimeout) as exc:
+            tail = getattr(exc, "log_tail", "")
+            raise GuardError(f"the trusted worker could not start: {exc}\n{tail}") from None
+
+    def request(self, trusted: WorkerProcess, msg: dict, timeout: float | None = None) -> dict:
+        try:
+            reply = trusted.request(msg, timeout or max(self.cfg.call_timeout_s, 120))
+        except (WorkerDied, WorkerTimeout) as exc:
+            raise GuardError(f"the trusted worker failed during {msg.get('op')}: {exc}") from None
+        return reply
+
+    def load_problem(self, trusted: WorkerProcess, problem: Problem) -> str:
+        key = problem.definition.content_hash()
+        reply = self.request(trusted, {
+            "op": "problem", "key": key, "definition": problem.definition.to_json(),
+            "blob_root": str(problem.root) if problem.root else None,
+        })
+        if not reply.get("ok"):
+            raise GuardError(f"problem {problem.name}: the reference does not load: {reply.get('message')}")
+        return key
+
+    # -- caches -------------------------------------------------------------------------------
+    def ensure_ceilings(self, trusted: WorkerProcess, progress: Progress = noop) -> dict:
+        if self.ceilings is not None:
+            return self.ceilings
+        path = ceilings_cache_dir() / f"{self.device.key}.json"
+        if path.is_file():
+            self.ceilings = json.loads(path.read_text())
+            return self.ceilings
+        with self.hold(True, progress):
+            progress("ceilings", 0, 1, "measuring the device's bandwidth and matmul rates")
+            reply = self.request(trusted, {"op": "ceilings"}, 600)
+        if not reply.get("ok"):
+            raise GuardError(f"measuring the device ceilings failed: {reply.get('message')}")
+        self.ceilings = dict(reply["ceilings"], measured_at=time.time(), device_key=self.device.key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.ceilings, indent=2))
+        tmp.replace(path)
+        return self.ceilings
+
+    def ensure_baselines(self, trusted, problem: Problem, key: str, visible: list[Workload], progress: Progress) -> dict:
+        d = problem.definition
+        dhash = d.content_hash()
+        out, missing = {}, []
+        for w in visible:
+            cached = self.db.baseline(dhash, w.uuid, self.device.key)
+            if cached is not None and (cached.get("compile_checked") or not self.cfg.compile_baseline):
+                out[w.uuid] = cached
+            else:  # a compile time made without the fall-back check is not trusted: measured again
+                missing.append(w)
+        if not missing:
+            return out
+        with self.hold(True, progress):
+            for i, w in enumerate(missing):
+                progress("baseline", i, len(missing), f"timing the reference on {w.uuid}")
+                # once dynamo fell back to eager on a workload of the problem, it may skip the
+                # function silently: no later compile time of that problem is asked for
+                fell_back = any(b.get("compile_fell_back") for b in out.values())
+                reply = self.request(trusted, {
+                    "op": "baseline", "key": key, "workload": w.model_dump(mode="json"),
+                    "axes": d.resolve_axes(w.axes), "sets": self.set_seeds(d, w, "baseline", 0),
+                    "config": self.timing_config(), "compile": self.cfg.compile_baseline and not fell_back,
+                    "compile_mode": self.cfg.compile_mode, "count_flops": d.kernelarc.flops is None,
+                }, max(600, self.cfg.call_timeout_s))
+                if not reply.get("ok"):
+                    raise GuardError(
+                        f"problem {d.name}: the reference fails on workload {w.uuid}: {reply.get('message')}"
+                    )
+                result = {k: reply.get(k) for k in BASELINE_FIELDS}
+                if fell_back and self.cfg.compile_baseline:
+                    result |= {"compile_checked": True, "compile_fell_back": True,
+                               "compile_error": "torch.compile fell back to eager on an earlier workload of this problem"}
+                self.db.put_baseline(dhash, w.uuid, self.device.key, result)
+                out[w.uuid] = result
+        progress("baseline", len(missing), len(missing), "baselines cached")
+        return out
