@@ -1,0 +1,111 @@
+"""Cheats that reach for the workspace (``tests/cheats/workspace_*.py``) leave it untouched and
+learn nothing of its secret, after a full ``Guard.evaluate``.
+
+Per cheat: ``secret.key`` byte for byte the same, ``workspace.db`` the same file (not deleted
+or replaced) whose earlier rows (candidates, per-workload results, baselines) are unchanged,
+and the secret's hex nowhere in the verdict (reason, diagnostic: what the worker said) or in
+what the guard stored of it. The raw bytes of the database are not compared: the evaluation
+itself adds the cheat's own rows. Earlier results of another agent are made first, on both
+problems the cheats run on, so that a cheat that rewrites results has something to rewrite.
+
+These fail while candidate workers can reach the guard's process (/proc of their parent),
+the workspace's files, or have the guard act on a file name they send (the guard unlinks,
+and the trusted worker reads, the output files a candidate's reply names).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+
+import pytest
+
+from conftest import CHEATS, RMS, SOL_EXAMPLES, cheat_source, expectation, honest_source, make_guard, unique
+from guard.candidates.load import from_source
+
+WORKSPACE_CHEATS = sorted(CHEATS.glob("workspace_*.py"))
+SOFTMAX = "softmax_h4096"
+HONEST_SOFTMAX = "import torch\n\n\ndef run(input):\n    return torch.softmax(input, dim=-1)\n"
+# table -> the columns that identify a row
+TABLES = {"candidates": ("id",), "workload_results": ("candidate_id", "workload"),
+          "baselines": ("definition_hash", "workload", "device_key")}
+
+
+@pytest.fixture(scope="module")
+def reach_guard(session_tmp):
+    g = make_guard(session_tmp / "ws-reach", static_screen=False, call_timeout_s=10)
+    g.store.import_path(SOL_EXAMPLES / SOFTMAX)  # an imported problem: it lives in the workspace
+    for problem, source in ((RMS, honest_source()), (SOFTMAX, unique(HONEST_SOFTMAX))):
+        for _ in range(3):  # a measured result is needed; a loaded machine can upset one timing
+            v = g.evaluate(from_source(unique(source), None, "kernel.py"), problem, agent="earlier")
+            if v.status == "PASSED":
+                break
+        assert v.status == "PASSED", v.reason
+    yield g
+    g.close()
+
+
+def _rows(db_path) -> dict:
+    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    con.row_factory = sqlite3.Row
+    try:
+        out = {}
+        for table, key in TABLES.items():
+            for r in con.execute(f"SELECT * FROM {table}"):
+                out[(table, *(r[k] for k in key))] = tuple(r)
+        return out
+    finally:
+        con.close()
+
+
+def _sha(path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+@pytest.mark.parametrize("path", WORKSPACE_CHEATS, ids=lambda p: p.stem)
+def test_workspace_untouched_and_secret_unknown(reach_guard, path):
+    g = reach_guard
+    root = g.ws.root
+    secret_file, db_file = root / "secret.key", g.ws.db_path
+    secret_bytes = secret_file.read_bytes()
+    secret_hex = g._secret.hex()
+    assert secret_bytes.decode().strip() == secret_hex
+    before_rows = _rows(db_file)
+    before_inode = os.stat(db_file).st_ino
+    exp = expectation(path)
+    try:
+        v = g.evaluate(from_source(cheat_source(path, g), None, "kernel.py"), exp.get("PROBLEM", RMS),
+                       agent=f"reach-{path.stem}")
+
+        # the workspace: the secret byte for byte, the database the same file with its earlier rows
+        assert secret_file.exists(), f"{path.name}: secret.key was deleted"
+        assert _sha(secret_file) == hashlib.sha256(secret_bytes).hexdigest(), f"{path.name}: secret.key changed"
+        assert db_file.exists() and os.stat(db_file).st_ino == before_inode, \
+            f"{path.name}: workspace.db was deleted or replaced"
+        after_rows = _rows(db_file)
+        changed = sorted(k for k, row in before_rows.items() if after_rows.get(k) != row)
+        assert not changed, f"{path.name}: earlier rows rewritten or removed: {changed[:5]}"
+
+        # the secret: nowhere in what comes back to the agent or is stored of this verdict
+        con = sqlite3.connect(f"file:{db_file}?mode=ro", uri=True)
+        try:
+            stored = " ".join(str(x) for row in con.execute(
+                "SELECT reason, diagnostic, verdict_json FROM candidates WHERE id = ?", (v.candidate_id,))
+                for x in row)
+        finally:
+            con.close()
+        for text, where in ((v.model_dump_json(), "the verdict"), (stored, "the stored verdict")):
+            leaked = secret_hex in text or secret_hex[:16] in text  # a bool: pytest must not print the secret
+            assert not leaked, f"{path.name}: the workspace secret is in {where}: {v.reason}"
+
+        # and the cheat failed where it was blocked (an exception escaped)
+        assert v.status == exp["runtime"], f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
+        assert v.decision == "REJECT"
+    finally:
+        if _sha(secret_file) != hashlib.sha256(secret_bytes).hexdigest():
+            # put the secret back, so the next cheat is judged against the same workspace
+            secret_file.unlink(missing_ok=True)
+            fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(secret_bytes)
