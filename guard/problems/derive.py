@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import math
 import random
+import re
 from dataclasses import dataclass
 
 from . import formulas
@@ -92,15 +93,75 @@ def largest_tensor(d: Definition, axes: dict[str, int]) -> int:
     return max(sizes, default=1)
 
 
+def cpu_budget(d: Definition) -> int:
+    """The largest tensor (elements) a derived CPU workload may have."""
+    return d.kernelarc.cpu_element_budget or CPU_ELEMENT_BUDGET
+
+
+def _axes_behind(d: Definition, name: str, deps: dict[str, str], seen: set[str] | None = None) -> set[str]:
+    """The var axes a shape entry depends on, through expr axes and dependent axes."""
+    seen = set() if seen is None else seen
+    if name in seen or name not in d.axes:
+        return set()
+    seen.add(name)
+    axis = d.axes[name]
+    expr = getattr(axis, "expression", None) or deps.get(name)
+    if expr is None:
+        return {name} if name in d.var_axes else set()
+    try:
+        used = formulas.names_in(expr)
+    except formulas.FormulaError:
+        return set()
+    out = {name} if name in d.var_axes else set()
+    for n in used:
+        out |= _axes_behind(d, n, deps, seen)
+    return out
+
+
+def _over_budget_axes(d: Definition, axes: dict[str, int], budget: int, deps: dict[str, str]) -> set[str] | None:
+    """Var axes sizing a tensor over ``budget``; None when every tensor fits."""
+    full = d.resolve_axes(axes)
+    used: set[str] = set()
+    over = False
+    for s in list(d.inputs.values()) + list(d.outputs.values()):
+        if s.shape is None or math.prod(d.shape_of(s, full)) <= budget:
+            continue
+        over = True
+        for dim in s.shape:
+            if isinstance(dim, str):
+                used |= _axes_behind(d, dim, deps)
+    return used if over else None
+
+
+_LOWER_BOUND = re.compile(r"^\s*([A-Za-z_]\w*)\s*>=\s*(\d+)\s*$")
+
+
+def lower_bounds(d: Definition) -> dict[str, int]:
+    """Var axes with a constraint ``axis >= N`` (the smallest size the op works at)."""
+    out: dict[str, int] = {}
+    for c in d.constraints:
+        m = _LOWER_BOUND.match(c)
+        if m and m.group(1) in d.var_axes:
+            out[m.group(1)] = max(out.get(m.group(1), 1), int(m.group(2)))
+    return out
+
+
 def shrink(d: Definition, axes: dict[str, int], budget: int = CPU_ELEMENT_BUDGET) -> dict[str, int]:
-    """Halve the largest free var axis until the largest tensor fits the budget."""
+    """Halve the largest free var axis that sizes a tensor over the budget until every
+    tensor fits (axes only fixed-size tensors exceed are left alone; no axis goes below a
+    ``axis >= N`` constraint)."""
     out = dict(axes)
-    free = [a for a in d.var_axes if a not in dependent_axes(d)]
+    deps = dependent_axes(d)
+    free = [a for a in d.var_axes if a not in deps]
+    floor = lower_bounds(d)
     for _ in range(64):
         out = apply_constraints(d, out)
-        if largest_tensor(d, out) <= budget:
+        used = _over_budget_axes(d, out, budget, deps)
+        if used is None:
             break
-        shrinkable = [a for a in free if out.get(a, 1) > 1]
+        shrinkable = [
+            a for a in free if out.get(a, 1) > 1 and a in used and out[a] // 2 >= floor.get(a, 1)
+        ]
         if not shrinkable:
             break
         biggest = max(shrinkable, key=lambda a: out[a])
@@ -114,7 +175,7 @@ def cpu_workloads(d: Definition, workloads: list[Workload]) -> list[Workload]:
     out: list[Workload] = []
     ordered = sorted(workloads, key=lambda w: largest_tensor(d, w.axes))
     for w in ordered:
-        axes = shrink(d, w.axes)
+        axes = shrink(d, w.axes, cpu_budget(d))
         key = tuple(sorted(axes.items()))
         if key in seen:
             continue
@@ -186,6 +247,6 @@ def heldout_workloads(
             axes[a] = _odd_non_pow2(rng, max(1, lo), hi, seen)
         axes = apply_constraints(d, axes)
         if device_class == "cpu":
-            axes = shrink(d, axes)
+            axes = shrink(d, axes, cpu_budget(d))
         out.append(_resized(base, f"heldout-{device_class}-{i}", axes))
     return out

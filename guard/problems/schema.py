@@ -156,6 +156,9 @@ class KernelArcFields(BaseModel):
     bytes: str | None = None
     tolerance: dict[str, Tolerance] = Field(default_factory=dict)
     cpu_workloads: list[Workload] | None = None
+    # largest tensor (elements) of the CPU workloads derived when none are given; None: the
+    # default (2^18). An import lowers it for a reference whose compute would be slow.
+    cpu_element_budget: int | None = Field(default=None, ge=1)
     heldout_count: int = Field(default=3, ge=0, le=16)
     heldout_axes: list[str] | None = None  # var axes held-out workloads may vary (None: all)
     models: list[str] = Field(default_factory=list)  # where the shapes come from
@@ -280,6 +283,8 @@ class Definition(BaseModel):
         payload = self.model_dump(
             mode="json", exclude={"description": True, "kernelarc": {"models", "source", "tags"}}
         )
+        if payload["kernelarc"].get("cpu_element_budget") is None:  # hashes from before it existed
+            payload["kernelarc"].pop("cpu_element_budget", None)
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_json(self) -> dict[str, Any]:
