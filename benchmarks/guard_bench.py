@@ -56,7 +56,7 @@ def evaluate(guard, source, problem, agent, language="triton"):
 def latency_study(guard, problem, source, warm_runs=3) -> dict:
     out = {"problem": problem, "workloads": None, "cold": None, "warm_trivial": [], "warm_new_jit": []}
     v, wall = evaluate(guard, variant(source, 0), problem, "latency")
-    out["workloads"] = v.checked
+    out["workloads"] = v.checked.model_dump()
     out["cold"] = {**{k: v.phases_s.get(k) for k in PHASES}, "baseline": v.phases_s.get("baseline"), "wall": wall}
     for i in range(1, warm_runs + 1):
         v, wall = evaluate(guard, variant(source, i), problem, "latency")
@@ -71,11 +71,12 @@ def spread_study(guard, problem, source, n, agent="incumbent", base=1000) -> dic
     decisions, per_workload, geo = [], {}, []
     for i in range(n):
         v, _ = evaluate(guard, variant(source, base + 1 + i), problem, agent)
+        paired = (v.paired or {}).get("agent")
         decisions.append({"decision": v.decision, "speedup_vs_best": v.speedup_vs_best, "threshold": v.threshold,
-                          "paired": bool(((v.paired or {}).get("agent") or {}).get("paired_speedup")),
-                          "stored_speedup": ((v.paired or {}).get("agent") or {}).get("stored_speedup")})
+                          "paired": bool(paired and paired.paired_speedup),
+                          "stored_speedup": paired.stored_speedup if paired else None})
         print(f"resubmission {i + 1}: {v.decision} speedup {v.speedup_vs_best:.4f} threshold {v.threshold:.4f} "
-              f"geomean {v.latency_ms * 1e3:.2f} us methods {sorted({w.timing['method'] for w in v.workloads})} "
+              f"geomean {v.latency_ms * 1e3:.2f} us methods {sorted({w.timing.method for w in v.workloads})} "
               f"total {v.phases_s.get('total', 0):.1f}s", flush=True)
         geo.append(v.latency_ms)
         for w in v.workloads:

@@ -1,10 +1,17 @@
-"""What the guard answers: the verdict of one candidate (pydantic, JSON-ready)."""
+"""What the guard answers: the verdict of one candidate (pydantic, JSON-ready).
+
+Verdicts are stored as JSON (``candidates.verdict_json``) and read back, so every verdict
+written by an earlier version must still load and dump to the same JSON
+(tests/data/verdicts). The parts below that were plain dicts (timing, checks, device,
+paired re-measurement) are typed now, but keep that shape: all their fields are optional,
+and a part gives back only the keys it was given (a timing method's own fields, the
+ceilings once measured, fields added since)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 Decision = Literal["ACCEPT", "KEEP", "REVERT", "REJECT"]
 TraceStatus = Literal[
@@ -12,6 +19,92 @@ TraceStatus = Literal[
     "COMPILE_ERROR", "TIMEOUT", "REWARD_HACK",
 ]
 Gate = Literal["screen", "build", "correctness", "benchmark"]
+
+
+class _Part(BaseModel):
+    """A part of a verdict that gives back only the keys it was given, so that a stored
+    verdict dumps to the JSON it was loaded from (no null for a field it never had)."""
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler):
+        data = handler(self)
+        if not isinstance(data, dict):
+            return data
+        given = self.model_fields_set | set(self.__pydantic_extra__ or ())
+        return {k: v for k, v in data.items() if k in given}
+
+
+class Timing(_Part):
+    """One workload's timing (guard/runner/timing.py: ``summarize`` and ``Timer.measure``).
+    Each method gives its own fields; fields this model does not name are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    median_ms: float | None = None  # the latency, over ``n`` timed iterations
+    mean_ms: float | None = None
+    min_ms: float | None = None
+    p10_ms: float | None = None
+    p90_ms: float | None = None
+    iqr_ms: float | None = None
+    n: int | None = None
+    rel_se: float | None = None  # standard error of the median, relative to it
+    event_median_ms: float | None = None  # the CUDA events' own times (the span is the latency)
+    host_median_ms: float | None = None  # cuda-events+host-sync, host-clock
+    sync_overhead_ms: float | None = None
+    method: str | None = None  # cuda-graph+cupti, cuda-graph, cuda-events+host-sync, host-clock
+    n_sets: int | None = None  # input sets rotated over
+    flush_bytes: int | None = None  # cache flush before every iteration
+    warmup_iters: int | None = None
+    planned_iters: int | None = None
+    eager_warmup_median_ms: float | None = None
+    off_stream_suspect: bool | None = None  # host time well above event time: work off the event window
+    cupti_error: str | None = None  # why CUPTI gave no usable record (cuda-graph)
+    graph_error: str | None = None  # why the call could not be captured in a graph
+    device_ops_per_call: float | None = None  # kernels, copies and memsets of one call
+
+
+class Checked(_Part):
+    """What the correctness gate ran (empty when it did not pass)."""
+
+    visible_workloads: int | None = None
+    heldout_workloads: int | None = None
+    rounds: int | None = None
+    rounds_skipped: int | None = None
+    determinism: bool | None = None
+
+
+class DeviceInfo(_Part):
+    """Where the candidate was judged."""
+
+    kind: str | None = None  # "cuda" or "cpu"
+    key: str | None = None  # the physical device (where measurements were taken)
+    group: str | None = None  # the devices whose measurements are comparable (absent before groups)
+    name: str | None = None
+    ceilings: dict[str, Any] | None = None  # the device's rates, once measured
+    isolation: str | None = None  # how candidate workers are isolated
+
+
+class PairedWorkload(_Part):
+    """One workload's side-by-side medians, in the order they were taken."""
+
+    incumbent_ms: list[float] = Field(default_factory=list)
+    challenger_ms: list[float] = Field(default_factory=list)
+
+
+class PairedEntry(_Part):
+    """A paired re-measurement against one incumbent."""
+
+    incumbent: str | None = None  # the incumbent's candidate id
+    stored_speedup: float | None = None  # the comparison with its stored figures
+    why: str | None = None  # why it was re-measured (absent before device groups)
+    paired_speedup: float | None = None  # None when the incumbent could not be timed again
+    threshold: float | None = None
+    note: str | None = None  # why not, then
+    workloads: dict[str, PairedWorkload] = Field(default_factory=dict)
+
+
+# "agent": against the agent's best; "global": against the global best
+PairedLabel = Literal["agent", "global"]
 
 
 class WorkloadResult(BaseModel):
@@ -28,7 +121,7 @@ class WorkloadResult(BaseModel):
     sol_fraction: float | None = None  # T_sol / T
     rel_se: float | None = None
     iterations: int | None = None
-    timing: dict[str, Any] | None = None
+    timing: Timing | None = None
     nvml: dict[str, Any] | None = None
 
 
@@ -63,12 +156,12 @@ class Verdict(BaseModel):
     duplicate_of: str | None = None
     advice: Advice
     workloads: list[WorkloadResult] = Field(default_factory=list)
-    checked: dict[str, Any] = Field(default_factory=dict)
+    checked: Checked = Field(default_factory=Checked)
     phases_s: dict[str, float] = Field(default_factory=dict)
-    device: dict[str, Any] = Field(default_factory=dict)
+    device: DeviceInfo = Field(default_factory=DeviceInfo)
     notes: str | None = None
     parent: str | None = None
     # When the comparison was close: the incumbent and this candidate timed again side by side.
-    paired: dict[str, Any] | None = None
+    paired: dict[PairedLabel, PairedEntry] | None = None
     # What this candidate repeats (same code up to comments, a plan already tried).
     repeats: list[str] = Field(default_factory=list)

@@ -95,11 +95,11 @@ def verdict(v, out: TextIO = sys.stdout) -> None:
             ],
             out,
         )
-    if v.checked:
+    if v.checked.rounds is not None:  # none when correctness did not pass
         c = v.checked
         print(
-            f"\nchecked    {c.get('visible_workloads')} visible + {c.get('heldout_workloads')} held-out "
-            f"workloads, {c.get('rounds')} rounds" + (", determinism" if c.get("determinism") else ""),
+            f"\nchecked    {c.visible_workloads} visible + {c.heldout_workloads} held-out "
+            f"workloads, {c.rounds} rounds" + (", determinism" if c.determinism else ""),
             file=out,
         )
     for r in v.repeats:

@@ -61,8 +61,8 @@ def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(se
         assert again.decision != "ACCEPT", (again.reason, again.paired)
         if again.paired:
             entry = again.paired["agent"]
-            assert entry["incumbent"] == first.candidate_id
-            assert entry["paired_speedup"] is not None, entry.get("note")
+            assert entry.incumbent == first.candidate_id
+            assert entry.paired_speedup is not None, entry.note
             assert "re-measured side by side" in again.reason
     finally:
         guard.close()

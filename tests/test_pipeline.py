@@ -38,11 +38,11 @@ def _decisions(guard):
     first = submit(guard, honest_source(), "agent-a", notes="plain torch")
     assert first.decision == "ACCEPT" and first.status == "PASSED", first.reason
     assert first.agent_best_id == first.candidate_id
-    assert first.checked["visible_workloads"] >= 1 and first.checked["heldout_workloads"] >= 1
+    assert first.checked.visible_workloads >= 1 and first.checked.heldout_workloads >= 1
     for w in first.workloads:
         assert w.latency_ms > 0 and w.eager_ms > 0 and w.sol_ms > 0
         assert w.iterations >= guard.cfg.min_iters
-        assert w.timing["method"] == "host-clock"
+        assert w.timing.method == "host-clock"
     assert first.score is not None and 0 <= first.score <= 1
     assert first.advice.action == "continue"
 

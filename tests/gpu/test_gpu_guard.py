@@ -52,14 +52,14 @@ def test_honest_candidates_pass_on_gpu(gpu_guard):
     v = submit(gpu_guard, honest_source(), "torch")
     assert v.status == "PASSED", v.reason
     # plain torch ops are graph-captured; either way never the events-only fallback (CUPTI failed)
-    assert {w.timing["method"] for w in v.workloads} <= {"cuda-graph+cupti", "cuda-events+host-sync"}, \
-        [w.timing.get("cupti_error") for w in v.workloads]
+    assert {w.timing.method for w in v.workloads} <= {"cuda-graph+cupti", "cuda-events+host-sync"}, \
+        [w.timing.cupti_error for w in v.workloads]
     assert all(w.nvml is None or w.nvml.get("before") is not None for w in v.workloads)
     t = submit(gpu_guard, unique((SEEDS_DIR / RMS / "seed_triton.py").read_text()), "triton", "triton")
     assert t.status == "PASSED", t.reason
     # graph-captured and timed by CUPTI, each replay's span inside its event window
-    assert all(w.timing["method"] == "cuda-graph+cupti" for w in t.workloads), [w.timing for w in t.workloads]
-    assert all(w.timing["median_ms"] <= w.timing["event_median_ms"] * 1.05 + 1e-3 for w in t.workloads)
+    assert all(w.timing.method == "cuda-graph+cupti" for w in t.workloads), [w.timing for w in t.workloads]
+    assert all(w.timing.median_ms <= w.timing.event_median_ms * 1.05 + 1e-3 for w in t.workloads)
 
 
 def test_cuda_cpp_seed_builds_and_passes(gpu_guard):
@@ -110,12 +110,12 @@ def test_side_stream_work_is_timed(gpu_guard_runtime):
     h = {w.uuid: w for w in honest.workloads}[big]
     s = {w.uuid: w for w in side.workloads}[big]
     assert s.latency_ms > 0.8 * h.latency_ms, (s.latency_ms, h.latency_ms)
-    if s.timing["method"] == "cuda-events+host-sync":  # the graph capture refused the fork
+    if s.timing.method == "cuda-events+host-sync":  # the graph capture refused the fork
         # the events alone were fooled: they end before the side stream's work does (on the
         # H200 they saw 11.0 of 19.6 ms; how much they miss depends on how far the host's
         # launches run ahead of the device)
-        assert s.timing["event_median_ms"] < 0.8 * s.latency_ms
-        assert s.timing["off_stream_suspect"]
+        assert s.timing.event_median_ms < 0.8 * s.latency_ms
+        assert s.timing.off_stream_suspect
 
 
 DEFERRING = '''
