@@ -422,6 +422,7 @@ def _fit(samples: list[tuple[int, int]], axis: str) -> str | None:
 class Analysis:
     def __init__(self, prober: Prober, opts: dict):
         self.known_ok: dict[str, int] = {}
+        self.memo: dict[tuple, object] = {}  # runs by axes: the repair loop repeats some
         self.p = prober
         self.opts = opts
         self.notes: list[str] = []
@@ -429,7 +430,20 @@ class Analysis:
 
     def _run(self, axes, limit=None, structure=None, forward=True, count_flops=False):
         limit = limit or (CPU_RUN_LIMIT_S if self.mode == "cpu" else META_RUN_LIMIT_S)
-        iface = self.p.interface(axes, self.mode, limit, structure, forward, count_flops)
+        key = (tuple(sorted(axes.items())), forward, structure is not None)
+        hit = self.memo.get(key)
+        if hit is not None and (
+            isinstance(hit, ProbeFailure) or not count_flops or getattr(hit, "flops", None) is not None
+        ):
+            if isinstance(hit, ProbeFailure):
+                raise hit
+            return hit
+        try:
+            iface = self.p.interface(axes, self.mode, limit, structure, forward, count_flops)
+        except ProbeFailure as f:
+            self.memo[key] = f
+            raise
+        self.memo[key] = iface
         if forward and (structure is None or iface.structure() == structure):
             # the smallest size each constant is known to work at (others no larger than
             # their base size)
@@ -615,6 +629,7 @@ class Analysis:
             except ProbeFailure as f:
                 if f.phase == "structure":
                     self.fixed[a] = "halving it changes the model's structure"
+                    self.var.discard(a)
                     continue
                 # equal constants that must stay equal (a loss's inputs of equal sizes)
                 peers = [b for b in B if b != a and B[b] == v and b not in self.tied
@@ -629,9 +644,11 @@ class Analysis:
                         Ia = None
                 if Ia is None:
                     self.fixed[a] = f"halving it fails ({f.phase}: {f.reason})"
+                    self.var.discard(a)
                     continue
             if forward and Ia.structure() != self.structure:
                 self.fixed[a] = "halving it changes the model's structure"
+                self.var.discard(a)
                 continue
             for b in group[1:]:
                 self.tied[b] = a
@@ -976,7 +993,7 @@ def analyze(path: str, opts: dict | None = None) -> dict:
                 trial = {**consts, a: min(prober.full[a], 2 * cpu.axes[a])}
                 trial.update({f: trial[l] for f, l in an.tied.items() if l == a})
                 try:
-                    an._run(trial)
+                    an._run(trial, count_flops=True)  # the next round's count, if it is chosen
                 except ProbeFailure:
                     continue
                 an.lower[a] = trial[a]
@@ -1077,8 +1094,8 @@ def probe_in_child(path: str, opts: dict, timeout: float) -> dict:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         name = signal.Signals(sig).name
-        why = " (killed, probably for memory)" if sig == signal.SIGKILL else ""
-        return {"ok": False, "error": f"the probe process died of {name}{why}"}
+        why = " (killed: out of memory, or by another process)" if sig == signal.SIGKILL else ""
+        return {"ok": False, "error": f"the probe process died of {name}{why} before it could say why"}
     return {"ok": False, "error": f"the probe process exited with status {os.WEXITSTATUS(status)} and no reply"}
 
 
