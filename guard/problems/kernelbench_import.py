@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from ..pyparse import parse
-from .derive import cpu_workloads
+from .derive import CPU_ELEMENT_BUDGET, cpu_workloads
 from .families import classify
 from .kernelbench_consts import ModuleConstants, module_constants, set_axes_source
 from .problem import Problem, ProblemError
@@ -202,8 +202,6 @@ def build_problem(
 
 
 def _budget(budget: int | None) -> int | None:
-    from .derive import CPU_ELEMENT_BUDGET
-
     return None if budget is None or budget >= CPU_ELEMENT_BUDGET else int(budget)
 
 

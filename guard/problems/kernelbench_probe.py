@@ -397,10 +397,6 @@ class Prober:
 # ------------------------------------------------------------------------- analysis
 
 
-def _halved(axes: dict[str, int], a: str) -> dict[str, int]:
-    return {**axes, a: max(1, axes[a] // 2)}
-
-
 def _fit(samples: list[tuple[int, int]], axis: str) -> str | None:
     """``y = (p*v + q) // r`` through every (v, y) sample (convolution, pooling, transposed
     convolution and upsampling sizes, and chains of them)."""
@@ -426,7 +422,6 @@ class Analysis:
         self.p = prober
         self.opts = opts
         self.notes: list[str] = []
-        self.timings: dict[str, float] = {}
 
     def _run(self, axes, limit=None, structure=None, forward=True, count_flops=False):
         limit = limit or (CPU_RUN_LIMIT_S if self.mode == "cpu" else META_RUN_LIMIT_S)
