@@ -246,8 +246,10 @@ def import_kernelbench_file(
         + (f"; fixed: {', '.join(const)}" if const else "")
     )
     for a, why in spec.get("fixed", {}).items():
-        if "fails on the CPU" in why or "no simple function" in why:
+        if "fails on the CPU" in why or "no simple formula" in why:
             notes.append(f"{a} stays at {spec['axes'][a]['value']}: {why}")
+    for a, least in spec.get("lower", {}).items():
+        notes.append(f"{a} is at least {least} in derived workloads: the model fails below")
     check = spec.get("cpu_check", {})
     if check.get("ok"):
         cpu = ", ".join(f"{k}={v}" for k, v in check["axes"].items())

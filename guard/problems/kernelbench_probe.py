@@ -698,7 +698,7 @@ class Analysis:
         B, dims = self.base_axes, self.iface.dims()
         out: dict[tuple, str | int] = {}
         self.exprs: dict[str, str] = {}
-        unfitted: dict[str, list] = {}
+        unfitted: dict[str, str] = {}  # axis -> why it cannot vary
         for k, v in dims.items():
             deps = self.follow[k] & self.var
             if not deps:
@@ -727,7 +727,7 @@ class Analysis:
                 a = x[1]
                 expr = _fit([(val, d[k]) for val, d in self.samples[a].items() if k in d], a)
                 if expr is None:
-                    unfitted.setdefault(a, []).append(k)
+                    unfitted.setdefault(a, "a size follows it through no simple formula")
                     continue
                 if expr == a:
                     out[k] = a
@@ -739,13 +739,13 @@ class Analysis:
                 keep = max(x[1], key=lambda a: (a in getattr(self, "reduced", set()), B[a]))
                 for a in x[1]:
                     if a != keep:
-                        unfitted.setdefault(a, []).append(k)
+                        unfitted.setdefault(a, f"a size follows it and {keep}; {keep} varies")
         if unfitted:
             # a dim that is no fitted function of one axis: those axes stay at their size
-            for a in unfitted:
+            for a, why in unfitted.items():
                 if a in self.var and a not in getattr(self, "reduced", set()):
                     self.var.discard(a)
-                    self.fixed[a] = "a size it sets is no simple function of it alone"
+                    self.fixed[a] = why
             return self.symbols()
         return out
 
