@@ -39,7 +39,28 @@ class GuardConfig(BaseModel):
     target_time_s: float = Field(0.2, gt=0, description="timed seconds per workload")
     warmup_time_s: float = Field(0.05, ge=0)
     max_timing_s: float = Field(20.0, gt=0, description="cap on one workload's timed loop")
-    audits: int = Field(2, ge=0, description="timed calls whose outputs are re-checked")
+    replay_checks: int = Field(
+        16, ge=1, description="timed calls per workload whose output digests are checked against the "
+        "reference on their own inputs, chosen at random after the loop from every call's digest")
+    audits: int | None = Field(None, description="no longer used (see replay_checks); kept so older "
+                               "config.json files still load")
+    # The outside clock (guard/outside_clock.py): the guard's own clock around the candidate's
+    # loop of calls, less the trusted worker's loop without the call, may exceed the median the
+    # candidate's process reported by rel * median + abs + slack * (the loop's own cost per
+    # call); more is REWARD_HACK. The bands are what honest kernels needed: on the H200 on
+    # 2026-12-01 the excess reached 0.85 of the loop's cost (docs/guard.md).
+    outside_rel_band: float = Field(0.10, ge=0, description="relative part of the band, GPU")
+    outside_abs_band_ms: float = Field(
+        0.05, ge=0, description="absolute part of the band, GPU: a graph replay's launch as the guard's "
+        "clock sees it")
+    outside_loop_slack: float = Field(
+        1.5, ge=0, description="the band's share of the loop's own cost per call (refills and digests, "
+        "measured in another window), GPU")
+    outside_rel_band_cpu: float = Field(1.0, ge=0, description="relative part of the band, CPU")
+    outside_abs_band_ms_cpu: float = Field(5.0, ge=0, description="absolute part of the band, CPU")
+    outside_loop_slack_cpu: float = Field(
+        2.0, ge=0, description="the band's share of the loop's own cost per call, CPU, where a loaded "
+        "machine made one window up to three times slower than the next")
     compile_baseline: bool = True
     compile_mode: str = "default"
 

@@ -38,6 +38,7 @@ class EvalContext:
     key: str  # the problem's key in the trusted worker
     progress: Progress
     ref: "ReferenceSide"  # seeds, timing slot, trusted requests, the guard's configuration and device
+    dps: bool = False  # destination passing: the outputs are buffers the guard passes in
 
     @property
     def outdir(self) -> Path:

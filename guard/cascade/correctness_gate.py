@@ -84,11 +84,14 @@ def check(ctx: EvalContext) -> dict:
                 raise GuardError(f"worker error on {label}: {reply.get('message')}")
             raise failure("correctness", reply["status"], reply.get("message", ""), w, visible, label)
         for rnd, got in zip(kept, reply["rounds"]):
+            # The guard names the files itself: a path from the candidate's reply could make
+            # the guard delete, or the trusted worker read, any file (the secret, the database).
+            metas = own_files(got["outputs"], ctx.outdir, rnd["tag"], len(names))
             cmp = ref.request(trusted, {
-                "op": "compare", "tag": rnd["tag"], "outputs": got["outputs"],
+                "op": "compare", "tag": rnd["tag"], "outputs": metas,
                 "tolerances": tolerances, "names": names,
             })
-            for meta in got["outputs"]:
+            for meta in metas:
                 Path(meta["file"]).unlink(missing_ok=True)
             if not cmp.get("ok"):
                 raise GuardError(f"comparison failed on {label}: {cmp.get('message')}")
@@ -100,6 +103,25 @@ def check(ctx: EvalContext) -> dict:
     progress("correctness", len(plan), len(plan), "all workloads passed")
     return {"visible_workloads": len(wset.visible), "heldout_workloads": len(wset.heldout),
             "rounds": rounds_run, "rounds_skipped": skipped, "determinism": cfg.check_determinism}
+
+
+def own_files(metas: list, outdir: Path, tag: str, n_outputs: int) -> list[dict]:
+    """The output descriptions of a round with the file names the guard gave: ``outdir /
+    f"{tag}_{k}.bin"`` for the k-th output. A reply that names another file is a worker
+    reaching for files outside its own (the secret, the database): REWARD_HACK. Shape and
+    dtype stay the candidate's (checked against the file's size and against the reference)."""
+    out = []
+    for k, meta in enumerate(list(metas)[: n_outputs + 1]):
+        meta = dict(meta) if isinstance(meta, dict) else {}
+        expected = str(outdir / f"{tag}_{k}.bin")
+        if meta.get("file") != expected:
+            raise Rejection("correctness", "REWARD_HACK",
+                            f"the candidate's worker named {str(meta.get('file'))[:200]!r} as its output "
+                            f"{k}, not the file the guard asked for: a candidate's process may not direct "
+                            "the guard to other files")
+        meta["file"] = expected
+        out.append(meta)
+    return out
 
 
 def failure(gate: str, status: str, message: str, w: Workload, visible: bool, label: str) -> Rejection:

@@ -15,7 +15,6 @@ from ..archive.db import Database
 from ..archive.git_archive import GitArchive
 from ..candidates.solution import Solution
 from ..config import GuardConfig
-from ..paths import cache_dir
 from ..problems.derive import workload_set
 from ..problems.problem import Problem
 from ..repetition import normalized_hash
@@ -23,10 +22,11 @@ from ..runner import device as device_mod
 from ..runner.pool import WorkerPool
 from ..runner.process import WorkerDied, WorkerTimeout
 from ..runner.slot import TimingSlot
+from ..sandbox import isolation_line
 from ..screen import screen_solution
 from ..verdict import Verdict
 from ..workspace import Workspace
-from . import benchmark_gate, correctness_gate, pairing_gate, scoring_gate
+from . import benchmark_gate, build_gate, correctness_gate, pairing_gate, scoring_gate
 from .context import EvalContext, Progress, noop
 from .reasons import GuardError, Rejection, died, first_line, timed_out
 from .recording import Recorder
@@ -63,8 +63,11 @@ class Guard:
         # Worker folders live outside the workspace: a candidate's working directory must
         # not lead it to the database, the secret or the held-out workloads.
         self.scratch = Path(tempfile.mkdtemp(prefix="kernelarc-", dir=_scratch_root()))
+        # candidate workers are sandboxed: the workspace is hidden, its problem folders (data
+        # files of imported problems) readable
         self.pool = WorkerPool(self.device.kind, self.scratch / "workers", self.cfg.cpu_memory_limit_gb, prestart,
-                               env=self.device.worker_env())
+                               env=self.device.worker_env(), protect=[workspace.root],
+                               expose=[workspace.problems_dir])
         # simulated CPU devices share the cores, hence one slot
         self.slot = TimingSlot(self.device.compare_key if self.device.simulated else self.device.key)
         self._lock = threading.Lock()  # one evaluation at a time on this device
@@ -98,7 +101,7 @@ class Guard:
 
     def device_info(self) -> dict:
         info = {"kind": self.device.kind, "key": self.device.key, "group": self.device.compare_key,
-                "name": self.device.name}
+                "name": self.device.name, "isolation": isolation_line()}
         if self.reference.ceilings:
             info["ceilings"] = self.reference.ceilings
         return info
@@ -184,20 +187,16 @@ class Guard:
             except WorkerDied as exc:
                 raise GuardError(f"a candidate worker could not start: {exc}\n{exc.log_tail}") from None
             phases["start"] = time.monotonic() - t
-            ctx = EvalContext(cid, problem, wset, eval_seed, cand, trusted, key, progress, self.reference)
+            ctx = EvalContext(cid, problem, wset, eval_seed, cand, trusted, key, progress, self.reference,
+                              dps=bool(solution_json.get("spec", {}).get("destination_passing_style", False)))
 
             # Gate 2: build.
             t = time.monotonic()
             progress("build", 0, 1, f"building ({language})")
-            reply = cand.request(
-                {"op": "prepare", "definition": d.to_json(), "solution": solution_json,
-                 "language": language, "blob_root": str(problem.root) if problem.root else None,
-                 "build_cache": str(cache_dir() / "torch_extensions")},
-                self.cfg.build_timeout_s,
-            )
-            if not reply.get("ok"):
-                raise Rejection("build", reply.get("status", "COMPILE_ERROR"),
-                                first_line(reply.get("message", "build failed")), reply.get("message"))
+            reply = build_gate.build(cand, problem, solution_json, language, self.cfg)
+            if not reply.ok:
+                raise Rejection("build", reply.status or "COMPILE_ERROR",
+                                first_line(reply.message or "build failed"), reply.message)
             phases["build"] = time.monotonic() - t
 
             # Gate 3: correctness on the visible and held-out workloads.

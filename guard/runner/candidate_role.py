@@ -10,12 +10,13 @@ import torch
 
 from ..builders import BuildError, get_builder
 from ..builders.trim import trim_traceback
-from . import harness, nvml
+from . import harness, replays
+from . import messages as m
 from .common import CandidateFault, load_module_from_source, normalize_outputs, storage_range
 from .harness import T
 from .inputs import InputMaker, torch_dtype
 from .tensorio import write_tensor
-from .timing import Timer
+from .timing import Plan, Timer
 
 POISON_BYTE = 0xFF  # 0xFFFF... is NaN in every float format
 
@@ -37,38 +38,48 @@ class CandidateRole:
         self.maker: InputMaker | None = None
         self.timer: Timer | None = None
         self.cuda = device.startswith("cuda")
+        # the live input sets and destination buffers of the workload being timed
+        self.sets: list[list] = []
+        self.outs: list[list] = []
+        self.workload: dict = {}
+        self.axes: dict = {}
+        self.plan: Plan | None = None
+        self.refiller: replays.Refiller | None = None
+        self._finish = None
+        self.threads = harness.thread_count()
 
     # -- ops ----------------------------------------------------------------------------
-    def handle(self, msg: dict) -> dict:
-        op = msg.get("op")
+    def handle(self, raw: dict) -> dict:
         try:
-            if op == "prepare":
-                return self.prepare(msg)
-            if op == "check":
-                return self.check(msg)
-            if op == "time":
-                return self.time(msg)
+            msg = m.parse_candidate_request(raw)
+        except m.MessageError as exc:
+            return m.Reply(ok=False, status="INTERNAL", message=str(exc)).model_dump()
+        handler = {m.Prepare: self.prepare, m.Check: self.check, m.Arm: self.arm, m.Run: self.run,
+                   m.Confirm: self.confirm, m.Stats: self.stats}[type(msg)]
+        try:
+            reply = handler(msg)
         except CandidateFault as f:
-            return {"ok": False, "status": f.status, "message": f.message, "fatal": f.fatal}
-        return {"ok": False, "status": "RUNTIME_ERROR", "message": f"unknown op {op!r}"}
+            reply = m.Reply(ok=False, status=f.status, message=f.message, fatal=f.fatal)
+        return reply.model_dump()
 
-    def prepare(self, msg: dict) -> dict:
-        self.d = msg["definition"]
-        solution = msg["solution"]
+    def prepare(self, msg: m.Prepare) -> m.Reply:
+        self.d = msg.definition
+        solution = msg.solution
         self.dps = bool(solution["spec"].get("destination_passing_style", False))
-        language = msg["language"]
         # The reference module is loaded only when inputs are custom (generate_inputs).
         module = None
         if self.d.get("custom_inputs_entrypoint"):
             module = load_module_from_source(self.d["reference"], self.workdir / "ref", "reference")
-        self.maker = InputMaker(self.d, self.device, module, msg.get("blob_root"))
+        self.maker = InputMaker(self.d, self.device, module, msg.blob_root)
         t0 = T.perf_counter()
         try:
-            builddir = Path(msg.get("build_cache") or self.workdir / "build")
-            self.fn = get_builder(language).build(solution, self.srcdir, builddir, self.device)
+            builddir = Path(msg.build_cache or self.workdir / "build")
+            self.fn = get_builder(msg.language).build(solution, self.srcdir, builddir, self.device)
         except BuildError as exc:
-            return {"ok": False, "status": exc.status, "message": str(exc)}
-        return {"ok": True, "build_s": T.perf_counter() - t0}
+            return m.Reply(ok=False, status=exc.status, message=str(exc))
+        # the thread count stays the one taken before the candidate's code was imported: a
+        # thread its import started is as foreign as one a call started
+        return m.PrepareReply(ok=True, build_s=T.perf_counter() - t0)
 
     # -- one call, with every runtime defence around it --------------------------------------
     def _alloc_outputs(self, axes: dict) -> list[torch.Tensor]:
@@ -165,17 +176,17 @@ class CandidateRole:
         return CandidateFault("RUNTIME_ERROR", text, fatal=fatal)
 
     # -- correctness ----------------------------------------------------------------------
-    def check(self, msg: dict) -> dict:
-        axes, workload = msg["axes"], msg["workload"]
-        outdir = Path(msg["outdir"])
+    def check(self, msg: m.Check) -> m.Reply:
+        outdir = Path(msg.outdir)
+        axes, workload = msg.axes, msg.workload
         rounds = []
-        for i, rnd in enumerate(msg["rounds"]):
+        for i, rnd in enumerate(msg.rounds):
             try:
-                args = self.maker.make(workload, axes, rnd["seed"], rnd["kind"])
+                args = self.maker.make(workload, axes, rnd.seed, rnd.kind)
             except Exception as exc:  # inputs are the guard's job: not the candidate's fault
-                return {"ok": False, "status": "INTERNAL", "message": f"making inputs failed: {exc}"}
+                return m.Reply(ok=False, status="INTERNAL", message=f"making inputs failed: {exc}")
             outs = self._call(args, axes)
-            if msg.get("determinism") and i == 0:
+            if msg.determinism and i == 0:
                 again = self._call(args, axes)
                 for name, a, b in zip(self.d["outputs"], outs, again):
                     if a.shape != b.shape or not T.equal(_bytes(a), _bytes(b)):
@@ -186,60 +197,144 @@ class CandidateRole:
                         )
                 del again
             metas = [
-                write_tensor(t, outdir / f"{rnd['tag']}_{k}.bin") for k, t in enumerate(outs)
+                write_tensor(t, outdir / f"{rnd.tag}_{k}.bin") for k, t in enumerate(outs)
             ]
-            rounds.append({"tag": rnd["tag"], "outputs": metas})
+            rounds.append(m.CheckedRound(tag=rnd.tag, outputs=metas))
             del outs, args
-        return {"ok": True, "rounds": rounds}
+        return m.CheckReply(ok=True, rounds=rounds)
 
     # -- timing ----------------------------------------------------------------------------
-    def time(self, msg: dict) -> dict:
-        axes, workload, cfg = msg["axes"], msg["workload"], msg["config"]
-        outdir = Path(msg["outdir"])
-        if self.timer is None:
-            self.timer = Timer(self.device)
-        sets = [self.maker.make(workload, axes, s, "normal") for s in msg["sets"]]
-        outs = [self._alloc_outputs(axes) if self.dps else [] for _ in sets]
+    def _timing_call(self):
         fn = self.fn
-        audits: list[dict] = []
-        threads = harness.thread_count()
 
         def call(k: int):
-            result = fn(*sets[k], *outs[k])
+            result = fn(*self.sets[k], *self.outs[k])
             # destination passing: the buffers are the outputs (a graph keeps them as its own)
-            return outs[k] if self.dps else result
+            return self.outs[k] if self.dps else result
 
-        def on_audit(iteration: int, k: int, result) -> None:
-            got = list(result) if self.dps else normalize_outputs(result, list(self.d["outputs"]))
-            metas = []
-            for j, t in enumerate(got):
-                if T.type(t) is not T.tensor_type:
-                    raise CandidateFault("REWARD_HACK", "a timed call returned a tensor subclass")
-                metas.append(write_tensor(t, outdir / f"audit{iteration}_{j}.bin"))
-            audits.append({"iteration": iteration, "set": k, "outputs": metas})
+        return call
 
-        before = nvml.snapshot(msg.get("gpu_uuid")) if self.cuda else None
+    def _outputs(self, result) -> list:
+        return list(result) if self.dps else normalize_outputs(result, list(self.d["outputs"]))
+
+    def arm(self, msg: m.Arm) -> m.Reply:
+        """Make the live input sets, warm up, capture, plan (``Timer.arm``). Warm-up data
+        comes from ``arm_seed``; the timed calls' data only from the run's own seed."""
+        self.workload, self.axes = msg.workload, msg.axes
+        cfg, arm_seed = msg.config, msg.arm_seed
+        tolerances = [t.model_dump() for t in msg.tolerances]
+        if self.timer is None:
+            self.timer = Timer(self.device)
+        self.sets = [self.maker.make(self.workload, self.axes, s, "normal") for s in msg.sets]
+        self.outs = [self._alloc_outputs(self.axes) if self.dps else [] for _ in self.sets]
+        call = self._timing_call()
+        gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(arm_seed, "scramble"))
+        self.refiller = replays.Refiller(self.maker, self.workload, self.axes)
+
+        def refill(k: int, index: int) -> None:
+            self.refiller(self.sets[k], replays.sub_seed(arm_seed, index))
+
+        def graph_holds(k: int, static_outputs, replay) -> str | None:
+            refill(k, -10_000 - k)
+            eager = [T.clone(t) for t in replays.tensors_of(self._outputs(call(k)))]
+            replays.scramble(static_outputs, gen)
+            replay()
+            T.cuda_sync()
+            return _same_results(eager, replays.tensors_of(self._outputs(static_outputs)), tolerances)
+
         try:
-            stats = self.timer.measure(
-                call,
-                n_sets=len(sets),
-                min_iters=cfg["min_iters"],
-                max_iters=cfg["max_iters"],
-                target_time_s=cfg["target_time_s"],
-                warmup_time_s=cfg["warmup_time_s"],
-                audit_at=tuple(msg.get("audit_at", ())),
-                on_audit=on_audit,
-                max_time_s=cfg.get("max_timing_s"),
-                outputs_of=(lambda k: outs[k]) if self.dps else None,
+            self.plan = self.timer.arm(
+                call, len(self.sets), refill, cfg.min_iters, cfg.max_iters, cfg.target_time_s,
+                cfg.warmup_time_s, use_graphs=cfg.use_graphs, graph_holds=graph_holds,
             )
         except CandidateFault:
             raise
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
-        after = nvml.snapshot(msg.get("gpu_uuid")) if self.cuda else None
+        self._check_integrity("warm-up")
+        return m.ArmReply(ok=True, plan=m.Plan(**self.plan.public()), graph_error=self.plan.graph_error)
+
+    def run(self, msg: m.Run) -> m.Reply:
+        """The timed loop of the armed workload. Nothing but the loop runs between receiving
+        this request and replying: the guard's clock around it is the outside clock."""
+        if self.plan is None:
+            return m.Reply(ok=False, status="INTERNAL", message="run before arm")
+        run_seed = msg.run_seed
+        gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(run_seed, "scramble"))
+        projection = replays.Projection(run_seed)
+
+        def refill(k: int, index: int) -> None:
+            self.refiller(self.sets[k], replays.replay_seed(run_seed, index))
+
+        try:
+            finish, digests = self.timer.run(
+                self.plan, self._timing_call(), refill, lambda out, i: replays.scramble(out, gen),
+                lambda out: replays.digest(self._outputs(out), projection),
+                outputs_of=(lambda k: self.outs[k]) if self.dps else None,
+                max_time_s=msg.max_timing_s, use_cupti=msg.use_cupti,
+            )
+            table = T.to(torch.stack(digests), "cpu").tolist() if digests else []
+        except CandidateFault:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            raise self._fault(exc) from None
+        self._finish = finish
+        return m.RunReply(ok=True, digests=table)
+
+    def confirm(self, msg: m.Confirm) -> m.Reply:
+        """The outside clock's loop (``Timer.confirm``): nothing but fresh inputs, calls and
+        digests between this request and the reply."""
+        if self.plan is None:
+            return m.Reply(ok=False, status="INTERNAL", message="confirm before arm")
+        projection = replays.Projection(msg.seed)
+        try:
+            digests = self.timer.confirm(
+                self.plan, self._timing_call(),
+                lambda k, i: self.refiller(self.sets[k], replays.replay_seed(msg.seed, i)),
+                lambda out: replays.digest(self._outputs(out), projection), msg.iters)
+            table = T.to(torch.stack(digests), "cpu").tolist() if digests else []
+        except CandidateFault:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            raise self._fault(exc) from None
+        return m.ConfirmReply(ok=True, digests=table)
+
+    def stats(self, msg: m.Stats) -> m.Reply:
+        """The timed loop's statistics, read after the guard's clock has stopped."""
+        if self._finish is None:
+            return m.Reply(ok=False, status="INTERNAL", message="stats before run")
+        try:
+            stats = self._finish()
+        except BaseException as exc:  # noqa: BLE001
+            raise self._fault(exc) from None
+        self._finish = None
+        self._check_integrity("timing")
+        return m.StatsReply(ok=True, stats=stats)
+
+    def _check_integrity(self, phase: str) -> None:
         broken = harness.violations()
-        if harness.thread_count() != threads:
-            broken.append("the candidate started threads during timing")
+        extra = harness.thread_count() - self.threads
+        if extra:
+            broken.append(f"{extra} thread(s) of the candidate's are running beside the guard's at the end of "
+                          f"the {phase} (started at import or since)")
         if broken:
             raise CandidateFault("REWARD_HACK", "; ".join(broken))
-        return {"ok": True, "stats": stats, "audits": audits, "nvml": {"before": before, "after": after}}
+
+
+def _same_results(eager: list, got: list, tolerances: list[dict]) -> str | None:
+    """Whether a graph replay gave the eager call's result on the same inputs (a kernel
+    launched outside the capture, on the legacy default stream say, is missing from the graph)."""
+    why = ("a replay of the captured graph does not give the eager call's result on the same inputs "
+           "(work launched outside the capture, e.g. on the legacy default stream): timed without a graph")
+    if len(eager) != len(got):
+        return why
+    for j, (a, b) in enumerate(zip(eager, got)):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return why
+        tol = tolerances[j] if j < len(tolerances) else {"atol": 0.0, "rtol": 0.0}
+        if a.is_floating_point():
+            if not bool(torch.allclose(a.float(), b.float(), atol=tol["atol"], rtol=tol["rtol"], equal_nan=True)):
+                return why
+        elif not T.equal(a, b):
+            return why
+    return None

@@ -61,6 +61,10 @@ def worker_env(device: str, extra: dict[str, str] | None = None) -> dict[str, st
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
+        # One thread per CPU worker: on a busy machine torch's parallel regions wait at their
+        # barriers for descheduled threads (a 65k-element sum took 11 ms at load 6 on 2 cores),
+        # which made the loop's own cost, and so every CPU figure, swing by 10x.
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"
     else:  # an interpreter chosen for the caller's own CPU work must not reach GPU workers
         env.pop("TRITON_INTERPRET", None)
     env.update(extra or {})

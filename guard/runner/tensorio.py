@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from pathlib import Path
 
 import torch
@@ -49,11 +50,28 @@ def read_tensor(meta: dict, device: str) -> torch.Tensor:
         raise ValueError(f"bad tensor description {str(meta)[:200]}")
     expected = math.prod(shape) * ELEMENT_SIZE[dtype]
     path = Path(meta["file"])
-    size = path.stat().st_size
-    if size != expected:
-        raise ValueError(f"{path.name}: {size} bytes, expected {expected} for {shape} {dtype}")
-    if expected == 0:
-        return torch.empty(shape, dtype=getattr(torch, dtype), device=device)
-    buf = bytearray(path.read_bytes())
+    # The candidate wrote the folder this file is in: never follow a link it may have put there
+    # (to the secret, say), and read only a plain file of the announced size.
+    try:
+        fd = os.open(str(path), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise ValueError(f"{path.name}: cannot be opened as a plain file ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path.name}: not a plain file")
+        if st.st_size != expected:
+            raise ValueError(f"{path.name}: {st.st_size} bytes, expected {expected} for {shape} {dtype}")
+        if expected == 0:
+            return torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+        buf = bytearray(expected)
+        view, got = memoryview(buf), 0
+        while got < expected:
+            n = os.readv(fd, [view[got:]])
+            if n <= 0:
+                raise ValueError(f"{path.name}: shorter than announced")
+            got += n
+    finally:
+        os.close(fd)
     t = torch.frombuffer(buf, dtype=torch.uint8).view(getattr(torch, dtype)).reshape(shape)
     return t.to(device)

@@ -1,29 +1,34 @@
 """Timing loops shared by the candidate and trusted workers, so a candidate and its
-baselines are measured the same way. Inputs rotate over several sets so that nothing can be
-cached between calls, and L2 is flushed (a buffer of twice its size is written, persisting
-lines are reset) before every iteration.
+baselines are measured the same way.
+
+Every timed iteration starts, outside the timed span, with fresh data (``replays``): the
+inputs are refilled in place with a new seed's values, reachable outputs are overwritten with
+random values; then L2 is flushed (a buffer of twice its size is written, persisting lines are
+reset). After the timed span, the outputs are digested. ``arm`` warms up and plans; ``run``
+times. ``confirm`` is the outside clock's loop: calls back to back on fresh inputs, digested,
+nothing skippable in between; the guard times it with its own clock, less the same loop run by
+the trusted worker without the call, and what a candidate's process reported must agree
+(``guard/outside_clock.py``).
 
 GPU, preferred ("cuda-graph+cupti"): after an eager warm-up, the call on each input set is
-captured in a CUDA graph; the timed loop enqueues flush, start event, graph replay, end
-event without synchronising, so the host runs ahead. The loop runs under CUPTI (through
+captured in a CUDA graph, and the graph is kept only if a replay on fresh data gives the eager
+call's result (a kernel launched on the legacy default stream is not captured; the call is then
+timed eagerly, never accused). The loop enqueues refill, scramble, flush, start
+event, replay, end event and digest without synchronising. It runs under CUPTI (through
 torch.profiler) and each iteration's latency is the span of the device work of its graph
-launch, from the first kernel's start to the last one's end, whatever stream it ran on. On
-the H200 this was the difference between a run-to-run spread of 2.5-52% (events around the
-replay: they also count the graph's launch on the device and have 0.5 us resolution) and
-0.01-0.7% (docs/benchmarks.md, benchmarks/spread_probe.py). Launch overhead is left out, as
-SOL-ExecBench's CUPTI timing leaves it out.
+launch, from the first kernel's start to the last one's end, whatever stream it ran on, as
+SOL-ExecBench's CUPTI timing and Nsight Compute measure it (launch overhead left out).
 
 "cuda-graph": the same loop timed by the events alone, when CUPTI gives no usable record
 (the reason is kept with the result as ``cupti_error``).
 
-GPU, when the call cannot be captured (host synchronisation inside, unjoined streams):
-"cuda-events+host-sync": per iteration, synchronize the whole device, read the host clock,
-record a start event, call, record an end event, synchronize, read the host clock; the
-latency is ``max(event time, host time - sync overhead)``, so work on another stream still
-counts. Launch overhead is included in this mode.
+"cuda-events" (the call cannot be captured, or its graph does not hold its work): per
+iteration, synchronize the whole device, read the host clock, queue padding long enough for
+the host to enqueue the call, record a start event, call, record an end event,
+synchronize, read the host clock; the latency is ``max(event time, host time - calibrated
+overhead)``, so work on another stream still counts.
 
-CPU ("host-clock"): the same loop with the host clock and a flush of twice the last-level
-cache.
+CPU ("host-clock"): the same loop with the host clock and a flush of at most 8 MB.
 """
 
 from __future__ import annotations
@@ -31,11 +36,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from .common import is_torch_result_tuple
 from .harness import T
 
 
@@ -77,22 +82,57 @@ def last_level_cache_bytes() -> int:
     return best or 32 * 1024 * 1024
 
 
-class Timer:
-    """One per worker: holds the flush buffer and the calibrated sync overhead."""
+# The CPU flush evicts the caches a small workload's inputs sit in (per-core L2 and a share of
+# the last level); twice a large server's whole last-level cache (600 MB was seen) cost more
+# than the call on every iteration, so it is capped.
+CPU_FLUSH_CAP = 8 << 20
 
-    def __init__(self, device: str):
+
+def cpu_flush_bytes() -> int:
+    return min(2 * last_level_cache_bytes(), CPU_FLUSH_CAP)
+
+
+@dataclass
+class Plan:
+    """How one workload is timed, decided after the warm-up (``Timer.arm``). The parent
+    passes its public fields to the trusted worker, which runs the same loop without the
+    call to measure the loop's own cost for the outside clock."""
+
+    method: str  # "cuda-graph" | "cuda-events" | "host-clock"
+    iters: int
+    n_sets: int
+    pad_ms: float = 0.0  # device idle time queued before each timed call (GPU)
+    warmup_iters: int = 0
+    eager_warmup_median_ms: float = 0.0
+    graph_error: str | None = None
+    graphs: list = field(default_factory=list, repr=False)  # (graph, static outputs) per set
+
+    def public(self) -> dict:
+        return {"method": self.method, "iters": self.iters, "n_sets": self.n_sets, "pad_ms": self.pad_ms}
+
+
+# one input refill: (set index, seed index) -> None; negative seed indices are warm-up data
+Refill = Callable[[int, int], None]
+Scramble = Callable[[object, int], None]
+Digest = Callable[[object], object]
+
+
+class Timer:
+    """One per worker: holds the flush buffer, the device-idle calibration and the graphs."""
+
+    def __init__(self, device: str, flush_bytes: int | None = None):
         self.device = torch.device(device)
         self.is_cuda = self.device.type == "cuda"
-        if self.is_cuda:
-            props = torch.cuda.get_device_properties(self.device)
-            self.flush_bytes = 2 * int(props.L2_cache_size)
-        else:
-            self.flush_bytes = 2 * last_level_cache_bytes()
-        self.flush_buf = T.empty(self.flush_bytes // 4, dtype=torch.int32, device=self.device)
+        if flush_bytes is None:
+            if self.is_cuda:
+                flush_bytes = 2 * int(torch.cuda.get_device_properties(self.device).L2_cache_size)
+            else:
+                flush_bytes = cpu_flush_bytes()
+        self.flush_bytes = int(flush_bytes)
+        self.flush_buf = T.empty(max(1, self.flush_bytes // 4), dtype=torch.int32, device=self.device)
         self._reset_l2 = _persisting_l2_reset() if self.is_cuda else None
-        self.overhead_ms = 0.0
+        self._flush_ms = self._measure_flush() if self.is_cuda else 0.0
         if self.is_cuda:
-            self.overhead_ms = self._calibrate()
             self._start_cupti()
 
     def _start_cupti(self) -> None:
@@ -101,44 +141,98 @@ class Timer:
             with T.profile(activities=[T.cuda_activity]):
                 T.zero_(self.flush_buf[:1024])
                 T.cuda_sync()
-        except Exception:  # noqa: BLE001 - measure() falls back to events and says why
+        except Exception:  # noqa: BLE001 - run() falls back to events and says why
             pass
 
-    # -- one iteration ----------------------------------------------------------------
+    # -- device-side helpers ----------------------------------------------------------------
     def _flush(self) -> None:
         T.zero_(self.flush_buf)
         if self._reset_l2 is not None:
             self._reset_l2()
 
-    def _iteration(self, call: Callable[[], object], keep: bool = False):
-        self._flush()
-        if self.is_cuda:
-            start, end = T.cuda_event(enable_timing=True), T.cuda_event(enable_timing=True)
-            T.cuda_sync()
+    def _measure_flush(self) -> float:
+        """Device time of one flush in ms (events around ten, after a warm-up)."""
+        for _ in range(3):
+            self._flush()
+        start, end = T.cuda_event(enable_timing=True), T.cuda_event(enable_timing=True)
+        T.cuda_sync()
+        T.event_record(start)
+        for _ in range(10):
+            self._flush()
+        T.event_record(end)
+        T.cuda_sync()
+        return max(T.event_elapsed(start, end) / 10, 1e-3)
+
+    def _idle(self, ms: float) -> None:
+        """Keep the device busy for about ``ms`` with more flush passes: memory-bound work whose
+        time, unlike a spin on the SM clock, hardly moves with the clock the GPU runs at, so
+        the loop's own cost is the same in the guard's two windows."""
+        if ms > 0 and self.is_cuda:
+            for _ in range(max(1, math.ceil(ms / self._flush_ms))):
+                T.zero_(self.flush_buf)
+
+    # -- warm-up, capture, plan -------------------------------------------------------------
+    def arm(
+        self,
+        call: Callable[[int], object],
+        n_sets: int,
+        refill: Refill,
+        min_iters: int,
+        max_iters: int,
+        target_time_s: float,
+        warmup_time_s: float,
+        use_graphs: bool = True,
+        graph_holds: Callable[[int, object, Callable[[], None]], str | None] | None = None,
+    ) -> Plan:
+        """Warm up (every input set at least once: compilation, autotuning, caches), decide
+        the iteration count, capture one graph per input set where the call can be captured
+        and the graph does the call's work (``graph_holds(set, static outputs, replay)`` gives
+        the reason when it does not)."""
+        warm_ms, host_call_ms, i = [], [], 0
+        budget_end = T.perf_counter() + warmup_time_s
+        while i < n_sets or T.perf_counter() < budget_end:
+            k = i % n_sets
+            refill(k, -1 - i)
+            self._flush()
+            self._sync()
             h0 = T.perf_counter()
-            T.event_record(start)
-            out = call()
-            T.event_record(end)
-            T.cuda_sync()
+            call(k)
             h1 = T.perf_counter()
-            event_ms = T.event_elapsed(start, end)
-            host_ms = (h1 - h0) * 1e3
-            latency = max(event_ms, host_ms - self.overhead_ms)
-            return latency, event_ms, host_ms, (out if keep else None)
-        h0 = T.perf_counter()
-        out = call()
-        h1 = T.perf_counter()
-        ms = (h1 - h0) * 1e3
-        return ms, ms, ms, (out if keep else None)
+            self._sync()
+            h2 = T.perf_counter()
+            warm_ms.append((h2 - h0) * 1e3)
+            host_call_ms.append((h1 - h0) * 1e3)
+            i += 1
+            if i >= max(n_sets, 1000):
+                break
+        est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2):]), 1e-4)
+        iters = int(min(max_iters, max(min_iters, math.ceil(target_time_s * 1e3 / est))))
+        plan = Plan(method="host-clock", iters=iters, n_sets=n_sets, warmup_iters=len(warm_ms),
+                    eager_warmup_median_ms=est)
+        if not self.is_cuda:
+            return plan
+        plan.method = "cuda-events+host-sync"
+        # eager: the device idles while the host enqueues the call, so the event window holds
+        # the call's device work rather than its launch latency
+        plan.pad_ms = min(2.0, max(0.1, 3.0 * statistics.median(host_call_ms)))
+        if use_graphs:
+            graphs, why = self._capture(call, n_sets)
+            if graphs is not None and graph_holds is not None:
+                for k, (g, out) in enumerate(graphs):
+                    why = graph_holds(k, out, lambda g=g: T.graph_replay(g))
+                    if why:
+                        graphs = None
+                        break
+            if graphs is not None:  # a graph replay has no launch latency to hide: no padding
+                plan.method, plan.graphs, plan.pad_ms = "cuda-graph", graphs, 0.0
+            else:
+                plan.graph_error = why
+        return plan
 
-    def _calibrate(self) -> float:
-        gaps = []
-        for _ in range(30):
-            _, ev, host, _ = self._iteration(lambda: None)
-            gaps.append(host - ev)
-        return statistics.median(gaps[5:])
+    def _sync(self) -> None:
+        if self.is_cuda:
+            T.cuda_sync()
 
-    # -- CUDA graphs ------------------------------------------------------------------------
     def _capture(self, call: Callable[[int], object], n_sets: int):
         """One graph per input set, or ``(None, reason)`` when the call cannot be captured."""
         try:
@@ -166,153 +260,185 @@ class Timer:
                 pass
             return None, f"{type(exc).__name__}: {exc}"[:300]
 
-    def _graph_loop(self, graphs, iters: int, audit: set, keep_audit) -> list[float]:
+    # -- the timed loop ---------------------------------------------------------------------
+    def run(
+        self,
+        plan: Plan,
+        call: Callable[[int], object] | None,
+        refill: Refill,
+        scramble: Scramble,
+        digest: Digest | None,
+        outputs_of: Callable[[int], object] | None = None,
+        max_time_s: float | None = None,
+        use_cupti: bool = True,
+    ) -> tuple[Callable[[], dict], list]:
+        """Time ``plan.iters`` calls, each on fresh inputs (``refill``), its reachable outputs
+        overwritten with random values first (``scramble``; a graph's static outputs, or
+        ``outputs_of(set)`` for destination-passing buffers) and its result digested after
+        (``digest``), all outside the timed span. ``call`` None runs the loop without the
+        call: the loop's own cost, for the outside clock. Returns (finish, digests): ``finish()``
+        gives the statistics, reading the profiler's records only then."""
+        if plan.method == "cuda-graph":
+            return self._graph_loop(plan, call is not None, refill, scramble, digest, use_cupti)
+        return self._eager_loop(plan, call, refill, scramble, digest, outputs_of, max_time_s)
+
+    def confirm(self, plan: Plan, call: Callable[[int], object] | None, refill: Refill, digest: Digest,
+                iters: int, outputs_of: Callable[[int], object] | None = None) -> list:
+        """The outside clock's loop: ``iters`` calls back to back, each on fresh inputs and
+        digested, and nothing else: no flush, no padding, no events, no profiler, no
+        synchronisation until the end. Every step in it is one a candidate cannot skip and
+        still give right digests, so the guard's clock around it, less the same loop without
+        the call (``call`` None, digesting ``outputs_of(set)``), bounds what the calls cost."""
+        digests = []
+        self._sync()
+        for it in range(iters):
+            k = it % plan.n_sets
+            refill(k, it)
+            if call is None:
+                out = outputs_of(k)
+            elif plan.method == "cuda-graph":
+                g, out = plan.graphs[k]
+                T.graph_replay(g)
+            else:
+                out = call(k)
+            digests.append(digest(out))
+        self._sync()
+        return digests
+
+    def _graph_loop(self, plan: Plan, with_call: bool, refill, scramble, digest, use_cupti: bool):
+        prof, cupti_error = None, None
+        # the loop without the call runs under CUPTI too: its per-launch cost is the same then
+        if use_cupti:
+            try:
+                prof = T.profile(activities=[T.cuda_activity])
+                prof.start()
+            except Exception as exc:  # noqa: BLE001 - no CUPTI: the events still time the loop
+                prof, cupti_error = None, f"profiler: {exc}"[:200]
+        iters = plan.iters
         starts = [T.cuda_event(enable_timing=True) for _ in range(iters)]
         ends = [T.cuda_event(enable_timing=True) for _ in range(iters)]
+        digests = []
         T.cuda_sync()
-        for it in range(iters):
-            g, out = graphs[it % len(graphs)]
-            if it in audit:
-                # untimed: the static outputs still hold an earlier replay's results; poisoned,
-                # a replay that skips its work is caught by the check of what it leaves
-                poison_outputs(out)
-            self._flush()
-            T.event_record(starts[it])
-            T.graph_replay(g)
-            T.event_record(ends[it])
-            if it in audit:  # untimed: after the end event, before the next flush
-                keep_audit(it, it % len(graphs), out)
-        T.cuda_sync()
-        return [T.event_elapsed(s, e) for s, e in zip(starts, ends)]
-
-    def _graph_loop_cupti(self, graphs, iters: int, audit: set, keep_audit):
-        """The graph loop under CUPTI: (event samples, CUPTI spans or None, why not, device
-        activities per replay)."""
         try:
-            prof = T.profile(activities=[T.cuda_activity])
-            prof.start()
-        except Exception as exc:  # noqa: BLE001 - no CUPTI: the events still time the loop
-            return self._graph_loop(graphs, iters, audit, keep_audit), None, f"profiler: {exc}"[:200], []
-        try:
-            events = self._graph_loop(graphs, iters, audit, keep_audit)
+            for it in range(iters):
+                g, out = plan.graphs[it % plan.n_sets]
+                refill(it % plan.n_sets, it)
+                scramble(out, it)
+                self._flush()
+                self._idle(plan.pad_ms)
+                T.event_record(starts[it])
+                if with_call:
+                    T.graph_replay(g)
+                T.event_record(ends[it])
+                if digest is not None:
+                    digests.append(digest(out))
+            T.cuda_sync()
         finally:
+            if prof is not None:
+                try:
+                    prof.stop()
+                except Exception as exc:  # noqa: BLE001 - the profiler's failure, not the candidate's
+                    prof, cupti_error = None, f"profiler stop: {type(exc).__name__}: {exc}"[:200]
+        # Reading the records is left to ``finish``, after the reply that ends the guard's clock.
+        return (lambda: self._graph_stats(plan, with_call, prof, cupti_error, starts, ends)), digests
+
+    def _graph_stats(self, plan: Plan, with_call: bool, prof, cupti_error, starts, ends) -> dict:
+        iters = plan.iters
+        events = [T.event_elapsed(s, e) for s, e in zip(starts, ends)]
+        spans, kernels = None, []
+        if prof is not None and with_call:
             try:
-                prof.stop()
-                stop_error = None
-            except Exception as exc:  # noqa: BLE001 - the profiler's failure, not the candidate's
-                stop_error = f"profiler stop: {type(exc).__name__}: {exc}"[:200]
-        if stop_error:
-            return events, None, stop_error, []
-        try:
-            spans, why, kernels = graph_launch_spans(prof.profiler.kineto_results.events(), iters)
-        except Exception as exc:  # noqa: BLE001
-            spans, why, kernels = None, f"reading CUPTI records: {type(exc).__name__}: {exc}"[:200], []
-        if spans is not None:
+                spans, cupti_error, kernels = graph_launch_spans(prof.profiler.kineto_results.events(), iters)
+            except Exception as exc:  # noqa: BLE001
+                spans, cupti_error = None, f"reading CUPTI records: {type(exc).__name__}: {exc}"[:200]
             # a replay's device work lies inside its event window; if not, the records are not ours
-            if T.median(spans) > 1.05 * T.median(events) + 1e-3:
-                spans, why = None, (f"CUPTI median {T.median(spans):.4f} ms exceeds the event "
-                                    f"median {T.median(events):.4f} ms")
-        return events, spans, why, kernels
+            if spans is not None and T.median(spans) > 1.05 * T.median(events) + 1e-3:
+                spans, cupti_error = None, (f"CUPTI median {T.median(spans):.4f} ms exceeds the event "
+                                            f"median {T.median(events):.4f} ms")
+        stats = summarize(spans if spans is not None else events)
+        stats.update(
+            event_median_ms=T.median(events), event_mean_ms=statistics.fmean(events),
+            method="cuda-graph+cupti" if spans is not None else "cuda-graph",
+            off_stream_suspect=False, **self._plan_fields(plan),
+        )
+        if spans is None and with_call:
+            stats["cupti_error"] = cupti_error or "off"
+        elif spans is not None:  # kernels, copies and memsets per call: fusion shows here
+            stats["device_ops_per_call"] = statistics.median(kernels)
+        return stats
 
-    # -- a whole measurement -------------------------------------------------------------
-    def measure(
-        self,
-        call: Callable[[int], object],
-        n_sets: int,
-        min_iters: int,
-        max_iters: int,
-        target_time_s: float,
-        warmup_time_s: float,
-        audit_at: tuple[int, ...] = (),
-        on_audit: Callable[[int, int, object], None] | None = None,
-        max_time_s: float | None = None,
-        use_graphs: bool = True,
-        use_cupti: bool = True,
-        outputs_of: Callable[[int], object] | None = None,
-    ) -> dict:
-        """Time ``call(set_index)``. ``on_audit(iteration, set_index, outputs)`` is called,
-        untimed, after the chosen iterations so their outputs can be checked; before those
-        iterations the outputs they will write (``outputs_of(set_index)`` for buffers the
-        caller owns, a graph's static outputs) are poisoned."""
-        # Warm-up: every input set at least once (compilation, autotuning, caches).
-        warm_ms, i = [], 0
-        budget_end = T.perf_counter() + warmup_time_s
-        while i < n_sets or T.perf_counter() < budget_end:
-            lat, _, _, _ = self._iteration(lambda k=i % n_sets: call(k))
-            warm_ms.append(lat)
-            i += 1
-            if i >= max(n_sets, 1000):
-                break
-        est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2):]), 1e-4)
-        iters = int(min(max_iters, max(min_iters, math.ceil(target_time_s * 1e3 / est))))
-        audit = set(a % iters for a in audit_at)
-        graph_error = None
-        if self.is_cuda and use_graphs:
-            graphs, graph_error = self._capture(call, n_sets)
-            if graphs is not None:
-                kept: list[tuple[int, int, object]] = []
-
-                def keep(it: int, k: int, out) -> None:
-                    # copy on the stream, so later replays cannot overwrite what is checked
-                    kept.append((it, k, _copy_outputs(out)))
-
-                kernels: list[int] = []
-                if use_cupti:
-                    event_samples, spans, cupti_error, kernels = self._graph_loop_cupti(graphs, iters, audit, keep)
-                else:
-                    event_samples, spans, cupti_error = self._graph_loop(graphs, iters, audit, keep), None, "off"
-                for it, k, out in kept:
-                    if on_audit is not None:
-                        on_audit(it, k, out)
-                stats = summarize(spans if spans is not None else event_samples)
-                stats.update(
-                    event_median_ms=statistics.median(event_samples),
-                    method="cuda-graph+cupti" if spans is not None else "cuda-graph",
-                    n_sets=n_sets, flush_bytes=self.flush_bytes, warmup_iters=len(warm_ms),
-                    planned_iters=iters, eager_warmup_median_ms=est, off_stream_suspect=False,
-                )
-                if spans is None:
-                    stats["cupti_error"] = cupti_error
-                else:  # kernels, copies and memsets per call: fusion shows here
-                    stats["device_ops_per_call"] = statistics.median(kernels)
-                return stats
-        lat_ms, ev_ms, host_ms = [], [], []
+    def _eager_loop(self, plan: Plan, call, refill, scramble, digest, outputs_of, max_time_s):
+        overhead_ms = self._calibrate_sync(plan.pad_ms) if self.is_cuda else 0.0
+        lat_ms, ev_ms, host_ms, digests = [], [], [], []
         t_begin = T.perf_counter()
-        for it in range(iters):
+        for it in range(plan.iters):
             # A very slow kernel (or Triton's CPU interpreter) stops early, with at least 5
-            # iterations; the count is reported with the result.
+            # iterations; the count is reported with the result (and the outside clock's
+            # loop runs the same count).
             if max_time_s is not None and it >= 5 and T.perf_counter() - t_begin > max_time_s:
                 break
-            k = it % n_sets
-            want = it in audit
-            if want and outputs_of is not None:
-                poison_outputs(outputs_of(k))  # untimed, as in the graph loop
-            lat, ev, host, out = self._iteration(lambda k=k: call(k), keep=want)
+            k = it % plan.n_sets
+            refill(k, it)
+            if outputs_of is not None:
+                scramble(outputs_of(k), it)
+            self._flush()
+            lat, ev, host, out = self._iteration(call, k, plan.pad_ms, overhead_ms)
             lat_ms.append(lat)
             ev_ms.append(ev)
             host_ms.append(host)
-            if want and on_audit is not None:
-                on_audit(it, k, out)
+            if digest is not None:  # without a call (the loop's own cost): the buffers given
+                digests.append(digest(out if call is not None else outputs_of(k)))
             del out
         stats = summarize(lat_ms)
         stats.update(
-            event_median_ms=statistics.median(ev_ms),
-            host_median_ms=statistics.median(host_ms),
-            sync_overhead_ms=self.overhead_ms,
-            method="cuda-events+host-sync" if self.is_cuda else "host-clock",
-            n_sets=n_sets,
-            flush_bytes=self.flush_bytes,
-            warmup_iters=len(warm_ms),
-            planned_iters=iters,
+            event_median_ms=statistics.median(ev_ms), event_mean_ms=statistics.fmean(ev_ms),
+            host_median_ms=statistics.median(host_ms), sync_overhead_ms=overhead_ms,
+            method=plan.method, **self._plan_fields(plan),
         )
-        if graph_error:
-            stats["graph_error"] = graph_error
+        stats["iters_run"] = len(lat_ms)
+        if plan.graph_error:
+            stats["graph_error"] = plan.graph_error
         # Work that escapes the event window (another stream, host work after the last
         # launch) shows as host time well above event time; say so in the result.
         stats["off_stream_suspect"] = bool(
-            self.is_cuda and stats["host_median_ms"] - self.overhead_ms > 1.2 * stats["event_median_ms"] + 0.01
+            self.is_cuda and stats["host_median_ms"] - overhead_ms > 1.2 * stats["event_median_ms"] + 0.01
         )
-        return stats
+        return (lambda: stats), digests
+
+    def _iteration(self, call, k: int, pad_ms: float, overhead_ms: float):
+        if self.is_cuda:
+            start, end = T.cuda_event(enable_timing=True), T.cuda_event(enable_timing=True)
+            T.cuda_sync()
+            h0 = T.perf_counter()
+            self._idle(pad_ms)
+            T.event_record(start)
+            out = call(k) if call is not None else None
+            T.event_record(end)
+            T.cuda_sync()
+            h1 = T.perf_counter()
+            event_ms = T.event_elapsed(start, end)
+            host_ms = (h1 - h0) * 1e3
+            return max(event_ms, host_ms - overhead_ms), event_ms, host_ms, out
+        h0 = T.perf_counter()
+        out = call(k) if call is not None else None
+        h1 = T.perf_counter()
+        ms = (h1 - h0) * 1e3
+        return ms, ms, ms, out
+
+    def _calibrate_sync(self, pad_ms: float) -> float:
+        """Host time of an eager iteration without a call, beyond its event window: the
+        device idle time and the synchronisations."""
+        gaps = []
+        for _ in range(30):
+            _, ev, host, _ = self._iteration(None, 0, pad_ms, 0.0)
+            gaps.append(host - ev)
+        return statistics.median(gaps[5:])
+
+    def _plan_fields(self, plan: Plan) -> dict:
+        return {"n_sets": plan.n_sets, "flush_bytes": self.flush_bytes, "flush_ms": self._flush_ms,
+                "warmup_iters": plan.warmup_iters,
+                "planned_iters": plan.iters, "eager_warmup_median_ms": plan.eager_warmup_median_ms,
+                "pad_ms": plan.pad_ms}
 
 
 def graph_launch_spans(events, iters: int) -> tuple[list[float] | None, str | None, list[int]]:
@@ -346,44 +472,6 @@ def graph_launch_spans(events, iters: int) -> tuple[list[float] | None, str | No
 
 def _is_host(event) -> bool:
     return str(event.device_type()).rsplit(".", 1)[-1] == "CPU"
-
-
-def _copy_outputs(out):
-    """A stream-ordered copy of a graph's static outputs (tensor, tuple, list or dict). Exact
-    types only: a subclass would run the candidate's code here, inside the timed loop."""
-    kind = T.type(out)
-    if kind is T.tensor_type:
-        return T.clone(out)
-    if kind is tuple or kind is list:
-        return kind(_copy_outputs(o) for o in out)
-    if kind is dict:
-        return {k: _copy_outputs(v) for k, v in out.items()}
-    if is_torch_result_tuple(kind):
-        return tuple(_copy_outputs(o) for o in out)
-    return out
-
-
-def poison_outputs(out) -> None:
-    """Fill output tensors with values a correct result is unlikely to hold (NaN for floats;
-    -1, 255 or True for integers and booleans), so outputs a call did not write are found by
-    the check. For integers and booleans that is likely, not certain: an output whose right
-    value is all -1 (or all True) would not show a skipped write."""
-    kind = T.type(out)
-    if kind is T.tensor_type:
-        if out.is_floating_point() or out.is_complex():
-            T.fill_(out, float("nan"))
-        elif out.dtype == torch.bool:
-            T.fill_(out, True)
-        elif out.dtype == torch.uint8:
-            T.fill_(out, 255)
-        else:
-            T.fill_(out, -1)
-    elif kind is tuple or kind is list or is_torch_result_tuple(kind):
-        for o in out:
-            poison_outputs(o)
-    elif kind is dict:
-        for o in out.values():
-            poison_outputs(o)
 
 
 def _persisting_l2_reset():

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import torch
 
-from . import ceilings
+from . import ceilings, replays
+from . import messages as m
 from .common import load_module_from_source, normalize_outputs
 from .compare import compare
 from .harness import T
-from .inputs import InputMaker
+from .inputs import InputMaker, torch_dtype
 from .tensorio import read_tensor
-from .timing import Timer
+from .timing import Plan, Timer
 
 
 class TrustedRole:
@@ -29,35 +30,30 @@ class TrustedRole:
         self.timer: Timer | None = None
         self.compiled: dict[str, object] = {}
 
-    def handle(self, msg: dict) -> dict:
-        op = msg.get("op")
-        handler = {
-            "problem": self.problem,
-            "reference": self.reference,
-            "compare": self.compare,
-            "release": self.release,
-            "baseline": self.baseline,
-            "ceilings": self.ceilings,
-        }.get(op)
-        if handler is None:
-            return {"ok": False, "message": f"unknown op {op!r}"}
+    def handle(self, raw: dict) -> dict:
         try:
-            return handler(msg)
+            msg = m.parse_trusted_request(raw)
+        except m.MessageError as exc:
+            return m.Reply(ok=False, status="INTERNAL", message=str(exc)).model_dump()
+        handler = {
+            m.LoadProblem: self.problem, m.Reference: self.reference, m.Compare: self.compare,
+            m.Release: self.release, m.Baseline: self.baseline, m.Ceilings: self.ceilings,
+            m.Overhead: self.overhead, m.VerifyReplays: self.verify_replays,
+        }[type(msg)]
+        try:
+            reply = handler(msg)
         except Exception as exc:  # the problem's own code failed: report, keep serving
-            return {
-                "ok": False,
-                "message": f"{type(exc).__name__}: {exc}"[:2000],
-                "traceback": traceback.format_exc()[-4000:],
-            }
+            reply = m.Reply(ok=False, status="INTERNAL", message=f"{type(exc).__name__}: {exc}"[:2000],
+                            traceback=traceback.format_exc()[-4000:])
+        return reply.model_dump()
 
     # -- problems and references ------------------------------------------------------------
-    def problem(self, msg: dict) -> dict:
-        key = msg["key"]
-        if key not in self.problems:
-            d = msg["definition"]
+    def problem(self, msg: m.LoadProblem) -> m.Reply:
+        if msg.key not in self.problems:
+            d = msg.definition
             module = load_module_from_source(d["reference"], self.workdir / "ref", "reference")
-            self.problems[key] = (d, module, InputMaker(d, self.device, module, msg.get("blob_root")))
-        return {"ok": True}
+            self.problems[msg.key] = (d, module, InputMaker(d, self.device, module, msg.blob_root))
+        return m.Reply(ok=True)
 
     def _run_reference(self, key: str, workload: dict, axes: dict, seed: int, kind: str, float64: bool = False):
         d, module, maker = self.problems[key]
@@ -70,59 +66,59 @@ class TrustedRole:
             T.cuda_sync()
         return normalize_outputs(result, list(d["outputs"])), args
 
-    def reference(self, msg: dict) -> dict:
-        key = msg["key"]
+    def _reference_on(self, key: str, args: list, float64: bool = False) -> list:
+        d, module, _ = self.problems[key]
+        if float64:
+            args = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        with torch.no_grad():
+            result = module.run(*args)
+        self._sync()
+        return normalize_outputs(result, list(d["outputs"]))
+
+    def reference(self, msg: m.Reference) -> m.Reply:
         rounds = []
-        for rnd in msg["rounds"]:
+        for rnd in msg.rounds:
             try:
-                outs, _ = self._run_reference(key, msg["workload"], msg["axes"], rnd["seed"], rnd["kind"])
+                outs, _ = self._run_reference(msg.key, msg.workload, msg.axes, rnd.seed, rnd.kind)
             except Exception as exc:
-                rounds.append({"tag": rnd["tag"], "ok": False, "message": f"{type(exc).__name__}: {exc}"[:1000]})
+                rounds.append(m.ReferenceRound(tag=rnd.tag, ok=False, message=f"{type(exc).__name__}: {exc}"[:1000]))
                 continue
-            self.refs[rnd["tag"]] = outs
-            self.ref_inputs[rnd["tag"]] = (key, msg["workload"], msg["axes"], rnd["seed"], rnd["kind"])
+            self.refs[rnd.tag] = outs
+            self.ref_inputs[rnd.tag] = (msg.key, msg.workload, msg.axes, rnd.seed, rnd.kind)
             finite = all(
                 bool(torch.isfinite(o).all()) if o.is_floating_point() else True for o in outs
             )
-            rounds.append(
-                {
-                    "tag": rnd["tag"],
-                    "ok": True,
-                    "finite": finite,
-                    "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outs],
-                }
-            )
-        return {"ok": True, "rounds": rounds}
+            rounds.append(m.ReferenceRound(
+                tag=rnd.tag, ok=True, finite=finite,
+                outputs=[{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outs],
+            ))
+        return m.ReferenceReply(ok=True, rounds=rounds)
 
-    def compare(self, msg: dict) -> dict:
-        tag = msg["tag"]
-        refs = self.refs.pop(tag, None)
-        origin = self.ref_inputs.pop(tag, None)
+    def compare(self, msg: m.Compare) -> m.Reply:
+        refs = self.refs.pop(msg.tag, None)
+        origin = self.ref_inputs.pop(msg.tag, None)
         if refs is None:
-            return {"ok": False, "message": f"no reference held for {tag}"}
-        metas, tols, names = msg["outputs"], msg["tolerances"], msg["names"]
+            return m.Reply(ok=False, status="INTERNAL", message=f"no reference held for {msg.tag}")
+        metas, names = [x.model_dump(exclude_none=True) for x in msg.outputs], msg.names
+        tols = [t.model_dump() for t in msg.tolerances]
         if len(metas) != len(refs):
-            return {
-                "ok": True,
-                "passed": False,
-                "status": "INCORRECT_SHAPE",
-                "message": f"{len(metas)} outputs, expected {len(refs)}",
-            }
+            return m.CompareReply(ok=True, passed=False, status="INCORRECT_SHAPE",
+                                  message=f"{len(metas)} outputs, expected {len(refs)}")
         reports = []
         for meta, ref, tol, name in zip(metas, refs, tols, names):
             try:
                 out = read_tensor(meta, self.device)
             except (ValueError, OSError) as exc:
-                return {"ok": True, "passed": False, "status": "RUNTIME_ERROR", "message": str(exc)}
+                return m.CompareReply(ok=True, passed=False, status="RUNTIME_ERROR", message=str(exc))
             adversarial = origin is not None and origin[4] != "normal"
             report = compare(out, ref, tol["atol"], tol["rtol"], name, row_scaled=adversarial)
             if not report["ok"] and report["status"] == "INCORRECT_NUMERICAL" and origin is not None:
                 report = self._against_float64(origin, len(reports), out, report, tol, name)
             reports.append(report)
             if not report["ok"]:
-                return {"ok": True, "passed": False, "status": report["status"],
-                        "message": report["message"], "reports": reports}
-        return {"ok": True, "passed": True, "status": "PASSED", "reports": reports}
+                return m.CompareReply(ok=True, passed=False, status=report["status"],
+                                      message=report["message"], reports=reports)
+        return m.CompareReply(ok=True, passed=True, status="PASSED", reports=reports)
 
     def _against_float64(self, origin, index: int, out, report: dict, tol: dict, name: str) -> dict:
         """A reference that rounds intermediates (bf16 products added to a residual, say)
@@ -140,25 +136,24 @@ class TrustedRole:
             return {**hi, "via": "float64 reference", "reference_mismatch": report.get("message")}
         return report
 
-    def release(self, msg: dict) -> dict:
-        tags = msg.get("tags")
-        for t in list(self.refs) if tags is None else tags:
+    def release(self, msg: m.Release) -> m.Reply:
+        for t in list(self.refs) if msg.tags is None else msg.tags:
             self.refs.pop(t, None)
             self.ref_inputs.pop(t, None)
         if self.cuda:
             torch.cuda.empty_cache()
-        return {"ok": True}
+        return m.Reply(ok=True)
 
     # -- baselines and ceilings -------------------------------------------------------------
-    def baseline(self, msg: dict) -> dict:
-        key, cfg = msg["key"], msg["config"]
+    def baseline(self, msg: m.Baseline) -> m.Reply:
+        key, cfg = msg.key, msg.config
         d, module, maker = self.problems[key]
         if self.timer is None:
             self.timer = Timer(self.device)
-        sets = [maker.make(msg["workload"], msg["axes"], s, "normal") for s in msg["sets"]]
+        sets = [maker.make(msg.workload, msg.axes, s, "normal") for s in msg.sets]
         out: dict = {"ok": True}
         flops = None
-        if msg.get("count_flops"):
+        if msg.count_flops:
             try:
                 from torch.utils.flop_counter import FlopCounterMode
 
@@ -168,26 +163,38 @@ class TrustedRole:
             except Exception as exc:  # counting is best effort
                 out["flops_error"] = str(exc)[:300]
         out["flops"] = flops
+        base_seed = msg.sets[0]
+        gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(base_seed, "scramble"))
+
+        refiller = replays.Refiller(maker, msg.workload, msg.axes)
+
+        def refill(k: int, index: int) -> None:
+            refiller(sets[k], replays.replay_seed(base_seed, index))
+
+        def scramble(outs, i: int) -> None:
+            replays.scramble(outs, gen)
 
         def timed(fn):
+            """The candidate's own loop (fresh inputs, flush, padding), without digests."""
+
             def call(k: int):
                 with torch.no_grad():
                     return fn(*sets[k])
 
-            return self.timer.measure(
-                call, len(sets), cfg["min_iters"], cfg["max_iters"], cfg["target_time_s"],
-                cfg["warmup_time_s"], max_time_s=cfg.get("max_timing_s"),
-            )
+            plan = self.timer.arm(call, len(sets), refill, cfg.min_iters, cfg.max_iters, cfg.target_time_s,
+                                  cfg.warmup_time_s, use_graphs=cfg.use_graphs)
+            finish, _ = self.timer.run(plan, call, refill, scramble, None, max_time_s=cfg.max_timing_s)
+            return finish()
 
         out["eager"] = timed(module.run)
-        if msg.get("compile"):
+        if msg.compile:
             # the guard reads only baselines made with the fall-back check below; one that
             # fell back is reported, and the guard asks no more compile times of that problem
             # (dynamo may then skip the function without counting anything)
             out["compile_checked"] = True
             try:
                 if key not in self.compiled:
-                    self.compiled[key] = _compile(module.run, msg.get("compile_mode") or "default")
+                    self.compiled[key] = _compile(module.run, msg.compile_mode or "default")
                 before = _dynamo_counters()
                 out["compiled"] = timed(self.compiled[key])
                 out["compile_counters"] = after = _dynamo_counters()
@@ -203,10 +210,74 @@ class TrustedRole:
             except Exception as exc:
                 out["compiled"] = None
                 out["compile_error"] = f"{type(exc).__name__}: {exc}"[:500]
-        return out
+        return m.BaselineReply(**out)
 
-    def ceilings(self, msg: dict) -> dict:
-        return {"ok": True, "ceilings": ceilings.measure(self.device)}
+    def ceilings(self, msg: m.Ceilings) -> m.Reply:
+        return m.CeilingsReply(ok=True, ceilings=ceilings.measure(self.device))
+
+    # -- the outside clock's side ----------------------------------------------------------
+    def overhead(self, msg: m.Overhead) -> m.Reply:
+        """The outside clock's loop without the call (``Timer.confirm``), on the same data sizes
+        and seed: refills and digests. The guard times this request with its own clock, as it
+        timed the candidate's, and subtracts."""
+        t0 = T.perf_counter()
+        d, module, maker = self.problems[msg.key]
+        if self.timer is None:
+            self.timer = Timer(self.device)
+        sets = [maker.make(msg.workload, msg.axes, s, "normal") for s in msg.sets]
+        outs = [self._output_buffers(d, msg.axes) for _ in sets]
+        refiller = replays.Refiller(maker, msg.workload, msg.axes)
+        projection = replays.Projection(msg.seed)
+        plan = Plan(method="overhead", iters=msg.iters, n_sets=len(sets))
+        self._sync()
+        setup_s = T.perf_counter() - t0  # this worker is trusted: its own clock takes setup out
+        digests = self.timer.confirm(plan, None, lambda k, i: refiller(sets[k], replays.replay_seed(msg.seed, i)),
+                                     lambda o: replays.digest(o, projection), msg.iters, outputs_of=lambda k: outs[k])
+        # the same reply size as the candidate's, whose digests travel back too
+        table = torch.stack(digests).cpu().tolist() if digests else []
+        return m.OverheadReply(ok=True, iters=msg.iters, setup_s=setup_s, digests=table)
+
+    def _sync(self) -> None:
+        if self.cuda:
+            T.cuda_sync()
+
+    def _output_buffers(self, d: dict, axes: dict) -> list[torch.Tensor]:
+        bufs = []
+        for spec in d["outputs"].values():
+            shape = tuple(axes[x] if isinstance(x, str) else int(x) for x in (spec.get("shape") or []))
+            bufs.append(torch.empty(shape, dtype=torch_dtype(spec["dtype"]), device=self.device))
+        return bufs
+
+    def verify_replays(self, msg: m.VerifyReplays) -> m.Reply:
+        """Each chosen timed call's digests against the reference on that call's inputs (made
+        from the same seed): a digest that no result within tolerance can have means the call
+        did not compute the answer for its own inputs."""
+        key = msg.key
+        d, module, maker = self.problems[key]
+        projection = replays.Projection(msg.run_seed)
+        refiller = replays.Refiller(maker, msg.workload, msg.axes)
+        for iteration, got in zip(msg.iterations, msg.digests):
+            # the timed call's inputs: its set's, refilled from its own seed, as in the loop
+            args = maker.make(msg.workload, msg.axes, msg.sets[iteration % len(msg.sets)], "normal")
+            refiller(args, replays.replay_seed(msg.run_seed, iteration))
+            refs = self._reference_on(key, args)
+            if len(got) != len(refs):
+                return m.VerifyReply(ok=True, passed=False, iteration=iteration,
+                                     message=f"{len(got)} outputs digested, expected {len(refs)}")
+            for j, (ref, name) in enumerate(zip(refs, msg.names)):
+                tol = msg.tolerances[j]
+                values, allow = replays.digest_bounds(ref, tol.atol, tol.rtol, projection)
+                why = replays.digest_mismatch(got[j], values, allow, name)
+                if why and ref.is_floating_point():
+                    # a kernel more accurate than a reference that rounds intermediates
+                    exact = self._reference_on(key, args, float64=True)
+                    values, allow = replays.digest_bounds(exact[j].to(torch.float64), tol.atol, tol.rtol, projection)
+                    if replays.digest_mismatch(got[j], values, allow, name) is None:
+                        why = None
+                if why:
+                    return m.VerifyReply(ok=True, passed=False, iteration=iteration, message=why,
+                                         checked=msg.iterations.index(iteration))
+        return m.VerifyReply(ok=True, passed=True, checked=len(msg.iterations))
 
 
 # Recompilations allowed per function: each workload may be a new shape, and a problem has

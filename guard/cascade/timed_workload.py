@@ -1,0 +1,136 @@
+"""Timing one workload so that the figure can be trusted, in these requests:
+
+1. ``arm`` (candidate worker): live input sets, warm-up, graph capture, the loop's plan;
+2. ``run`` (candidate worker): the timed loop on the data of a seed it learns only now, every
+   call on fresh inputs with its outputs scrambled first and digested after; then ``stats``;
+3. ``confirm`` (candidate worker): the outside clock's loop, calls back to back on fresh
+   inputs, digested, nothing else; the guard's own clock runs around it;
+4. ``overhead`` (trusted worker, the candidate's processes stopped meanwhile): the same loop
+   without the call, timed by the same clock; what is left is what the calls cost
+   (``guard.outside_clock``). Nothing in this request comes from the candidate;
+5. ``verify_replays`` (trusted worker): a secret sample of the digests of both loops against
+   the reference on those calls' own inputs.
+
+A failure of 2-5 that only a candidate that behaves differently while timed, or that forges
+its timing, can cause is REWARD_HACK.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from .. import outside_clock
+from ..problems.schema import Definition, Workload
+from ..runner import messages as m
+from ..runner import nvml
+from ..runner.freeze import frozen
+from ..runner.process import WorkerProcess
+from .reasons import GuardError, Rejection, first_line
+from .reference_side import ReferenceSide
+
+
+def _call(worker: WorkerProcess, request: m._Msg, reply_model: type[m.R], timeout: float) -> m.R:
+    raw = worker.request(request.model_dump(mode="json"), timeout)
+    try:
+        return m.parse_reply(raw, reply_model)
+    except m.MessageError as exc:
+        if worker.role == "trusted":
+            raise GuardError(f"the trusted worker answered {request.op!r} out of protocol: {exc}") from None
+        raise Rejection("benchmark", "REWARD_HACK", f"the candidate's worker answered {request.op!r} out of "
+                        f"protocol: {exc}", None) from None
+
+
+def _bands(ref: ReferenceSide) -> tuple[float, float, float]:
+    c = ref.cfg
+    if ref.device.kind == "cuda":
+        return c.outside_rel_band, c.outside_abs_band_ms, c.outside_loop_slack
+    return c.outside_rel_band_cpu, c.outside_abs_band_ms_cpu, c.outside_loop_slack_cpu
+
+
+def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProcess, key: str,
+                  d: Definition, w: Workload, sets: list[int], run_seed: int, dps: bool,
+                  check_rng: random.Random) -> dict:
+    """{"stats": ..., "nvml": ...} for one workload, or a Rejection."""
+    cfg = ref.cfg
+    axes = d.resolve_axes(w.axes)
+    workload = w.model_dump(mode="json")
+    tolerances = [m.Tolerance(**d.tolerance_for(s.dtype).model_dump(include={"atol", "rtol"}))
+                  for s in d.outputs.values()]
+    timeout = cfg.call_timeout_s + cfg.max_timing_s
+
+    armed = _call(worker, m.Arm(workload=workload, axes=axes, sets=sets, arm_seed=ref.seed("arm", run_seed),
+                                config=m.TimingConfig(**ref.timing_config()), tolerances=tolerances),
+                  m.ArmReply, timeout)
+    if not armed.ok or armed.plan is None:
+        raise _failed(armed, w, "warming up")
+
+    before = nvml.snapshot(ref.device.uuid) if ref.device.kind == "cuda" else None
+    ran = _call(worker, m.Run(run_seed=run_seed, max_timing_s=cfg.max_timing_s), m.RunReply, timeout)
+    after = nvml.snapshot(ref.device.uuid) if ref.device.kind == "cuda" else None
+    if not ran.ok:
+        raise _failed(ran, w, "timing")
+    n = len(ran.digests)
+    planned = armed.plan.iters
+    if n < 1 or n > planned or (armed.plan.method == "cuda-graph" and n != planned):
+        raise Rejection("benchmark", "REWARD_HACK", f"the timed loop on {w.uuid} reported {n} calls for "
+                        f"{planned} planned", None, w.uuid)
+    got = _call(worker, m.Stats(), m.StatsReply, timeout)
+    if not got.ok:
+        raise _failed(got, w, "reading the timing of")
+    stats = got.stats
+
+    # The outside clock: the candidate's loop of calls, then the same loop without the call in
+    # the trusted worker while the candidate's processes are stopped.
+    confirm_seed = ref.seed("confirm", run_seed)
+    t0 = time.monotonic()
+    confirmed = _call(worker, m.Confirm(seed=confirm_seed, iters=n), m.ConfirmReply, timeout)
+    run_wall = time.monotonic() - t0
+    if not confirmed.ok:
+        raise _failed(confirmed, w, "timing")
+    if len(confirmed.digests) != n:
+        raise Rejection("benchmark", "REWARD_HACK", f"the outside clock's loop on {w.uuid} reported "
+                        f"{len(confirmed.digests)} calls for {n}", None, w.uuid)
+    with frozen(worker.proc.pid if worker.proc is not None else None):
+        t0 = time.monotonic()
+        loop = _call(trusted, m.Overhead(key=key, workload=workload, axes=axes, sets=sets, seed=confirm_seed,
+                                         iters=n), m.OverheadReply, timeout)
+        loop_wall = time.monotonic() - t0
+    if not loop.ok:
+        raise GuardError(f"the trusted worker could not run the timing loop: {loop.message}")
+    rel, abs_ms, slack = _bands(ref)
+    clock = outside_clock.judge(run_wall, n, loop_wall - loop.setup_s, n,
+                                outside_clock.inside_figure_ms(stats), rel, abs_ms, slack)
+    stats["outside_clock"] = clock.model_dump()
+
+    # The digests of a secret sample of the calls of both loops against the reference.
+    for seed, digests, loop_name in ((run_seed, ran.digests, "timed"), (confirm_seed, confirmed.digests, "outside clock's")):
+        chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
+        verified = _call(trusted, m.VerifyReplays(key=key, workload=workload, axes=axes, sets=sets, run_seed=seed,
+                                                  iterations=chosen, digests=[digests[i] for i in chosen],
+                                                  tolerances=tolerances, names=list(d.outputs)),
+                         m.VerifyReply, max(cfg.call_timeout_s, 120))
+        if not verified.ok:
+            raise GuardError(f"checking the timed calls on {w.uuid} failed: {verified.message}")
+        if not verified.passed:
+            raise Rejection("benchmark", "REWARD_HACK",
+                            f"{loop_name} call {verified.iteration} on {w.uuid} did not compute the answer for its "
+                            "own inputs: the candidate behaves differently while timed (every timed call gets "
+                            "fresh inputs; a remembered answer, a cache or a skipped call fails)",
+                            verified.message, w.uuid)
+    if not clock.agrees:
+        raise Rejection("benchmark", "REWARD_HACK",
+                        f"the guard's own clock measured {clock.outside_ms * 1e3:.1f} us per call on {w.uuid}, "
+                        f"but the candidate's process reported {clock.inside_ms * 1e3:.1f} us: the timing "
+                        "inside the candidate's process was tampered with",
+                        f"allowed: {rel:.0%} + {clock.abs_band_ms * 1e3:.1f} us; calls with the loop "
+                        f"{run_wall:.4f} s, the loop alone {loop_wall - loop.setup_s:.4f} s, {n} calls", w.uuid)
+    return {"stats": stats, "nvml": {"before": before, "after": after}}
+
+
+def _failed(reply: m.Reply, w: Workload, doing: str) -> Exception:
+    if reply.status == "INTERNAL":
+        return GuardError(f"worker error while {doing} {w.uuid}: {reply.message}")
+    status = reply.status or "RUNTIME_ERROR"
+    return Rejection("benchmark", status, f"{status} while {doing} {w.uuid}: {first_line(reply.message or '')}",
+                     reply.message, w.uuid)

@@ -1,0 +1,62 @@
+"""The outside clock: timing that the candidate's process cannot forge.
+
+The candidate's figures (CUPTI spans, events, the host clock) are taken inside its own
+process, where its code can reach and change anything. So the guard also times, with its own
+clock in its own process, the whole request in which the candidate's worker runs its timed
+loop, and the same loop run by the trusted worker without the call (the loop's own cost:
+refills, scrambles, flushes, device padding, events, digests). The difference per call is
+what the call cost, as a clock outside the candidate's reach saw it:
+
+    outside_ms = wall(candidate's loop) / n - wall(loop without the call) / n_loop
+
+A candidate's inside mean that this contradicts, beyond ``rel`` of itself plus ``abs_ms`` plus
+``slack`` of the loop's own cost per call (measured in another window, so it varies with the
+machine's load), is a forged figure: REWARD_HACK. Within that band a forgery goes unseen, so the band bounds what
+tampering can gain; ``docs/guard.md`` gives the measured bands.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class OutsideClock(BaseModel):
+    """What the guard's clock measured for one workload, and the verdict on agreement."""
+
+    run_wall_s: float  # around the candidate worker's timed loop (request to reply)
+    run_iters: int
+    loop_wall_s: float  # around the trusted worker's loop without the call
+    loop_iters: int
+    outside_ms: float  # per call
+    inside_ms: float  # what the candidate's process reported, per call (a median)
+    rel_band: float
+    abs_band_ms: float
+    agrees: bool
+
+    @property
+    def excess_ms(self) -> float:
+        return self.outside_ms - self.inside_ms
+
+
+def judge(run_wall_s: float, run_iters: int, loop_wall_s: float, loop_iters: int,
+          inside_ms: float, rel_band: float, abs_band_ms: float, loop_slack: float) -> OutsideClock:
+    """The outside figure per call and whether the inside one is within the band of it. Only
+    an outside figure above the inside one counts against a candidate: a loop that ran slower
+    than the loop without the call cannot make a call look faster than it was."""
+    loop_ms = loop_wall_s / max(1, loop_iters) * 1e3
+    outside = run_wall_s / max(1, run_iters) * 1e3 - loop_ms
+    abs_band_ms = abs_band_ms + loop_slack * max(0.0, loop_ms)
+    agrees = outside <= inside_ms * (1.0 + rel_band) + abs_band_ms
+    return OutsideClock(
+        run_wall_s=run_wall_s, run_iters=run_iters, loop_wall_s=loop_wall_s, loop_iters=loop_iters,
+        outside_ms=outside, inside_ms=inside_ms, rel_band=rel_band, abs_band_ms=abs_band_ms,
+        agrees=agrees,
+    )
+
+
+def inside_figure_ms(stats: dict) -> float:
+    """The candidate's own figure per call that the outside clock checks: the median that
+    decides the verdict (CUPTI spans, events or the host clock). Not a mean, and not the
+    event windows beside the spans: a forgery that kept either while lowering the median
+    would otherwise pass."""
+    return float(stats.get("median_ms") or 0.0)

@@ -1,0 +1,321 @@
+"""The messages between the guard and its workers, as pydantic models validated at both
+ends. They travel as JSON (``protocol``); a worker validates each request before acting on it
+and the guard validates each reply before reading it, so a malformed reply from a candidate's
+process is a protocol error, never a ``KeyError`` deep in the cascade or a field silently
+ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Tolerance(_Msg):
+    atol: float
+    rtol: float
+    required_matched_ratio: float | None = None
+
+
+class Round(_Msg):
+    seed: int
+    kind: Literal["normal", "mixed", "large", "tiny"] = "normal"
+    tag: str
+
+
+class TensorMeta(_Msg):
+    """A tensor handed over as a raw file (``tensorio``)."""
+
+    file: str
+    shape: list[int]
+    dtype: str
+    nbytes: int | None = None
+    stride: list[int] | None = None
+
+
+class TimingConfig(_Msg):
+    min_iters: int
+    max_iters: int
+    target_time_s: float
+    warmup_time_s: float
+    max_timing_s: float | None = None
+    use_graphs: bool = True
+
+
+# -- requests to the candidate worker ---------------------------------------------------------
+class Prepare(_Msg):
+    op: Literal["prepare"] = "prepare"
+    definition: dict[str, Any]
+    solution: dict[str, Any]
+    language: str
+    blob_root: str | None = None
+    build_cache: str | None = None
+
+
+class Check(_Msg):
+    op: Literal["check"] = "check"
+    workload: dict[str, Any]
+    axes: dict[str, int]
+    rounds: list[Round]
+    determinism: bool = False
+    outdir: str
+
+
+class Arm(_Msg):
+    """Make the live input sets of a workload, warm up, capture, plan the timed loop."""
+
+    op: Literal["arm"] = "arm"
+    workload: dict[str, Any]
+    axes: dict[str, int]
+    sets: list[int]
+    arm_seed: int
+    config: TimingConfig
+    tolerances: list[Tolerance] = Field(default_factory=list)
+
+
+class Run(_Msg):
+    """The timed loop of the armed workload, on the data of ``run_seed`` alone."""
+
+    op: Literal["run"] = "run"
+    run_seed: int
+    max_timing_s: float | None = None
+    use_cupti: bool = True
+
+
+class Confirm(_Msg):
+    """The outside clock's loop: ``iters`` calls back to back on the data of ``seed``, each
+    digested, nothing else (``Timer.confirm``)."""
+
+    op: Literal["confirm"] = "confirm"
+    seed: int
+    iters: int
+
+
+class Stats(_Msg):
+    """The statistics of the last run, read from the profiler after the guard's clock stopped."""
+
+    op: Literal["stats"] = "stats"
+
+
+# -- requests to the trusted worker -----------------------------------------------------------
+class LoadProblem(_Msg):
+    op: Literal["problem"] = "problem"
+    key: str
+    definition: dict[str, Any]
+    blob_root: str | None = None
+
+
+class Reference(_Msg):
+    op: Literal["reference"] = "reference"
+    key: str
+    workload: dict[str, Any]
+    axes: dict[str, int]
+    rounds: list[Round]
+
+
+class Compare(_Msg):
+    op: Literal["compare"] = "compare"
+    tag: str
+    outputs: list[TensorMeta]
+    tolerances: list[Tolerance]
+    names: list[str]
+
+
+class Release(_Msg):
+    op: Literal["release"] = "release"
+    tags: list[str] | None = None
+
+
+class Baseline(_Msg):
+    op: Literal["baseline"] = "baseline"
+    key: str
+    workload: dict[str, Any]
+    axes: dict[str, int]
+    sets: list[int]
+    config: TimingConfig
+    compile: bool = False
+    compile_mode: str = "default"
+    count_flops: bool = False
+
+
+class Ceilings(_Msg):
+    op: Literal["ceilings"] = "ceilings"
+
+
+class Plan(_Msg):
+    method: str
+    iters: int
+    n_sets: int
+    pad_ms: float = 0.0
+
+
+class Overhead(_Msg):
+    """The outside clock's loop run in the trusted worker without the call, on the same data
+    sizes and seed: its own cost, which the guard subtracts. Nothing in it comes from the
+    candidate's process."""
+
+    op: Literal["overhead"] = "overhead"
+    key: str
+    workload: dict[str, Any]
+    axes: dict[str, int]
+    sets: list[int]
+    seed: int
+    iters: int
+
+
+class VerifyReplays(_Msg):
+    """Check the digests of the chosen timed calls against the reference on the same data."""
+
+    op: Literal["verify_replays"] = "verify_replays"
+    key: str
+    workload: dict[str, Any]
+    axes: dict[str, int]
+    sets: list[int]  # the live sets' seeds: call i ran on set i % len(sets), refilled
+    run_seed: int
+    iterations: list[int]
+    digests: list[list[list[float]]]
+    tolerances: list[Tolerance]
+    names: list[str]
+
+
+class Exit(_Msg):
+    op: Literal["exit"] = "exit"
+
+
+CandidateRequest = Annotated[Prepare | Check | Arm | Run | Confirm | Stats, Field(discriminator="op")]
+TrustedRequest = Annotated[
+    LoadProblem | Reference | Compare | Release | Baseline | Ceilings | Overhead | VerifyReplays,
+    Field(discriminator="op"),
+]
+_CANDIDATE = TypeAdapter(CandidateRequest)
+_TRUSTED = TypeAdapter(TrustedRequest)
+
+
+# -- replies ----------------------------------------------------------------------------------
+class Reply(_Msg):
+    """Every reply: ``ok``, and when not ok a ``status`` (a trace status, or INTERNAL for the
+    guard's own failures) and a ``message``."""
+
+    model_config = ConfigDict(extra="forbid")
+    ok: bool
+    status: str | None = None
+    message: str | None = None
+    fatal: bool = False
+    traceback: str | None = None
+
+
+class PrepareReply(Reply):
+    build_s: float | None = None
+
+
+class CheckedRound(_Msg):
+    tag: str
+    outputs: list[TensorMeta]
+
+
+class CheckReply(Reply):
+    rounds: list[CheckedRound] = Field(default_factory=list)
+
+
+class ArmReply(Reply):
+    plan: Plan | None = None
+    graph_error: str | None = None
+
+
+class RunReply(Reply):
+    digests: list[list[list[float]]] = Field(default_factory=list)  # per timed call, per output
+
+
+class StatsReply(Reply):
+    stats: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReferenceRound(_Msg):
+    tag: str
+    ok: bool
+    finite: bool | None = None
+    message: str | None = None
+    outputs: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ReferenceReply(Reply):
+    rounds: list[ReferenceRound] = Field(default_factory=list)
+
+
+class CompareReply(Reply):
+    passed: bool = False
+    reports: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class BaselineReply(Reply):
+    eager: dict[str, Any] | None = None
+    compiled: dict[str, Any] | None = None
+    compile_error: str | None = None
+    compile_counters: dict[str, Any] | None = None
+    compile_checked: bool | None = None
+    compile_fell_back: bool | None = None
+    flops: float | None = None
+    flops_error: str | None = None
+
+
+class CeilingsReply(Reply):
+    ceilings: dict[str, Any] = Field(default_factory=dict)
+
+
+class OverheadReply(Reply):
+    iters: int = 0
+    setup_s: float = 0.0  # measured by the trusted worker itself, taken out of the guard's figure
+    digests: list[list[list[float]]] = Field(default_factory=list)
+
+
+class ConfirmReply(Reply):
+    digests: list[list[list[float]]] = Field(default_factory=list)
+
+
+class VerifyReply(Reply):
+    passed: bool = False
+    iteration: int | None = None
+    checked: int = 0
+
+
+R = TypeVar("R", bound=Reply)
+
+
+class MessageError(RuntimeError):
+    """A message that does not match its model: a bug, or a worker that was tampered with."""
+
+
+def parse_candidate_request(raw: dict) -> BaseModel:
+    try:
+        return _CANDIDATE.validate_python(raw)
+    except ValidationError as exc:
+        raise MessageError(f"malformed request: {_short(exc)}") from None
+
+
+def parse_trusted_request(raw: dict) -> BaseModel:
+    try:
+        return _TRUSTED.validate_python(raw)
+    except ValidationError as exc:
+        raise MessageError(f"malformed request: {_short(exc)}") from None
+
+
+def parse_reply(raw: dict, model: type[R]) -> R:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        # a failed request carries only the common fields: read those
+        if isinstance(raw, dict) and raw.get("ok") is False:
+            try:
+                return model.model_validate({k: raw[k] for k in Reply.model_fields if k in raw})
+            except ValidationError:
+                pass
+        raise MessageError(f"malformed {model.__name__}: {_short(exc)}") from None
+
+
+def _short(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:3])

@@ -1,0 +1,186 @@
+"""Fresh data for every timed replay.
+
+Between two timed calls, outside the timed span, the guard
+- refills the call's input buffers in place with the inputs of a new seed (made by the same
+  ``InputMaker`` as every other input, so custom generators and index conventions hold);
+- overwrites the outputs it can reach (a graph's static outputs, destination-passing
+  buffers) with new random values, never a fixed poison;
+- takes a digest of what the call returned: per output, its sum, L1 and L2 norms and its
+  projection on random signs drawn from the run's seed, all accumulated in float64.
+
+The trusted worker later makes the same inputs for a secret sample of replays, runs the
+reference and checks each digest against the reference's within the problem's tolerance
+(``digest_mismatch``). A candidate cannot tell a checked replay from another one: it computes
+no digest itself, the guard's code does for every replay. Work that depends on anything but
+the current inputs (a remembered answer, a cache keyed by address or by sampled values, a
+graph that copies what it saw at capture, a test for the poison) then fails the check.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .common import is_torch_result_tuple
+from .harness import T
+from .inputs import InputMaker, sub_seed
+
+DIGEST_FIELDS = ("sum", "l1", "l2", "projection")
+# Random signs are drawn once per run for this many elements and repeated along larger
+# outputs, so a digest needs no output-sized weight tensor.
+PROJECTION_PERIOD = (1 << 20) + 7
+# The projection of an honest result's error on signs independent of it exceeds this many
+# times the error's L2 bound with probability below 2 exp(-k^2 / 2) (Hoeffding): 3e-8 at 6.
+PROJECTION_SIGMAS = 6.0
+
+
+class Projection:
+    """Random signs (+1/-1) from a seed, the same in every worker given the seed: drawn on the
+    CPU with torch's generator, then moved, and kept per device, in float64 (a dot product in
+    float64 of each chunk, converted, with the signs)."""
+
+    def __init__(self, seed: int):
+        gen = torch.Generator(device="cpu").manual_seed(sub_seed(seed, "projection"))
+        self._signs = torch.randint(0, 2, (PROJECTION_PERIOD,), generator=gen, dtype=torch.int8)
+        self._cache: dict[str, torch.Tensor] = {}
+
+    def weights(self, device: torch.device) -> torch.Tensor:
+        key = str(device)
+        if key not in self._cache:
+            self._cache[key] = (self._signs.to(device=device, dtype=torch.float64) * 2 - 1)
+        return self._cache[key]
+
+
+def replay_seed(run_seed: int, iteration: int) -> int:
+    """The seed of the inputs of timed call ``iteration`` of a run."""
+    return sub_seed(run_seed, "replay", iteration)
+
+
+class Refiller:
+    """Refills a call's live input buffers in place with the inputs of a new seed (the buffers
+    a captured graph reads). Float inputs that the guard makes at random (the common case) are
+    redrawn where they lie, one ``normal_`` per tensor from a generator seeded per input:
+    cheap enough to run before every timed call. Inputs made by a custom generator go through
+    the ``InputMaker`` again; integer and loaded inputs keep the values of their set (index
+    conventions hold; the floats beside them change)."""
+
+    def __init__(self, maker: InputMaker, workload: dict, axes: dict):
+        self.maker, self.workload, self.axes = maker, workload, axes
+        d = maker.d
+        specs = workload.get("inputs", {})
+        self.custom = bool(d.get("custom_inputs_entrypoint")) and any(
+            s.get("type") == "custom" for s in specs.values())
+        self.redrawn: list[tuple[int, str]] = []
+        for j, (name, spec) in enumerate(d["inputs"].items()):
+            kind = specs.get(name, {}).get("type", "random")
+            dtype = str(spec.get("dtype", ""))
+            if spec.get("shape") is not None and kind == "random" and dtype.startswith(("float", "bfloat")):
+                self.redrawn.append((j, name))
+        self.gen = torch.Generator(device=maker.device)
+
+    def __call__(self, live: list, seed: int) -> None:
+        if self.custom:
+            fresh = self.maker.make(self.workload, self.axes, seed, "normal")
+            for buf, new in zip(live, fresh):
+                if T.type(buf) is T.tensor_type:
+                    T.copy_(buf, new)
+            del fresh
+            return
+        for j, name in self.redrawn:
+            self.gen.manual_seed(sub_seed(seed, name))
+            live[j].normal_(generator=self.gen)
+
+
+def tensors_of(out) -> list[torch.Tensor]:
+    """The tensors of an output structure (tensor, tuple, list, dict, torch's result tuples),
+    in order. Exact container types only: a subclass would run the candidate's code here."""
+    kind = T.type(out)
+    if kind is T.tensor_type:
+        return [out]
+    if kind is tuple or kind is list or is_torch_result_tuple(kind):
+        return [t for o in out for t in tensors_of(o)]
+    if kind is dict:
+        return [t for o in out.values() for t in tensors_of(o)]
+    return []
+
+
+def scramble(out, gen: torch.Generator) -> None:
+    """Overwrite output tensors with new random values (floats in [-4, 4), integers in
+    their range, booleans at random), so a call that skips its work leaves values that no
+    earlier call produced."""
+    for t in tensors_of(out):
+        if not t.numel():
+            continue
+        if t.is_floating_point():
+            t.uniform_(-4.0, 4.0, generator=gen)
+        elif t.dtype == torch.bool:
+            t.random_(0, 2, generator=gen)
+        elif t.is_complex():
+            T.view(t, torch.float32 if t.dtype == torch.complex64 else torch.float64).uniform_(-4, 4, generator=gen)
+        else:
+            t.random_(generator=gen)
+
+
+def _as_real(t: torch.Tensor) -> torch.Tensor:
+    x = t if t.is_floating_point() or t.is_complex() else T.to(t, torch.float64)
+    return torch.view_as_real(x) if x.is_complex() else x
+
+
+def _digest_one(x: torch.Tensor, projection: Projection) -> torch.Tensor:
+    """(sum, L1, L2, projection) of one tensor, in float64, a chunk at a time: one float64
+    copy of a chunk at most, never of a whole large output."""
+    flat = x.reshape(-1)
+    w = projection.weights(flat.device)
+    acc = torch.zeros(4, dtype=torch.float64, device=flat.device)
+    for off in range(0, flat.numel(), PROJECTION_PERIOD):
+        c = T.to(flat[off:off + PROJECTION_PERIOD], torch.float64)
+        acc += torch.stack([c.sum(), c.abs().sum(), torch.dot(c, c), torch.dot(c, w[:c.numel()])])
+    acc[2] = acc[2].sqrt()
+    return acc
+
+
+def digest(outputs: list, projection: Projection) -> torch.Tensor:
+    """Per output: (sum, L1 norm, L2 norm, projection) in float64, as one device tensor of
+    shape (n_outputs, 4). A non-tensor output digests as NaN (the check then fails)."""
+    rows = []
+    for t in outputs:
+        if T.type(t) is not T.tensor_type:
+            rows.append(torch.full((len(DIGEST_FIELDS),), float("nan"), dtype=torch.float64))
+            continue
+        rows.append(_digest_one(_as_real(t), projection))
+    if not rows:
+        return torch.zeros((0, len(DIGEST_FIELDS)), dtype=torch.float64)
+    device = rows[0].device
+    return torch.stack([r.to(device) for r in rows])
+
+
+def digest_bounds(ref: torch.Tensor, atol: float, rtol: float,
+                  projection: Projection) -> tuple[list[float], list[float]]:
+    """The reference's digest and, for each field, how far a candidate's may lie from it when
+    every element satisfies ``|out - ref| <= atol + rtol * |ref|``: for the sum and the L1
+    norm the sum of the per-element allowances, for the L2 norm its L2 norm (triangle
+    inequality), for the projection on random signs ``PROJECTION_SIGMAS`` times that L2 norm
+    (an honest error does not depend on the signs). The first three are necessary conditions
+    of the element-wise check; the projection is what catches a result made for other
+    inputs, whose norms are much the same."""
+    x = _as_real(ref)
+    n = x.numel()
+    values = digest([x], projection)[0].tolist()
+    l1, l2 = values[1], values[2]
+    allow_sum = n * atol + rtol * l1
+    allow_l2 = math.sqrt(n) * atol + rtol * l2
+    return values, [allow_sum, allow_sum, allow_l2, PROJECTION_SIGMAS * allow_l2]
+
+
+def digest_mismatch(got: list[float], ref: list[float], allow: list[float], name: str) -> str | None:
+    """Why a candidate's digest of one output cannot come from a result within tolerance,
+    or None. Float64 rounding of the reductions themselves is allowed for."""
+    for field, g, r, a in zip(DIGEST_FIELDS, got, ref, allow):
+        if not math.isfinite(r):
+            continue  # the reference itself overflows here: nothing to hold the candidate to
+        slack = a + 1e-9 * (abs(r) + abs(g)) + 1e-12
+        if not math.isfinite(g) or abs(g - r) > slack:
+            return (f"output {name!r}: {field} {g:.6g} where the reference gives {r:.6g} "
+                    f"(at most {a:.3g} apart for a result within tolerance)")
+    return None

@@ -1,0 +1,172 @@
+"""Units of the run-time trust defences: fresh data per timed call (refills, scrambles,
+digests and their bounds), the outside clock's judgement, the worker messages' validation,
+and stopping a worker's process tree."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from guard import outside_clock  # noqa: E402
+from guard.runner import messages as m  # noqa: E402
+from guard.runner import replays  # noqa: E402
+from guard.runner.freeze import descendants, frozen  # noqa: E402
+from guard.runner.inputs import InputMaker  # noqa: E402
+
+DEF = {
+    "name": "scale", "reference": "def run(x, idx):\n    return x * 2\n",
+    "inputs": {"x": {"shape": ["n", 64], "dtype": "bfloat16"}, "idx": {"shape": ["n"], "dtype": "int64"}},
+    "outputs": {"y": {"shape": ["n", 64], "dtype": "bfloat16"}},
+}
+
+
+def _maker():
+    return InputMaker(DEF, "cpu")
+
+
+def test_refill_redraws_floats_in_place_and_keeps_indices():
+    maker = _maker()
+    live = maker.make({}, {"n": 32}, seed=1)
+    x_ptr, idx = live[0].data_ptr(), live[1].clone()
+    before = live[0].clone()
+    refill = replays.Refiller(maker, {}, {"n": 32})
+    refill(live, seed=7)
+    assert live[0].data_ptr() == x_ptr  # in place: what a captured graph reads
+    assert not torch.equal(live[0], before)
+    assert torch.equal(live[1], idx)
+    again = maker.make({}, {"n": 32}, seed=1)
+    refill(again, seed=7)  # the same seed gives the same data in any worker
+    assert torch.equal(again[0], live[0])
+    refill(again, seed=8)
+    assert not torch.equal(again[0], live[0])
+
+
+def test_scramble_leaves_no_fixed_poison():
+    t = torch.zeros(1000, dtype=torch.bfloat16)
+    gen = torch.Generator().manual_seed(3)
+    replays.scramble(t, gen)
+    first = t.clone()
+    replays.scramble((t,), gen)
+    assert torch.isfinite(t).all() and not torch.equal(first, t)
+    assert len(torch.unique(t.float())) > 100
+
+
+def _digest_check(out: torch.Tensor, ref: torch.Tensor, atol=1e-2, rtol=1e-2, seed=5) -> str | None:
+    p = replays.Projection(seed)
+    got = replays.digest([out], p)[0].tolist()
+    values, allow = replays.digest_bounds(ref, atol, rtol, p)
+    return replays.digest_mismatch(got, values, allow, "y")
+
+
+@pytest.mark.parametrize("n", [64, 4096, 1 << 20])
+def test_digest_accepts_a_result_within_tolerance(n):
+    gen = torch.Generator().manual_seed(n)
+    ref = torch.randn(n, generator=gen)
+    # an honest kernel: bf16 rounding, well inside the tolerance
+    out = ref.to(torch.bfloat16)
+    assert _digest_check(out, ref) is None
+    # errors right at the element-wise limit, independent of the secret signs
+    signs = torch.randint(0, 2, (n,), generator=gen) * 2 - 1
+    edge = ref + signs * (1e-2 + 1e-2 * ref.abs()) * 0.999
+    assert _digest_check(edge, ref) is None
+
+
+@pytest.mark.parametrize("n", [4096, 1 << 20])
+def test_digest_rejects_an_answer_for_other_inputs(n):
+    """A remembered answer has the same norms as the right one, near enough: the projection
+    on secret signs is what tells them apart, at every size."""
+    gen = torch.Generator().manual_seed(n + 1)
+    ref = torch.randn(n, generator=gen)
+    stale = torch.randn(n, generator=gen)
+    why = _digest_check(stale.to(torch.bfloat16), ref)
+    assert why is not None and "output 'y'" in why
+
+
+def test_digest_of_a_non_tensor_fails():
+    p = replays.Projection(1)
+    d = replays.digest([3.0], p)
+    assert d.shape == (1, len(replays.DIGEST_FIELDS)) and math.isnan(d[0, 0])
+    values, allow = replays.digest_bounds(torch.ones(4), 0.0, 0.0, p)
+    assert replays.digest_mismatch(d[0].tolist(), values, allow, "y")
+
+
+def test_projection_is_the_same_in_every_worker():
+    a, b = replays.Projection(11), replays.Projection(11)
+    x = torch.randn(3 * replays.PROJECTION_PERIOD + 5)  # several chunks
+    assert replays.digest([x], a).tolist() == replays.digest([x], b).tolist()
+    assert replays.digest([x], replays.Projection(12))[0, 3] != replays.digest([x], a)[0, 3]
+    exact = x.double()
+    d = replays.digest([x], a)[0]
+    assert abs(float(d[0]) - float(exact.sum())) < 1e-6 and abs(float(d[2]) - float(exact.norm())) < 1e-6
+
+
+def test_outside_clock_judges_only_a_slower_outside_figure():
+    # 100 calls of 1 ms by the outside clock; the loop alone 5 ms a call
+    honest = outside_clock.judge(0.6, 100, 0.5, 100, inside_ms=0.98, rel_band=0.1, abs_band_ms=0.004,
+                                 loop_slack=0.0)
+    assert honest.agrees and abs(honest.outside_ms - 1.0) < 1e-9
+    forged = outside_clock.judge(0.6, 100, 0.5, 100, inside_ms=0.3, rel_band=0.1, abs_band_ms=0.004,
+                                 loop_slack=0.0)
+    assert not forged.agrees
+    # the loop's own cost varies between windows: its slack widens the band
+    assert outside_clock.judge(0.6, 100, 0.5, 100, 0.3, 0.1, 0.004, loop_slack=0.2).agrees
+    # a faster outside figure than reported never counts against a candidate
+    assert outside_clock.judge(0.5, 100, 0.55, 100, 5.0, 0.0, 0.0, 0.0).agrees
+
+
+def test_the_outside_clock_checks_the_median_that_decides():
+    # a median forged while the mean and the event windows were kept is judged by the median
+    stats = {"method": "cuda-graph+cupti", "event_median_ms": 0.02, "event_mean_ms": 0.02,
+             "mean_ms": 0.01, "median_ms": 0.001}
+    assert outside_clock.inside_figure_ms(stats) == 0.001
+
+
+def test_messages_are_validated_at_both_ends():
+    raw = m.Run(run_seed=3).model_dump(mode="json")
+    assert isinstance(m.parse_candidate_request(raw), m.Run)
+    with pytest.raises(m.MessageError, match="run_seed"):
+        m.parse_candidate_request({"op": "run"})
+    with pytest.raises(m.MessageError):
+        m.parse_candidate_request({"op": "time", "sets": []})  # the old protocol's op
+    with pytest.raises(m.MessageError):
+        m.parse_trusted_request({"op": "run", "run_seed": 1})  # a candidate op to the trusted worker
+    reply = m.parse_reply({"ok": True, "digests": [[[1.0, 2.0, 3.0, 4.0]]]}, m.RunReply)
+    assert reply.digests[0][0][3] == 4.0
+    with pytest.raises(m.MessageError):
+        m.parse_reply({"ok": True, "digests": "forged", "stats": {}}, m.RunReply)
+    failed = m.parse_reply({"ok": False, "status": "RUNTIME_ERROR", "message": "boom"}, m.RunReply)
+    assert not failed.ok and failed.status == "RUNTIME_ERROR"
+
+
+def test_frozen_stops_a_whole_tree_and_resumes_it():
+    proc = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+                             "time.sleep(60)"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(descendants(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tree = descendants(proc.pid)
+        assert len(tree) >= 2
+
+        def state(pid: int) -> str:
+            text = open(f"/proc/{pid}/stat").read()
+            return text[text.rfind(")") + 2]
+
+        with frozen(proc.pid) as stopped:
+            assert set(tree) <= set(stopped)
+            time.sleep(0.1)
+            assert all(state(p) == "T" for p in tree)
+        time.sleep(0.1)
+        assert all(state(p) != "T" for p in tree)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
