@@ -43,9 +43,46 @@ def expectation(path) -> dict:
     text = path.read_text()
     m = re.search(r"EXPECT ([^\"\n]*)", text)
     assert m, f"{path.name} has no EXPECT line"
-    fields = dict(kv.split("=") for kv in m.group(1).split() if "=" in kv)
-    fields["heldout"] = "HELDOUT" in m.group(1)
+    words = m.group(1).replace("//", " ").split()
+    fields = dict(kv.split("=") for kv in words if "=" in kv)
+    fields["heldout"] = "HELDOUT" in words
+    fields["dps"] = "DPS" in words
     return fields
+
+
+def cheat_files(device: str) -> list[Path]:
+    """The cheats a guard on ``device`` can judge: every one but the honest control, the
+    GPU-only ones (``DEVICE=cuda``) on a GPU only, CUDA C++ (``.cu``) on a GPU only."""
+    out = []
+    for p in sorted([*CHEATS.glob("*.py"), *CHEATS.glob("*.cu")]):
+        if p.name == "honest_torch.py":
+            continue
+        if device != "cuda" and (p.suffix == ".cu" or expectation(p).get("DEVICE") == "cuda"):
+            continue
+        out.append(p)
+    return out
+
+
+def submit_cheat(guard, path: Path, agent: str):
+    """Evaluate a cheat as its EXPECT line says: on its problem, as a destination-passing
+    solution when it says DPS, as CUDA C++ when it is a .cu file."""
+    import json
+
+    from guard.candidates.load import from_solution_json, from_source
+
+    exp = expectation(path)
+    problem = exp.get("PROBLEM", RMS)
+    if path.suffix == ".cu":
+        solution = from_source(unique(path.read_text(), "//"), "cuda_cpp", path.name)
+    elif exp["dps"]:
+        solution = from_solution_json(json.dumps({
+            "name": path.stem, "spec": {"languages": ["pytorch"], "entry_point": "k.py::run",
+                                        "destination_passing_style": True},
+            "sources": [{"path": "k.py", "content": cheat_source(path, guard)}],
+        }))
+    else:
+        solution = from_source(cheat_source(path, guard), None, "kernel.py")
+    return guard.evaluate(solution, problem, agent=agent)
 
 
 def cheat_source(path, guard) -> str:

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from conftest import CHEATS, RMS, cheat_source, expectation, honest_source, unique
+from conftest import CHEATS, RMS, cheat_files, cheat_source, expectation, honest_source, submit_cheat, unique
 from guard.problems.derive import workload_set
 from guard.candidates.load import from_source
 
-CHEAT_FILES = sorted(p for p in CHEATS.glob("*.py") if p.name != "honest_torch.py")
+CHEAT_FILES = cheat_files("cpu")
 # cheats that take their worker down (every candidate gets a fresh worker anyway)
 FAULTS = {"infinite_loop", "hard_exit", "early_exit", "segfault", "out_of_memory", "leaks_state"}
 
@@ -23,9 +23,8 @@ def evaluate(guard, source: str, problem: str, agent: str):
 @pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)
 def test_cheat_with_screen(guard, path):
     exp = expectation(path)
-    problem = exp.get("PROBLEM", RMS)
     t0 = time.monotonic()
-    v = evaluate(guard, cheat_source(path, guard), problem, f"cheat-{path.stem}")
+    v = submit_cheat(guard, path, f"cheat-{path.stem}")
     assert v.status == exp["screen"], f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
     if exp["screen"] == "PASSED":
         assert v.decision in ("ACCEPT", "KEEP", "REVERT")
@@ -42,9 +41,8 @@ def test_cheat_with_screen(guard, path):
 @pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)
 def test_cheat_runtime_defence_alone(guard_runtime_only, path):
     exp = expectation(path)
-    problem = exp.get("PROBLEM", RMS)
     g = guard_runtime_only
-    v = evaluate(g, cheat_source(path, g), problem, f"cheat-{path.stem}")
+    v = submit_cheat(g, path, f"cheat-{path.stem}")
     assert v.status == exp["runtime"], f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
     if exp["runtime"] != "PASSED":
         assert v.decision == "REJECT" and v.gate in ("build", "correctness", "benchmark")

@@ -40,6 +40,14 @@ _timing.summarize = _summary
 _T.median = _median
 
 
+# A slow kernel (the right answer, computed 300 times over): a forgery is seen by the guard's
+# own clock once it hides more than the clock's band, a few ms per call on the CPU
+# (docs/guard.md); a fast kernel forged by 20x stays inside it there.
+SLOW = 300
+
+
 def run(hidden_states, weight):
     x = hidden_states.float()
-    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
+    for _ in range(SLOW):
+        out = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
+    return out

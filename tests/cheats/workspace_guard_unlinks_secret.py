@@ -1,5 +1,5 @@
 """Makes the guard itself delete the workspace's secret key file: its worker names that file as an output in its reply, and the guard unlinks every output file a reply names; nothing the candidate's process does touches the workspace.
-EXPECT screen=RUNTIME_ERROR runtime=RUNTIME_ERROR PROBLEM=softmax_h4096
+EXPECT screen=REWARD_HACK runtime=REWARD_HACK PROBLEM=softmax_h4096
 
 Class 5, through the guard. The workspace path comes from the prepare message (`blob_root`
 of a problem imported into the workspace); `write_tensor` in the guard's candidate module
@@ -9,6 +9,7 @@ is RUNTIME_ERROR), then the guard process unlinks it. A sandbox around the candi
 stop this: the guard and the trusted worker act on a file name the candidate chose.
 Deleting the secret makes the next guard draw a new one (new held-out workloads, new seeds);
 the same reply can name the database or any file the guard's user may delete.
+The guard now names the output files itself and rejects a reply that names another.
 """
 import operator
 

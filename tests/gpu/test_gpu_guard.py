@@ -14,13 +14,13 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-from conftest import CHEATS, RMS, SOL_EXAMPLES, cheat_source, expectation, fast_config, honest_source, unique  # noqa: E402,E501
+from conftest import RMS, SOL_EXAMPLES, cheat_files, expectation, fast_config, honest_source, submit_cheat, unique  # noqa: E402,E501
 from guard.candidates.load import from_source  # noqa: E402
 from guard.cascade import Guard  # noqa: E402
 from guard.workspace import Workspace  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
 
-CHEAT_FILES = sorted(p for p in CHEATS.glob("*.py") if p.name != "honest_torch.py")
+CHEAT_FILES = cheat_files("cuda")  # every cheat, the GPU-only and CUDA C++ ones included
 
 
 def _guard(path, **kw):
@@ -73,7 +73,7 @@ def test_cheats_on_gpu_runtime_defence(gpu_guard_runtime, path):
     exp = expectation(path)
     expected = exp["runtime"]
     g = gpu_guard_runtime
-    v = submit(g, cheat_source(path, g), f"cheat-{path.stem}", problem=exp.get("PROBLEM", RMS))
+    v = submit_cheat(g, path, f"cheat-{path.stem}")
     assert v.status == expected, f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
     after = submit(g, honest_source(), f"after-{path.stem}")
     assert after.status == "PASSED", after.reason
