@@ -70,7 +70,10 @@ async def test_submit_record_recall_peek_status(service):
         rec = (await c.call_tool("recall", {"problem": RMS, "query": "float32 adversarial"})).structured_content
         assert rec["conclusions"][0]["evidence"] == cid
         assert rec["trajectory"][-1]["candidate_id"] == cid
-        assert "memory_bound" in rec["signals"]
+        # the bound of most workloads at speed of light, whichever this machine's ceilings make it
+        # (a CPU's slow bf16 matmul rate makes RMSNorm compute-bound on some machines)
+        bounds = [w["bound"] for w in res["verdict"]["workloads"] if w.get("bound")]
+        assert f"{max(set(bounds), key=bounds.count)}_bound" in rec["signals"], (bounds, rec["signals"])
 
         peek = (await c.call_tool("peek_best", {"problem": RMS})).structured_content
         assert peek["global_best"]["candidate_id"] == cid and "kernel.py" in peek["global_best"]["source"]
