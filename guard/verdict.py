@@ -158,6 +158,9 @@ class Verdict(BaseModel):
     workloads: list[WorkloadResult] = Field(default_factory=list)
     checked: Checked = Field(default_factory=Checked)
     phases_s: dict[str, float] = Field(default_factory=dict)
+    # the workers' peak memory during this evaluation ("trusted", "candidate"; device memory on
+    # a GPU, resident memory on the CPU); absent on verdicts from before it was measured
+    peak_memory_bytes: dict[str, int] | None = None
     device: DeviceInfo = Field(default_factory=DeviceInfo)
     notes: str | None = None
     parent: str | None = None

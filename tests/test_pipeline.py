@@ -39,6 +39,11 @@ def _decisions(guard):
     assert first.decision == "ACCEPT" and first.status == "PASSED", first.reason
     assert first.agent_best_id == first.candidate_id
     assert first.checked.visible_workloads >= 1 and first.checked.heldout_workloads >= 1
+    # every verdict says how the candidate's worker was isolated (never silently none)
+    assert first.device.isolation and first.device.isolation.startswith("isolation: ")
+    # and what the guard's own clock measured beside the candidate's figure, per workload
+    clock = first.workloads[0].timing.model_dump()["outside_clock"]
+    assert clock["agrees"] and clock["run_iters"] == first.workloads[0].timing.n
     for w in first.workloads:
         assert w.latency_ms > 0 and w.eager_ms > 0 and w.sol_ms > 0
         assert w.iterations >= guard.cfg.min_iters

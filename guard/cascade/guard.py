@@ -26,7 +26,9 @@ from ..sandbox import isolation_line
 from ..screen import screen_solution
 from ..verdict import Verdict
 from ..workspace import Workspace
-from . import benchmark_gate, build_gate, correctness_gate, pairing_gate, scoring_gate
+from ..runner import messages as m
+from ..runner import nvml
+from . import benchmark_gate, build_gate, correctness_gate, memory_plan, pairing_gate, scoring_gate
 from .context import EvalContext, Progress, noop
 from .reasons import GuardError, Rejection, died, first_line, timed_out
 from .recording import Recorder
@@ -84,9 +86,10 @@ class Guard:
         before any candidate (both are cached), so that the first verdict does not wait for
         them."""
         problem = self.store.get(problem_name)
+        wset = workload_set(problem, self.device.kind, self._secret)
+        self._check_fits(problem, wset.visible + wset.heldout)
         with self._lock:
-            self.reference.prepare(problem, workload_set(problem, self.device.kind, self._secret).visible,
-                                   progress or noop)
+            self.reference.prepare(problem, wset.visible, progress or noop)
 
     def close(self) -> None:
         self.pool.close()
@@ -172,11 +175,13 @@ class Guard:
         wset = workload_set(problem, self.device.kind, self._secret)
         phases: dict[str, float] = {"screen": time.monotonic() - t_start}
         eval_seed = self.reference.seed("eval", cid, d.content_hash())
+        self._check_fits(problem, wset.visible + wset.heldout)
 
         t = time.monotonic()
         progress("start", 0, 1, "starting workers")
         trusted, key, ceilings, baselines = self.reference.prepare(problem, wset.visible, progress)
         phases["baseline"] = time.monotonic() - t
+        self._peak_memory(trusted, reset=True)  # this evaluation's peak, not the baselines'
 
         t = time.monotonic()
         cand = self.pool.take_candidate()
@@ -219,18 +224,53 @@ class Guard:
                 phases["pairing"] = time.monotonic() - t
         except Rejection as rej:
             phases["total"] = time.monotonic() - t_start
-            return self.recorder.reject(cid, problem, agent, rej, phases, notes, parent)
+            return self.recorder.reject(cid, problem, agent, rej, phases, notes, parent,
+                                        memory=self._memory(trusted, cand))
         except WorkerTimeout as exc:
             phases["total"] = time.monotonic() - t_start
             return self.recorder.reject(cid, problem, agent, timed_out(gate, exc, self.cfg.call_timeout_s),
-                                        phases, notes, parent)
+                                        phases, notes, parent, memory=self._memory(trusted, None))
         except WorkerDied as exc:
             phases["total"] = time.monotonic() - t_start
-            return self.recorder.reject(cid, problem, agent, died(gate, exc), phases, notes, parent)
+            return self.recorder.reject(cid, problem, agent, died(gate, exc), phases, notes, parent,
+                                        memory=self._memory(trusted, None))
         finally:
+            memory = self._memory(trusted, cand)
             self.pool.discard(cand)  # its folder goes with it, outputs included
 
         # Gates 6 and 7: decision, archive.
         phases["total"] = time.monotonic() - t_start
         return self.recorder.measured(cid, problem, agent, workloads, checked, phases, notes, parent,
-                                      solution_json, paired=paired)
+                                      solution_json, paired=paired, memory=memory)
+
+    # -- memory -------------------------------------------------------------------------------
+    def _capacity_bytes(self) -> int | None:
+        if self.device.kind == "cuda":
+            return nvml.total_memory(self.device.uuid)
+        return int(self.cfg.cpu_memory_limit_gb * (1 << 30))
+
+    def _check_fits(self, problem: Problem, workloads) -> None:
+        """A problem too large for this device is refused with the figures, before any work."""
+        d = problem.definition
+        l2 = int((self.reference.ceilings or {}).get("l2_bytes") or (60 << 20))
+        flush = 2 * l2 if self.device.kind == "cuda" else (8 << 20)
+        why = memory_plan.does_not_fit(d, list(workloads), self._capacity_bytes(), self.device.kind,
+                                       lambda w: len(self.reference.set_seeds(d, w, "timing", 0)), flush)
+        if why:
+            raise GuardError(why)
+
+    @staticmethod
+    def _peak_memory(worker, reset: bool = False) -> int | None:
+        if worker is None or not worker.alive:
+            return None
+        try:
+            raw = worker.request(m.Memory(reset=reset).model_dump(), 30)
+            return m.parse_reply(raw, m.MemoryReply).peak_bytes
+        except (WorkerDied, WorkerTimeout, m.MessageError):
+            return None
+
+    def _memory(self, trusted, cand) -> dict[str, int] | None:
+        """Both workers' peak memory during this evaluation (the candidate's: while it lives)."""
+        out = {"trusted": self._peak_memory(trusted), "candidate": self._peak_memory(cand)}
+        out = {k: v for k, v in out.items() if v is not None}
+        return out or None

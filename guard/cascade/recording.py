@@ -26,7 +26,8 @@ class Recorder:
         self.db, self.cfg, self.device, self.archive = db, cfg, device, archive
         self.device_info = device_info  # the verdict's device (with the ceilings once measured)
 
-    def reject(self, cid, problem: Problem, agent, rej: Rejection, phases, notes, parent) -> Verdict:
+    def reject(self, cid, problem: Problem, agent, rej: Rejection, phases, notes, parent,
+               memory: dict[str, int] | None = None) -> Verdict:
         with self.db.transaction() as c:
             history = _history(self.db, c, problem.name, agent)
             best = self.db.agent_best(c, problem.name, problem.definition.content_hash(), agent,
@@ -39,7 +40,7 @@ class Recorder:
                 status=rej.status, gate=rej.gate, reason=rej.reason, diagnostic=rej.diagnostic,
                 first_failing_workload=rej.workload, advice=advice, phases_s=phases,
                 agent_best_id=best["id"] if best else None, global_best_id=gbest["id"] if gbest else None,
-                device=self.device_info(), notes=notes, parent=parent,
+                device=self.device_info(), notes=notes, parent=parent, peak_memory_bytes=memory,
                 repeats=repeats(c, problem.name, agent, row["source_hash"], row["normalized_hash"], notes, cid),
             )
             self.db.finish(c, cid, row_fields(verdict), [])
@@ -47,7 +48,7 @@ class Recorder:
 
     def measured(self, cid, problem: Problem, agent, workloads: list[WorkloadResult], checked,
                  phases, notes, parent, solution_json, duplicate_of: str | None = None,
-                 paired: dict | None = None) -> Verdict:
+                 paired: dict | None = None, memory: dict[str, int] | None = None) -> Verdict:
         cfg, device = self.cfg, self.device
         dhash = problem.definition.content_hash()
         new = {w.uuid: (w.latency_ms, w.rel_se or 0.0) for w in workloads}
@@ -106,6 +107,7 @@ class Recorder:
                 is_global_best=is_global, duplicate_of=duplicate_of, advice=advice,
                 workloads=workloads, checked=checked, phases_s=phases, device=self.device_info(),
                 notes=notes, parent=parent, paired=paired_summary(paired), repeats=repeated,
+                peak_memory_bytes=memory,
             )
             self.db.finish(c, cid, row_fields(verdict), [w.model_dump() for w in workloads])
         if decision == "ACCEPT" and duplicate_of is None:

@@ -12,7 +12,7 @@ from ..builders import BuildError, get_builder
 from ..builders.trim import trim_traceback
 from . import harness, replays
 from . import messages as m
-from .common import CandidateFault, load_module_from_source, normalize_outputs, storage_range
+from .common import CandidateFault, load_module_from_source, normalize_outputs, peak_memory, storage_range
 from .harness import T
 from .inputs import InputMaker, torch_dtype
 from .tensorio import write_tensor
@@ -55,7 +55,7 @@ class CandidateRole:
         except m.MessageError as exc:
             return m.Reply(ok=False, status="INTERNAL", message=str(exc)).model_dump()
         handler = {m.Prepare: self.prepare, m.Check: self.check, m.Arm: self.arm, m.Run: self.run,
-                   m.Confirm: self.confirm, m.Stats: self.stats}[type(msg)]
+                   m.Confirm: self.confirm, m.Stats: self.stats, m.Memory: self.memory}[type(msg)]
         try:
             reply = handler(msg)
         except CandidateFault as f:
@@ -298,6 +298,9 @@ class CandidateRole:
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
         return m.ConfirmReply(ok=True, digests=table)
+
+    def memory(self, msg: m.Memory) -> m.Reply:
+        return m.MemoryReply(ok=True, peak_bytes=peak_memory(self.device, msg.reset))
 
     def stats(self, msg: m.Stats) -> m.Reply:
         """The timed loop's statistics, read after the guard's clock has stopped."""

@@ -83,3 +83,25 @@ def storage_range(t: torch.Tensor) -> tuple[int, int]:
 
 def dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).replace("torch.", "")
+
+
+def peak_memory(device: str, reset: bool) -> int:
+    """This worker's peak memory in bytes since it started or was last reset: on a GPU what
+    torch's allocator reserved, on the CPU the resident set's high-water mark."""
+    if device.startswith("cuda"):
+        peak = int(torch.cuda.max_memory_reserved())
+        if reset:
+            torch.cuda.reset_peak_memory_stats()
+        return peak
+    peak = 0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) * 1024
+    if reset:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # resets VmHWM to the current resident set
+        except OSError:
+            pass
+    return peak

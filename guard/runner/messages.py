@@ -183,13 +183,20 @@ class VerifyReplays(_Msg):
     names: list[str]
 
 
+class Memory(_Msg):
+    """The worker's peak memory since it started or was last reset."""
+
+    op: Literal["memory"] = "memory"
+    reset: bool = False
+
+
 class Exit(_Msg):
     op: Literal["exit"] = "exit"
 
 
-CandidateRequest = Annotated[Prepare | Check | Arm | Run | Confirm | Stats, Field(discriminator="op")]
+CandidateRequest = Annotated[Prepare | Check | Arm | Run | Confirm | Stats | Memory, Field(discriminator="op")]
 TrustedRequest = Annotated[
-    LoadProblem | Reference | Compare | Release | Baseline | Ceilings | Overhead | VerifyReplays,
+    LoadProblem | Reference | Compare | Release | Baseline | Ceilings | Overhead | VerifyReplays | Memory,
     Field(discriminator="op"),
 ]
 _CANDIDATE = TypeAdapter(CandidateRequest)
@@ -271,6 +278,10 @@ class OverheadReply(Reply):
     iters: int = 0
     setup_s: float = 0.0  # measured by the trusted worker itself, taken out of the guard's figure
     digests: list[list[list[float]]] = Field(default_factory=list)
+
+
+class MemoryReply(Reply):
+    peak_bytes: int = 0
 
 
 class ConfirmReply(Reply):

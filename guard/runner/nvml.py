@@ -53,6 +53,18 @@ def gpu_identity(index: int = 0) -> dict | None:
         return None
 
 
+def total_memory(uuid: str | None = None, index: int = 0) -> int | None:
+    """The device's memory in bytes (None without NVML)."""
+    if not _init():
+        return None
+    try:
+        h = pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else pynvml.nvmlDeviceGetHandleByIndex(index)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(h).total)
+    except Exception as exc:
+        log.debug("nvml memory failed: %s", exc)
+        return None
+
+
 def _s(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 

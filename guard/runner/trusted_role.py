@@ -11,7 +11,7 @@ import torch
 
 from . import ceilings, replays
 from . import messages as m
-from .common import load_module_from_source, normalize_outputs
+from .common import load_module_from_source, normalize_outputs, peak_memory
 from .compare import compare
 from .harness import T
 from .inputs import InputMaker, torch_dtype
@@ -38,7 +38,7 @@ class TrustedRole:
         handler = {
             m.LoadProblem: self.problem, m.Reference: self.reference, m.Compare: self.compare,
             m.Release: self.release, m.Baseline: self.baseline, m.Ceilings: self.ceilings,
-            m.Overhead: self.overhead, m.VerifyReplays: self.verify_replays,
+            m.Overhead: self.overhead, m.VerifyReplays: self.verify_replays, m.Memory: self.memory,
         }[type(msg)]
         try:
             reply = handler(msg)
@@ -236,6 +236,9 @@ class TrustedRole:
         # the same reply size as the candidate's, whose digests travel back too
         table = torch.stack(digests).cpu().tolist() if digests else []
         return m.OverheadReply(ok=True, iters=msg.iters, setup_s=setup_s, digests=table)
+
+    def memory(self, msg: m.Memory) -> m.Reply:
+        return m.MemoryReply(ok=True, peak_bytes=peak_memory(self.device, msg.reset))
 
     def _sync(self) -> None:
         if self.cuda:

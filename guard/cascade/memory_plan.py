@@ -1,0 +1,62 @@
+"""How much memory a problem's evaluation needs, checked before any work, and how much its
+workers used at their peak (reported in the verdict).
+
+The need of one workload is estimated from the definition alone: the candidate's worker
+holds its live input sets (2 to 4), one round's outputs and the flush buffer; the trusted
+worker holds one round's inputs, the reference's outputs and the candidate's outputs read
+back, and compares them a chunk at a time. A problem whose largest workload needs more than
+the device has is refused with the figures before any worker is asked to do anything, never
+left to end in an out-of-memory error in the middle of a verdict.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..problems.dtypes import dtype_info
+from ..problems.schema import Definition, Workload
+
+# what torch, CUDA's context and the worker's own code take besides the tensors
+RUNTIME_RESERVE_BYTES = {"cuda": 2 << 30, "cpu": 3 << 30}
+
+
+def tensor_bytes(d: Definition, w: Workload) -> tuple[int, int]:
+    """(input bytes, output bytes) of one call on workload ``w``."""
+    axes = d.resolve_axes(w.axes)
+
+    def total(specs) -> int:
+        return sum(dtype_info(s.dtype).bytes * math.prod(d.shape_of(s, axes))
+                   for s in specs if s.shape is not None)
+
+    return total(d.inputs.values()), total(d.outputs.values())
+
+
+def workload_need(d: Definition, w: Workload, n_sets: int, flush_bytes: int) -> int:
+    """Bytes the busier of the two workers needs for ``w`` at its peak."""
+    inputs, outputs = tensor_bytes(d, w)
+    candidate = n_sets * inputs + 2 * outputs + flush_bytes
+    trusted = inputs + 3 * outputs  # reference outputs, the candidate's read back, a float64 chunk's worth
+    return max(candidate, trusted)
+
+
+def does_not_fit(d: Definition, workloads: list[Workload], capacity_bytes: int | None, kind: str,
+                 n_sets_of, flush_bytes: int) -> str | None:
+    """Why the problem cannot be evaluated on a device of ``capacity_bytes``, or None."""
+    if not capacity_bytes:
+        return None
+    usable = capacity_bytes - RUNTIME_RESERVE_BYTES.get(kind, 0)
+    worst = max(workloads, key=lambda w: workload_need(d, w, n_sets_of(w), flush_bytes), default=None)
+    if worst is None:
+        return None
+    need = workload_need(d, worst, n_sets_of(worst), flush_bytes)
+    if need <= usable:
+        return None
+    inputs, outputs = tensor_bytes(d, worst)
+    return (f"problem {d.name} does not fit this {kind} device: workload {worst.uuid} needs about "
+            f"{_gb(need)} (inputs {_gb(inputs)} per call, outputs {_gb(outputs)}, {n_sets_of(worst)} input sets "
+            f"rotated while timing), and the device has {_gb(capacity_bytes)} of which about {_gb(usable)} are "
+            f"usable; use smaller workloads (or a device with more memory)")
+
+
+def _gb(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= (1 << 30) else f"{n / (1 << 20):.0f} MiB"

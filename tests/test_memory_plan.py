@@ -1,0 +1,50 @@
+"""A problem too large for the device is refused with the figures before any work, and each
+verdict reports its workers' peak memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import RMS, honest_source, make_guard
+from guard.candidates.load import from_source
+from guard.cascade import GuardError
+from guard.cascade.memory_plan import does_not_fit, tensor_bytes, workload_need
+from guard.problems.schema import Definition, Workload
+
+BIG = Definition.model_validate({
+    "name": "big_copy", "op_type": "copy", "reference": "def run(x):\n    return x.clone()\n",
+    "axes": {"n": {"type": "var"}},
+    "inputs": {"x": {"shape": ["n", 4096], "dtype": "float32"}},
+    "outputs": {"y": {"shape": ["n", 4096], "dtype": "float32"}},
+})
+
+
+def test_the_need_of_a_workload_counts_inputs_outputs_and_sets():
+    w = Workload.model_validate({"uuid": "w", "axes": {"n": 1024}, "inputs": {"x": {"type": "random"}}})
+    assert tensor_bytes(BIG, w) == (16 << 20, 16 << 20)
+    assert workload_need(BIG, w, n_sets=4, flush_bytes=0) == 4 * (16 << 20) + 2 * (16 << 20)
+
+
+def test_a_problem_that_cannot_fit_is_refused_with_how_much_it_needs_and_has():
+    w = Workload.model_validate({"uuid": "huge", "axes": {"n": 1 << 20}, "inputs": {"x": {"type": "random"}}})
+    why = does_not_fit(BIG, [w], 8 << 30, "cpu", lambda _: 2, 8 << 20)
+    assert why and "huge" in why and "needs about" in why and "8.0 GiB" in why
+    small = Workload.model_validate({"uuid": "small", "axes": {"n": 16}, "inputs": {"x": {"type": "random"}}})
+    assert does_not_fit(BIG, [small], 8 << 30, "cpu", lambda _: 2, 8 << 20) is None
+
+
+def test_the_guard_refuses_before_any_work_and_reports_peak_memory(session_tmp):
+    tight = make_guard(session_tmp / "ws-memory-tight", cpu_memory_limit_gb=3.005)
+    try:
+        with pytest.raises(GuardError, match="does not fit this cpu device"):
+            tight.evaluate(from_source(honest_source(), None, "kernel.py"), RMS, agent="mem")
+    finally:
+        tight.close()
+    g = make_guard(session_tmp / "ws-memory")
+    try:
+        v = g.evaluate(from_source(honest_source(), None, "kernel.py"), RMS, agent="mem")
+        assert v.status == "PASSED", v.reason
+        assert set(v.peak_memory_bytes) == {"trusted", "candidate"}
+        assert all(100 << 20 < b < 8 << 30 for b in v.peak_memory_bytes.values()), v.peak_memory_bytes
+    finally:
+        g.close()
