@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .base import BuildError, write_sources
+from .modelnew import kernelbench_reference, modelnew_entry
 from .trim import trim_traceback
 
 
@@ -31,6 +32,20 @@ class PythonBuilder:
         except BaseException as exc:  # import-time code failed (ImportError, NameError, ...)
             raise BuildError("importing the candidate failed:\n" + trim_traceback(exc, [srcdir])) from None
         fn = getattr(module, symbol, None)
+        if isinstance(fn, type):  # a class: KernelBench's ModelNew, wrapped in a run(...)
+            return modelnew_entry(fn, f"{entry_file}::{symbol}", srcdir)
         if not callable(fn):
-            raise BuildError(f"{entry_file} defines no function {symbol!r}")
+            raise BuildError(self._missing(module, entry_file, symbol, srcdir))
         return fn
+
+    @staticmethod
+    def _missing(module, entry_file: str, symbol: str, srcdir: Path) -> str:
+        if symbol == "run" and isinstance(getattr(module, "ModelNew", None), type):
+            return (f"{entry_file} defines no function 'run' but a class ModelNew: give the entry "
+                    f"point as '{entry_file}::ModelNew' (a file submitted alone is taken so)")
+        if kernelbench_reference(srcdir) is not None:
+            return (f"{entry_file} defines neither class ModelNew nor a function {symbol!r}: a "
+                    "candidate for a KernelBench problem is a class ModelNew(nn.Module) taking the "
+                    "Model's constructor arguments, or run(...) taking the problem's inputs "
+                    "(the forward arguments, then the Model's parameters and buffers)")
+        return f"{entry_file} defines no function {symbol!r}"

@@ -4,10 +4,17 @@ A single ``.py`` defines ``run(...)`` with the reference's signature and returns
 outputs (PyTorch, Triton, or CUDA launched through cuda-python). A single ``.cu``/``.cpp``
 file defines ``run`` with a torch binding (its own ``PYBIND11_MODULE`` or one the guard
 generates). A ``solution.json`` is taken as SOL-ExecBench defines it.
+
+A ``.py`` that defines ``class ModelNew`` and no top-level ``run`` is a candidate as
+KernelBench writes them: its entry point is ``file::ModelNew``, which the Python builder wraps,
+in the candidate worker, in a ``run(...)`` with the problem's inputs (``guard/builders/modelnew.py``;
+only problems imported from KernelBench take one). Nothing of it runs here: the source is
+only parsed.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path, PurePosixPath
@@ -28,6 +35,32 @@ def guess_language(source: str, filename: str) -> str:
     if re.search(r"^\s*(import|from)\s+triton\b", source, re.M):
         return "triton"
     return "pytorch"
+
+
+def top_level_names(source: str) -> set[str] | None:
+    """Names a Python source binds at its top level (defs, classes, assignments, imports);
+    None when it does not parse (the screen reports that, with the line)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
+
+
+def is_modelnew_source(source: str) -> bool:
+    """KernelBench's candidate form: ``ModelNew`` defined at the top level, no ``run``."""
+    names = top_level_names(source)
+    return names is not None and "ModelNew" in names and "run" not in names
 
 
 def from_source(
@@ -52,13 +85,14 @@ def from_source(
     if lang != "cuda_cpp" and not filename.endswith(".py"):
         filename = "kernel.py"
     languages = [lang] if lang != "triton" else ["triton", "pytorch"]
+    symbol = "ModelNew" if lang != "cuda_cpp" and is_modelnew_source(source) else "run"
     try:
         return Solution(
             name=name,
             author=author,
             spec={
                 "languages": languages,
-                "entry_point": f"{filename}::run",
+                "entry_point": f"{filename}::{symbol}",
                 "destination_passing_style": False,
                 "binding": "torch" if lang == "cuda_cpp" else None,
             },

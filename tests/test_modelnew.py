@@ -1,0 +1,216 @@
+"""KernelBench candidates as KernelBench writes them: a file defining ``class ModelNew``
+(the Model's constructor arguments, its weights under the Model's names) is judged through
+the whole cascade for a problem imported from KernelBench, on the CPU: one problem of each
+level, one ``load_inline`` C++ build, and the errors a ModelNew author can act on.
+
+The KernelBench files are read from ``../shared/datasets/kernelbench`` beside the repository;
+the tests are skipped when it is absent.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import make_guard
+from guard.candidates.load import from_file, from_source
+from guard.problems.kernelbench_import import KernelBenchProber, import_kernelbench_file
+from guard.screen import screen_solution
+
+KERNELBENCH = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "kernelbench"
+FILES = {
+    "relu": "level1/19_ReLU.py",
+    "conv": "level2/1_Conv2D_ReLU_BiasAdd.py",
+    "mlp": "level3/1_MLP.py",
+}
+pytestmark = pytest.mark.skipif(
+    not all((KERNELBENCH / f).is_file() for f in FILES.values()),
+    reason=f"KernelBench files not found under {KERNELBENCH}",
+)
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory):
+    """A CPU guard with the three KernelBench problems imported; yields (guard, names)."""
+    g = make_guard(tmp_path_factory.mktemp("ws-modelnew"), correctness_rounds=1)
+    names = {}
+    try:
+        with KernelBenchProber() as prober:
+            for key, rel in FILES.items():
+                problem, _ = import_kernelbench_file(KERNELBENCH / rel, prober)
+                problem.save(g.store.workspace_problems / problem.name)
+                names[key] = problem.name
+        yield g, names
+    finally:
+        g.close()
+
+
+def _src(text: str) -> str:
+    return textwrap.dedent(text).lstrip()
+
+
+def _judge(kb, key: str, source: str, language: str | None = None):
+    g, names = kb
+    solution = from_source(_src(source), language, "model_new.py")
+    assert solution.spec.entry_point == "model_new.py::ModelNew"
+    return g.evaluate(solution, names[key], agent="modelnew")
+
+
+def _passed(v) -> None:
+    assert v.status == "PASSED", f"{v.status}: {v.reason}\n{v.diagnostic}"
+
+
+RELU = """
+    import torch
+    import torch.nn as nn
+
+
+    class ModelNew(nn.Module):
+        def __init__(self):
+            super(ModelNew, self).__init__()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.clamp_min(x, 0.0)
+"""
+
+CONV = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class ModelNew(nn.Module):
+        def __init__(self, in_channels, out_channels, kernel_size, bias_shape):
+            super().__init__()
+            self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+            self.bias = nn.Parameter(torch.randn(bias_shape))
+
+        def forward(self, x):
+            y = F.conv2d(x, self.conv.weight, self.conv.bias)
+            return y.relu_().add_(self.bias)
+"""
+
+# the Model's layers under other names (network.0 -> layers.0, ...): matched by order and shape
+MLP = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class ModelNew(nn.Module):
+        def __init__(self, input_size, layer_sizes, output_size):
+            super().__init__()
+            sizes = [input_size, *layer_sizes, output_size]
+            self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+
+        def forward(self, x):
+            for layer in self.layers[:-1]:
+                x = F.relu(F.linear(x, layer.weight, layer.bias))
+            last = self.layers[-1]
+            return torch.addmm(last.bias, x, last.weight.t())
+"""
+
+LOAD_INLINE = '''
+    import torch
+    import torch.nn as nn
+    from torch.utils.cpp_extension import load_inline
+
+    relu_cpp_source = """
+    torch::Tensor relu_forward(torch::Tensor x) {
+        auto xc = x.contiguous();
+        auto y = torch::empty_like(xc);
+        const float* src = xc.data_ptr<float>();
+        float* dst = y.data_ptr<float>();
+        const int64_t n = xc.numel();
+        for (int64_t i = 0; i < n; ++i) dst[i] = src[i] > 0.0f ? src[i] : 0.0f;
+        return y;
+    }
+    """
+
+    relu_ext = load_inline(
+        name="kernelarc_test_relu_cpu",
+        cpp_sources=relu_cpp_source,
+        functions=["relu_forward"],
+        verbose=False,
+    )
+
+
+    class ModelNew(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.relu = relu_ext
+
+        def forward(self, x):
+            return self.relu.relu_forward(x)
+'''
+
+
+# --------------------------------------------------------------------- loading, screen
+
+
+def test_a_modelnew_file_is_a_candidate_as_written(tmp_path):
+    path = tmp_path / "model_new.py"
+    path.write_text(_src(CONV))
+    for language in (None, "pytorch", "triton"):
+        solution = from_file(path, language=language)
+        assert solution.spec.entry_point == "model_new.py::ModelNew"
+        assert solution.sources[0].content == path.read_text()  # kept as written
+    # a file that also defines run() is judged by its run()
+    both = _src(CONV) + "\n\ndef run(x, bias, conv__weight, conv__bias):\n    return x\n"
+    assert from_source(both, None).spec.entry_point == "kernel.py::run"
+    for source in (RELU, CONV, MLP, LOAD_INLINE):
+        result = screen_solution(from_source(_src(source), None), 256_000, 16)
+        assert result.ok, result.message()
+
+
+# --------------------------------------------------------------------- PASSED, each level
+
+
+@pytest.mark.parametrize("key, source", [("relu", RELU), ("conv", CONV), ("mlp", MLP)],
+                         ids=["level1-relu", "level2-conv-relu-bias", "level3-mlp-renamed"])
+def test_modelnew_of_each_level_passes(kb, key, source):
+    _passed(_judge(kb, key, source))
+
+
+def test_load_inline_cpu_modelnew_passes(kb):
+    """CPU C++ through load_inline, built at import in the worker's own folder (the
+    sandbox's TORCH_EXTENSIONS_DIR), judged like any candidate."""
+    _passed(_judge(kb, "relu", LOAD_INLINE))
+
+
+# --------------------------------------------------------------------- errors
+
+
+def test_missing_modelnew_says_what_a_kernelbench_candidate_is(kb):
+    g, names = kb
+    source = _src(RELU).replace("ModelNew", "MyModel")
+    v = g.evaluate(from_source(source, None, "model_new.py"), names["relu"], agent="modelnew")
+    assert v.status == "COMPILE_ERROR"
+    assert "defines neither class ModelNew nor a function 'run'" in v.diagnostic
+
+
+def test_constructor_that_refuses_the_init_inputs(kb):
+    source = CONV.replace("def __init__(self, in_channels, out_channels, kernel_size, bias_shape)",
+                          "def __init__(self, in_channels, out_channels)")
+    v = _judge(kb, "conv", source)
+    assert v.status == "COMPILE_ERROR", v.diagnostic
+    assert "does not accept the Model's constructor arguments" in v.diagnostic
+    assert "in_channels=64, out_channels=128, kernel_size=3, bias_shape=(128, 1, 1)" in v.diagnostic
+
+
+def test_unmatched_weights_are_named(kb):
+    source = CONV.replace("nn.Conv2d(in_channels, out_channels, kernel_size)",
+                          "nn.Conv2d(in_channels, out_channels, kernel_size, bias=False)")
+    source = source.replace("self.conv.bias)", "None)")
+    v = _judge(kb, "conv", source)
+    assert v.status == "COMPILE_ERROR", v.diagnostic
+    assert "conv.bias [128]" in v.diagnostic and "match no parameter or buffer of ModelNew" in v.diagnostic
+
+
+def test_forward_with_the_wrong_arguments(kb):
+    source = RELU.replace("def forward(self, x: torch.Tensor)", "def forward(self, x, y)")
+    v = _judge(kb, "relu", source)
+    assert v.status == "COMPILE_ERROR", v.diagnostic
+    assert "must take the Model's forward argument(s) (x)" in v.diagnostic
