@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -19,17 +19,22 @@ from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 import launcher
 
+from . import compact as C
 from . import views as V
 from .service import Service, ServiceError
 from .tokens import TokenStore
 
 log = logging.getLogger(__name__)
 READ_ONLY = ToolAnnotations(read_only_hint=True)
+Detail = C.Detail
+Language = Literal["pytorch", "triton", "cuda_cpp"]
+VERDICT_DETAIL = ("brief (default): decision, reason, advice, per-workload latency, speedups and SOL; full: the "
+                  "whole verdict (timing internals, device, phases, paired medians)")
 INSTRUCTIONS = """\
 KernelArc judges GPU kernels. Read a problem (get_problem), write a kernel, submit it
 (submit_candidate; if it answers with a job_id, call get_result), read the verdict and its
@@ -87,20 +92,36 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
             raise ToolError(str(exc)) from None
 
     # -- tools ---------------------------------------------------------------------------
+    # Each tool answers through compact.result: one copy of the data (structuredContent,
+    # which Claude Code and Codex hand to the model), rounded, internals behind detail="full".
     @mcp.tool(annotations=READ_ONLY)
-    async def list_problems() -> V.ProblemList:
+    async def list_problems(ctx: Context) -> Annotated[CallToolResult, V.ProblemList]:
         """List the problems this server judges: name, op family, number of workloads, dtypes,
         and the seed kernels shipped with each."""
-        return await call(service.list_problems)
+        view = await call(service.list_problems)
+        return C.result(view, f"{len(view.problems)} problems, judged on {view.device}", protocol=ctx.protocol_version)
 
     @mcp.tool(annotations=READ_ONLY)
-    async def get_problem(problem: Annotated[str, Field(max_length=128, description="problem name")]) -> V.ProblemView:
+    async def get_problem(
+        problem: Annotated[str, Field(max_length=128, description="problem name")],
+        ctx: Context,
+        detail: Annotated[Detail, Field(description="brief (default): the seed kernels by name; full: also "
+                                                    "their source")] = "brief",
+    ) -> Annotated[CallToolResult, V.ProblemView]:
         """Everything needed to write a candidate for one problem: the reference code (your
         run(...) must take the same inputs in the same order and return the same outputs),
         input/output shapes and dtypes, tolerances, the visible workloads with their baseline
-        and speed-of-light times (once measured), the seed kernels, and the candidate
-        contract (what is allowed)."""
-        return await call(service.get_problem, problem)
+        and speed-of-light times (once measured), the seed kernels' names (their source with
+        detail="full"), and the candidate contract (what is allowed)."""
+        view = await call(service.get_problem, problem)
+        view = view.model_copy(update={"seed_files": list(view.seed_kernels)})
+        full = detail == "full"
+        include = None if full else set(V.ProblemView.model_fields) - {"seed_kernels"}
+        seeds = ", ".join(view.seed_files) or "none"
+        summary = (f"{view.name} ({view.op_family}): {len(view.workloads)} visible workloads, "
+                   f"{view.heldout_workloads} held out; seed kernels: {seeds}"
+                   + ("" if full or not view.seed_files else " (source with detail='full')"))
+        return C.result(view, summary, include=include, protocol=ctx.protocol_version)
 
     @mcp.tool()
     async def submit_candidate(
@@ -108,27 +129,43 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
         ctx: Context,
         source: Annotated[str | None, Field(max_length=300_000, description="kernel source: Python defining run(...), or CUDA C++")] = None,
         solution: Annotated[dict[str, Any] | None, Field(description="a SOL-ExecBench solution.json object, instead of source")] = None,
-        language: Annotated[str | None, Field(max_length=20, description="pytorch, triton or cuda_cpp (guessed from source if omitted)")] = None,
+        language: Annotated[Language | None, Field(description="guessed from source if omitted")] = None,
         notes: Annotated[str | None, Field(max_length=2000, description="what this candidate tries; kept with it")] = None,
         parent: Annotated[str | None, Field(max_length=40, description="candidate_id this one derives from")] = None,
         wait_s: Annotated[float, Field(ge=0, le=600, description="seconds to wait for the verdict (capped at the server's limit, 40 s by default)")] = 40.0,
-    ) -> V.SubmitResult:
+        detail: Annotated[Detail, Field(description=VERDICT_DETAIL)] = "brief",
+    ) -> Annotated[CallToolResult, V.SubmitResult]:
         """Submit a kernel for judgement. Waits up to wait_s (at most the server's limit)
         while reporting progress, then returns the verdict, or a job_id to pass to
         get_result. The verdict says ACCEPT / KEEP / REVERT / REJECT with the reason, the
         per-workload times and scores, and advice: continue, redraft or stop."""
         me = agent()
         job_id = await call(service.submit, me, problem, source, solution, language, notes, parent)
-        return await _wait(ctx, me, job_id, wait_s)
+        return _answer(await _wait(ctx, me, job_id, wait_s), detail, ctx)
 
     @mcp.tool()
     async def get_result(
         job_id: Annotated[str, Field(max_length=40, description="the job_id returned by submit_candidate")],
         ctx: Context,
         wait_s: Annotated[float, Field(ge=0, le=600, description="seconds to wait (capped at the server's limit)")] = 40.0,
-    ) -> V.SubmitResult:
-        """Keep waiting for a submission's verdict (same answer as submit_candidate)."""
-        return await _wait(ctx, agent(), job_id, wait_s)
+        detail: Annotated[Detail, Field(description=VERDICT_DETAIL)] = "brief",
+    ) -> Annotated[CallToolResult, V.SubmitResult]:
+        """Keep waiting for a submission's verdict (same answer as submit_candidate); with
+        detail="full", the whole verdict of a finished job (timing internals included)."""
+        return _answer(await _wait(ctx, agent(), job_id, wait_s), detail, ctx)
+
+    def _answer(res: V.SubmitResult, detail: str, ctx: Context) -> CallToolResult:
+        v = res.verdict
+        if v is not None:
+            summary = f"{res.message} | candidate {v.candidate_id}, advice: {v.advice.action}"
+        else:
+            summary = f"{res.message} | job_id {res.job_id}"
+        include = None
+        if detail != "full":
+            include = C.SUBMIT_BRIEF
+            if v is not None:  # the message repeats the verdict's decision, status and reason
+                res = res.model_copy(update={"message": ""})
+        return C.result(res, summary, include=include, protocol=ctx.protocol_version)
 
     async def _wait(ctx: Context, me: str, job_id: str, wait_s: float) -> V.SubmitResult:
         deadline = time.monotonic() + min(wait_s, service.max_wait_s)
@@ -146,43 +183,86 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
     @mcp.tool(annotations=READ_ONLY)
     async def recall(
         problem: Annotated[str, Field(max_length=128)],
+        ctx: Context,
         query: Annotated[str, Field(max_length=2000, description="what you want to know, in words")] = "",
-        scope: Annotated[str, Field(description="problem, family (same op family) or any")] = "problem",
-        k: Annotated[int, Field(ge=1, le=50)] = 8,
-    ) -> V.RecallResult:
+        scope: Annotated[Literal["problem", "family", "any"], Field(description="this problem, its op family, or all problems")] = "problem",
+        k: Annotated[int, Field(ge=1, le=50, description="how many conclusions")] = 8,
+        detail: Annotated[Detail, Field(description=f"brief (default): each method's rationale, your last "
+                                                    f"{C.TRAJECTORY_BRIEF} submissions; full: also how to apply "
+                                                    f"each method (Triton, CUDA) and its pitfalls, and every "
+                                                    f"submission")] = "brief",
+    ) -> Annotated[CallToolResult, V.RecallResult]:
         """What is known: verified conclusions of all agents (each tied to an evaluated
         candidate), optimization methods ranked for your measured bottleneck by a
         deterministic policy (with the rules that chose them), and your own submissions on
         this problem (with warnings when you repeat yourself)."""
-        return await call(service.recall, agent(), problem, query, scope, k)
+        res = await call(service.recall, agent(), problem, query, scope, k)
+        include = None
+        if detail != "full":
+            traj = res.trajectory[-C.TRAJECTORY_BRIEF:]
+            traj = [t if not t.notes or len(t.notes) <= C.NOTES_BRIEF
+                    else t.model_copy(update={"notes": t.notes[: C.NOTES_BRIEF - 1] + "…"}) for t in traj]
+            res = res.model_copy(update={"trajectory": traj,
+                                         "trajectory_omitted": len(res.trajectory) - len(traj)})
+            include = {**dict.fromkeys(V.RecallResult.model_fields, True), "methods": {"__all__": C.METHOD_BRIEF}}
+        top = res.methods[0].id if res.methods else "none"
+        summary = (f"{len(res.conclusions)} conclusions, {len(res.methods)} methods (first: {top}), "
+                   f"{len(res.trajectory) + res.trajectory_omitted} of your submissions, {len(res.warnings)} warnings")
+        return C.result(res, summary, include=include, protocol=ctx.protocol_version)
 
     @mcp.tool()
     async def record(
         problem: Annotated[str, Field(max_length=128)],
         text: Annotated[str, Field(max_length=1000, description="one short, specific statement")],
-        kind: Annotated[str, Field(description="insight (what worked) or pitfall (what to avoid)")],
+        kind: Annotated[Literal["insight", "pitfall"], Field(description="insight (what worked) or pitfall (what to avoid)")],
         evidence: Annotated[str, Field(max_length=40, description="candidate_id of an evaluated submission that shows it")],
+        ctx: Context,
         tags: Annotated[list[str] | None, Field(max_length=10)] = None,
-    ) -> V.RecordResult:
+    ) -> Annotated[CallToolResult, V.RecordResult]:
         """Share a verified conclusion with the other agents. Refused unless the evidence is
         a candidate the guard has judged on this problem; a near-identical conclusion
         strengthens the existing one instead of adding another."""
-        return await call(service.record, agent(), problem, text, kind, evidence, tags)
+        res = await call(service.record, agent(), problem, text, kind, evidence, tags)
+        return C.result(res, f"{res.message}: conclusion {res.id}, support {res.support}", protocol=ctx.protocol_version)
 
     @mcp.tool(annotations=READ_ONLY)
     async def peek_best(
         problem: Annotated[str, Field(max_length=128)],
-        k: Annotated[int, Field(ge=1, le=20)] = 3,
-    ) -> V.PeekResult:
-        """Read-only leaderboard: the global best and each agent's best on a problem, with
-        their source code and per-workload figures."""
-        return await call(service.peek_best, problem, k)
+        ctx: Context,
+        k: Annotated[int, Field(ge=1, le=20, description="how many agents' bests")] = 3,
+        detail: Annotated[Detail, Field(description="brief (default): the global best with its source and "
+                                                    "per-workload figures, the other agents' bests in figures; "
+                                                    "full: their source and workloads too")] = "brief",
+    ) -> Annotated[CallToolResult, V.PeekResult]:
+        """Read-only leaderboard: the global best (with its source code and per-workload
+        figures) and each agent's best on a problem."""
+        res = await call(service.peek_best, problem, k)
+        include = None
+        if detail != "full":
+            entry = set(V.BestEntry.model_fields) - {"source", "workloads"}
+            include = {"problem": True, "candidates": True, "global_best": True, "agents": {"__all__": entry}}
+        gb = res.global_best
+        lead = (f"global best {gb.candidate_id} by {gb.agent} (score {C.sig(gb.score, 3) if gb.score is not None else '-'})"
+                if gb else "no correct candidate yet")
+        summary = f"{lead}; {len(res.agents)} agents shown, {res.candidates} candidates"
+        return C.result(res, summary, include=include, protocol=ctx.protocol_version)
 
     @mcp.tool(annotations=READ_ONLY)
-    async def status() -> V.StatusView:
+    async def status(
+        ctx: Context,
+        detail: Annotated[Detail, Field(description="brief (default): the device by name; full: each device's "
+                                                    "measured ceilings")] = "brief",
+    ) -> Annotated[CallToolResult, V.StatusView]:
         """Who you are to this server, the device, the evaluation queue, every agent's
         attempts, best and latest advice, and the budgets in force."""
-        return await call(service.status, agent())
+        res = await call(service.status, agent())
+        if detail != "full":
+            d = res.device
+            brief = {k: d[k] for k in ("kind", "name", "group", "isolation") if d.get(k) is not None}
+            res = res.model_copy(update={"device": {**brief, "device_count": len(d.get("devices") or [d])}})
+        summary = (f"you are {res.you}; {res.device.get('kind')}: {res.device.get('name')}; "
+                   f"{res.queue} evaluations queued; {len(res.agents)} agent/problem entries")
+        return C.result(res, summary, protocol=ctx.protocol_version)
 
     # -- resources -------------------------------------------------------------------------
     @mcp.resource("kernelarc://problems", mime_type="application/json")

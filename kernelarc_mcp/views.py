@@ -36,8 +36,8 @@ class WorkloadView(BaseModel):
 
 class ProblemView(BaseModel):
     name: str
-    description: str | None
-    op_type: str | None
+    description: str | None = None
+    op_type: str | None = None
     op_family: str
     axes: dict[str, Any]
     inputs: dict[str, Any]
@@ -48,7 +48,9 @@ class ProblemView(BaseModel):
     bytes_formula: str | None = None
     workloads: list[WorkloadView] = Field(description="the visible workloads timed on this server's device")
     heldout_workloads: int = Field(description="how many hidden workloads are also checked (never shown)")
-    seed_kernels: dict[str, str] = Field(description="file name -> source of the shipped seed kernels")
+    seed_files: list[str] = Field(default_factory=list, description="the shipped seed kernels' file names")
+    seed_kernels: dict[str, str] = Field(default_factory=dict, description="file name -> source of the shipped seed "
+                                         "kernels (with detail='full')")
     device: str
     contract: str
 
@@ -57,8 +59,9 @@ class SubmitResult(BaseModel):
     state: Literal["done", "queued", "running", "error"]
     job_id: str
     candidate_id: str | None = None
-    verdict: Verdict | None = None
-    message: str
+    verdict: Verdict | None = Field(None, description="the verdict: its decision, reason, advice and per-workload "
+                                    "figures (detail='full': also timing internals, device, phases)")
+    message: str = Field("", description="what happened, in words (left out when the verdict says it)")
     position: int | None = Field(None, description="evaluations ahead of this one")
     progress: dict[str, Any] = Field(default_factory=dict)
 
@@ -82,7 +85,7 @@ class MethodView(BaseModel):
     id: str
     name: str
     category: str
-    tier: int | None
+    tier: int | None = None
     score: float
     why: list[str] = Field(description="the rules that chose it and the signals they saw")
     rationale: str
@@ -108,6 +111,7 @@ class RecallResult(BaseModel):
     methods: list[MethodView]
     signals: list[str] = Field(description="what the decision policy measured about your current state")
     trajectory: list[TrajectoryEntry] = Field(description="your own submissions on this problem, oldest first")
+    trajectory_omitted: int = Field(0, description="older submissions left out (detail='full' shows them all)")
     warnings: list[str] = Field(default_factory=list)
 
 
@@ -122,12 +126,12 @@ class RecordResult(BaseModel):
 class BestEntry(BaseModel):
     agent: str
     candidate_id: str
-    language: str | None
-    score: float | None
-    speedup_eager: float | None
-    speedup_compile: float | None
-    sol_fraction: float | None
-    latency_ms: float | None
+    language: str | None = None
+    score: float | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    sol_fraction: float | None = None
+    latency_ms: float | None = None
     is_global_best: bool = False
     workloads: list[dict[str, Any]] = Field(default_factory=list)
     source: dict[str, str] = Field(default_factory=dict, description="file name -> source")
@@ -135,7 +139,7 @@ class BestEntry(BaseModel):
 
 class PeekResult(BaseModel):
     problem: str
-    global_best: BestEntry | None
+    global_best: BestEntry | None = None
     agents: list[BestEntry]
     candidates: int
 

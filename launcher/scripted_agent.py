@@ -134,7 +134,7 @@ class Agent:
         return [(n, pool[n][0], pool[n][1]) for n in names]
 
     async def run(self) -> None:
-        view = await self.tool("get_problem", problem=self.problem)
+        view = await self.tool("get_problem", problem=self.problem, detail="full")  # with the seeds' source
         status = await self.tool("status")
         device = status["device"]["kind"]
         starts = self.starts(view, device)

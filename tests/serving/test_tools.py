@@ -36,7 +36,7 @@ async def test_get_problem_shows_no_heldout_shape(service):
         r = await c.call_tool("get_problem", {"problem": RMS})
     view = r.structured_content
     assert not r.is_error and view["heldout_workloads"] == 3
-    assert "seed_triton.py" in view["seed_kernels"] and "def run" in view["reference"]
+    assert "seed_triton.py" in view["seed_files"] and "def run" in view["reference"]
     hidden = workload_set(service.guard.store.get(RMS), "cpu", service.guard._secret).heldout
     visible_uuids = {w["uuid"] for w in view["workloads"]}
     for w in hidden:
