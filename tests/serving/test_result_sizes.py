@@ -4,7 +4,7 @@ numbers, the enums of its inputs.
 The budgets were set from measurement (the CPU guard, the fast test settings, rmsnorm with 4
 visible workloads, the 12 shipped problems) with about 15-40% headroom; the figures measured
 when they were set are in the comments. Before results were compacted the same calls took
-13.5 KB (get_problem) and 17 KB (one verdict): pretty-printed JSON twice, 17-digit floats,
+13.2 KB (get_problem) and 16.7 KB (one verdict): pretty-printed JSON twice, 17-digit floats,
 every timing internal.
 """
 
@@ -25,13 +25,13 @@ pytestmark = pytest.mark.anyio
 
 KB = 1024
 BUDGET = {  # bytes of all content blocks plus structuredContent, as compact JSON
-    "list_problems": int(5.5 * KB),  # 4.7 KB: ~0.38 KB per problem
-    "get_problem": int(3.5 * KB),  # 3.1 KB, the contract (1.2 KB) included; seeds' source only with detail=full
+    "list_problems": int(5.5 * KB),  # 4.6 KB: ~0.38 KB per problem
+    "get_problem": int(3.5 * KB),  # 3.0 KB, the contract (1.2 KB) included; seeds' source only with detail=full
     "verdict": int(2.5 * KB),  # submit_candidate / get_result: 1.6 KB with 4 workloads (~0.2 KB each)
-    "recall": 6 * KB,  # 5.1 KB: 5 methods (~0.8 KB each), 1 conclusion, 3 submissions
-    "record": int(0.4 * KB),  # 0.17 KB
+    "recall": 6 * KB,  # 4.9 KB: 5 methods (~0.8 KB each), 1 conclusion, 3 submissions
+    "record": int(0.4 * KB),  # 0.16 KB
     "peek_best": 2 * KB,  # 1.4 KB with a 0.25 KB source
-    "status": 1 * KB,  # 0.65 KB
+    "status": 1 * KB,  # 0.63 KB
 }
 
 
