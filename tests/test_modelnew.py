@@ -165,6 +165,22 @@ def test_a_modelnew_file_is_a_candidate_as_written(tmp_path):
         assert result.ok, result.message()
 
 
+def test_screen_reads_the_cpp_inside_load_inline():
+    """load_inline is allowed (the sandbox contains its build); its literal C++ gets the
+    rules of a .cu candidate, reported at the Python file's line."""
+    bad = LOAD_INLINE.replace("auto xc = x.contiguous();",
+                              "auto xc = x.contiguous(); std::thread t([]{}); t.detach();")
+    result = screen_solution(from_source(_src(bad), None, "model_new.py"), 256_000, 16)
+    assert not result.ok and result.status == "REWARD_HACK"
+    (finding,) = result.findings
+    line = _src(bad).splitlines()[finding.line - 1]
+    assert "std::thread" in line and finding.rule == "thread", finding
+    assert finding.message.startswith("load_inline C++: std::thread")
+    inline = _src(LOAD_INLINE).replace("cpp_sources=relu_cpp_source", "cpp_sources=[relu_cpp_source]")
+    assert screen_solution(from_source(inline.replace("int64_t n", "int64_t n = getenv(0) ? 1 : 0; int64_t m"),
+                                       None), 256_000, 16).findings[0].rule == "environment"
+
+
 # --------------------------------------------------------------------- PASSED, each level
 
 
@@ -189,6 +205,19 @@ def test_missing_modelnew_says_what_a_kernelbench_candidate_is(kb):
     v = g.evaluate(from_source(source, None, "model_new.py"), names["relu"], agent="modelnew")
     assert v.status == "COMPILE_ERROR"
     assert "defines neither class ModelNew nor a function 'run'" in v.diagnostic
+
+
+def test_modelnew_for_a_problem_not_from_kernelbench(tmp_path):
+    """The builder, where no KernelBench reference was loaded to make the inputs (this
+    process has none), refuses a ModelNew with a COMPILE_ERROR (through a Guard it is the
+    same build, in the worker)."""
+    from guard.builders import BuildError, get_builder
+
+    solution = from_source(_src(RELU), None, "model_new.py").model_dump(mode="json")
+    with pytest.raises(BuildError) as err:
+        get_builder("pytorch").build(solution, tmp_path / "src", tmp_path / "build", "cpu")
+    assert err.value.status == "COMPILE_ERROR"
+    assert "candidate for problems imported from KernelBench" in str(err.value)
 
 
 def test_constructor_that_refuses_the_init_inputs(kb):

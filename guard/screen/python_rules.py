@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from . import cpp_rules
 from .findings import Finding
 from ..pyparse import parse
 
@@ -151,11 +152,17 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+# torch.utils.cpp_extension.load_inline's source arguments (keyword, position): their C++
+# text gets the rules of a .cu candidate
+INLINE_SOURCES = {"cpp_sources": 1, "cuda_sources": 2, "sycl_sources": None}
+
+
 class _Visitor(ast.NodeVisitor):
-    def __init__(self, path: str):
+    def __init__(self, path: str, strings: dict[str, ast.Constant] | None = None):
         self.path = path
         self.findings: list[Finding] = []
         self.aliases: dict[str, str] = {}  # local name -> dotted module/object path
+        self.strings = strings or {}  # module-level NAME = "literal"
 
     def add(self, node: ast.AST, rule: str, message: str) -> None:
         self.findings.append(Finding(self.path, getattr(node, "lineno", 0), rule, message))
@@ -218,7 +225,29 @@ class _Visitor(ast.NodeVisitor):
                 self.add(node, "call", f"{node.func.id}() with a computed name is not allowed")
             elif name.value in BANNED_ATTRIBUTES or name.value.startswith("__"):
                 self.add(node, "attribute", f"{node.func.id}(..., {name.value!r}) is not allowed")
+        dotted = _dotted(node.func)
+        if dotted and self._resolve(dotted).split(".")[-1] == "load_inline":
+            self._check_inline_sources(node)
         self.generic_visit(node)
+
+    def _check_inline_sources(self, node: ast.Call) -> None:
+        """The C++ of a load_inline call, where it is literal text (or a module-level name
+        bound to it), screened as a .cu file is; findings at the Python file's lines."""
+        values = [k.value for k in node.keywords if k.arg in INLINE_SOURCES]
+        values += [node.args[i] for i in (1, 2) if len(node.args) > i]
+        texts = []
+        for v in values:
+            for item in (v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v]):
+                if isinstance(item, ast.Name):
+                    item = self.strings.get(item.id, item)
+                if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                    texts.append(item)
+        for const in texts:
+            for f in cpp_rules.check(self.path, const.value):
+                if f.rule != "workspace":  # Python strings are checked for those already
+                    self.findings.append(Finding(
+                        self.path, const.lineno + f.line - 1, f.rule, f"load_inline C++: {f.message}"
+                    ))
 
     def _check_target(self, target: ast.AST) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -301,7 +330,14 @@ class _Visitor(ast.NodeVisitor):
 
 def check(path: str, source: str) -> list[Finding]:
     tree = parse(source, filename=path)
-    v = _Visitor(path)
+    strings = {
+        t.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        for t in node.targets if isinstance(t, ast.Name)
+    }
+    v = _Visitor(path, strings)
     v.visit(tree)
     # one finding per (line, rule) keeps the message short
     seen, out = set(), []
