@@ -23,6 +23,7 @@ KERNELBENCH = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets"
 FILES = {
     "relu": "level1/19_ReLU.py",
     "conv": "level2/1_Conv2D_ReLU_BiasAdd.py",
+    "bn": "level2/33_Gemm_Scale_BatchNorm.py",
     "mlp": "level3/1_MLP.py",
 }
 pytestmark = pytest.mark.skipif(
@@ -92,6 +93,25 @@ CONV = """
             return y.relu_().add_(self.bias)
 """
 
+# BatchNorm in training mode, as the Model runs: its running statistics (buffers the problem
+# passes as inputs) are updated in ModelNew's own buffers, never in an input
+BN = """
+    import torch
+    import torch.nn as nn
+
+
+    class ModelNew(nn.Module):
+        def __init__(self, in_features, out_features, scale_shape, eps=1e-5, momentum=0.1):
+            super().__init__()
+            self.gemm = nn.Linear(in_features, out_features)
+            self.scale = nn.Parameter(torch.randn(scale_shape))
+            self.bn = nn.BatchNorm1d(out_features, eps=eps, momentum=momentum)
+
+        def forward(self, x):
+            y = torch.addmm(self.gemm.bias, x, self.gemm.weight.t()).mul_(self.scale)
+            return self.bn(y)
+"""
+
 # the Model's layers under other names (network.0 -> layers.0, ...): matched by order and shape
 MLP = """
     import torch
@@ -157,6 +177,9 @@ def test_a_modelnew_file_is_a_candidate_as_written(tmp_path):
         solution = from_file(path, language=language)
         assert solution.spec.entry_point == "model_new.py::ModelNew"
         assert solution.sources[0].content == path.read_text()  # kept as written
+    # its kernel may be CUDA (load_inline), the file is Python
+    cuda = from_source(_src(LOAD_INLINE), "cuda")
+    assert cuda.spec.languages == ["pytorch"] and cuda.spec.entry_point == "kernel.py::ModelNew"
     # a file that also defines run() is judged by its run()
     both = _src(CONV) + "\n\ndef run(x, bias, conv__weight, conv__bias):\n    return x\n"
     assert from_source(both, None).spec.entry_point == "kernel.py::run"
@@ -184,8 +207,9 @@ def test_screen_reads_the_cpp_inside_load_inline():
 # --------------------------------------------------------------------- PASSED, each level
 
 
-@pytest.mark.parametrize("key, source", [("relu", RELU), ("conv", CONV), ("mlp", MLP)],
-                         ids=["level1-relu", "level2-conv-relu-bias", "level3-mlp-renamed"])
+@pytest.mark.parametrize("key, source", [("relu", RELU), ("conv", CONV), ("bn", BN), ("mlp", MLP)],
+                         ids=["level1-relu", "level2-conv-relu-bias", "level2-gemm-batchnorm",
+                              "level3-mlp-renamed"])
 def test_modelnew_of_each_level_passes(kb, key, source):
     _passed(_judge(kb, key, source))
 

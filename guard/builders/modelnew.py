@@ -49,7 +49,7 @@ def kernelbench_reference(srcdir: Path):
         if name.startswith("reference_") and all(hasattr(m, a) for a in REFERENCE_ATTRS)
     ]
     if len(found) > 1:  # one per worker; prefer the one beside the candidate's sources
-        here = [m for m in found if Path(getattr(m, "__file__", "") or "/").parent.parent == srcdir.parent]
+        here = [m for m in found if Path(getattr(m, "__file__", "") or "/").parent == srcdir.parent / "ref"]
         found = here or found
     return found[0] if found else None
 

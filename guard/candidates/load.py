@@ -75,6 +75,9 @@ def from_source(
         raise CandidateError("the source is empty")
     if language:
         lang = normalize_language(language)
+        if lang == "cuda_cpp" and PurePosixPath(filename or "kernel.py").suffix not in CPP_SUFFIXES \
+                and is_modelnew_source(source):
+            lang = "pytorch"  # a ModelNew whose kernel is CUDA through load_inline is Python
     else:
         lang = guess_language(source, filename or "kernel.py")
     if filename is None:
