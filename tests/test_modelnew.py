@@ -267,3 +267,39 @@ def test_forward_with_the_wrong_arguments(kb):
     v = _judge(kb, "relu", source)
     assert v.status == "COMPILE_ERROR", v.diagnostic
     assert "must take the Model's forward argument(s) (x)" in v.diagnostic
+
+
+def test_weights_match_by_name_then_order_then_unique_shape():
+    import torch
+    import torch.nn as nn
+
+    from guard.builders.modelnew import WeightMismatch, match_weights
+
+    class Ref(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1 = nn.Linear(4, 8)
+            self.bn = nn.BatchNorm1d(8)
+
+    class Renamed(nn.Module):  # other names, registered in the same order
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 8)
+            self.norm = nn.BatchNorm1d(8)
+
+    class Partial(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1 = nn.Linear(4, 8)
+            self.w = nn.Parameter(torch.zeros(8, 4))  # a second [8, 4]: not unique, not ordered
+            self.extra = nn.Parameter(torch.zeros(3))
+
+    ref = [(k, tuple(v.shape)) for k, v in Ref().state_dict().items()]
+    got = match_weights(ref, Renamed())
+    assert got["l1.weight"] == ("fc.weight", True)
+    assert got["bn.running_mean"] == ("norm.running_mean", False)
+    with pytest.raises(WeightMismatch) as err:
+        match_weights(ref, Partial())
+    msg = str(err.value)
+    assert "the Model's weight(s) bn.weight [8], bn.bias [8]" in msg
+    assert "ModelNew's parameter(s) w [8, 4], extra [3] match none of the Model's" in msg

@@ -188,7 +188,12 @@ def modelnew_entry(cls, entry: str, srcdir: Path) -> Callable:
             torch.manual_seed(0)
             new = cls(*init_now).to(device)
         ref_state = [(k, tuple(getattr(w, "shape", ()))) for k, w in zip(state_keys, weights)]
-        mapping = match_weights(ref_state, new)
+        try:
+            mapping = match_weights(ref_state, new)
+        except WeightMismatch as exc:
+            raise WeightMismatch(
+                f"ModelNew({_describe_init(ref, init_now)}), as this workload builds it: {exc}"
+            ) from None
         buffers = dict(new.named_buffers(remove_duplicate=False))
         plan = [(mapping[k][0], mapping[k][1]) for k in state_keys]
         return new, plan, buffers
@@ -199,7 +204,9 @@ def modelnew_entry(cls, entry: str, srcdir: Path) -> Callable:
             raise TypeError(f"expected {n_inputs} inputs, got {len(values)}")
         device = next((v.device for v in values if isinstance(v, torch.Tensor)), torch.device("cpu"))
         init_now = list(ref.get_init_inputs())
-        key = (repr(init_now), str(device))
+        # the axes too, as the reference keys its Model: a Model may read a module constant
+        # that get_init_inputs() does not pass
+        key = (getattr(ref, "_ka_axes_key", None), repr(init_now), str(device))
         if key not in models:
             if len(models) >= MAX_MODELS:
                 models.clear()
