@@ -413,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_problems)
 
     s = sub.add_parser("submit", help="evaluate a candidate kernel and print the verdict")
-    s.add_argument("file", help="a .py defining run(...), a .cu/.cpp source, or a solution.json")
+    s.add_argument("file", help="a .py defining run(...) (or, for a KernelBench problem, class ModelNew), a .cu/.cpp source, or a solution.json")
     s.add_argument("--problem", required=True)
     s.add_argument("--agent", default="cli", help="who submits (default: cli)")
     device_option(s)
