@@ -184,8 +184,10 @@ def modelnew_entry(cls, entry: str, srcdir: Path) -> Callable:
     models: dict = {}
 
     def build(init_now: list, device, weights):
-        with torch.random.fork_rng(devices=[]):  # construction draws from a private stream
-            torch.manual_seed(0)
+        # construction draws from a stream of its own (the CPU's, restored after; built on
+        # the CPU, then moved), so it neither depends on nor disturbs the worker's draws
+        with torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(0)
             new = cls(*init_now).to(device)
         ref_state = [(k, tuple(getattr(w, "shape", ()))) for k, w in zip(state_keys, weights)]
         try:
