@@ -43,9 +43,9 @@ def test_default_stream_kernel_is_timed_like_the_same_kernel_on_the_current_stre
     assert cur.status == "PASSED", cur.reason
     assert dft.status == "PASSED", f"{dft.reason}\n{dft.diagnostic}"
     assert all(w.timing.method == "cuda-events+host-sync" for w in dft.workloads)
-    assert all("legacy default stream" in (w.timing.graph_error or "") or w.timing.graph_error
-               for w in dft.workloads)
-    # kernels long enough that launch effects are small: within a few percent
+    assert all(w.timing.graph_error for w in dft.workloads)  # why no graph: it is said
+    # kernels long enough that launch effects are small: within a few percent (on 2026-12-01,
+    # before eager calls were timed by their CUPTI spans, this read 1.17x at 8192 tokens)
     ratios = [d.latency_ms / c.latency_ms for c, d in zip(cur.workloads, dft.workloads) if c.latency_ms > 0.04]
     assert ratios, "no workload long enough to compare"
     assert abs(statistics.median(ratios) - 1) < 0.05, ratios
