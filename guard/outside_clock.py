@@ -33,10 +33,6 @@ class OutsideClock(BaseModel):
     abs_band_ms: float
     agrees: bool
 
-    @property
-    def excess_ms(self) -> float:
-        return self.outside_ms - self.inside_ms
-
 
 def judge(run_wall_s: float, run_iters: int, loop_wall_s: float, loop_iters: int,
           inside_ms: float, rel_band: float, abs_band_ms: float, loop_slack: float) -> OutsideClock:

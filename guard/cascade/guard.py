@@ -222,11 +222,12 @@ class Guard:
             paired = pairing_gate.pairings(ctx, self.db, self.pool, workloads, agent)
             if paired:
                 phases["pairing"] = time.monotonic() - t
+            memory = self._memory(trusted, cand)
         except Rejection as rej:
             phases["total"] = time.monotonic() - t_start
             return self.recorder.reject(cid, problem, agent, rej, phases, notes, parent,
                                         memory=self._memory(trusted, cand))
-        except WorkerTimeout as exc:
+        except WorkerTimeout as exc:  # the candidate's worker was killed: the trusted one's peak only
             phases["total"] = time.monotonic() - t_start
             return self.recorder.reject(cid, problem, agent, timed_out(gate, exc, self.cfg.call_timeout_s),
                                         phases, notes, parent, memory=self._memory(trusted, None))
@@ -235,7 +236,6 @@ class Guard:
             return self.recorder.reject(cid, problem, agent, died(gate, exc), phases, notes, parent,
                                         memory=self._memory(trusted, None))
         finally:
-            memory = self._memory(trusted, cand)
             self.pool.discard(cand)  # its folder goes with it, outputs included
 
         # Gates 6 and 7: decision, archive.

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from ..pyparse import parse
 
-_BINOPS = {
+BINARY_OPS = {  # the arithmetic a formula or a size constant may use
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -74,12 +74,12 @@ def _eval(node: ast.AST, values: Mapping[str, float], src: str) -> float:
         if node.id not in values:
             raise FormulaError(f"formula {src!r} uses unknown axis {node.id!r}")
         return values[node.id]
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+    if isinstance(node, ast.BinOp) and type(node.op) in BINARY_OPS:
         left, right = _eval(node.left, values, src), _eval(node.right, values, src)
         if isinstance(node.op, ast.Pow) and abs(right) > 64:
             raise FormulaError(f"exponent too large in {src!r}")
         try:
-            return _BINOPS[type(node.op)](left, right)
+            return BINARY_OPS[type(node.op)](left, right)
         except ZeroDivisionError:
             raise FormulaError(f"division by zero in {src!r}") from None
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):

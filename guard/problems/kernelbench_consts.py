@@ -19,18 +19,10 @@ import operator
 from dataclasses import dataclass, field
 
 from ..pyparse import parse
+from .formulas import BINARY_OPS
 
-_BINOPS = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-    ast.LShift: operator.lshift,
-    ast.RShift: operator.rshift,
-}
+# a formula's arithmetic, and the shifts KernelBench sizes are sometimes written with (1 << 14)
+_BINOPS = {**BINARY_OPS, ast.LShift: operator.lshift, ast.RShift: operator.rshift}
 MAX_SEQUENCE_AXES = 8  # a literal tuple/list longer than this gives no axes
 
 

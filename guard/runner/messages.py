@@ -47,6 +47,19 @@ class TimingConfig(_Msg):
     use_graphs: bool = True
 
 
+class _OnWorkload(_Msg):
+    """A request about one workload: its JSON and its resolved axes."""
+
+    workload: dict[str, Any]
+    axes: dict[str, int]
+
+
+class _OnProblemWorkload(_OnWorkload):
+    """A request about one workload of a problem the trusted worker holds under ``key``."""
+
+    key: str
+
+
 # -- requests to the candidate worker ---------------------------------------------------------
 class Prepare(_Msg):
     op: Literal["prepare"] = "prepare"
@@ -57,21 +70,17 @@ class Prepare(_Msg):
     build_cache: str | None = None
 
 
-class Check(_Msg):
+class Check(_OnWorkload):
     op: Literal["check"] = "check"
-    workload: dict[str, Any]
-    axes: dict[str, int]
     rounds: list[Round]
     determinism: bool = False
     outdir: str
 
 
-class Arm(_Msg):
+class Arm(_OnWorkload):
     """Make the live input sets of a workload, warm up, capture, plan the timed loop."""
 
     op: Literal["arm"] = "arm"
-    workload: dict[str, Any]
-    axes: dict[str, int]
     sets: list[int]
     arm_seed: int
     config: TimingConfig
@@ -110,11 +119,8 @@ class LoadProblem(_Msg):
     blob_root: str | None = None
 
 
-class Reference(_Msg):
+class Reference(_OnProblemWorkload):
     op: Literal["reference"] = "reference"
-    key: str
-    workload: dict[str, Any]
-    axes: dict[str, int]
     rounds: list[Round]
 
 
@@ -131,11 +137,8 @@ class Release(_Msg):
     tags: list[str] | None = None
 
 
-class Baseline(_Msg):
+class Baseline(_OnProblemWorkload):
     op: Literal["baseline"] = "baseline"
-    key: str
-    workload: dict[str, Any]
-    axes: dict[str, int]
     sets: list[int]
     config: TimingConfig
     compile: bool = False
@@ -154,27 +157,21 @@ class Plan(_Msg):
     pad_ms: float = 0.0
 
 
-class Overhead(_Msg):
+class Overhead(_OnProblemWorkload):
     """The outside clock's loop run in the trusted worker without the call, on the same data
     sizes and seed: its own cost, which the guard subtracts. Nothing in it comes from the
     candidate's process."""
 
     op: Literal["overhead"] = "overhead"
-    key: str
-    workload: dict[str, Any]
-    axes: dict[str, int]
     sets: list[int]
     seed: int
     iters: int
 
 
-class VerifyReplays(_Msg):
+class VerifyReplays(_OnProblemWorkload):
     """Check the digests of the chosen timed calls against the reference on the same data."""
 
     op: Literal["verify_replays"] = "verify_replays"
-    key: str
-    workload: dict[str, Any]
-    axes: dict[str, int]
     sets: list[int]  # the live sets' seeds: call i ran on set i % len(sets), refilled
     run_seed: int
     iterations: list[int]
