@@ -59,6 +59,8 @@ def summarize_verdict(name: str, v, wall: float) -> dict:
             "loop_us": oc.get("loop_wall_s", 0) / max(1, oc.get("loop_iters", 1)) * 1e6,
             "pad_us": (t.get("pad_ms") or 0) * 1e3, "iters": t.get("n"), "graph_error": t.get("graph_error"),
             "excess_us": (oc.get("outside_ms", 0) - oc.get("inside_ms", 0)) * 1e3,
+            "loop": oc.get("loop"), "confirm_pad_us": (oc.get("pad_ms") or 0) * 1e3,
+            "band_us": (oc.get("inside_ms", 0) * oc.get("rel_band", 0) + oc.get("abs_band_ms", 0)) * 1e3,
         })
     return {"name": name, "decision": v.decision, "status": v.status, "gate": v.gate, "reason": v.reason,
             "diagnostic": (v.diagnostic or "")[:600], "wall_s": wall, "isolation": getattr(v.device, "isolation", None),
@@ -72,7 +74,8 @@ def submit(guard, name, source, language, problem, filename="kernel.py") -> dict
     print(f"{name:40s} {v.decision:7s} {v.status:20s} {rec['wall_s']:6.1f}s {(v.reason or '')[:160]}", flush=True)
     for r in rec["workloads"]:
         print(f"    {r['workload']:30s} {r['method'] or '':21s} in {r['latency_us']:8.2f} ev {r['event_mean_us']:8.2f} "
-              f"out {r['outside_us']:8.2f} excess {r['excess_us']:7.2f} loop {r['loop_us']:7.1f} n {r['iters']}", flush=True)
+              f"out {r['outside_us']:8.2f} excess {r['excess_us']:7.2f} loop {r['loop_us']:7.1f} "
+              f"pad {r['confirm_pad_us']:6.1f} band {r['band_us']:6.2f} {r['loop']} n {r['iters']}", flush=True)
     return rec
 
 

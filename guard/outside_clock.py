@@ -2,17 +2,17 @@
 
 The candidate's figures (CUPTI spans, events, the host clock) are taken inside its own
 process, where its code can reach and change anything. So the guard also times, with its own
-clock in its own process, the whole request in which the candidate's worker runs its timed
-loop, and the same loop run by the trusted worker without the call (the loop's own cost:
-refills, scrambles, flushes, device padding, events, digests). The difference per call is
-what the call cost, as a clock outside the candidate's reach saw it:
+clock in its own process, a request in which the candidate's worker runs a loop of calls on
+fresh inputs (``runner/confirm.py``), and the same loop run by the trusted worker without the
+call (padding, draws, digests). The difference per call is what the call cost, as a clock
+outside the candidate's reach saw it:
 
     outside_ms = wall(candidate's loop) / n - wall(loop without the call) / n_loop
 
-A candidate's inside mean that this contradicts, beyond ``rel`` of itself plus ``abs_ms`` plus
-``slack`` of the loop's own cost per call (measured in another window, so it varies with the
-machine's load), is a forged figure: REWARD_HACK. Within that band a forgery goes unseen, so the band bounds what
-tampering can gain; ``docs/guard.md`` gives the measured bands.
+A candidate's median that this contradicts, beyond ``rel`` of itself plus ``abs_ms`` plus
+``slack`` of the loop's own cost per call (measured in another window), is a forged figure:
+REWARD_HACK. Within that band a forgery goes unseen, so the band bounds what tampering can
+gain; ``docs/guard.md`` gives the measured bands.
 """
 
 from __future__ import annotations
@@ -32,10 +32,13 @@ class OutsideClock(BaseModel):
     rel_band: float
     abs_band_ms: float
     agrees: bool
+    loop: str = "captured"  # "captured": draws and digests are graphs, padded; "eager": host-bound
+    pad_ms: float = 0.0
 
 
 def judge(run_wall_s: float, run_iters: int, loop_wall_s: float, loop_iters: int,
-          inside_ms: float, rel_band: float, abs_band_ms: float, loop_slack: float) -> OutsideClock:
+          inside_ms: float, rel_band: float, abs_band_ms: float, loop_slack: float,
+          loop: str = "captured", pad_ms: float = 0.0) -> OutsideClock:
     """The outside figure per call and whether the inside one is within the band of it. Only
     an outside figure above the inside one counts against a candidate: a loop that ran slower
     than the loop without the call cannot make a call look faster than it was."""
@@ -46,7 +49,7 @@ def judge(run_wall_s: float, run_iters: int, loop_wall_s: float, loop_iters: int
     return OutsideClock(
         run_wall_s=run_wall_s, run_iters=run_iters, loop_wall_s=loop_wall_s, loop_iters=loop_iters,
         outside_ms=outside, inside_ms=inside_ms, rel_band=rel_band, abs_band_ms=abs_band_ms,
-        agrees=agrees,
+        agrees=agrees, loop=loop, pad_ms=pad_ms,
     )
 
 

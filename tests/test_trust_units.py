@@ -49,6 +49,60 @@ def test_refill_redraws_floats_in_place_and_keeps_indices():
     assert not torch.equal(again[0], live[0])
 
 
+def _confirm_loop(sets, static=None, rows=8, mirror=None):
+    from guard.runner.confirm import ConfirmLoop
+
+    maker = _maker()
+    return ConfirmLoop("cpu", sets, replays.Refiller(maker, {}, {"n": 4}), static, rows, lambda ms: None,
+                       mirror=mirror)
+
+
+def test_confirm_loop_digests_each_call_on_its_own_draw():
+    """The outside clock's loop: every iteration draws new inputs from the loop's seed, and
+    the trusted worker gets the same inputs by replaying the draws (``inputs_at``)."""
+    maker = _maker()
+    sets = [maker.make({}, {"n": 4}, seed=s) for s in (1, 2)]
+    static = [[torch.empty(4, 64, dtype=torch.bfloat16)] for _ in sets]
+    loop = _confirm_loop(sets, static)
+    table = loop.run(seed=11, iters=6, call=lambda k: [sets[k][0] * 2], pad_ms=0.0)
+    assert len(table) == 6 and all(len(row) == 1 and len(row[0]) == 4 for row in table)
+
+    checker = _confirm_loop([maker.make({}, {"n": 4}, seed=s) for s in (1, 2)])
+    projection = replays.Projection(11)
+    seen = []
+    for it, args in checker.inputs_at(11, [0, 3, 5]):
+        values, allow = replays.digest_bounds(args[0] * 2, 1e-2, 1e-2, projection)
+        assert replays.digest_mismatch(table[it][0], values, allow, "y") is None
+        seen.append(args[0].clone())
+    assert not torch.equal(seen[0], seen[1])  # fresh inputs every call, sets 0 and 1 alike
+    # a call that answered for the previous iteration's inputs fails the check
+    stale = loop.run(seed=12, iters=4, call=lambda k: [sets[k][0] * 2] if k == 0 else None, pad_ms=0.0)
+    for it, args in _confirm_loop([maker.make({}, {"n": 4}, seed=s) for s in (1, 2)]).inputs_at(12, [3]):
+        values, allow = replays.digest_bounds(args[0] * 2, 1e-2, 1e-2, replays.Projection(12))
+        assert replays.digest_mismatch(stale[it][0], values, allow, "y") is not None
+
+
+def test_confirm_loop_seeds_differ_and_rows_bound_the_loop():
+    maker = _maker()
+    sets = [maker.make({}, {"n": 4}, seed=1)]
+    loop = _confirm_loop(sets, [[torch.empty(4, 64, dtype=torch.bfloat16)]], rows=4)
+    a = loop.run(seed=1, iters=2, call=lambda k: [sets[k][0] * 2], pad_ms=0.0)
+    b = loop.run(seed=2, iters=2, call=lambda k: [sets[k][0] * 2], pad_ms=0.0)
+    assert a != b
+    with pytest.raises(ValueError):
+        loop.run(seed=1, iters=5, call=None, pad_ms=0.0)
+
+
+def test_trusted_confirm_loop_copies_as_the_candidate_does():
+    maker = _maker()
+    sets = [maker.make({}, {"n": 4}, seed=1)]
+    static = [[torch.zeros(4, 64, dtype=torch.bfloat16)]]
+    mirror = [[torch.ones(4, 64, dtype=torch.bfloat16)]]
+    loop = _confirm_loop(sets, static, mirror=mirror)
+    table = loop.run(seed=3, iters=2, call=None, pad_ms=0.0)
+    assert table[0][0][0] == 4 * 64  # the digest read the copied ones
+
+
 def test_scramble_leaves_no_fixed_poison():
     t = torch.zeros(1000, dtype=torch.bfloat16)
     gen = torch.Generator().manual_seed(3)
@@ -170,3 +224,48 @@ def test_frozen_stops_a_whole_tree_and_resumes_it():
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+class _Activity:
+    """What ``marked_call_spans`` reads of one CUPTI record."""
+
+    def __init__(self, name: str, corr: int, start: int, dur: int, host: bool = False):
+        self._name, self._corr, self._start, self._dur, self._host = name, corr, start, dur, host
+
+    def name(self):
+        return self._name
+
+    def correlation_id(self):
+        return self._corr
+
+    def start_ns(self):
+        return self._start
+
+    def duration_ns(self):
+        return self._dur
+
+    def device_type(self):
+        return "DeviceType.CPU" if self._host else "DeviceType.CUDA"
+
+
+def test_eager_calls_are_timed_by_the_device_work_between_markers():
+    from guard.runner.timing import MARKER_KERNEL, marked_call_spans
+
+    events = [
+        _Activity("refill", 1, 0, 500),
+        _Activity(MARKER_KERNEL, 2, 1000, 10),
+        _Activity("rmsnorm", 3, 3000, 4000),  # the call: 4 us ...
+        _Activity("cudaLaunchKernel", 3, 2000, 100, host=True),
+        _Activity(MARKER_KERNEL, 4, 9000, 10),
+        _Activity("digest", 5, 9100, 2000),  # ... not the guard's digest after it
+        _Activity(MARKER_KERNEL, 6, 20000, 10),
+        _Activity("a", 7, 21000, 1000),  # two kernels, one on another stream: first start to last end
+        _Activity("b", 8, 21500, 2500),
+        _Activity(MARKER_KERNEL, 9, 25000, 10),
+    ]
+    spans, why = marked_call_spans(events, 2)
+    assert why is None and spans == [0.004, 0.003]
+    # a call that launched its own marker, or none of its work: no spans, and why
+    assert marked_call_spans(events + [_Activity(MARKER_KERNEL, 10, 30000, 10)], 2)[0] is None
+    spans, why = marked_call_spans([e for e in events if e.name() not in ("a", "b")], 2)
+    assert spans is None and "1 of 2" in why

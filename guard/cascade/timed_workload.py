@@ -3,8 +3,8 @@
 1. ``arm`` (candidate worker): live input sets, warm-up, graph capture, the loop's plan;
 2. ``run`` (candidate worker): the timed loop on the data of a seed it learns only now, every
    call on fresh inputs with its outputs scrambled first and digested after; then ``stats``;
-3. ``confirm`` (candidate worker): the outside clock's loop, calls back to back on fresh
-   inputs, digested, nothing else; the guard's own clock runs around it;
+3. ``confirm`` (candidate worker): the outside clock's loop (``runner/confirm.py``): padding,
+   fresh inputs, the call, digests, nothing else; the guard's own clock runs around it;
 4. ``overhead`` (trusted worker, the candidate's processes stopped meanwhile): the same loop
    without the call, timed by the same clock; what is left is what the calls cost
    (``guard.outside_clock``). Nothing in this request comes from the candidate;
@@ -23,7 +23,7 @@ import time
 from .. import outside_clock
 from ..problems.schema import Definition, Workload
 from ..runner import messages as m
-from ..runner import nvml
+from ..runner import nvml, replays
 from ..runner.freeze import frozen
 from ..runner.process import WorkerProcess
 from .reasons import GuardError, Rejection, first_line
@@ -41,11 +41,30 @@ def _call(worker: WorkerProcess, request: m._Msg, reply_model: type[m.R], timeou
                         f"protocol: {exc}", None) from None
 
 
-def _bands(ref: ReferenceSide) -> tuple[float, float, float]:
+def _loop_kind(ref: ReferenceSide, d: Definition, w: Workload) -> str:
+    """"captured" where the outside clock's loop draws and digests in graphs (a GPU, inputs
+    the guard draws itself), else "eager"; decided here from the problem alone, and both
+    workers' loops follow the same rule (``ConfirmLoop``)."""
+    possible = replays.stream_refill_possible(d.model_dump(mode="json"), w.model_dump(mode="json"))
+    return "captured" if ref.device.kind == "cuda" and possible else "eager"
+
+
+def _bands(ref: ReferenceSide, loop: str) -> tuple[float, float, float]:
     c = ref.cfg
-    if ref.device.kind == "cuda":
+    if ref.device.kind != "cuda":
+        return c.outside_rel_band_cpu, c.outside_abs_band_ms_cpu, c.outside_loop_slack_cpu
+    if loop == "captured":
         return c.outside_rel_band, c.outside_abs_band_ms, c.outside_loop_slack
-    return c.outside_rel_band_cpu, c.outside_abs_band_ms_cpu, c.outside_loop_slack_cpu
+    return c.outside_rel_band, c.outside_abs_band_ms_host, c.outside_loop_slack_host
+
+
+def _pad_ms(ref: ReferenceSide, host_ms: float) -> float:
+    """Device work before each iteration of the outside clock's loop: enough for the host to
+    enqueue one iteration meanwhile, so the device never waits for it. The figure comes from
+    the candidate's process, hence the cap: too little padding only makes its own loop slower."""
+    if ref.device.kind != "cuda":
+        return 0.0
+    return min(ref.cfg.confirm_pad_max_ms, max(0.0, 1.25 * host_ms))
 
 
 def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProcess, key: str,
@@ -83,8 +102,9 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
     # The outside clock: the candidate's loop of calls, then the same loop without the call in
     # the trusted worker while the candidate's processes are stopped.
     confirm_seed = ref.seed("confirm", run_seed)
+    loop_kind, pad = _loop_kind(ref, d, w), _pad_ms(ref, armed.confirm_host_ms)
     t0 = time.monotonic()
-    confirmed = _call(worker, m.Confirm(seed=confirm_seed, iters=n), m.ConfirmReply, timeout)
+    confirmed = _call(worker, m.Confirm(seed=confirm_seed, iters=n, pad_ms=pad), m.ConfirmReply, timeout)
     run_wall = time.monotonic() - t0
     if not confirmed.ok:
         raise _failed(confirmed, w, "timing")
@@ -93,21 +113,24 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
                         f"{len(confirmed.digests)} calls for {n}", None, w.uuid)
     with frozen(worker.proc.pid if worker.proc is not None else None):
         t0 = time.monotonic()
+        copies = armed.plan.method != "cuda-graph" and not dps
         loop = _call(trusted, m.Overhead(key=key, workload=workload, axes=axes, sets=sets, seed=confirm_seed,
-                                         iters=n), m.OverheadReply, timeout)
+                                         iters=n, pad_ms=pad, copies=copies), m.OverheadReply, timeout)
         loop_wall = time.monotonic() - t0
     if not loop.ok:
         raise GuardError(f"the trusted worker could not run the timing loop: {loop.message}")
-    rel, abs_ms, slack = _bands(ref)
+    rel, abs_ms, slack = _bands(ref, loop_kind)
     clock = outside_clock.judge(run_wall, n, loop_wall - loop.setup_s, n,
-                                outside_clock.inside_figure_ms(stats), rel, abs_ms, slack)
+                                outside_clock.inside_figure_ms(stats), rel, abs_ms, slack, loop_kind, pad)
     stats["outside_clock"] = clock.model_dump()
 
     # The digests of a secret sample of the calls of both loops against the reference.
-    for seed, digests, loop_name in ((run_seed, ran.digests, "timed"), (confirm_seed, confirmed.digests, "outside clock's")):
+    for seed, digests, loop_name, regime in ((run_seed, ran.digests, "timed", "seeded"),
+                                             (confirm_seed, confirmed.digests, "outside clock's", "stream")):
         chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
         verified = _call(trusted, m.VerifyReplays(key=key, workload=workload, axes=axes, sets=sets, run_seed=seed,
-                                                  iterations=chosen, digests=[digests[i] for i in chosen],
+                                                  regime=regime, iterations=chosen,
+                                                  digests=[digests[i] for i in chosen],
                                                   tolerances=tolerances, names=list(d.outputs)),
                          m.VerifyReply, max(cfg.call_timeout_s, 120))
         if not verified.ok:

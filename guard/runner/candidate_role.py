@@ -12,6 +12,7 @@ from ..builders import BuildError, get_builder
 from ..builders.trim import trim_traceback
 from . import harness, replays
 from . import messages as m
+from .confirm import ConfirmLoop
 from .common import CandidateFault, load_module_from_source, normalize_outputs, peak_memory, storage_range
 from .harness import T
 from .inputs import InputMaker, torch_dtype
@@ -45,6 +46,7 @@ class CandidateRole:
         self.axes: dict = {}
         self.plan: Plan | None = None
         self.refiller: replays.Refiller | None = None
+        self.confirm_loop: ConfirmLoop | None = None
         self._finish = None
         self.threads = harness.thread_count()
 
@@ -251,8 +253,47 @@ class CandidateRole:
             raise
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
+        try:
+            self.confirm_loop = self._confirm_loop()
+            # the host's time to enqueue one iteration, from which the guard sets the padding
+            self.confirm_loop.run(replays.sub_seed(arm_seed, "confirm"), min(10, self.confirm_loop.rows),
+                                  self._loop_call(), 0.0)
+        except CandidateFault:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            raise self._fault(exc) from None
         self._check_integrity("warm-up")
-        return m.ArmReply(ok=True, plan=m.Plan(**self.plan.public()), graph_error=self.plan.graph_error)
+        return m.ArmReply(ok=True, plan=m.Plan(**self.plan.public()), graph_error=self.plan.graph_error,
+                          confirm_host_ms=self.confirm_loop.host_ms_per_iter)
+
+    def _confirm_loop(self) -> ConfirmLoop:
+        """The outside clock's loop over the live sets: a captured call's outputs are its
+        graph's static outputs, destination-passing buffers are the call's own, and an eager
+        call's outputs are copied into buffers of the definition's shapes."""
+        if self.plan.method == "cuda-graph":
+            static = [replays.tensors_of(self._outputs(out)) for _, out in self.plan.graphs]
+        elif self.dps:
+            static = self.outs
+        else:
+            static = [self._alloc_outputs(self.axes) for _ in self.sets]
+        return ConfirmLoop(self.device, self.sets, self.refiller, static, max(self.plan.iters, 10), self.timer.idle)
+
+    def _loop_call(self):
+        """The call as the outside clock's loop makes it (``confirm.LoopCall``)."""
+        if self.plan.method == "cuda-graph":
+            graphs = [g for g, _ in self.plan.graphs]
+
+            def replay(k: int) -> None:
+                T.graph_replay(graphs[k])
+
+            return replay
+        call = self._timing_call()
+        if self.dps:
+            def in_place(k: int) -> None:
+                call(k)
+
+            return in_place
+        return lambda k: replays.tensors_of(self._outputs(call(k)))
 
     def run(self, msg: m.Run) -> m.Reply:
         """The timed loop of the armed workload. Nothing but the loop runs between receiving
@@ -282,17 +323,12 @@ class CandidateRole:
         return m.RunReply(ok=True, digests=table)
 
     def confirm(self, msg: m.Confirm) -> m.Reply:
-        """The outside clock's loop (``Timer.confirm``): nothing but fresh inputs, calls and
-        digests between this request and the reply."""
-        if self.plan is None:
+        """The outside clock's loop (``confirm.ConfirmLoop``): nothing but padding, fresh
+        inputs, calls and digests between this request and the reply."""
+        if self.confirm_loop is None:
             return m.Reply(ok=False, status="INTERNAL", message="confirm before arm")
-        projection = replays.Projection(msg.seed)
         try:
-            digests = self.timer.confirm(
-                self.plan, self._timing_call(),
-                lambda k, i: self.refiller(self.sets[k], replays.replay_seed(msg.seed, i)),
-                lambda out: replays.digest(self._outputs(out), projection), msg.iters)
-            table = T.to(torch.stack(digests), "cpu").tolist() if digests else []
+            table = self.confirm_loop.run(msg.seed, msg.iters, self._loop_call(), msg.pad_ms)
         except CandidateFault:
             raise
         except BaseException as exc:  # noqa: BLE001

@@ -97,12 +97,13 @@ class Run(_Msg):
 
 
 class Confirm(_Msg):
-    """The outside clock's loop: ``iters`` calls back to back on the data of ``seed``, each
-    digested, nothing else (``Timer.confirm``)."""
+    """The outside clock's loop: ``iters`` calls on the data of ``seed``, each digested,
+    nothing else (``confirm.ConfirmLoop``)."""
 
     op: Literal["confirm"] = "confirm"
     seed: int
     iters: int
+    pad_ms: float = 0.0  # device work queued before each iteration, so the device sets the pace
 
 
 class Stats(_Msg):
@@ -166,6 +167,8 @@ class Overhead(_OnProblemWorkload):
     sets: list[int]
     seed: int
     iters: int
+    pad_ms: float = 0.0
+    copies: bool = False  # the candidate's loop copies an eager call's outputs: copy as many bytes
 
 
 class VerifyReplays(_OnProblemWorkload):
@@ -174,6 +177,9 @@ class VerifyReplays(_OnProblemWorkload):
     op: Literal["verify_replays"] = "verify_replays"
     sets: list[int]  # the live sets' seeds: call i ran on set i % len(sets), refilled
     run_seed: int
+    # "seeded": call i's inputs were refilled from its own seed (the timed loop); "stream": drawn
+    # in order from one generator seeded with run_seed (the outside clock's loop)
+    regime: Literal["seeded", "stream"] = "seeded"
     iterations: list[int]
     digests: list[list[list[float]]]
     tolerances: list[Tolerance]
@@ -229,6 +235,7 @@ class CheckReply(Reply):
 class ArmReply(Reply):
     plan: Plan | None = None
     graph_error: str | None = None
+    confirm_host_ms: float = 0.0  # the host's time to enqueue one iteration of the outside clock's loop
 
 
 class RunReply(Reply):

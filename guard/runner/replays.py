@@ -41,9 +41,13 @@ class Projection:
     float64 of each chunk, converted, with the signs)."""
 
     def __init__(self, seed: int):
-        gen = torch.Generator(device="cpu").manual_seed(sub_seed(seed, "projection"))
-        self._signs = torch.randint(0, 2, (PROJECTION_PERIOD,), generator=gen, dtype=torch.int8)
+        self._signs = self._draw(seed)
         self._cache: dict[str, torch.Tensor] = {}
+
+    @staticmethod
+    def _draw(seed: int) -> torch.Tensor:
+        gen = torch.Generator(device="cpu").manual_seed(sub_seed(seed, "projection"))
+        return torch.randint(0, 2, (PROJECTION_PERIOD,), generator=gen, dtype=torch.int8)
 
     def weights(self, device: torch.device) -> torch.Tensor:
         key = str(device)
@@ -51,10 +55,43 @@ class Projection:
             self._cache[key] = (self._signs.to(device=device, dtype=torch.float64) * 2 - 1)
         return self._cache[key]
 
+    def reseed(self, seed: int) -> None:
+        """New signs, written into the weight tensors already made (a captured graph reads
+        them where they lie)."""
+        self._signs = self._draw(seed)
+        for w in self._cache.values():
+            T.copy_(w, self._signs.to(dtype=torch.float64) * 2 - 1)
+
 
 def replay_seed(run_seed: int, iteration: int) -> int:
     """The seed of the inputs of timed call ``iteration`` of a run."""
     return sub_seed(run_seed, "replay", iteration)
+
+
+def stream_refill_possible(definition: dict, workload: dict) -> bool:
+    """Whether a loop's fresh inputs can come from one generator drawn on in order
+    (``StreamRefill``): not when a custom generator makes them."""
+    specs = workload.get("inputs", {})
+    return not (definition.get("custom_inputs_entrypoint") and any(s.get("type") == "custom" for s in specs.values()))
+
+
+class StreamRefill:
+    """Redraws the random float inputs of the live sets from one generator, seeded once per
+    loop and drawn on in order: the inputs of call ``i`` are those of the ``i``-th draw. On a
+    GPU the draws of one set are captured in a graph (the generator is registered with it),
+    so a refill costs one launch; the trusted worker gets the same values by replaying the
+    same draws from the same seed."""
+
+    def __init__(self, redrawn: list[int], device: torch.device):
+        self.redrawn = redrawn
+        self.gen = torch.Generator(device=device)
+
+    def seed(self, seed: int) -> None:
+        self.gen.manual_seed(sub_seed(seed, "stream"))
+
+    def __call__(self, live: list) -> None:
+        for j in self.redrawn:
+            live[j].normal_(generator=self.gen)
 
 
 class Refiller:
@@ -69,8 +106,7 @@ class Refiller:
         self.maker, self.workload, self.axes = maker, workload, axes
         d = maker.d
         specs = workload.get("inputs", {})
-        self.custom = bool(d.get("custom_inputs_entrypoint")) and any(
-            s.get("type") == "custom" for s in specs.values())
+        self.custom = not stream_refill_possible(d, workload)
         self.redrawn: list[tuple[int, str]] = []
         for j, (name, spec) in enumerate(d["inputs"].items()):
             kind = specs.get(name, {}).get("type", "random")

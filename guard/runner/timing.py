@@ -5,10 +5,8 @@ Every timed iteration starts, outside the timed span, with fresh data (``replays
 inputs are refilled in place with a new seed's values, reachable outputs are overwritten with
 random values; then L2 is flushed (a buffer of twice its size is written, persisting lines are
 reset). After the timed span, the outputs are digested. ``arm`` warms up and plans; ``run``
-times. ``confirm`` is the outside clock's loop: calls back to back on fresh inputs, digested,
-nothing skippable in between; the guard times it with its own clock, less the same loop run by
-the trusted worker without the call, and what a candidate's process reported must agree
-(``guard/outside_clock.py``).
+times. The outside clock's loop, which the guard times with its own clock, is
+``confirm.ConfirmLoop``.
 
 GPU, preferred ("cuda-graph+cupti"): after an eager warm-up, the call on each input set is
 captured in a CUDA graph, and the graph is kept only if a replay on fresh data gives the eager
@@ -22,17 +20,22 @@ SOL-ExecBench's CUPTI timing and Nsight Compute measure it (launch overhead left
 "cuda-graph": the same loop timed by the events alone, when CUPTI gives no usable record
 (the reason is kept with the result as ``cupti_error``).
 
-"cuda-events" (the call cannot be captured, or its graph does not hold its work): per
-iteration, synchronize the whole device, read the host clock, queue padding long enough for
-the host to enqueue the call, record a start event, call, record an end event,
-synchronize, read the host clock; the latency is ``max(event time, host time - calibrated
-overhead)``, so work on another stream still counts.
+"cuda-events+cupti" (the call cannot be captured, or its graph does not hold its work, as
+for a kernel launched on the legacy default stream): per iteration, synchronize the whole
+device, read the host clock, queue padding long enough for the host to enqueue the call, a
+marker kernel, a start event, the call, an end event, a marker kernel, synchronize, read the
+host clock. The latency is the span of the device work launched between the two markers, on
+whatever stream (``marked_call_spans``), as for a graph launch; when the call spends more host
+time than its span plus a launch's (``EAGER_LAUNCH_ALLOWANCE_MS``), the host figure counts:
+``max(event time, host time - calibrated overhead)``. Without CUPTI ("cuda-events+host-sync"),
+that host figure is the latency.
 
 CPU ("host-clock"): the same loop with the host clock and a flush of at most 8 MB.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Callable
@@ -86,6 +89,11 @@ def last_level_cache_bytes() -> int:
 # the last level); twice a large server's whole last-level cache (600 MB was seen) cost more
 # than the call on every iteration, so it is capped.
 CPU_FLUSH_CAP = 8 << 20
+
+# An eager call is timed by its device span (CUPTI); host time inside the call beyond the span
+# by more than this (a Python wrapper and a launch) counts in full: work done on the host is
+# part of the call's cost.
+EAGER_LAUNCH_ALLOWANCE_MS = 0.05
 
 
 def cpu_flush_bytes() -> int:
@@ -163,7 +171,7 @@ class Timer:
         T.cuda_sync()
         return max(T.event_elapsed(start, end) / 10, 1e-3)
 
-    def _idle(self, ms: float) -> None:
+    def idle(self, ms: float) -> None:
         """Keep the device busy for about ``ms`` with more flush passes: memory-bound work whose
         time, unlike a spin on the SM clock, hardly moves with the clock the GPU runs at, so
         the loop's own cost is the same in the guard's two windows."""
@@ -280,40 +288,11 @@ class Timer:
         gives the statistics, reading the profiler's records only then."""
         if plan.method == "cuda-graph":
             return self._graph_loop(plan, call is not None, refill, scramble, digest, use_cupti)
-        return self._eager_loop(plan, call, refill, scramble, digest, outputs_of, max_time_s)
-
-    def confirm(self, plan: Plan, call: Callable[[int], object] | None, refill: Refill, digest: Digest,
-                iters: int, outputs_of: Callable[[int], object] | None = None) -> list:
-        """The outside clock's loop: ``iters`` calls back to back, each on fresh inputs and
-        digested, and nothing else: no flush, no padding, no events, no profiler, no
-        synchronisation until the end. Every step in it is one a candidate cannot skip and
-        still give right digests, so the guard's clock around it, less the same loop without
-        the call (``call`` None, digesting ``outputs_of(set)``), bounds what the calls cost."""
-        digests = []
-        self._sync()
-        for it in range(iters):
-            k = it % plan.n_sets
-            refill(k, it)
-            if call is None:
-                out = outputs_of(k)
-            elif plan.method == "cuda-graph":
-                g, out = plan.graphs[k]
-                T.graph_replay(g)
-            else:
-                out = call(k)
-            digests.append(digest(out))
-        self._sync()
-        return digests
+        return self._eager_loop(plan, call, refill, scramble, digest, outputs_of, max_time_s, use_cupti)
 
     def _graph_loop(self, plan: Plan, with_call: bool, refill, scramble, digest, use_cupti: bool):
-        prof, cupti_error = None, None
         # the loop without the call runs under CUPTI too: its per-launch cost is the same then
-        if use_cupti:
-            try:
-                prof = T.profile(activities=[T.cuda_activity])
-                prof.start()
-            except Exception as exc:  # noqa: BLE001 - no CUPTI: the events still time the loop
-                prof, cupti_error = None, f"profiler: {exc}"[:200]
+        prof, cupti_error = self._start_profiler() if use_cupti else (None, None)
         iters = plan.iters
         starts = [T.cuda_event(enable_timing=True) for _ in range(iters)]
         ends = [T.cuda_event(enable_timing=True) for _ in range(iters)]
@@ -325,7 +304,7 @@ class Timer:
                 refill(it % plan.n_sets, it)
                 scramble(out, it)
                 self._flush()
-                self._idle(plan.pad_ms)
+                self.idle(plan.pad_ms)
                 T.event_record(starts[it])
                 if with_call:
                     T.graph_replay(g)
@@ -334,11 +313,7 @@ class Timer:
                     digests.append(digest(out))
             T.cuda_sync()
         finally:
-            if prof is not None:
-                try:
-                    prof.stop()
-                except Exception as exc:  # noqa: BLE001 - the profiler's failure, not the candidate's
-                    prof, cupti_error = None, f"profiler stop: {type(exc).__name__}: {exc}"[:200]
+            prof, cupti_error = self._stop_profiler(prof, cupti_error)
         # Reading the records is left to ``finish``, after the reply that ends the guard's clock.
         return (lambda: self._graph_stats(plan, with_call, prof, cupti_error, starts, ends)), digests
 
@@ -367,70 +342,134 @@ class Timer:
             stats["device_ops_per_call"] = statistics.median(kernels)
         return stats
 
-    def _eager_loop(self, plan: Plan, call, refill, scramble, digest, outputs_of, max_time_s):
+    def _eager_loop(self, plan: Plan, call, refill, scramble, digest, outputs_of, max_time_s,
+                    use_cupti: bool = True):
         overhead_ms = self._calibrate_sync(plan.pad_ms) if self.is_cuda else 0.0
-        lat_ms, ev_ms, host_ms, digests = [], [], [], []
+        prof, cupti_error = (self._start_profiler() if self.is_cuda and use_cupti and call is not None
+                             else (None, None))
+        lat_ms, ev_ms, host_ms, call_host_ms, digests = [], [], [], [], []
         t_begin = T.perf_counter()
-        for it in range(plan.iters):
-            # A very slow kernel (or Triton's CPU interpreter) stops early, with at least 5
-            # iterations; the count is reported with the result (and the outside clock's
-            # loop runs the same count).
-            if max_time_s is not None and it >= 5 and T.perf_counter() - t_begin > max_time_s:
-                break
-            k = it % plan.n_sets
-            refill(k, it)
-            if outputs_of is not None:
-                scramble(outputs_of(k), it)
-            self._flush()
-            lat, ev, host, out = self._iteration(call, k, plan.pad_ms, overhead_ms)
-            lat_ms.append(lat)
-            ev_ms.append(ev)
-            host_ms.append(host)
-            if digest is not None:  # without a call (the loop's own cost): the buffers given
-                digests.append(digest(out if call is not None else outputs_of(k)))
-            del out
-        stats = summarize(lat_ms)
-        stats.update(
-            event_median_ms=statistics.median(ev_ms), event_mean_ms=statistics.fmean(ev_ms),
-            host_median_ms=statistics.median(host_ms), sync_overhead_ms=overhead_ms,
-            method=plan.method, **self._plan_fields(plan),
-        )
-        stats["iters_run"] = len(lat_ms)
-        if plan.graph_error:
-            stats["graph_error"] = plan.graph_error
-        # Work that escapes the event window (another stream, host work after the last
-        # launch) shows as host time well above event time; say so in the result.
-        stats["off_stream_suspect"] = bool(
-            self.is_cuda and stats["host_median_ms"] - overhead_ms > 1.2 * stats["event_median_ms"] + 0.01
-        )
-        return (lambda: stats), digests
+        try:
+            for it in range(plan.iters):
+                # A very slow kernel (or Triton's CPU interpreter) stops early, with at least 5
+                # iterations; the count is reported with the result (and the outside clock's
+                # loop runs the same count).
+                if max_time_s is not None and it >= 5 and T.perf_counter() - t_begin > max_time_s:
+                    break
+                k = it % plan.n_sets
+                refill(k, it)
+                if outputs_of is not None:
+                    scramble(outputs_of(k), it)
+                self._flush()
+                lat, ev, host, in_call, out = self._iteration(call, k, plan.pad_ms, overhead_ms,
+                                                              marked=prof is not None)
+                lat_ms.append(lat)
+                ev_ms.append(ev)
+                host_ms.append(host)
+                call_host_ms.append(in_call)
+                if digest is not None:  # without a call (the loop's own cost): the buffers given
+                    digests.append(digest(out if call is not None else outputs_of(k)))
+                del out
+        finally:
+            prof, cupti_error = self._stop_profiler(prof, cupti_error)
 
-    def _iteration(self, call, k: int, pad_ms: float, overhead_ms: float):
+        def finish() -> dict:
+            spans = None
+            if prof is not None:
+                spans, why = self._eager_spans(prof, len(lat_ms), ev_ms)
+                if spans is None:
+                    nonlocal cupti_error
+                    cupti_error = why
+            if spans is not None:
+                # the call's device work; host time in the call beyond a launch's counts in full
+                timed = [s if h <= s + EAGER_LAUNCH_ALLOWANCE_MS else max(s, lat)
+                         for s, h, lat in zip(spans, call_host_ms, lat_ms)]
+            else:
+                timed = lat_ms
+            stats = summarize(timed)
+            stats.update(
+                event_median_ms=statistics.median(ev_ms), event_mean_ms=statistics.fmean(ev_ms),
+                host_median_ms=statistics.median(host_ms), sync_overhead_ms=overhead_ms,
+                call_host_median_ms=statistics.median(call_host_ms),
+                method=(plan.method.replace("host-sync", "cupti") if spans is not None else plan.method),
+                **self._plan_fields(plan),
+            )
+            stats["iters_run"] = len(lat_ms)
+            if plan.graph_error:
+                stats["graph_error"] = plan.graph_error
+            if self.is_cuda and spans is None and call is not None:
+                stats["cupti_error"] = cupti_error or "off"
+            # Work that escapes the event window (another stream, host work after the last
+            # launch) shows as host time well above event time; say so in the result.
+            stats["off_stream_suspect"] = bool(
+                self.is_cuda and stats["host_median_ms"] - overhead_ms > 1.2 * stats["event_median_ms"] + 0.01
+            )
+            return stats
+
+        return finish, digests
+
+    def _start_profiler(self):
+        try:
+            prof = T.profile(activities=[T.cuda_activity])
+            prof.start()
+            return prof, None
+        except Exception as exc:  # noqa: BLE001 - no CUPTI: the events still time the loop
+            return None, f"profiler: {exc}"[:200]
+
+    def _stop_profiler(self, prof, cupti_error):
+        if prof is None:
+            return None, cupti_error
+        try:
+            prof.stop()
+            return prof, cupti_error
+        except Exception as exc:  # noqa: BLE001 - the profiler's failure, not the candidate's
+            return None, f"profiler stop: {type(exc).__name__}: {exc}"[:200]
+
+    def _eager_spans(self, prof, iters: int, events_ms: list[float]):
+        try:
+            spans, why = marked_call_spans(prof.profiler.kineto_results.events(), iters)
+        except Exception as exc:  # noqa: BLE001
+            return None, f"reading CUPTI records: {type(exc).__name__}: {exc}"[:200]
+        if spans is not None and T.median(spans) > 1.05 * T.median(events_ms) + 1e-3:
+            return None, (f"CUPTI median {T.median(spans):.4f} ms exceeds the event median "
+                          f"{T.median(events_ms):.4f} ms")
+        return spans, why
+
+    def _iteration(self, call, k: int, pad_ms: float, overhead_ms: float, marked: bool = False):
+        """One eager iteration: (latency, event time, host time, host time inside the call,
+        outputs). ``marked``: a marker kernel before the start event and after the end event
+        brackets the call's device work in the CUPTI records (``marked_call_spans``)."""
         if self.is_cuda:
             start, end = T.cuda_event(enable_timing=True), T.cuda_event(enable_timing=True)
             T.cuda_sync()
             h0 = T.perf_counter()
-            self._idle(pad_ms)
+            self.idle(pad_ms)
+            if marked:
+                T.marker(1)
             T.event_record(start)
+            c0 = T.perf_counter()
             out = call(k) if call is not None else None
+            c1 = T.perf_counter()
             T.event_record(end)
+            if marked:
+                T.marker(1)
             T.cuda_sync()
             h1 = T.perf_counter()
             event_ms = T.event_elapsed(start, end)
             host_ms = (h1 - h0) * 1e3
-            return max(event_ms, host_ms - overhead_ms), event_ms, host_ms, out
+            return max(event_ms, host_ms - overhead_ms), event_ms, host_ms, (c1 - c0) * 1e3, out
         h0 = T.perf_counter()
         out = call(k) if call is not None else None
         h1 = T.perf_counter()
         ms = (h1 - h0) * 1e3
-        return ms, ms, ms, out
+        return ms, ms, ms, ms, out
 
     def _calibrate_sync(self, pad_ms: float) -> float:
         """Host time of an eager iteration without a call, beyond its event window: the
         device idle time and the synchronisations."""
         gaps = []
         for _ in range(30):
-            _, ev, host, _ = self._iteration(None, 0, pad_ms, 0.0)
+            _, ev, host, _, _ = self._iteration(None, 0, pad_ms, 0.0)
             gaps.append(host - ev)
         return statistics.median(gaps[5:])
 
@@ -468,6 +507,38 @@ def graph_launch_spans(events, iters: int) -> tuple[list[float] | None, str | No
         return None, f"device activity found for {len(spans)} of {iters} graph launches", []
     order = [e.correlation_id() for e in launches]
     return [(spans[c][1] - spans[c][0]) / 1e6 for c in order], None, [counts[c] for c in order]
+
+
+MARKER_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel
+
+
+def marked_call_spans(events, iters: int) -> tuple[list[float] | None, str | None]:
+    """Per eager call, in order: from the first device activity's start to the last one's end,
+    in ms, of the activities launched between the two marker kernels around the call. CUPTI
+    numbers API calls in the order they are made (correlation ids), so an activity whose id
+    lies between the markers' was launched by the call, on whatever stream.
+    ``(None, why)`` unless every call is found with device work."""
+    device = [e for e in events if not _is_host(e) and e.duration_ns() > 0]
+    markers = sorted(e.correlation_id() for e in device if MARKER_KERNEL in e.name())
+    if len(markers) != 2 * iters:
+        return None, f"{len(markers)} markers recorded for {iters} eager calls"
+    bounds = [(markers[2 * i], markers[2 * i + 1]) for i in range(iters)]
+    spans: list[list[int] | None] = [None] * iters
+    for e in device:
+        c = e.correlation_id()
+        i = bisect.bisect_right(markers, c) - 1  # the last marker launched before this activity
+        if i < 0 or i % 2 or c == markers[i]:
+            continue
+        lo, hi = bounds[i // 2]
+        if not lo < c < hi:
+            continue
+        s, t = e.start_ns(), e.start_ns() + e.duration_ns()
+        cur = spans[i // 2]
+        spans[i // 2] = [s, t] if cur is None else [min(cur[0], s), max(cur[1], t)]
+    missing = sum(1 for x in spans if x is None)
+    if missing:
+        return None, f"no device activity found for {missing} of {iters} eager calls"
+    return [(t - s) / 1e6 for s, t in spans], None
 
 
 def _is_host(event) -> bool:

@@ -11,6 +11,7 @@ import torch
 
 from . import ceilings, replays
 from . import messages as m
+from .confirm import ConfirmLoop
 from .common import load_module_from_source, normalize_outputs, peak_memory
 from .compare import compare
 from .harness import T
@@ -217,24 +218,23 @@ class TrustedRole:
 
     # -- the outside clock's side ----------------------------------------------------------
     def overhead(self, msg: m.Overhead) -> m.Reply:
-        """The outside clock's loop without the call (``Timer.confirm``), on the same data sizes
-        and seed: refills and digests. The guard times this request with its own clock, as it
-        timed the candidate's, and subtracts."""
+        """The outside clock's loop without the call (``confirm.ConfirmLoop``), on the same
+        data sizes, seed and padding: draws, copies as many bytes as the candidate's loop
+        copies, digests. The guard times this request with its own clock, as it timed the
+        candidate's, and subtracts."""
         t0 = T.perf_counter()
         d, module, maker = self.problems[msg.key]
         if self.timer is None:
             self.timer = Timer(self.device)
         sets = [maker.make(msg.workload, msg.axes, s, "normal") for s in msg.sets]
-        outs = [self._output_buffers(d, msg.axes) for _ in sets]
-        refiller = replays.Refiller(maker, msg.workload, msg.axes)
-        projection = replays.Projection(msg.seed)
-        plan = Plan(method="overhead", iters=msg.iters, n_sets=len(sets))
+        static = [self._output_buffers(d, msg.axes) for _ in sets]
+        mirror = [[T.clone(t) for t in outs] for outs in static] if msg.copies else None
+        loop = ConfirmLoop(self.device, sets, replays.Refiller(maker, msg.workload, msg.axes), static, msg.iters,
+                           self.timer.idle, mirror=mirror)
         self._sync()
         setup_s = T.perf_counter() - t0  # this worker is trusted: its own clock takes setup out
-        digests = self.timer.confirm(plan, None, lambda k, i: refiller(sets[k], replays.replay_seed(msg.seed, i)),
-                                     lambda o: replays.digest(o, projection), msg.iters, outputs_of=lambda k: outs[k])
+        table = loop.run(msg.seed, msg.iters, None, msg.pad_ms)
         # the same reply size as the candidate's, whose digests travel back too
-        table = torch.stack(digests).cpu().tolist() if digests else []
         return m.OverheadReply(ok=True, iters=msg.iters, setup_s=setup_s, digests=table)
 
     def memory(self, msg: m.Memory) -> m.Reply:
@@ -259,10 +259,9 @@ class TrustedRole:
         d, module, maker = self.problems[key]
         projection = replays.Projection(msg.run_seed)
         refiller = replays.Refiller(maker, msg.workload, msg.axes)
-        for iteration, got in zip(msg.iterations, msg.digests):
-            # the timed call's inputs: its set's, refilled from its own seed, as in the loop
-            args = maker.make(msg.workload, msg.axes, msg.sets[iteration % len(msg.sets)], "normal")
-            refiller(args, replays.replay_seed(msg.run_seed, iteration))
+        digests = dict(zip(msg.iterations, msg.digests))
+        for iteration, args in self._replayed_inputs(msg, maker, refiller):
+            got = digests[iteration]
             refs = self._reference_on(key, args)
             if len(got) != len(refs):
                 return m.VerifyReply(ok=True, passed=False, iteration=iteration,
@@ -281,6 +280,21 @@ class TrustedRole:
                     return m.VerifyReply(ok=True, passed=False, iteration=iteration, message=why,
                                          checked=msg.iterations.index(iteration))
         return m.VerifyReply(ok=True, passed=True, checked=len(msg.iterations))
+
+    def _replayed_inputs(self, msg: m.VerifyReplays, maker: InputMaker, refiller: replays.Refiller):
+        """(iteration, inputs) of each chosen call, in ascending order: for the timed loop its
+        set refilled from the call's own seed; for the outside clock's loop the same draws from
+        the loop's seed, in the same order (``ConfirmLoop.inputs_at``)."""
+        chosen = sorted(msg.iterations)
+        if msg.regime == "seeded" or refiller.custom:
+            for iteration in chosen:
+                args = maker.make(msg.workload, msg.axes, msg.sets[iteration % len(msg.sets)], "normal")
+                refiller(args, replays.replay_seed(msg.run_seed, iteration))
+                yield iteration, args
+            return
+        sets = [maker.make(msg.workload, msg.axes, s, "normal") for s in msg.sets]
+        loop = ConfirmLoop(self.device, sets, refiller, None, 1, lambda ms: None)
+        yield from loop.inputs_at(msg.run_seed, chosen)
 
 
 # Recompilations allowed per function: each workload may be a new shape, and a problem has

@@ -1,0 +1,161 @@
+"""The outside clock's loop: ``Confirm`` in the candidate worker, ``Overhead`` (the same loop
+without the call) and ``VerifyReplays`` in the trusted one.
+
+The guard's clock runs around the whole request; the difference per call between the
+candidate's loop and the trusted loop without the call bounds what a call costs, however the
+candidate's process reports its time (``guard/outside_clock.py``). For that difference to
+resolve a kernel of a few microseconds, the loop's own cost must be small and steady, and the
+device, not the host, must set the pace:
+
+- fresh inputs come from one generator seeded once per loop and drawn on in order
+  (``replays.StreamRefill``); on a GPU the draws of each input set are one captured graph, so a
+  refill is one launch;
+- the outputs' digests (``replays.digest``) are one captured graph per set, written into row
+  ``i`` of a table on the device;
+- every iteration starts with ``pad_ms`` of memory-bound device work, long enough for the host
+  to enqueue the rest of the iteration: the device never waits for the host, so an eager call's
+  launch latency stays out of the difference as it stays out of its CUPTI span.
+
+A captured call (the timed loop's own graph) is replayed as it is; an eager call's outputs are
+copied into the static buffers that the digest graph reads, and the trusted loop copies as many
+bytes. Inputs that a custom generator makes cannot be drawn in a graph: they are remade per call
+from the call's own seed (``replays.Refiller``), eagerly, and the loop is host-bound; the guard
+then applies the wider band. On the CPU the same loop runs eagerly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+
+from . import replays
+from .harness import T
+
+# ``call(set)``: runs the candidate's call on the live set ``set``; returns the output tensors
+# to copy into the static buffers, or None when the call wrote them there itself
+LoopCall = Callable[[int], list | None]
+
+
+class ConfirmLoop:
+    """The loop over the live input ``sets`` (refilled in place) whose outputs are read from
+    ``static`` (per set, the tensors the digest reads; None: inputs only, for checking).
+    ``mirror`` (trusted loop only): per set, tensors copied into ``static`` every iteration,
+    as the candidate's loop copies an eager call's outputs."""
+
+    def __init__(self, device: torch.device | str, sets: list[list], refiller: replays.Refiller,
+                 static: list[list[torch.Tensor]] | None, rows: int, idle: Callable[[float], None],
+                 mirror: list[list[torch.Tensor]] | None = None):
+        self.device = torch.device(device)
+        self.sets, self.refiller, self.static, self.mirror = sets, refiller, static, mirror
+        self.rows, self.idle = max(1, rows), idle
+        self.regime = "seeded" if refiller.custom else "stream"
+        self.stream = replays.StreamRefill([j for j, _ in refiller.redrawn], self.device)
+        self.projection = replays.Projection(0)
+        self.projection.weights(self.device)  # made before capture; reseeded in place
+        n_out = len(static[0]) if static else 0
+        self.table = torch.zeros((self.rows, n_out, len(replays.DIGEST_FIELDS)), dtype=torch.float64,
+                                 device=self.device)
+        self.counter = torch.zeros(1, dtype=torch.long, device=self.device)
+        self.use_graphs = self.device.type == "cuda" and self.regime == "stream"
+        self.refill_graphs: list = []
+        self.digest_graphs: list = []
+        self.host_ms_per_iter = 0.0
+        if self.use_graphs:
+            self._capture()
+
+    # -- the steps ---------------------------------------------------------------------------
+    def _draw(self, k: int) -> None:
+        self.stream(self.sets[k])
+
+    def _digest(self, k: int) -> None:
+        d = replays.digest(self.static[k], self.projection)
+        self.table.index_copy_(0, self.counter, d.unsqueeze(0))
+        self.counter.add_(1)
+
+    def _refill(self, k: int, seed: int, it: int) -> None:
+        if self.regime == "seeded":
+            self.refiller(self.sets[k], replays.replay_seed(seed, it))
+        elif self.use_graphs:
+            T.graph_replay(self.refill_graphs[k])
+        else:
+            self._draw(k)
+
+    def _digest_step(self, k: int) -> None:
+        if self.use_graphs:
+            T.graph_replay(self.digest_graphs[k])
+        else:
+            self._digest(k)
+
+    def _capture(self) -> None:
+        """One graph of the draws and one of the digests per set, in one memory pool (they run
+        one after the other). A warm-up on a side stream first, as for any capture."""
+        n = len(self.sets)
+        self.stream.seed(0)
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for k in range(n):
+                self._draw(k)
+                if self.static is not None:
+                    self._digest(k)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        T.cuda_sync()
+        pool = torch.cuda.graph_pool_handle()
+        for k in range(n):
+            g = torch.cuda.CUDAGraph()
+            g.register_generator_state(self.stream.gen)
+            with torch.cuda.graph(g, pool=pool):
+                self._draw(k)
+            self.refill_graphs.append(g)
+            if self.static is not None:
+                h = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(h, pool=pool):
+                    self._digest(k)
+                self.digest_graphs.append(h)
+        T.cuda_sync()
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self, seed: int, iters: int, call: LoopCall | None, pad_ms: float) -> list:
+        """``iters`` iterations on the data of ``seed``: pad, fresh inputs, the call (None: the
+        trusted loop, which copies ``mirror`` instead), digest. The digests, per iteration and
+        output, as lists of floats. ``host_ms_per_iter`` is the host's time to enqueue one."""
+        if not 0 < iters <= self.rows:
+            raise ValueError(f"{iters} iterations asked of a loop made for at most {self.rows}")
+        self.projection.reseed(seed)
+        self.stream.seed(seed)
+        T.zero_(self.counter)
+        self._sync()
+        n = len(self.sets)
+        t0 = T.perf_counter()
+        for it in range(iters):
+            k = it % n
+            self.idle(pad_ms)
+            self._refill(k, seed, it)
+            got = call(k) if call is not None else None
+            if got is not None:
+                for dst, src in zip(self.static[k], got):
+                    T.copy_(dst, src)
+            elif call is None and self.mirror is not None:
+                for dst, src in zip(self.static[k], self.mirror[k]):
+                    T.copy_(dst, src)
+            self._digest_step(k)
+        self.host_ms_per_iter = (T.perf_counter() - t0) * 1e3 / iters
+        self._sync()
+        return T.to(self.table[:iters], "cpu").tolist()
+
+    def inputs_at(self, seed: int, iterations: list[int]) -> Iterator[tuple[int, list]]:
+        """The live set of each of ``iterations`` (ascending), as the loop of ``seed`` had it:
+        the same draws from the same seed, in the same order, without the calls."""
+        wanted = set(iterations)
+        self.stream.seed(seed)
+        for it in range(max(iterations, default=-1) + 1):
+            k = it % len(self.sets)
+            self._refill(k, seed, it)
+            if it in wanted:
+                self._sync()
+                yield it, self.sets[k]
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            T.cuda_sync()
