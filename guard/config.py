@@ -61,6 +61,9 @@ class GuardConfig(BaseModel):
         "the loop eager and host-bound")
     outside_loop_slack_host: float = Field(
         1.5, ge=0, description="the band's share of the loop's own cost per call, GPU, eager loop")
+    outside_windows: int = Field(
+        2, ge=1, description="windows of the outside clock per workload, each on new data; the shortest "
+        "of the candidate's and of the trusted loop's are compared (pauses only lengthen a window)")
     confirm_pad_max_ms: float = Field(
         0.5, ge=0, description="cap on the device work queued before each iteration of the outside "
         "clock's loop (1.25 x the host's time to enqueue one, as measured at warm-up)")
