@@ -64,7 +64,7 @@ def test_confirm_loop_digests_each_call_on_its_own_draw():
     sets = [maker.make({}, {"n": 4}, seed=s) for s in (1, 2)]
     static = [[torch.empty(4, 64, dtype=torch.bfloat16)] for _ in sets]
     loop = _confirm_loop(sets, static)
-    table = loop.run(seed=11, iters=6, call=lambda k: [sets[k][0] * 2], pad_ms=0.0)
+    table = loop.run(seed=11, iters=6, call=lambda k: [sets[k][0] * 2], pad_passes=0)
     assert len(table) == 6 and all(len(row) == 1 and len(row[0]) == 4 for row in table)
 
     checker = _confirm_loop([maker.make({}, {"n": 4}, seed=s) for s in (1, 2)])
@@ -76,7 +76,7 @@ def test_confirm_loop_digests_each_call_on_its_own_draw():
         seen.append(args[0].clone())
     assert not torch.equal(seen[0], seen[1])  # fresh inputs every call, sets 0 and 1 alike
     # a call that answered for the previous iteration's inputs fails the check
-    stale = loop.run(seed=12, iters=4, call=lambda k: [sets[k][0] * 2] if k == 0 else None, pad_ms=0.0)
+    stale = loop.run(seed=12, iters=4, call=lambda k: [sets[k][0] * 2] if k == 0 else None, pad_passes=0)
     for it, args in _confirm_loop([maker.make({}, {"n": 4}, seed=s) for s in (1, 2)]).inputs_at(12, [3]):
         values, allow = replays.digest_bounds(args[0] * 2, 1e-2, 1e-2, replays.Projection(12))
         assert replays.digest_mismatch(stale[it][0], values, allow, "y") is not None
@@ -86,11 +86,11 @@ def test_confirm_loop_seeds_differ_and_rows_bound_the_loop():
     maker = _maker()
     sets = [maker.make({}, {"n": 4}, seed=1)]
     loop = _confirm_loop(sets, [[torch.empty(4, 64, dtype=torch.bfloat16)]], rows=4)
-    a = loop.run(seed=1, iters=2, call=lambda k: [sets[k][0] * 2], pad_ms=0.0)
-    b = loop.run(seed=2, iters=2, call=lambda k: [sets[k][0] * 2], pad_ms=0.0)
+    a = loop.run(seed=1, iters=2, call=lambda k: [sets[k][0] * 2], pad_passes=0)
+    b = loop.run(seed=2, iters=2, call=lambda k: [sets[k][0] * 2], pad_passes=0)
     assert a != b
     with pytest.raises(ValueError):
-        loop.run(seed=1, iters=5, call=None, pad_ms=0.0)
+        loop.run(seed=1, iters=5, call=None, pad_passes=0)
 
 
 def test_trusted_confirm_loop_copies_as_the_candidate_does():
@@ -99,7 +99,7 @@ def test_trusted_confirm_loop_copies_as_the_candidate_does():
     static = [[torch.zeros(4, 64, dtype=torch.bfloat16)]]
     mirror = [[torch.ones(4, 64, dtype=torch.bfloat16)]]
     loop = _confirm_loop(sets, static, mirror=mirror)
-    table = loop.run(seed=3, iters=2, call=None, pad_ms=0.0)
+    table = loop.run(seed=3, iters=2, call=None, pad_passes=0)
     assert table[0][0][0] == 4 * 64  # the digest read the copied ones
 
 

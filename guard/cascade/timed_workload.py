@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import random
 import time
 
@@ -60,13 +61,17 @@ def _bands(ref: ReferenceSide, loop: str) -> tuple[float, float, float]:
     return c.outside_rel_band, c.outside_abs_band_ms_host, c.outside_loop_slack_host
 
 
-def _pad_ms(ref: ReferenceSide, host_ms: float) -> float:
-    """Device work before each iteration of the outside clock's loop: enough for the host to
-    enqueue one iteration meanwhile, so the device never waits for it. The figure comes from
-    the candidate's process, hence the cap: too little padding only makes its own loop slower."""
+def _pad_passes(ref: ReferenceSide, host_ms: float, flush_ms: float) -> tuple[int, float]:
+    """Flush passes before each iteration of the outside clock's loop, and about how long
+    they take: enough for the host to enqueue one iteration meanwhile, so the device never
+    waits for it. Both workers queue the same count. The figures come from the candidate's
+    process, hence the cap: too little padding only makes its own loop slower."""
     if ref.device.kind != "cuda":
-        return 0.0
-    return min(ref.cfg.confirm_pad_max_ms, max(0.0, 1.25 * host_ms))
+        return 0, 0.0
+    flush_ms = max(flush_ms, 0.005)
+    cap = math.ceil(ref.cfg.confirm_pad_max_ms / flush_ms)
+    passes = min(cap, math.ceil(1.25 * max(0.0, host_ms) / flush_ms))
+    return passes, passes * flush_ms
 
 
 def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProcess, key: str,
@@ -103,14 +108,15 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
 
     # The outside clock: the candidate's loop of calls, then the same loop without the call in
     # the trusted worker while the candidate's processes are stopped; twice each, on new data.
-    loop_kind, pad = _loop_kind(ref, d, w), _pad_ms(ref, armed.confirm_host_ms)
+    loop_kind = _loop_kind(ref, d, w)
+    passes, pad = _pad_passes(ref, armed.confirm_host_ms, armed.flush_ms)
     copies = armed.plan.method != "cuda-graph" and not dps
     run_walls, loop_walls, confirms = [], [], []
     for window in range(cfg.outside_windows):
         seed = ref.seed(f"confirm-{window}", run_seed)
         with _no_gc():
             t0 = time.monotonic()
-            confirmed = _call(worker, m.Confirm(seed=seed, iters=n, pad_ms=pad), m.ConfirmReply, timeout)
+            confirmed = _call(worker, m.Confirm(seed=seed, iters=n, pad_passes=passes), m.ConfirmReply, timeout)
             run_wall = time.monotonic() - t0
         if not confirmed.ok:
             raise _failed(confirmed, w, "timing")
@@ -120,7 +126,7 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
         with frozen(worker.proc.pid if worker.proc is not None else None), _no_gc():
             t0 = time.monotonic()
             loop = _call(trusted, m.Overhead(key=key, workload=workload, axes=axes, sets=sets, seed=seed,
-                                             iters=n, pad_ms=pad, copies=copies), m.OverheadReply, timeout)
+                                             iters=n, pad_passes=passes, copies=copies), m.OverheadReply, timeout)
             loop_wall = time.monotonic() - t0
         if not loop.ok:
             raise GuardError(f"the trusted worker could not run the timing loop: {loop.message}")

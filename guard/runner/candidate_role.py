@@ -257,14 +257,14 @@ class CandidateRole:
             self.confirm_loop = self._confirm_loop()
             # the host's time to enqueue one iteration, from which the guard sets the padding
             self.confirm_loop.run(replays.sub_seed(arm_seed, "confirm"), min(10, self.confirm_loop.rows),
-                                  self._loop_call(), 0.0)
+                                  self._loop_call(), 0)
         except CandidateFault:
             raise
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
         self._check_integrity("warm-up")
         return m.ArmReply(ok=True, plan=m.Plan(**self.plan.public()), graph_error=self.plan.graph_error,
-                          confirm_host_ms=self.confirm_loop.host_ms_per_iter)
+                          confirm_host_ms=self.confirm_loop.host_ms_per_iter, flush_ms=self.timer.flush_ms)
 
     def _confirm_loop(self) -> ConfirmLoop:
         """The outside clock's loop over the live sets: a captured call's outputs are its
@@ -276,7 +276,8 @@ class CandidateRole:
             static = self.outs
         else:
             static = [self._alloc_outputs(self.axes) for _ in self.sets]
-        return ConfirmLoop(self.device, self.sets, self.refiller, static, max(self.plan.iters, 10), self.timer.idle)
+        return ConfirmLoop(self.device, self.sets, self.refiller, static, max(self.plan.iters, 10),
+                           self.timer.idle_passes)
 
     def _loop_call(self):
         """The call as the outside clock's loop makes it (``confirm.LoopCall``)."""
@@ -328,7 +329,7 @@ class CandidateRole:
         if self.confirm_loop is None:
             return m.Reply(ok=False, status="INTERNAL", message="confirm before arm")
         try:
-            table = self.confirm_loop.run(msg.seed, msg.iters, self._loop_call(), msg.pad_ms)
+            table = self.confirm_loop.run(msg.seed, msg.iters, self._loop_call(), msg.pad_passes)
         except CandidateFault:
             raise
         except BaseException as exc:  # noqa: BLE001

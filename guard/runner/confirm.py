@@ -12,8 +12,9 @@ device, not the host, must set the pace:
   refill is one launch;
 - the outputs' digests (``replays.digest``) are one captured graph per set, written into row
   ``i`` of a table on the device;
-- every iteration starts with ``pad_ms`` of memory-bound device work, long enough for the host
-  to enqueue the rest of the iteration: the device never waits for the host, so an eager call's
+- every iteration starts with memory-bound device work (``pad_passes`` passes over the flush
+  buffer, the same count in both workers), long enough for the host to enqueue the rest of
+  the iteration: the device never waits for the host, so an eager call's
   launch latency stays out of the difference as it stays out of its CUPTI span.
 
 A captured call (the timed loop's own graph) is replayed as it is; an eager call's outputs are
@@ -45,7 +46,7 @@ class ConfirmLoop:
     as the candidate's loop copies an eager call's outputs."""
 
     def __init__(self, device: torch.device | str, sets: list[list], refiller: replays.Refiller,
-                 static: list[list[torch.Tensor]] | None, rows: int, idle: Callable[[float], None],
+                 static: list[list[torch.Tensor]] | None, rows: int, idle: Callable[[int], None],
                  mirror: list[list[torch.Tensor]] | None = None):
         self.device = torch.device(device)
         self.sets, self.refiller, self.static, self.mirror = sets, refiller, static, mirror
@@ -119,8 +120,8 @@ class ConfirmLoop:
         T.cuda_sync()
 
     # -- the loop ----------------------------------------------------------------------------
-    def run(self, seed: int, iters: int, call: LoopCall | None, pad_ms: float) -> list:
-        """``iters`` iterations on the data of ``seed``: pad, fresh inputs, the call (None: the
+    def run(self, seed: int, iters: int, call: LoopCall | None, pad_passes: int) -> list:
+        """``iters`` iterations on the data of ``seed``: ``pad_passes`` flush passes, fresh inputs, the call (None: the
         trusted loop, which copies ``mirror`` instead), digest. The digests, per iteration and
         output, as lists of floats. ``host_ms_per_iter`` is the host's time to enqueue one."""
         if not 0 < iters <= self.rows:
@@ -134,7 +135,7 @@ class ConfirmLoop:
         gc.disable()  # a collection's pause in a window is noise the guard's clock would see
         t0 = T.perf_counter()
         try:
-            self._loop(seed, iters, call, pad_ms, n)
+            self._loop(seed, iters, call, pad_passes, n)
             self.host_ms_per_iter = (T.perf_counter() - t0) * 1e3 / iters
             self._sync()
         finally:
@@ -142,10 +143,10 @@ class ConfirmLoop:
                 gc.enable()
         return T.to(self.table[:iters], "cpu").tolist()
 
-    def _loop(self, seed: int, iters: int, call: LoopCall | None, pad_ms: float, n: int) -> None:
+    def _loop(self, seed: int, iters: int, call: LoopCall | None, pad_passes: int, n: int) -> None:
         for it in range(iters):
             k = it % n
-            self.idle(pad_ms)
+            self.idle(pad_passes)
             self._refill(k, seed, it)
             got = call(k) if call is not None else None
             if got is not None:

@@ -103,7 +103,7 @@ class Confirm(_Msg):
     op: Literal["confirm"] = "confirm"
     seed: int
     iters: int
-    pad_ms: float = 0.0  # device work queued before each iteration, so the device sets the pace
+    pad_passes: int = 0  # flush passes queued before each iteration, so the device sets the pace
 
 
 class Stats(_Msg):
@@ -167,7 +167,7 @@ class Overhead(_OnProblemWorkload):
     sets: list[int]
     seed: int
     iters: int
-    pad_ms: float = 0.0
+    pad_passes: int = 0
     copies: bool = False  # the candidate's loop copies an eager call's outputs: copy as many bytes
 
 
@@ -236,6 +236,7 @@ class ArmReply(Reply):
     plan: Plan | None = None
     graph_error: str | None = None
     confirm_host_ms: float = 0.0  # the host's time to enqueue one iteration of the outside clock's loop
+    flush_ms: float = 0.0  # the device time of one flush pass, as the candidate's worker measured it
 
 
 class RunReply(Reply):

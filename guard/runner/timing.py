@@ -176,8 +176,18 @@ class Timer:
         time, unlike a spin on the SM clock, hardly moves with the clock the GPU runs at, so
         the loop's own cost is the same in the guard's two windows."""
         if ms > 0 and self.is_cuda:
-            for _ in range(max(1, math.ceil(ms / self._flush_ms))):
+            self.idle_passes(max(1, math.ceil(ms / self._flush_ms)))
+
+    def idle_passes(self, passes: int) -> None:
+        """``passes`` flush passes: device idle time counted in work, not in this worker's
+        estimate of a pass's time, so two workers queue exactly the same padding."""
+        if self.is_cuda:
+            for _ in range(passes):
                 T.zero_(self.flush_buf)
+
+    @property
+    def flush_ms(self) -> float:
+        return self._flush_ms
 
     # -- warm-up, capture, plan -------------------------------------------------------------
     def arm(

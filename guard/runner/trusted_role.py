@@ -230,10 +230,10 @@ class TrustedRole:
         static = [self._output_buffers(d, msg.axes) for _ in sets]
         mirror = [[T.clone(t) for t in outs] for outs in static] if msg.copies else None
         loop = ConfirmLoop(self.device, sets, replays.Refiller(maker, msg.workload, msg.axes), static, msg.iters,
-                           self.timer.idle, mirror=mirror)
+                           self.timer.idle_passes, mirror=mirror)
         self._sync()
         setup_s = T.perf_counter() - t0  # this worker is trusted: its own clock takes setup out
-        table = loop.run(msg.seed, msg.iters, None, msg.pad_ms)
+        table = loop.run(msg.seed, msg.iters, None, msg.pad_passes)
         # the same reply size as the candidate's, whose digests travel back too
         return m.OverheadReply(ok=True, iters=msg.iters, setup_s=setup_s, digests=table)
 
@@ -293,7 +293,7 @@ class TrustedRole:
                 yield iteration, args
             return
         sets = [maker.make(msg.workload, msg.axes, s, "normal") for s in msg.sets]
-        loop = ConfirmLoop(self.device, sets, refiller, None, 1, lambda ms: None)
+        loop = ConfirmLoop(self.device, sets, refiller, None, 1, lambda passes: None)
         yield from loop.inputs_at(msg.run_seed, chosen)
 
 
