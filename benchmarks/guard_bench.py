@@ -112,6 +112,8 @@ def main() -> int:
     ap.add_argument("--warm-runs", type=int, default=3)
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-spread", action="store_true")
+    ap.add_argument("--latency-problems", nargs="*", default=None,
+                    help="only the latency studies of problems whose name contains one of these")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ws = Workspace.open(Path(tempfile.mkdtemp(prefix="guard-bench-")) / "ws")
@@ -136,6 +138,8 @@ def main() -> int:
             sixteen = sorted(SEEDS_DIR.glob("attn_out_proj_residual*/seed_triton.py"))
             plan = [("rmsnorm_h4096", rms_seed), (JAMBA, jamba)]
             plan += [(sixteen[0].parent.name, sixteen[0].read_text())] if sixteen else []
+            if args.latency_problems:
+                plan = [(p, s) for p, s in plan if any(x in p for x in args.latency_problems)]
             for problem, source in plan:
                 result["latency"].append(latency_study(guard, problem, source, args.warm_runs))
                 (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
