@@ -32,6 +32,9 @@ class OutsideClock(BaseModel):
     rel_band: float
     abs_band_ms: float
     agrees: bool
+    # the candidate's loop ran faster than the same loop without its call, beyond the band:
+    # it skipped part of the loop's own work (the padding is in its process too)
+    short_loop: bool = False
     loop: str = "captured"  # "captured": draws and digests are graphs, padded; "eager": host-bound
     pad_ms: float = 0.0
 
@@ -39,17 +42,19 @@ class OutsideClock(BaseModel):
 def judge(run_wall_s: float, run_iters: int, loop_wall_s: float, loop_iters: int,
           inside_ms: float, rel_band: float, abs_band_ms: float, loop_slack: float,
           loop: str = "captured", pad_ms: float = 0.0) -> OutsideClock:
-    """The outside figure per call and whether the inside one is within the band of it. Only
-    an outside figure above the inside one counts against a candidate: a loop that ran slower
-    than the loop without the call cannot make a call look faster than it was."""
+    """The outside figure per call and whether the inside one is within the band of it. An
+    outside figure above the inside one counts against a candidate; so does one below minus
+    the band, which no call can cost: the candidate's loop skipped part of the loop's own work
+    (padding, which a candidate could otherwise drop to hide its call's time behind it)."""
     loop_ms = loop_wall_s / max(1, loop_iters) * 1e3
     outside = run_wall_s / max(1, run_iters) * 1e3 - loop_ms
     abs_band_ms = abs_band_ms + loop_slack * max(0.0, loop_ms)
-    agrees = outside <= inside_ms * (1.0 + rel_band) + abs_band_ms
+    short_loop = pad_ms > 0 and outside < -abs_band_ms  # draws and digests skipped fail their checks
+    agrees = outside <= inside_ms * (1.0 + rel_band) + abs_band_ms and not short_loop
     return OutsideClock(
         run_wall_s=run_wall_s, run_iters=run_iters, loop_wall_s=loop_wall_s, loop_iters=loop_iters,
         outside_ms=outside, inside_ms=inside_ms, rel_band=rel_band, abs_band_ms=abs_band_ms,
-        agrees=agrees, loop=loop, pad_ms=pad_ms,
+        agrees=agrees, short_loop=short_loop, loop=loop, pad_ms=pad_ms,
     )
 
 

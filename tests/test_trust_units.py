@@ -162,7 +162,7 @@ def test_projection_is_the_same_in_every_worker():
     assert abs(float(d[0]) - float(exact.sum())) < 1e-6 and abs(float(d[2]) - float(exact.norm())) < 1e-6
 
 
-def test_outside_clock_judges_only_a_slower_outside_figure():
+def test_outside_clock_judges_a_slower_figure_and_a_short_loop():
     # 100 calls of 1 ms by the outside clock; the loop alone 5 ms a call
     honest = outside_clock.judge(0.6, 100, 0.5, 100, inside_ms=0.98, rel_band=0.1, abs_band_ms=0.004,
                                  loop_slack=0.0)
@@ -172,8 +172,15 @@ def test_outside_clock_judges_only_a_slower_outside_figure():
     assert not forged.agrees
     # the loop's own cost varies between windows: its slack widens the band
     assert outside_clock.judge(0.6, 100, 0.5, 100, 0.3, 0.1, 0.004, loop_slack=0.2).agrees
-    # a faster outside figure than reported never counts against a candidate
-    assert outside_clock.judge(0.5, 100, 0.55, 100, 5.0, 0.0, 0.0, 0.0).agrees
+    # a faster outside figure than reported does not count against a candidate ...
+    assert outside_clock.judge(0.6, 100, 0.5, 100, 5.0, 0.0, 0.0, 0.0).agrees
+    # ... unless its loop ran faster than the loop without its call beyond the band: it
+    # skipped the loop's own work (padding), which would hide its call's time
+    short = outside_clock.judge(0.5, 100, 0.55, 100, 0.3, 0.1, 0.004, loop_slack=0.05, pad_ms=0.1)
+    assert short.short_loop and not short.agrees
+    assert not outside_clock.judge(0.5, 100, 0.55, 100, 0.3, 0.1, 0.004, loop_slack=0.2, pad_ms=0.1).short_loop
+    # without padding (the CPU) there is nothing to skip that the digests would not catch
+    assert not outside_clock.judge(0.5, 100, 0.55, 100, 0.3, 0.1, 0.004, loop_slack=0.05).short_loop
 
 
 def test_the_outside_clock_checks_the_median_that_decides():

@@ -158,6 +158,13 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
                             "own inputs: the candidate behaves differently while timed (every timed call gets "
                             "fresh inputs; a remembered answer, a cache or a skipped call fails)",
                             verified.message, w.uuid)
+    if clock.short_loop:
+        raise Rejection("benchmark", "REWARD_HACK",
+                        f"the candidate's loop of calls on {w.uuid} ran {-clock.outside_ms * 1e3:.1f} us a call faster "
+                        "than the same loop without the call, as the guard's own clock measured it: the candidate's "
+                        "process skipped part of the loop's own work (padding, draws or digests)",
+                        f"allowed: {clock.abs_band_ms * 1e3:.1f} us; calls with the loop {min(run_walls):.4f} s, the "
+                        f"loop alone {min(loop_walls):.4f} s, {n} calls", w.uuid)
     if not clock.agrees:
         raise Rejection("benchmark", "REWARD_HACK",
                         f"the guard's own clock measured {clock.outside_ms * 1e3:.1f} us per call on {w.uuid}, "
