@@ -396,6 +396,8 @@ def device_option(s: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from guard.candidates.solution import LANGUAGES
+
     p = argparse.ArgumentParser(
         prog="kernelarc",
         description="Deterministic guard and MCP server for agents that optimize GPU kernels.",
@@ -421,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--problem", required=True)
     s.add_argument("--agent", default="cli", help="who submits (default: cli)")
     device_option(s)
-    s.add_argument("--language", choices=["pytorch", "triton", "cuda_cpp"], help="override detection")
+    s.add_argument("--language", choices=list(LANGUAGES), help="override detection")
     s.add_argument("--notes", help="what this candidate tries (kept with it)")
     s.add_argument("--parent", help="id of the candidate this one derives from")
     s.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
