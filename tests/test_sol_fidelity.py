@@ -92,8 +92,10 @@ def test_tolerance_comes_from_the_workload_else_sol_defaults_with_our_dtype_boun
     bf16 = tol_mod.for_output(_definition(), bare, "bfloat16")
     assert (bf16.atol, bf16.rtol, bf16.required_matched_ratio, bf16.stricter) == (1e-2, 1e-2, 0.99, None)
     f32 = tol_mod.for_output(_definition("float32"), bare, "float32")
-    assert f32.atol == 1e-4 and f32.required_matched_ratio == 0.99
-    assert "stricter than SOL-ExecBench's default 0.01" in f32.stricter
+    assert f32.atol == 1e-4 and f32.required_matched_ratio == 1.0  # a 1e-2 ratio does not carry over
+    assert "stricter than SOL-ExecBench's default 0.01" in f32.stricter and "every element" in f32.stricter
+    fp8 = tol_mod.for_output(_definition("float8_e4m3fn"), bare, "float8_e4m3fn")
+    assert fp8.required_matched_ratio == 0.99 and fp8.stricter is None
     own = tol_mod.for_output(_definition("float32", tolerance={"float32": {"atol": 1e-3, "rtol": 1e-3}}),
                              bare, "float32")
     assert own.origin == "kernelarc" and own.stricter.startswith("this problem's float32 tolerance")

@@ -6,10 +6,12 @@ the workload sets none (atol = rtol = 1e-2, 99% of the elements within them, no 
 KernelArc follows it, with one difference it names whenever it matters:
 
 - a workload that sets ``tolerance`` is judged by it exactly (atol, rtol, matched ratio, cap);
-- a workload that sets none takes the matched ratio of SOL-ExecBench's defaults, but the
-  atol/rtol of the problem's own per-dtype tolerances (``kernelarc.tolerance``, else the
-  dtype's default: 1e-4 for float32, 1e-7 for float64, 1e-2 for 16-bit floats). For float32
-  and float64 that is stricter than SOL-ExecBench, and a rejection says so.
+- a workload that sets none is judged by the problem's own per-dtype tolerances
+  (``kernelarc.tolerance``, else the dtype's default: 1e-4 for float32, 1e-7 for float64, 1e-2
+  for 16-bit floats). Where those are SOL-ExecBench's default bounds or looser (bf16, fp16,
+  fp8), its default matched ratio (0.99) applies too. Where they are tighter (float32,
+  float64), every element must be within them, as before: a ratio sized for 1e-2 does not carry
+  over to 1e-4. That is stricter than SOL-ExecBench, and a rejection says so.
 
 Integer and bool outputs must match exactly in every case (``guard/runner/compare.py``).
 """
@@ -51,13 +53,14 @@ def for_output(d: Definition, w: Workload, dtype: str) -> OutputTolerance:
     own = d.tolerance_for(dtype)
     origin = "kernelarc" if dtype in d.kernelarc.tolerance else "dtype"
     stricter = _integer_note(dtype)
-    if stricter is None and (own.atol < SOL_DEFAULT.max_atol or own.rtol < SOL_DEFAULT.max_rtol):
+    tighter = own.atol < SOL_DEFAULT.max_atol or own.rtol < SOL_DEFAULT.max_rtol
+    if stricter is None and tighter:
         which = "this problem's" if origin == "kernelarc" else "KernelArc's default"
         stricter = (f"{which} {dtype} tolerance atol={own.atol:g} rtol={own.rtol:g}, stricter than "
                     f"SOL-ExecBench's default {SOL_DEFAULT.max_atol:g} for a workload that sets none: "
-                    f"{dtype} outputs are held to {dtype} accuracy (no TF32 or bf16 shortcuts)")
+                    f"{dtype} outputs are held to {dtype} accuracy on every element (no TF32 or bf16 shortcuts)")
     return OutputTolerance(atol=own.atol, rtol=own.rtol,
-                           required_matched_ratio=SOL_DEFAULT.required_matched_ratio,
+                           required_matched_ratio=1.0 if tighter else SOL_DEFAULT.required_matched_ratio,
                            max_error_cap=SOL_DEFAULT.max_error_cap, origin=origin, stricter=stricter)
 
 
