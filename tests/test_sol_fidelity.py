@@ -12,7 +12,7 @@ import torch
 
 from conftest import SOL_EXAMPLES, make_guard, unique
 from guard.candidates.load import from_source
-from guard.cascade.correctness_gate import named_checks
+from guard.cascade.correctness_gate import merge_errors, named_checks
 from guard.problems import tolerance as tol_mod
 from guard.problems.problem import load_problem, read_jsonl, write_jsonl
 from guard.problems.schema import Definition, Workload
@@ -65,6 +65,12 @@ def test_error_cap_and_non_finite_values_fail_within_the_ratio():
     nan[3, 7] = math.nan
     rep = compare(nan, ref, 1e-2, 1e-2, "y", matched_ratio=0.99)
     assert not rep["ok"] and "never a non-finite value" in rep["message"]
+    strict = compare(nan, ref, 1e-2, 1e-2, "y")
+    assert not strict["ok"] and strict["nan"] == 1 and strict["inf"] == 0
+    folded: dict = {}
+    merge_errors(folded, [strict, compare(out, ref, 1e-2, 1e-2, "y", matched_ratio=0.99)])
+    assert folded["has_nan"] and folded["mismatches"] == math.ceil(3200 / 200)
+    assert folded["max_abs"] == pytest.approx(max(strict["max_abs"], float((out - ref).abs().max())))
     ints = torch.arange(1000)
     off = ints.clone()
     off[5] += 1

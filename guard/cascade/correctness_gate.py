@@ -133,8 +133,10 @@ def merge_errors(into: dict, reports: list[dict]) -> None:
                 into[key] = max(into.get(key, 0.0), float(rep[key]))
         if rep.get("within_ratio"):
             into["mismatches"] = max(into.get("mismatches", 0), int(rep.get("mismatches") or 0))
-        if "NaN" in str(rep.get("message", "")):
+        if rep.get("nan"):
             into["has_nan"] = True
+        elif rep.get("inf"):
+            into["has_inf"] = True
 
 
 def named_checks(message: str, cmp: dict, kind: str, per_output: list) -> str:

@@ -49,7 +49,7 @@ def candidate_export(db: Database, problem: Problem, cid: str) -> tuple[SolSolut
         err = exc.errors()[0]
         raise ExportError(f"candidate {cid} does not fit SOL-ExecBench's solution schema: "
                           f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
-    return solution, candidate_traces(verdict, problem, cid, row["finished_at"])
+    return solution, candidate_traces(verdict, problem, cid, row["finished_at"] or row["created_at"])
 
 
 def export_problem(db: Database, problem: Problem, folder: Path, agent: str | None = None) -> ExportSummary:

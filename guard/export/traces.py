@@ -92,7 +92,8 @@ def _correctness(errors: dict | None, tolerances: dict, measured_note: str | Non
         extra["elements_outside_tolerance"] = errors["mismatches"]
     return T.Correctness(max_absolute_error=float(errors.get("max_abs", 0.0)),
                          max_relative_error=float(errors.get("max_rel", 0.0)),
-                         has_nan=bool(errors.get("has_nan", False)), extra=extra)
+                         has_nan=bool(errors.get("has_nan", False)),
+                         has_inf=bool(errors.get("has_inf", False)) and not errors.get("has_nan"), extra=extra)
 
 
 def _performance(r: WorkloadResult) -> T.Performance:

@@ -127,7 +127,7 @@ def compare(
     ]
     if n_nan or n_inf:
         parts.append(f"{n_nan} NaN and {n_inf} Inf where the reference is finite")
-    return _fail("INCORRECT_NUMERICAL", "; ".join(parts), **stats)
+    return _fail("INCORRECT_NUMERICAL", "; ".join(parts), nan=n_nan, inf=n_inf, **stats)
 
 
 def _within_ratio(x, y, err, allowed, fails, nonfinite_bad, ref_finite, name: str,
