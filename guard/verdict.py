@@ -71,6 +71,9 @@ class Checked(_Part):
     rounds: int | None = None
     rounds_skipped: int | None = None
     determinism: bool | None = None
+    # per visible workload: the largest errors over its rounds (max_abs, max_rel; mismatches when
+    # elements were let through by the matched ratio; has_nan), for SOL-ExecBench traces
+    errors: dict[str, dict[str, Any]] | None = None
 
 
 class DeviceInfo(_Part):

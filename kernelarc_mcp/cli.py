@@ -129,6 +129,10 @@ def cmd_show(args) -> int:
     from guard.archive.db import Database
     from guard.leaderboard import candidate_detail
 
+    if args.trace:  # SOL-ExecBench trace JSONL instead of the verdict
+        from .export_commands import show_trace
+
+        return show_trace(args)
     ws = _workspace(args)
     detail = candidate_detail(Database(ws.db_path), args.candidate)
     if detail is None:
@@ -392,6 +396,8 @@ def device_option(s: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from guard.candidates.solution import LANGUAGES
+
     p = argparse.ArgumentParser(
         prog="kernelarc",
         description="Deterministic guard and MCP server for agents that optimize GPU kernels.",
@@ -417,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--problem", required=True)
     s.add_argument("--agent", default="cli", help="who submits (default: cli)")
     device_option(s)
-    s.add_argument("--language", choices=["pytorch", "triton", "cuda_cpp"], help="override detection")
+    s.add_argument("--language", choices=list(LANGUAGES), help="override detection")
     s.add_argument("--notes", help="what this candidate tries (kept with it)")
     s.add_argument("--parent", help="id of the candidate this one derives from")
     s.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
@@ -433,6 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="one candidate's verdict (and source)")
     s.add_argument("candidate")
     s.add_argument("--source", action="store_true")
+    s.add_argument("--trace", action="store_true", help="print SOL-ExecBench traces (JSONL), one per workload")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_show)
 
@@ -511,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .model_commands import add_parsers
 
     add_parsers(sub)
+    from .export_commands import add_parsers as add_export_parsers
+
+    add_export_parsers(sub)
     return p
 
 

@@ -108,7 +108,9 @@ VERDICT_BRIEF: dict[str, Any] = {
     **dict.fromkeys(("candidate_id", "problem", "agent", "decision", "status", "gate", "reason", "diagnostic",
                      "first_failing_workload", "score", "speedup_eager", "speedup_compile", "sol_fraction",
                      "latency_ms", "speedup_vs_best", "threshold", "agent_best_id", "global_best_id",
-                     "is_global_best", "duplicate_of", "parent", "repeats", "advice", "checked"), True),
+                     "is_global_best", "duplicate_of", "parent", "repeats", "advice"), True),
+    # what was checked, not the per-workload error figures kept for SOL-ExecBench traces
+    "checked": {"visible_workloads", "heldout_workloads", "rounds", "rounds_skipped", "determinism"},
     "workloads": {"__all__": WORKLOAD_BRIEF},
     "paired": {"__all__": {"incumbent", "why", "paired_speedup", "threshold", "note"}},
 }

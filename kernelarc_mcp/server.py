@@ -32,7 +32,7 @@ from .tokens import TokenStore
 log = logging.getLogger(__name__)
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 Detail = C.Detail
-Language = Literal["pytorch", "triton", "cuda_cpp"]
+Language = Literal["pytorch", "triton", "cuda_cpp", "cute_dsl", "cutile", "tilelang"]
 VERDICT_DETAIL = ("brief (default): decision, reason, advice, per-workload latency, speedups and SOL; full: the "
                   "whole verdict (timing internals, device, phases, paired medians)")
 INSTRUCTIONS = """\

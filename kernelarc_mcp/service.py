@@ -22,6 +22,7 @@ from guard.problems.derive import workload_set
 from guard.problems.dtypes import dtype_info
 from guard.problems.problem import ProblemError
 from guard.problems.summary import summarize
+from guard.problems.tolerance import view as tolerance_view
 from guard.runner.device import resolve_all
 from guard.scoring import flops_rate_for, sol_time_ms
 from guard.verdict import Verdict
@@ -151,7 +152,7 @@ class Service:
             inputs={k: v.model_dump(exclude_none=True) for k, v in d.inputs.items()},
             outputs={k: v.model_dump(exclude_none=True) for k, v in d.outputs.items()},
             reference=d.reference,
-            tolerances={k: d.tolerance_for(s.dtype).model_dump() for k, s in d.outputs.items()},
+            tolerances=tolerance_view(d, wset.visible), not_honoured=summarize(p)["not_honoured"],
             flops_formula=d.kernelarc.flops, bytes_formula=d.kernelarc.bytes, workloads=workloads,
             heldout_workloads=len(wset.heldout), seed_kernels=seeds, device=self._device_label(),
             contract=CONTRACT,

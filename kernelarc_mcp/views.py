@@ -43,7 +43,10 @@ class ProblemView(BaseModel):
     inputs: dict[str, Any]
     outputs: dict[str, Any]
     reference: str = Field(description="the PyTorch reference; your run(...) must match its signature")
-    tolerances: dict[str, dict[str, float]] = Field(description="atol/rtol per output")
+    tolerances: dict[str, dict[str, float]] = Field(description="atol/rtol per output, and the share of "
+                                                    "elements that must be within them")
+    not_honoured: list[str] = Field(default_factory=list, description="fields of the SOL-ExecBench schema "
+                                    "this problem uses that KernelArc does not honour as SOL-ExecBench does")
     flops_formula: str | None = None
     bytes_formula: str | None = None
     workloads: list[WorkloadView] = Field(description="the visible workloads timed on this server's device")

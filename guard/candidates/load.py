@@ -24,6 +24,14 @@ from pydantic import ValidationError
 from .solution import CPP_SUFFIXES, Solution, normalize_language
 
 
+# The import that marks a one-file candidate as written in a DSL with a builder of its own.
+DSL_IMPORTS = (
+    ("cute_dsl", r"^\s*(import\s+cutlass\b|from\s+cutlass\b)"),
+    ("cutile", r"^\s*(import\s+cuda\.tile\b|from\s+cuda\.tile\b|from\s+cuda\s+import\s+tile\b)"),
+    ("tilelang", r"^\s*(import|from)\s+tilelang\b"),
+)
+
+
 class CandidateError(ValueError):
     """A submission that is not a candidate at all (unreadable, unknown kind)."""
 
@@ -32,6 +40,9 @@ def guess_language(source: str, filename: str) -> str:
     suffix = PurePosixPath(filename).suffix
     if suffix in CPP_SUFFIXES:
         return "cuda_cpp"
+    for lang, pattern in DSL_IMPORTS:
+        if re.search(pattern, source, re.M):
+            return lang
     if re.search(r"^\s*(import|from)\s+triton\b", source, re.M):
         return "triton"
     return "pytorch"

@@ -8,8 +8,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Language = Literal["pytorch", "triton", "cuda_cpp"]
-PYTHON_LANGUAGES = {"pytorch", "triton"}
+Language = Literal["pytorch", "triton", "cuda_cpp", "cute_dsl", "cutile", "tilelang"]
+# Python DSLs with a builder of their own (guard/builders/dsl.py), in the order that decides a
+# solution's primary language when it names several.
+DSL_LANGUAGES = ("cute_dsl", "cutile", "tilelang")
+PYTHON_LANGUAGES = {"pytorch", "triton", *DSL_LANGUAGES}
+LANGUAGES = ("pytorch", "triton", "cuda_cpp", *DSL_LANGUAGES)
 # Older spellings and C++ families that build the same way as cuda_cpp.
 LANGUAGE_ALIASES = {
     "python": "pytorch",
@@ -19,6 +23,11 @@ LANGUAGE_ALIASES = {
     "cutlass": "cuda_cpp",
     "cublas": "cuda_cpp",
     "cudnn": "cuda_cpp",
+    "cutedsl": "cute_dsl",
+    "cute-dsl": "cute_dsl",
+    "cuda_tile": "cutile",
+    "cuda-tile": "cutile",
+    "tile_lang": "tilelang",
 }
 CPP_SUFFIXES = {".cu", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".cuh"}
 
@@ -26,8 +35,8 @@ CPP_SUFFIXES = {".cu", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".cuh"}
 def normalize_language(name: str) -> str:
     name = name.strip().lower()
     name = LANGUAGE_ALIASES.get(name, name)
-    if name not in ("pytorch", "triton", "cuda_cpp"):
-        raise ValueError(f"unsupported language {name!r}: use pytorch, triton or cuda_cpp")
+    if name not in LANGUAGES:
+        raise ValueError(f"unsupported language {name!r}: use {', '.join(LANGUAGES)}")
     return name
 
 
@@ -77,8 +86,12 @@ class BuildSpec(BaseModel):
 
     @property
     def primary_language(self) -> str:
+        """The builder's language: C++, else a DSL the solution names, else Triton, else PyTorch."""
         if "cuda_cpp" in self.languages:
             return "cuda_cpp"
+        for dsl in DSL_LANGUAGES:
+            if dsl in self.languages:
+                return dsl
         return "triton" if "triton" in self.languages else "pytorch"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..archive.db import Database
 from ..archive.git_archive import GitArchive
+from ..builders import dsl_refusal
 from ..candidates.solution import Solution
 from ..config import GuardConfig
 from ..problems.derive import workload_set
@@ -133,6 +134,10 @@ class Guard:
             solution_json=json.dumps(solution_json), device_key=self.device.compare_key,
             device_kind=self.device.kind, measured_on=self.device.key,
         )
+
+        why = dsl_refusal(language, self.device.kind)
+        if why:  # this guard cannot judge the language at all: refused, nothing recorded
+            raise GuardError(why)
 
         # Gate 1: static screen (pure Python, no worker needed).
         if self.cfg.static_screen:

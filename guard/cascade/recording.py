@@ -15,7 +15,7 @@ from ..config import GuardConfig
 from ..problems.problem import Problem
 from ..repetition import repeats
 from ..runner import device as device_mod
-from ..verdict import Verdict, WorkloadResult
+from ..verdict import Checked, Verdict, WorkloadResult
 from .pairing_gate import elsewhere_unclear, measurements, paired_for
 from .reasons import Rejection
 
@@ -39,6 +39,7 @@ class Recorder:
                 candidate_id=cid, problem=problem.name, agent=agent, decision="REJECT",
                 status=rej.status, gate=rej.gate, reason=rej.reason, diagnostic=rej.diagnostic,
                 first_failing_workload=rej.workload, advice=advice, phases_s=phases,
+                checked=Checked(errors={rej.workload: rej.errors}) if rej.errors and rej.workload else Checked(),
                 agent_best_id=best["id"] if best else None, global_best_id=gbest["id"] if gbest else None,
                 device=self.device_info(), notes=notes, parent=parent, peak_memory_bytes=memory,
                 repeats=repeats(c, problem.name, agent, row["source_hash"], row["normalized_hash"], notes, cid),

@@ -104,6 +104,19 @@ InputSpec = Annotated[
 ]
 
 
+class ToleranceSpec(BaseModel):
+    """SOL-ExecBench's per-workload correctness bounds (``workload.tolerance``); its defaults
+    apply to a workload that sets none (``guard/problems/tolerance.py`` says how KernelArc
+    combines them with its own per-dtype tolerances)."""
+
+    model_config = ConfigDict(extra="allow")
+    max_atol: float = Field(default=1e-2, ge=0)
+    max_rtol: float = Field(default=1e-2, ge=0)
+    required_matched_ratio: float = Field(default=0.99, ge=0, le=1)
+    max_error_cap: float | None = Field(default=None, ge=0)
+    allow_negative_inf: bool = False
+
+
 class Workload(BaseModel):
     """One concrete shape: values of the var axes and how each input is made."""
 
@@ -111,6 +124,7 @@ class Workload(BaseModel):
     uuid: str
     axes: dict[str, int] = Field(default_factory=dict)
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
+    tolerance: ToleranceSpec | None = None  # None: SOL-ExecBench's defaults
 
     @field_validator("uuid")
     @classmethod

@@ -6,6 +6,7 @@ import logging
 import shutil
 from pathlib import Path
 
+from . import sol_fidelity
 from .families import classify
 from .problem import Problem, ProblemError, load_problem
 from .schema import SafetensorsInput
@@ -36,6 +37,8 @@ def import_sol_folder(path: Path) -> tuple[Problem, list[str]]:
             "the guard synthesizes them from the axes (index tensors follow the paged-KV "
             "convention: offsets from 0 to the index count, indices below the page count)"
         )
+    notes += [f"not honoured as SOL-ExecBench does: {n.render()}"
+              for n in sol_fidelity.problem_notes(problem, include_solution=False)]
     return problem, notes
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .derive import largest_tensor
 from .problem import Problem
+from .sol_fidelity import problem_notes
 
 
 def summarize(problem: Problem) -> dict:
@@ -31,6 +32,8 @@ def summarize(problem: Problem) -> dict:
         "largest_tensor_elements": max((largest_tensor(d, w.axes) for w in problem.workloads), default=0),
         "seed_kernels": sorted(problem.seed_kernels()),
         "description": (d.description or "").strip().splitlines()[0][:200] if d.description else "",
+        # the fields of SOL-ExecBench's schema this problem uses that are not honoured as there
+        "not_honoured": [n.render() for n in problem_notes(problem, include_solution=False)],
     }
 
 

@@ -20,6 +20,7 @@ class Tolerance(_Msg):
     atol: float
     rtol: float
     required_matched_ratio: float | None = None
+    max_error_cap: float | None = None
 
 
 class Round(_Msg):

@@ -13,7 +13,7 @@ from . import ceilings, replays
 from . import messages as m
 from .confirm import ConfirmLoop
 from .common import load_module_from_source, normalize_outputs, peak_memory
-from .compare import compare
+from .compare import compare, spec_args
 from .harness import T
 from .inputs import InputMaker, torch_dtype
 from .tensorio import read_tensor
@@ -112,7 +112,7 @@ class TrustedRole:
             except (ValueError, OSError) as exc:
                 return m.CompareReply(ok=True, passed=False, status="RUNTIME_ERROR", message=str(exc))
             adversarial = origin is not None and origin[4] != "normal"
-            report = compare(out, ref, tol["atol"], tol["rtol"], name, row_scaled=adversarial)
+            report = compare(out, ref, tol["atol"], tol["rtol"], name, row_scaled=adversarial, **spec_args(tol))
             if not report["ok"] and report["status"] == "INCORRECT_NUMERICAL" and origin is not None:
                 report = self._against_float64(origin, len(reports), out, report, tol, name)
             reports.append(report)
@@ -132,7 +132,7 @@ class TrustedRole:
         if index >= len(exact) or not exact[index].is_floating_point():
             return report
         hi = compare(out.double(), exact[index].to(torch.float64), tol["atol"], tol["rtol"], name,
-                     row_scaled=origin[4] != "normal")
+                     row_scaled=origin[4] != "normal", **spec_args(tol))
         if hi["ok"]:
             return {**hi, "via": "float64 reference", "reference_mismatch": report.get("message")}
         return report

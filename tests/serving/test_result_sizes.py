@@ -123,7 +123,7 @@ async def test_enums_in_input_schemas(service):
 
     assert enum("recall", "scope") == {"problem", "family", "any"}
     assert enum("record", "kind") == {"insight", "pitfall"}
-    assert enum("submit_candidate", "language") == {"pytorch", "triton", "cuda_cpp"}
+    assert enum("submit_candidate", "language") == {"pytorch", "triton", "cuda_cpp", "cute_dsl", "cutile", "tilelang"}
     for tool in ("get_problem", "submit_candidate", "get_result", "recall", "peek_best", "status"):
         assert enum(tool, "detail") == {"brief", "full"}
         assert tools[tool]["properties"]["detail"]["default"] == "brief"

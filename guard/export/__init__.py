@@ -1,0 +1,1 @@
+"""Results written out in public formats: SOL-ExecBench traces and solutions."""
