@@ -63,8 +63,10 @@ class GuardConfig(BaseModel):
     outside_loop_slack_host: float = Field(
         1.5, ge=0, description="the band's share of the loop's own cost per call, GPU, eager loop")
     outside_windows: int = Field(
-        2, ge=1, description="windows of the outside clock per workload, each on new data; the shortest "
-        "of the candidate's and of the trusted loop's are compared (pauses only lengthen a window)")
+        2, ge=1, description="windows of the outside clock per workload on a GPU, each on new data; the "
+        "shortest of the candidate's and of the trusted loop's are compared (pauses only lengthen a window)")
+    outside_windows_cpu: int = Field(
+        1, ge=1, description="the same on the CPU, whose band (above) already allows for a busy machine")
     confirm_pad_max_ms: float = Field(
         0.15, ge=0, description="cap on the device work queued before each iteration of the outside "
         "clock's loop (1.25 x the host's time to enqueue one, as measured at warm-up)")

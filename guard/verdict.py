@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
+from .outside_clock import OutsideClock
+
 Decision = Literal["ACCEPT", "KEEP", "REVERT", "REJECT"]
 TraceStatus = Literal[
     "PASSED", "INCORRECT_SHAPE", "INCORRECT_DTYPE", "INCORRECT_NUMERICAL", "RUNTIME_ERROR",
@@ -51,7 +53,9 @@ class Timing(_Part):
     event_median_ms: float | None = None  # the CUDA events' own times (the span is the latency)
     host_median_ms: float | None = None  # cuda-events+host-sync, host-clock
     sync_overhead_ms: float | None = None
-    method: str | None = None  # cuda-graph+cupti, cuda-graph, cuda-events+host-sync, host-clock
+    method: str | None = None  # cuda-graph+cupti, cuda-graph, cuda-events+cupti, cuda-events+host-sync, host-clock
+    call_host_median_ms: float | None = None  # eager: host time inside the call
+    outside_clock: OutsideClock | None = None  # the guard's own clock's check of this figure
     n_sets: int | None = None  # input sets rotated over
     flush_bytes: int | None = None  # cache flush before every iteration
     warmup_iters: int | None = None

@@ -112,7 +112,8 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
     passes, pad = _pad_passes(ref, armed.confirm_host_ms, armed.flush_ms)
     copies = armed.plan.method != "cuda-graph" and not dps
     run_walls, loop_walls, confirms = [], [], []
-    for window in range(cfg.outside_windows):
+    windows = cfg.outside_windows if ref.device.kind == "cuda" else cfg.outside_windows_cpu
+    for window in range(windows):
         seed = ref.seed(f"confirm-{window}", run_seed)
         with _no_gc():
             t0 = time.monotonic()

@@ -255,9 +255,9 @@ class CandidateRole:
             raise self._fault(exc) from None
         try:
             self.confirm_loop = self._confirm_loop()
-            # the host's time to enqueue one iteration, from which the guard sets the padding
-            self.confirm_loop.run(replays.sub_seed(arm_seed, "confirm"), min(10, self.confirm_loop.rows),
-                                  self._loop_call(), 0)
+            if self.cuda:  # the host's time to enqueue one iteration, from which the guard sets the padding
+                self.confirm_loop.run(replays.sub_seed(arm_seed, "confirm"), min(10, self.confirm_loop.rows),
+                                      self._loop_call(), 0)
         except CandidateFault:
             raise
         except BaseException as exc:  # noqa: BLE001

@@ -1,5 +1,5 @@
 """On a GPU, without destination passing: the CUDA graph it leaves behind tests its own static output for the guard's poison (NaN) and does the work only when it finds it; other replays leave the earlier answer in place.
-EXPECT screen=REWARD_HACK runtime=REWARD_HACK DEVICE=cuda
+EXPECT screen=REWARD_HACK runtime=REWARD_HACK DEVICE=cuda gpu=GAINS_NOTHING
 
 Class 3, non-DPS, GPU only. A graph's static output is the tensor the captured call returned;
 the guard poisons it before the replays it checks. Two Triton kernels are captured: a probe

@@ -71,10 +71,20 @@ def test_cuda_cpp_seed_builds_and_passes(gpu_guard):
 @pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)
 def test_cheats_on_gpu_runtime_defence(gpu_guard_runtime, path):
     exp = expectation(path)
-    expected = exp["runtime"]
+    expected = exp.get("gpu", exp["runtime"])
     g = gpu_guard_runtime
     v = submit_cheat(g, path, f"cheat-{path.stem}")
-    assert v.status == expected, f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
+    if expected == "GAINS_NOTHING":
+        # The cheat forges or detects what a graph-timed workload does not use (the host
+        # clock, the eager iteration), or its graph fails the check that the graph holds the
+        # eager call's work and it is timed eagerly, where it computes honestly: it is judged
+        # on honest figures, with the outside clock agreeing.
+        assert v.status == "PASSED", f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
+        for w in v.workloads:
+            assert w.timing.outside_clock is not None and w.timing.outside_clock.agrees, w.uuid
+            assert w.timing.method in ("cuda-graph+cupti", "cuda-events+cupti"), w.timing.method
+    else:
+        assert v.status == expected, f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
     after = submit(g, honest_source(), f"after-{path.stem}")
     assert after.status == "PASSED", after.reason
 
