@@ -286,7 +286,7 @@ def main() -> int:
                          " the second is written to mcp_load_nodelay.json)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    from kernelarc_mcp.http_app import uvicorn_speedups
+    from kernelarc_mcp.serving.sockets import uvicorn_speedups
     from serving.util import fast_workspace, token
 
     capacity = cpu_capacity(os.cpu_count() or 1)

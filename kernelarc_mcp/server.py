@@ -22,12 +22,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-import launcher
+import playbooks
+from guard.archive.tokens import TokenStore
 
 from . import compact as C
 from . import views as V
 from .service import Service, ServiceError
-from .tokens import TokenStore
 
 log = logging.getLogger(__name__)
 READ_ONLY = ToolAnnotations(read_only_hint=True)
@@ -295,8 +295,8 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
                 return m.model_dump_json()
         raise ValueError(f"no method {method_id!r}")
 
-    # -- prompts: the launcher's strategies --------------------------------------------------
-    for name, template in launcher.strategies().items():
+    # -- prompts: the swarm strategies ------------------------------------------------------
+    for name, template in playbooks.strategies().items():
         _add_strategy_prompt(mcp, name, template)
     return mcp
 

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import launcher
+import playbooks
 from guard.archive.db import Database
+from guard.archive.tokens import TokenStore, check_agent_name
 from guard.workspace import Workspace
-from kernelarc_mcp.tokens import TokenStore, check_agent_name
 
 from .clients import AgentContext, get_client
 from .repo import add_worktree, create_repo
@@ -64,7 +64,7 @@ def _free_port() -> int:
 
 
 def assign_strategies(n: int, named: list[str] | None) -> list[str]:
-    available = list(launcher.strategies())
+    available = list(playbooks.strategies())
     if named:
         unknown = [s for s in named if s not in available]
         if unknown:
@@ -110,7 +110,7 @@ class Swarm:
         self.folder.save(self.config, state="preparing")
         create_repo(self.folder.repo, problem)
         tokens = TokenStore(self.db)
-        strategies = launcher.strategies()
+        strategies = playbooks.strategies()
         for spec in self.config.agents:
             adir = self.folder.agent_dir(spec.name)
             adir.mkdir(parents=True, exist_ok=True)

@@ -246,7 +246,7 @@ def test_one_process_server_stopped_by_sigterm_exits_cleanly(ws_token):
 def test_dispatcher_passes_over_a_full_worker_and_stops_a_broken_one():
     """A worker whose Unix socket is full (it stopped reading) is passed over without being
     dropped; one whose socket is broken is dropped and stopped, so that it is started again."""
-    from kernelarc_mcp.http_workers import Workers
+    from kernelarc_mcp.serving.workers import Workers
 
     class FakeProcess:
         terminated = False

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+from ..common import device_option, print_run_end
+
 DEMO_PROBLEM = "rmsnorm_llama3_8b"
 DEMO_STRATEGIES = ["tiling_autotune", "library_precision", "memory_fusion"]
 
@@ -15,8 +17,6 @@ def run_demo(args) -> int:
     from guard.workspace import Workspace
     from launcher.monitor import LiveView
     from launcher.swarm import Swarm
-
-    from .cli import _print_run_end
 
     ws = Workspace.open(args.workspace)
     device = resolve(args.device)
@@ -28,8 +28,15 @@ def run_demo(args) -> int:
     swarm = Swarm(ws, DEMO_PROBLEM, 3, "scripted", strategies=DEMO_STRATEGIES, budget_minutes=8,
                   max_candidates=3, device=args.device, on_update=LiveView())
     report = swarm.run()
-    rc = _print_run_end(ws, swarm.config.run_id, report, args.json)
+    rc = print_run_end(ws, swarm.config.run_id, report, args.json)
     if not args.json:
         print(f"\nNext: `kernelarc report {swarm.config.run_id}`, `kernelarc problems`, "
               "`kernelarc serve` (see README).")
     return rc
+
+
+def add_parsers(sub) -> None:
+    s = sub.add_parser("demo", help="the main job: a three-agent scripted swarm on a seed problem")
+    device_option(s)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=run_demo)
