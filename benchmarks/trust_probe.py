@@ -28,9 +28,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
-from conftest import CHEATS, RMS, expectation, fast_config, honest_source, submit_cheat, unique  # noqa: E402
+from benchmarks.harness import CHEATS, RMS, expectation, fast_config, honest_source, submit_cheat, unique  # noqa: E402
 from guard.candidates.load import from_source  # noqa: E402
 from guard.cascade import Guard  # noqa: E402
 from guard.workspace import Workspace  # noqa: E402
@@ -72,7 +71,8 @@ def submit(guard, name, source, language, problem, filename="kernel.py") -> dict
     print(f"{name:40s} {v.decision:7s} {v.status:20s} {rec['wall_s']:6.1f}s {(v.reason or '')[:160]}", flush=True)
     for r in rec["workloads"]:
         print(f"    {r['workload']:30s} {r['method'] or '':21s} in {r['latency_us']:8.2f} ev {r['event_mean_us']:8.2f} "
-              f"out {r['outside_us']:8.2f} excess {r['excess_us']:7.2f} loop {r['loop_us']:7.1f} n {r['iters']}", flush=True)
+              f"out {r['outside_us']:8.2f} excess {r['excess_us']:7.2f} loop {r['loop_us']:7.1f} n {r['iters']}",
+              flush=True)
     return rec
 
 
