@@ -21,8 +21,13 @@ RMS = "rmsnorm_llama3_8b"
 # set of fast settings, for a guard made in-process (fast_config) and for a workspace a
 # ``kernelarc`` subprocess opens (fast_workspace).
 FAST = {
-    "compile_baseline": False, "min_iters": 3, "max_iters": 10, "target_time_s": 0.01,
-    "warmup_time_s": 0.0, "call_timeout_s": 20, "correctness_rounds": 2,
+    "compile_baseline": False,
+    "min_iters": 3,
+    "max_iters": 10,
+    "target_time_s": 0.01,
+    "warmup_time_s": 0.0,
+    "call_timeout_s": 20,
+    "correctness_rounds": 2,
 }
 
 
@@ -41,8 +46,14 @@ def fast_workspace(path: Path, **overrides) -> Path:
 
 def kernelarc(ws: Path, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
     """``kernelarc --workspace WS ARGS`` as a user runs it; with ``check`` it must succeed."""
-    proc = subprocess.run([sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), *args],
-                          capture_output=True, text=True, cwd=REPO, env=dict(os.environ), timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ),
+        timeout=timeout,
+    )
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -68,9 +79,25 @@ class HttpServer:
         self.log = open(ws / f"serve-{self.port}.log", "w")
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), "serve", "--transport", "http",
-             "--port", str(self.port), "--device", "cpu", *extra],
-            cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, env=dict(os.environ),
+            [
+                sys.executable,
+                "-m",
+                "kernelarc_mcp.cli",
+                "--workspace",
+                str(ws),
+                "serve",
+                "--transport",
+                "http",
+                "--port",
+                str(self.port),
+                "--device",
+                "cpu",
+                *extra,
+            ],
+            cwd=REPO,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ),
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -115,11 +142,15 @@ def submit_cheat(guard, path: Path, agent: str):
     if path.suffix == ".cu":
         solution = from_source(unique(path.read_text(), "//"), "cuda_cpp", path.name)
     elif exp["dps"]:
-        solution = from_solution_json(json.dumps({
-            "name": path.stem, "spec": {"languages": ["pytorch"], "entry_point": "k.py::run",
-                                        "destination_passing_style": True},
-            "sources": [{"path": "k.py", "content": cheat_source(path, guard)}],
-        }))
+        solution = from_solution_json(
+            json.dumps(
+                {
+                    "name": path.stem,
+                    "spec": {"languages": ["pytorch"], "entry_point": "k.py::run", "destination_passing_style": True},
+                    "sources": [{"path": "k.py", "content": cheat_source(path, guard)}],
+                }
+            )
+        )
     else:
         solution = from_source(cheat_source(path, guard), None, "kernel.py")
     return guard.evaluate(solution, problem, agent=agent)

@@ -23,8 +23,12 @@ def open_workspace(args):
 
 
 def device_option(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
-                   help="where to evaluate (auto: the GPU if NVML sees one, else the CPU)")
+    s.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="where to evaluate (auto: the GPU if NVML sees one, else the CPU)",
+    )
 
 
 def print_run_end(ws, run_id: str, report, as_json: bool) -> int:
@@ -35,7 +39,9 @@ def print_run_end(ws, run_id: str, report, as_json: bool) -> int:
     print(f"\nrun {run_id} finished; report: {report}")
     render.table(
         ["rank", "agent", "attempts", "accepted", "best", "SOL score", "x eager"],
-        [[i + 1, r["agent"], r["attempts"], r["accepted"], r["best"], r["score"], r["speedup_eager"]]
-         for i, r in enumerate(rows)],
+        [
+            [i + 1, r["agent"], r["attempts"], r["accepted"], r["best"], r["score"], r["speedup_eager"]]
+            for i, r in enumerate(rows)
+        ],
     )
     return 0

@@ -153,7 +153,8 @@ class Swarm:
     def _start(self, run: AgentRun, prompt: str, resume: str | None = None) -> None:
         client = get_client(run.spec.client)
         launch = client.command(run.ctx, prompt, resume)
-        (run.ctx.folder / "command.json").write_text(json.dumps({"argv": launch.argv, "cwd": str(launch.cwd)}, indent=2))
+        command = {"argv": launch.argv, "cwd": str(launch.cwd)}
+        (run.ctx.folder / "command.json").write_text(json.dumps(command, indent=2))
         logf = open(run.ctx.log, "ab")
         run.proc = subprocess.Popen(launch.argv, cwd=launch.cwd, env=launch.env, stdin=subprocess.DEVNULL,
                                     stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
@@ -264,7 +265,8 @@ class Swarm:
         signal.signal(signal.SIGINT, interrupt)
         try:
             url = self.start_server()
-            self.folder.save(self.config, state="running", server_url=url, server_pid=self.server.pid if self.server else None)
+            self.folder.save(self.config, state="running", server_url=url,
+                             server_pid=self.server.pid if self.server else None)
             for run in self.runs:
                 run.ctx.server_url = url
                 get_client(run.spec.client).prepare(run.ctx)

@@ -26,9 +26,26 @@ from benchmarks.harness import (
 )
 
 __all__ = [
-    "CHEATS", "DATA", "FAST", "REPO", "RMS", "SOL_EXAMPLES", "HttpServer", "cheat_files", "cheat_source",
-    "expectation", "fast_config", "fast_workspace", "free_port", "honest_source", "kernelarc", "make_guard",
-    "make_service", "submit_cheat", "token", "unique",
+    "CHEATS",
+    "DATA",
+    "FAST",
+    "REPO",
+    "RMS",
+    "SOL_EXAMPLES",
+    "HttpServer",
+    "cheat_files",
+    "cheat_source",
+    "expectation",
+    "fast_config",
+    "fast_workspace",
+    "free_port",
+    "honest_source",
+    "kernelarc",
+    "make_guard",
+    "make_service",
+    "submit_cheat",
+    "token",
+    "unique",
 ]
 
 DATA = REPO / "tests" / "data"

@@ -21,8 +21,13 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("kernelarc_mcp", "guard", "memory", "playbooks", "seeds", "launcher", "wholemodel", "benchmarks")
 # the modules that make up the MCP server (the rest of kernelarc_mcp is the command line,
 # which may start a swarm and so import the launcher)
-SERVER = ("kernelarc_mcp.server", "kernelarc_mcp.service", "kernelarc_mcp.serving", "kernelarc_mcp.views",
-          "kernelarc_mcp.compact")
+SERVER = (
+    "kernelarc_mcp.server",
+    "kernelarc_mcp.service",
+    "kernelarc_mcp.serving",
+    "kernelarc_mcp.views",
+    "kernelarc_mcp.compact",
+)
 
 
 def module_name(root: Path, path: Path) -> str:

@@ -21,7 +21,8 @@ def run_demo(args) -> int:
     ws = Workspace.open(args.workspace)
     device = resolve(args.device)
     out = sys.stderr
-    print(f"KernelArc demo: three scripted agents on {DEMO_PROBLEM}, judged on {device.kind} ({device.name}).", file=out)
+    print(f"KernelArc demo: three scripted agents on {DEMO_PROBLEM}, judged on {device.kind} ({device.name}).",
+          file=out)
     if device.kind == "cpu":
         print("No GPU here: Triton runs in its interpreter on CPU-sized workloads, so the times show the "
               "system at work, not kernel speed.", file=out)

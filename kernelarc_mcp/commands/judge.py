@@ -9,6 +9,7 @@ from pathlib import Path
 from .. import render
 from ..common import device_option, emit_json, open_workspace
 
+
 def _guard(args, ws):
     from guard.cascade import Guard
 
@@ -29,7 +30,11 @@ def cmd_submit(args) -> int:
     with _guard(args, ws) as guard:
         try:
             verdict = guard.evaluate(
-                solution, args.problem, agent=args.agent, notes=args.notes, parent=args.parent,
+                solution,
+                args.problem,
+                agent=args.agent,
+                notes=args.notes,
+                parent=args.parent,
                 progress=progress,
             )
         finally:
@@ -55,11 +60,33 @@ def cmd_leaderboard(args) -> int:
         print(f"no accepted candidate for {args.problem} yet ({board['candidates']} submitted)")
         return 0
     render.table(
-        ["rank", "agent", "candidate", "lang", "SOL score", "x eager", "x compile", "SOL frac", "latency", "attempts", ""],
         [
-            [i + 1, e["agent"], e["candidate_id"], e["language"], e["score"], e["speedup_eager"],
-             e["speedup_compile"], e["sol_fraction"], render.ms(e["latency_ms"]), e["attempts"],
-             "global best" if e["is_global_best"] else ""]
+            "rank",
+            "agent",
+            "candidate",
+            "lang",
+            "SOL score",
+            "x eager",
+            "x compile",
+            "SOL frac",
+            "latency",
+            "attempts",
+            "",
+        ],
+        [
+            [
+                i + 1,
+                e["agent"],
+                e["candidate_id"],
+                e["language"],
+                e["score"],
+                e["speedup_eager"],
+                e["speedup_compile"],
+                e["sol_fraction"],
+                render.ms(e["latency_ms"]),
+                e["attempts"],
+                "global best" if e["is_global_best"] else "",
+            ]
             for i, e in enumerate(board["agents"])
         ],
     )
@@ -92,7 +119,11 @@ def cmd_show(args) -> int:
 
 def add_parsers(sub) -> None:
     s = sub.add_parser("submit", help="evaluate a candidate kernel and print the verdict")
-    s.add_argument("file", help="a .py defining run(...) (or, for a KernelBench problem, class ModelNew), a .cu/.cpp source, or a solution.json")
+    s.add_argument(
+        "file",
+        help="a .py defining run(...) (or, for a KernelBench problem, class ModelNew), "
+        "a .cu/.cpp source, or a solution.json",
+    )
     s.add_argument("--problem", required=True)
     s.add_argument("--agent", default="cli", help="who submits (default: cli)")
     device_option(s)

@@ -8,6 +8,7 @@ import sys
 from .. import render
 from ..common import emit_json, open_workspace
 
+
 def cmd_memory(args) -> int:
     from guard.archive.db import Database
     from memory.conclusions import Retention
@@ -44,8 +45,19 @@ def cmd_memory(args) -> int:
         return 0
     render.table(
         ["id", "problem", "kind", "agent", "evidence", "strength", "support", "text"],
-        [[r["id"], r["problem"][:28], r["kind"], r["agent"], r["evidence"], r["strength"], r["support"],
-          r["text"][:70]] for r in rows],
+        [
+            [
+                r["id"],
+                r["problem"][:28],
+                r["kind"],
+                r["agent"],
+                r["evidence"],
+                r["strength"],
+                r["support"],
+                r["text"][:70],
+            ]
+            for r in rows
+        ],
     )
     return 0
 

@@ -154,8 +154,8 @@ def cmd_verify(args) -> int:
 
 def _verification_json(v) -> dict:
     def trial(t):
-        return {"kernels": t.kernels, "check": {**t.check.__dict__, "plugged": t.check.plugged.__dict__,
-                                                "own": t.check.own.__dict__}, "model_ms": t.own_ms, "plugged_ms": t.plugged_ms,
+        check = {**t.check.__dict__, "plugged": t.check.plugged.__dict__, "own": t.check.own.__dict__}
+        return {"kernels": t.kernels, "check": check, "model_ms": t.own_ms, "plugged_ms": t.plugged_ms,
                 "speedup": t.speedup, "use": {n: u.__dict__ for n, u in t.use.items()}}
 
     return {"model": v.model, "device": v.device, "dtype": v.dtype, "error_factor": v.factor,

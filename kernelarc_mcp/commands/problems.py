@@ -7,6 +7,7 @@ from pathlib import Path
 from .. import render
 from ..common import emit_json, open_workspace
 
+
 def cmd_import(args) -> int:
     from guard.problems.summary import summarize
 
@@ -32,9 +33,16 @@ def cmd_problems(args) -> int:
     render.table(
         ["problem", "origin", "family", "workloads", "dtypes", "largest I/O", "max GFLOP", "seeds"],
         [
-            [s["name"][:60], s["origin"], s["op_family"], s["workloads"], ",".join(s["dtypes"]),
-             human_bytes(s["max_io_bytes"]), (s["max_flops"] / 1e9) if s["max_flops"] else None,
-             len(s["seed_kernels"])]
+            [
+                s["name"][:60],
+                s["origin"],
+                s["op_family"],
+                s["workloads"],
+                ",".join(s["dtypes"]),
+                human_bytes(s["max_io_bytes"]),
+                (s["max_flops"] / 1e9) if s["max_flops"] else None,
+                len(s["seed_kernels"]),
+            ]
             for s in summaries
         ],
     )

@@ -33,8 +33,15 @@ def cmd_serve(args) -> int:
             log.error("cannot listen on %s:%d: %s", args.host, args.port, exc)
             return 3
     try:
-        service = Service(ws, ws.config(), device=args.device, retention=retention, max_wait_s=args.max_wait,
-                          devices=parse_count(args.devices), prepare=args.prepare or ())
+        service = Service(
+            ws,
+            ws.config(),
+            device=args.device,
+            retention=retention,
+            max_wait_s=args.max_wait,
+            devices=parse_count(args.devices),
+            prepare=args.prepare or (),
+        )
     except ServiceError as exc:  # an unknown problem to prepare
         log.error("%s", exc)
         return 2
@@ -45,9 +52,14 @@ def cmd_serve(args) -> int:
             if args.allow_anonymous:
                 log.warning("anonymous HTTP allowed: every caller is agent 'anonymous'")
             options = {
-                "workspace": str(ws.root), "device": args.device, "host": args.host, "port": args.port,
-                "allow_anonymous": args.allow_anonymous, "max_wait": args.max_wait,
-                "retention_days": args.retention_days, "retention_per_problem": args.retention_per_problem,
+                "workspace": str(ws.root),
+                "device": args.device,
+                "host": args.host,
+                "port": args.port,
+                "allow_anonymous": args.allow_anonymous,
+                "max_wait": args.max_wait,
+                "retention_days": args.retention_days,
+                "retention_per_problem": args.retention_per_problem,
                 "log_level": logging.getLogger().level,
             }
             log.info("serving MCP on http://%s:%d/mcp with %d worker(s)", args.host, args.port, args.workers)
@@ -63,7 +75,6 @@ def cmd_serve(args) -> int:
 
 def cmd_token(args) -> int:
     from guard.archive.db import Database
-
     from guard.archive.tokens import TokenStore
 
     ws = open_workspace(args)
@@ -74,8 +85,10 @@ def cmd_token(args) -> int:
             emit_json({"agent": args.name, "token": token})
         else:
             print(token)
-            print(f"token for agent {args.name!r}: shown once; present it as 'Authorization: Bearer <token>'",
-                  file=sys.stderr)
+            print(
+                f"token for agent {args.name!r}: shown once; present it as 'Authorization: Bearer <token>'",
+                file=sys.stderr,
+            )
     elif args.action == "revoke":
         if not store.revoke(args.name):
             print(f"kernelarc: no token for {args.name!r}", file=sys.stderr)
@@ -100,16 +113,24 @@ def add_parsers(sub) -> None:
     s.add_argument("--allow-anonymous", action="store_true", help="HTTP without tokens (every caller is 'anonymous')")
     device_option(s)
     s.add_argument("--max-wait", type=float, default=40.0, help="longest a tool call waits for a verdict (s)")
-    s.add_argument("--devices", default="1",
-                   help="how many GPUs of this host judge, one worker and timing slot each: N or 'all' "
-                        "(default 1; on a CPU, N > 1 simulates devices that share the cores)")
-    s.add_argument("--workers", type=int, default=1,
-                   help="HTTP worker processes (reads scale with them; one process evaluates)")
+    s.add_argument(
+        "--devices",
+        default="1",
+        help="how many GPUs of this host judge, one worker and timing slot each: N or 'all' "
+        "(default 1; on a CPU, N > 1 simulates devices that share the cores)",
+    )
+    s.add_argument(
+        "--workers", type=int, default=1, help="HTTP worker processes (reads scale with them; one process evaluates)"
+    )
     s.add_argument("--retention-days", type=float, help="forget conclusions older than this")
     s.add_argument("--retention-per-problem", type=int, help="keep only the newest N conclusions per problem")
-    s.add_argument("--prepare", action="append", metavar="PROBLEM",
-                   help="measure this problem's eager and compile baselines at start, before any candidate "
-                        "(repeatable; kernelarc launch passes its problem)")
+    s.add_argument(
+        "--prepare",
+        action="append",
+        metavar="PROBLEM",
+        help="measure this problem's eager and compile baselines at start, before any candidate "
+        "(repeatable; kernelarc launch passes its problem)",
+    )
     s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("token", help="bearer tokens for agents (HTTP)")

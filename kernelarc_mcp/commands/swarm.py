@@ -8,21 +8,33 @@ import sys
 from .. import render
 from ..common import device_option, emit_json, open_workspace, print_run_end
 
+
 def cmd_launch(args) -> int:
+    from guard.runner.device import parse_count
     from launcher.monitor import LiveView
     from launcher.swarm import Swarm
-
-    from guard.runner.device import parse_count
 
     parse_count(args.devices)  # a clear error now, not from the server the launcher starts
     ws = open_workspace(args)
     swarm = Swarm(
-        ws, args.problem, args.agents, args.client, strategies=args.strategies, model=args.model,
-        budget_minutes=args.budget_minutes, max_candidates=args.max_candidates, device=args.device,
-        devices=args.devices, server_url=args.server, on_update=None if args.quiet else LiveView(),
+        ws,
+        args.problem,
+        args.agents,
+        args.client,
+        strategies=args.strategies,
+        model=args.model,
+        budget_minutes=args.budget_minutes,
+        max_candidates=args.max_candidates,
+        device=args.device,
+        devices=args.devices,
+        server_url=args.server,
+        on_update=None if args.quiet else LiveView(),
     )
-    print(f"run {swarm.config.run_id}: {args.agents} {args.client} agent(s) on {args.problem}; "
-          f"folder {swarm.folder.root}", file=sys.stderr)
+    print(
+        f"run {swarm.config.run_id}: {args.agents} {args.client} agent(s) on {args.problem}; "
+        f"folder {swarm.folder.root}",
+        file=sys.stderr,
+    )
     report = swarm.run()
     return print_run_end(ws, swarm.config.run_id, report, args.json)
 
@@ -40,18 +52,27 @@ def cmd_status(args) -> int:
         marks = ",".join("?" for _ in names) or "''"
         n = db.query(f"SELECT COUNT(*) AS n FROM candidates WHERE agent IN ({marks})", tuple(names))[0]["n"]
         live = run.get("state") == "running" and _pid_alive(run.get("launcher_pid"))
-        out.append({"run": folder.run_id, "problem": run["problem"], "client": run["client"],
-                    "agents": len(names), "state": "running" if live else run.get("state", "?"),
-                    "candidates": n, "ended": run.get("ended_reason")})
+        out.append(
+            {
+                "run": folder.run_id,
+                "problem": run["problem"],
+                "client": run["client"],
+                "agents": len(names),
+                "state": "running" if live else run.get("state", "?"),
+                "candidates": n,
+                "ended": run.get("ended_reason"),
+            }
+        )
     if args.json:
         emit_json({"runs": out})
         return 0
     if not out:
         print("no runs in this workspace")
         return 0
-    render.table(["run", "problem", "client", "agents", "state", "candidates", "ended"],
-                 [[r["run"], r["problem"], r["client"], r["agents"], r["state"], r["candidates"], r["ended"]]
-                  for r in out])
+    render.table(
+        ["run", "problem", "client", "agents", "state", "candidates", "ended"],
+        [[r["run"], r["problem"], r["client"], r["agents"], r["state"], r["candidates"], r["ended"]] for r in out],
+    )
     return 0
 
 
@@ -107,8 +128,11 @@ def add_parsers(sub) -> None:
     s.add_argument("--budget-minutes", type=float, default=30.0)
     s.add_argument("--max-candidates", type=int, help="per agent")
     device_option(s)
-    s.add_argument("--devices", default="1", help="GPUs of this host that judge, for the server the launcher "
-                   "starts: N or 'all' (default 1)")
+    s.add_argument(
+        "--devices",
+        default="1",
+        help="GPUs of this host that judge, for the server the launcher starts: N or 'all' (default 1)",
+    )
     s.add_argument("--server", help="URL of a running server (same workspace); default: start one")
     s.add_argument("--json", action="store_true")
     s.add_argument("-q", "--quiet", action="store_true", help="no live view on stderr")

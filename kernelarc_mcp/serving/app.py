@@ -18,8 +18,13 @@ FACTORY = "kernelarc_mcp.serving.app:create_app"  # what uvicorn imports in a wo
 
 
 def build_app(service: Service, options: dict):
-    mcp = build_server(service, http_auth=not options["allow_anonymous"], host=options["host"],
-                       port=options["port"], stdio_agent="anonymous" if options["allow_anonymous"] else None)
+    mcp = build_server(
+        service,
+        http_auth=not options["allow_anonymous"],
+        host=options["host"],
+        port=options["port"],
+        stdio_agent="anonymous" if options["allow_anonymous"] else None,
+    )
     return mcp.streamable_http_app(host=options["host"], stateless_http=True)
 
 
@@ -28,7 +33,12 @@ def create_app():
     options = json.loads(os.environ[ENV])
     logging.basicConfig(level=options.get("log_level", logging.WARNING))
     ws = Workspace.open(options["workspace"])
-    service = Service(ws, ws.config(), device=options["device"],
-                      retention=Retention(options["retention_days"], options["retention_per_problem"]),
-                      max_wait_s=options["max_wait"], evaluator=False)
+    service = Service(
+        ws,
+        ws.config(),
+        device=options["device"],
+        retention=Retention(options["retention_days"], options["retention_per_problem"]),
+        max_wait_s=options["max_wait"],
+        evaluator=False,
+    )
     return build_app(service, options)

@@ -29,8 +29,14 @@ def serve_http(service, options: dict, workers: int) -> None:
 
     # ws="none": MCP needs no websockets, and an upgraded connection would escape the
     # dispatcher's count of each worker's connections
-    common = dict(host=options["host"], port=options["port"], log_level="warning", access_log=False, ws="none",
-                  **uvicorn_speedups())
+    common = dict(
+        host=options["host"],
+        port=options["port"],
+        log_level="warning",
+        access_log=False,
+        ws="none",
+        **uvicorn_speedups(),
+    )
     if workers <= 1:
         # uvicorn shuts down gracefully on SIGTERM, then raises the signal again: as an exit,
         # so that the caller still closes the service (its guard workers, its job threads)
