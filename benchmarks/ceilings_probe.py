@@ -29,8 +29,8 @@ import logging
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -87,7 +87,8 @@ def ramped(device: torch.device, ramp_s: float, reps: int, batch: int) -> dict:
     for n_bytes in ((1 << 28, 1 << 30) if cuda else (1 << 24, 1 << 26)):
         src = torch.empty(n_bytes // 4, dtype=torch.float32, device=device).normal_()
         dst = torch.empty_like(src)
-        out["copy"][str(n_bytes)] = best_rate(lambda: dst.copy_(src), 2 * n_bytes, device, ramp_s, batch, reps)
+        out["copy"][str(n_bytes)] = best_rate(lambda dst=dst, src=src: dst.copy_(src), 2 * n_bytes, device, ramp_s,
+                                              batch, reps)
         del src, dst
     for dtype in ("bfloat16", "float16", "float32"):
         dt_ = getattr(torch, dtype)
@@ -97,7 +98,7 @@ def ramped(device: torch.device, ramp_s: float, reps: int, batch: int) -> dict:
         for m, n, k in shapes:
             a = torch.randn(m, k, device=device).to(dt_)
             b = torch.randn(k, n, device=device).to(dt_)
-            out["matmul"][f"{dtype} {m}x{n}x{k}"] = best_rate(lambda: torch.mm(a, b), 2 * m * n * k, device,
+            out["matmul"][f"{dtype} {m}x{n}x{k}"] = best_rate(lambda a=a, b=b: torch.mm(a, b), 2 * m * n * k, device,
                                                              ramp_s, batch, reps)
             del a, b
     return out
@@ -155,7 +156,7 @@ def main() -> int:
         ap.error("no CUDA device here (use --device cpu to check the script)")
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda:0" if args.device == "cuda" else "cpu")
-    result: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    result: dict = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                     "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                     "torch": torch.__version__, "args": {k: str(v) for k, v in vars(args).items()},
                     "clocks": {"start": _clocks(device)}}

@@ -122,7 +122,7 @@ def main() -> int:
     rms_seed = (SEEDS_DIR / "rmsnorm_llama3_8b" / "seed_triton.py").read_text()
     jamba = (REPO / "benchmarks" / "candidates" / "jamba_oproj_triton.py").read_text()
     result = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "host": platform.node(),
         "python": platform.python_version(),
     }
@@ -156,7 +156,8 @@ def render(r: dict) -> str:
         rows = [("cold", [s["cold"]])]
         rows += [("warm, trivial change", s["warm_trivial"]), ("warm, new Triton JIT", s["warm_new_jit"])]
         for label, runs in rows:
-            med = {k: statistics.median(x[k] for x in runs if x.get(k) is not None) for k in PHASES if any(x.get(k) is not None for x in runs)}
+            med = {k: statistics.median(x[k] for x in runs if x.get(k) is not None)
+                   for k in PHASES if any(x.get(k) is not None for x in runs)}
             lines.append(f"  {label:<22} " + "  ".join(f"{k} {v:6.2f}s" for k, v in med.items()))
     sp = r.get("spread")
     if sp:

@@ -23,9 +23,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
-from serving import procfs  # noqa: E402
+from benchmarks import procfs  # noqa: E402
 
 PROBLEMS = ["rmsnorm_llama3_8b", "softmax_lm_vocab_fp32", "matmul_bf16_llm_projections", "layernorm_gpt2_bf16"]
 DOMAIN = ("tile block warp vector load store coalesce fuse epilogue split reduce persistent autotune "
@@ -231,7 +230,7 @@ def pct(xs: list[float], q: float) -> float:
 
 def one_round(ws: Path, toks: dict[str, str], args, nodelay: bool) -> dict:
     """Start the server, run every client to the end, stop the server; the figures."""
-    from serving.util import HttpServer
+    from benchmarks.harness import HttpServer
 
     srv = HttpServer(ws, "--workers", str(args.workers))
     try:
@@ -286,8 +285,8 @@ def main() -> int:
                          " the second is written to mcp_load_nodelay.json)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    from kernelarc_mcp.http_app import uvicorn_speedups
-    from serving.util import fast_workspace, token
+    from benchmarks.harness import fast_workspace, token
+    from kernelarc_mcp.serving.sockets import uvicorn_speedups
 
     capacity = cpu_capacity(os.cpu_count() or 1)
     print(f"CPU capacity: {capacity:.1f} cores busy at once (os.cpu_count() {os.cpu_count()})", flush=True)
@@ -300,7 +299,7 @@ def main() -> int:
     rounds = {"off": [False], "on": [True], "both": [False, True]}[args.nodelay]
     for nodelay in rounds:
         summary = {
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "machine": f"{platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
             "cores_usable_at_once": capacity,
             "server_http_stack": uvicorn_speedups(),  # uvloop and httptools when installed

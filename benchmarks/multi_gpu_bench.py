@@ -118,7 +118,8 @@ def interference(problem: str, source: str, n: int, device: str, count: int) -> 
 
     def brief(s: dict) -> dict:
         return {k: s[k] for k in ("geomean_cv", "workload_cv_median", "workload_cv_max", "false_accepts",
-                                  "resubmissions")} | {"geomean_latency_us": statistics.median(s["geomean_latency_ms"]) * 1e3}
+                                  "resubmissions")} | {
+                                  "geomean_latency_us": statistics.median(s["geomean_latency_ms"]) * 1e3}
 
     return {"alone": {guards[0].device.key: brief(alone)},
             "together": {k: brief(v) for k, v in results.items()}}
@@ -152,7 +153,7 @@ def main() -> int:
     if args.out is None:
         ap.error("OUT is needed to measure")
     args.out.mkdir(parents=True, exist_ok=True)
-    result: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    result: dict = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                     "devices": [c.key for c in resolve_all(args.device, args.devices)]}
     path = args.out / "multi_gpu_bench.json"
     if not args.skip_swarm:

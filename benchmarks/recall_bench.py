@@ -20,7 +20,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 from benchmarks.mcp_load import PROBLEMS, pct, populate, words  # noqa: E402
 
@@ -33,10 +32,10 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=1000)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    from benchmarks.harness import fast_workspace
     from guard.config import GuardConfig
     from guard.workspace import Workspace
     from kernelarc_mcp.service import Service
-    from serving.util import fast_workspace
 
     ws_path = fast_workspace(Path(tempfile.mkdtemp(prefix="recall-")) / "ws")
     agents = [f"agent{i:02d}" for i in range(16)]
@@ -44,7 +43,7 @@ def main() -> int:
     svc = Service(Workspace.open(ws_path), GuardConfig(compile_baseline=False), device="cpu", evaluator=False)
     rng = random.Random(11)
     result = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
         "conclusions": svc.memory.count(), "candidates": args.candidates, "queries": args.queries,
     }

@@ -30,7 +30,6 @@ from guard.scoring import geomean  # noqa: E402
 from guard.workspace import Workspace  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
 
-
 # the seed kernels of a problem folder, by kind
 SEED_FILES = {"triton": "seed_triton.py", "cuda": "seed_cuda.cu"}
 
@@ -76,7 +75,8 @@ def main() -> int:
     ap.add_argument("out", type=Path, nargs="?")
     ap.add_argument("--budget-s", type=float, default=480)
     ap.add_argument("--only", nargs="*")
-    ap.add_argument("--render", type=Path, nargs="+", help="result files; a problem measured in a later one replaces it")
+    ap.add_argument("--render", type=Path, nargs="+",
+                    help="result files; a problem measured in a later one replaces it")
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--kinds", nargs="+", choices=list(SEED_FILES), default=list(SEED_FILES),
                     help="which seeds to evaluate (the baselines come with the first one)")
@@ -100,10 +100,11 @@ def main() -> int:
     problems = sorted(p.parent for p in SEEDS_DIR.glob("*/definition.json"))
     if args.only:
         problems = [p for p in problems if p.name in args.only]
-    cuda_seeds = [p / SEED_FILES["cuda"] for p in problems if (p / SEED_FILES["cuda"]).is_file() and "cuda" in args.kinds]
+    cuda_seeds = [p / SEED_FILES["cuda"] for p in problems
+                  if (p / SEED_FILES["cuda"]).is_file() and "cuda" in args.kinds]
     t = time.monotonic()
     build_errors = prebuild(cuda_seeds, args.jobs)
-    result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    result = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               "prebuild_s": time.monotonic() - t,
               "prebuild_errors": {Path(k).parent.name: v for k, v in build_errors.items() if v},
               "prebuilt": sorted(Path(k).parent.name for k, v in build_errors.items() if not v),
@@ -293,7 +294,8 @@ def render(r: dict) -> str:
         "Latency: median over the problem's workloads, in microseconds. Fraction of SOL: geometric mean over",
         "the workloads of T_sol / T.",
         "",
-        "| problem | workloads | bound | eager us | compile us | Triton seed us | CUDA seed us | eager SOL | compile SOL | Triton SOL | CUDA SOL |",
+        "| problem | workloads | bound | eager us | compile us | Triton seed us | CUDA seed us "
+        "| eager SOL | compile SOL | Triton SOL | CUDA SOL |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     partial, invalid = [], []

@@ -43,7 +43,7 @@ def _child(allocations: int) -> dict:
     seed = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(seed)
     out: dict = {"allocations": []}
-    for a in range(allocations):
+    for _ in range(allocations):
         timer = Timer("cuda")
         row: dict = {}
         for b in BATCHES:

@@ -9,7 +9,6 @@ Usage: python -m benchmarks.timing_puzzle OUT_DIR      (writes timing_puzzle.jso
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import statistics
@@ -100,7 +99,8 @@ def run_ncu(out_dir: Path) -> dict:
                sys.executable, "-m", "benchmarks.timing_puzzle", "--ncu-target"]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
         (out_dir / f"ncu_cache_{cache}.txt").write_text(proc.stdout[-20000:] + proc.stderr[-5000:])
-        durs = [float(x.replace(",", "")) for x in re.findall(r"gpu__time_duration\.sum\s+\S+\s+([\d.,]+)", proc.stdout)]
+        found = re.findall(r"gpu__time_duration\.sum\s+\S+\s+([\d.,]+)", proc.stdout)
+        durs = [float(x.replace(",", "")) for x in found]
         unit = re.findall(r"gpu__time_duration\.sum\s+(\S+)", proc.stdout)
         dram = re.findall(r"dram__bytes\.sum\s+(\S+)\s+([\d.,]+)", proc.stdout)
         results[cache] = {"durations": durs, "unit": unit[0] if unit else None, "dram_bytes": dram[:5],
@@ -117,8 +117,9 @@ def main() -> int:
         return 0
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    from guard.runner.timing import Timer
     import triton.testing
+
+    from guard.runner.timing import Timer
 
     x, fn = fn_factory()
     timer = Timer("cuda")

@@ -28,9 +28,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
-from conftest import CHEATS, RMS, expectation, fast_config, honest_source, submit_cheat, unique  # noqa: E402
+from benchmarks.harness import CHEATS, RMS, expectation, fast_config, honest_source, submit_cheat, unique  # noqa: E402
 from guard.candidates.load import from_source  # noqa: E402
 from guard.cascade import Guard  # noqa: E402
 from guard.workspace import Workspace  # noqa: E402

@@ -22,12 +22,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-import launcher
+import playbooks
+from guard.archive.tokens import TokenStore
 
 from . import compact as C
 from . import views as V
 from .service import Service, ServiceError
-from .tokens import TokenStore
 
 log = logging.getLogger(__name__)
 READ_ONLY = ToolAnnotations(read_only_hint=True)
@@ -127,12 +127,17 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
     async def submit_candidate(
         problem: Annotated[str, Field(max_length=128, description="problem name")],
         ctx: Context,
-        source: Annotated[str | None, Field(max_length=300_000, description="kernel source: Python defining run(...), or CUDA C++")] = None,
-        solution: Annotated[dict[str, Any] | None, Field(description="a SOL-ExecBench solution.json object, instead of source")] = None,
+        source: Annotated[str | None, Field(
+            max_length=300_000, description="kernel source: Python defining run(...), or CUDA C++")] = None,
+        solution: Annotated[dict[str, Any] | None, Field(
+            description="a SOL-ExecBench solution.json object, instead of source")] = None,
         language: Annotated[Language | None, Field(description="guessed from source if omitted")] = None,
-        notes: Annotated[str | None, Field(max_length=2000, description="what this candidate tries; kept with it")] = None,
+        notes: Annotated[str | None, Field(
+            max_length=2000, description="what this candidate tries; kept with it")] = None,
         parent: Annotated[str | None, Field(max_length=40, description="candidate_id this one derives from")] = None,
-        wait_s: Annotated[float, Field(ge=0, le=600, description="seconds to wait for the verdict (capped at the server's limit, 40 s by default)")] = 40.0,
+        wait_s: Annotated[float, Field(
+            ge=0, le=600,
+            description="seconds to wait for the verdict (capped at the server's limit, 40 s by default)")] = 40.0,
         detail: Annotated[Detail, Field(description=VERDICT_DETAIL)] = "brief",
     ) -> Annotated[CallToolResult, V.SubmitResult]:
         """Submit a kernel for judgement. Waits up to wait_s (at most the server's limit)
@@ -147,7 +152,8 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
     async def get_result(
         job_id: Annotated[str, Field(max_length=40, description="the job_id returned by submit_candidate")],
         ctx: Context,
-        wait_s: Annotated[float, Field(ge=0, le=600, description="seconds to wait (capped at the server's limit)")] = 40.0,
+        wait_s: Annotated[float, Field(
+            ge=0, le=600, description="seconds to wait (capped at the server's limit)")] = 40.0,
         detail: Annotated[Detail, Field(description=VERDICT_DETAIL)] = "brief",
     ) -> Annotated[CallToolResult, V.SubmitResult]:
         """Keep waiting for a submission's verdict (same answer as submit_candidate); with
@@ -185,7 +191,8 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
         problem: Annotated[str, Field(max_length=128)],
         ctx: Context,
         query: Annotated[str, Field(max_length=2000, description="what you want to know, in words")] = "",
-        scope: Annotated[Literal["problem", "family", "any"], Field(description="this problem, its op family, or all problems")] = "problem",
+        scope: Annotated[Literal["problem", "family", "any"], Field(
+            description="this problem, its op family, or all problems")] = "problem",
         k: Annotated[int, Field(ge=1, le=50, description="how many conclusions")] = 8,
         detail: Annotated[Detail, Field(description=f"brief (default): each method's rationale, your last "
                                                     f"{C.TRAJECTORY_BRIEF} submissions; full: also how to apply "
@@ -214,8 +221,10 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
     async def record(
         problem: Annotated[str, Field(max_length=128)],
         text: Annotated[str, Field(max_length=1000, description="one short, specific statement")],
-        kind: Annotated[Literal["insight", "pitfall"], Field(description="insight (what worked) or pitfall (what to avoid)")],
-        evidence: Annotated[str, Field(max_length=40, description="candidate_id of an evaluated submission that shows it")],
+        kind: Annotated[Literal["insight", "pitfall"], Field(
+            description="insight (what worked) or pitfall (what to avoid)")],
+        evidence: Annotated[str, Field(
+            max_length=40, description="candidate_id of an evaluated submission that shows it")],
         ctx: Context,
         tags: Annotated[list[str] | None, Field(max_length=10)] = None,
     ) -> Annotated[CallToolResult, V.RecordResult]:
@@ -223,7 +232,8 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
         a candidate the guard has judged on this problem; a near-identical conclusion
         strengthens the existing one instead of adding another."""
         res = await call(service.record, agent(), problem, text, kind, evidence, tags)
-        return C.result(res, f"{res.message}: conclusion {res.id}, support {res.support}", protocol=ctx.protocol_version)
+        return C.result(res, f"{res.message}: conclusion {res.id}, support {res.support}",
+                        protocol=ctx.protocol_version)
 
     @mcp.tool(annotations=READ_ONLY)
     async def peek_best(
@@ -242,8 +252,8 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
             entry = set(V.BestEntry.model_fields) - {"source", "workloads"}
             include = {"problem": True, "candidates": True, "global_best": True, "agents": {"__all__": entry}}
         gb = res.global_best
-        lead = (f"global best {gb.candidate_id} by {gb.agent} (score {C.sig(gb.score, 3) if gb.score is not None else '-'})"
-                if gb else "no correct candidate yet")
+        score = C.sig(gb.score, 3) if gb and gb.score is not None else "-"
+        lead = f"global best {gb.candidate_id} by {gb.agent} (score {score})" if gb else "no correct candidate yet"
         summary = f"{lead}; {len(res.agents)} agents shown, {res.candidates} candidates"
         return C.result(res, summary, include=include, protocol=ctx.protocol_version)
 
@@ -295,8 +305,8 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
                 return m.model_dump_json()
         raise ValueError(f"no method {method_id!r}")
 
-    # -- prompts: the launcher's strategies --------------------------------------------------
-    for name, template in launcher.strategies().items():
+    # -- prompts: the swarm strategies ------------------------------------------------------
+    for name, template in playbooks.strategies().items():
         _add_strategy_prompt(mcp, name, template)
     return mcp
 

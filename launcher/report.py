@@ -76,7 +76,8 @@ def build_report(workspace_root: Path, run_id: str) -> Path:
     if run.get("ended_reason"):
         lines += [f"Ended: {run['ended_reason']}.", ""]
     lines += ["## Leaderboard", "",
-              "| rank | agent | client | strategy | attempts | accepted | rejected | best | SOL score | x eager | latency |",
+              "| rank | agent | client | strategy | attempts | accepted | rejected | best | SOL score | x eager "
+              "| latency |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows, 1):
         lat = f"{r['latency_ms'] * 1e3:.1f} us" if r["latency_ms"] else "-"

@@ -89,7 +89,7 @@ class RunFolder:
         return json.loads(self.config_path.read_text())
 
     @staticmethod
-    def all(workspace_root: Path) -> list["RunFolder"]:
+    def all(workspace_root: Path) -> list[RunFolder]:
         base = Path(workspace_root) / "runs"
         if not base.is_dir():
             return []

@@ -169,7 +169,8 @@ class Agent:
                 if speed:
                     text = f"{notes}: correct and faster ({speed:.2f}x over my previous best)"
                 else:  # my first correct kernel: nothing of mine to be faster than
-                    text = f"{notes}: correct, my first working kernel ({v.get('speedup_eager') or 0:.2f}x of eager's speed)"
+                    text = (f"{notes}: correct, my first working kernel "
+                            f"({v.get('speedup_eager') or 0:.2f}x of eager's speed)")
                 await self._record(text, "insight", cid)
             elif v["decision"] == "REJECT":
                 await self._record(f"{notes}: rejected, {v['status']}: {v['reason'][:200]}", "pitfall", cid)

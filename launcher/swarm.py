@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import launcher
+import playbooks
 from guard.archive.db import Database
+from guard.archive.tokens import TokenStore, check_agent_name
 from guard.workspace import Workspace
-from kernelarc_mcp.tokens import TokenStore, check_agent_name
 
 from .clients import AgentContext, get_client
 from .repo import add_worktree, create_repo
@@ -64,7 +64,7 @@ def _free_port() -> int:
 
 
 def assign_strategies(n: int, named: list[str] | None) -> list[str]:
-    available = list(launcher.strategies())
+    available = list(playbooks.strategies())
     if named:
         unknown = [s for s in named if s not in available]
         if unknown:
@@ -110,7 +110,7 @@ class Swarm:
         self.folder.save(self.config, state="preparing")
         create_repo(self.folder.repo, problem)
         tokens = TokenStore(self.db)
-        strategies = launcher.strategies()
+        strategies = playbooks.strategies()
         for spec in self.config.agents:
             adir = self.folder.agent_dir(spec.name)
             adir.mkdir(parents=True, exist_ok=True)
@@ -153,7 +153,8 @@ class Swarm:
     def _start(self, run: AgentRun, prompt: str, resume: str | None = None) -> None:
         client = get_client(run.spec.client)
         launch = client.command(run.ctx, prompt, resume)
-        (run.ctx.folder / "command.json").write_text(json.dumps({"argv": launch.argv, "cwd": str(launch.cwd)}, indent=2))
+        command = {"argv": launch.argv, "cwd": str(launch.cwd)}
+        (run.ctx.folder / "command.json").write_text(json.dumps(command, indent=2))
         logf = open(run.ctx.log, "ab")
         run.proc = subprocess.Popen(launch.argv, cwd=launch.cwd, env=launch.env, stdin=subprocess.DEVNULL,
                                     stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
@@ -264,7 +265,8 @@ class Swarm:
         signal.signal(signal.SIGINT, interrupt)
         try:
             url = self.start_server()
-            self.folder.save(self.config, state="running", server_url=url, server_pid=self.server.pid if self.server else None)
+            self.folder.save(self.config, state="running", server_url=url,
+                             server_pid=self.server.pid if self.server else None)
             for run in self.runs:
                 run.ctx.server_url = url
                 get_client(run.spec.client).prepare(run.ctx)

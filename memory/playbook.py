@@ -60,7 +60,7 @@ class Method(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _how_for_each_backend(self) -> "Method":
+    def _how_for_each_backend(self) -> Method:
         if "triton" in self.backends and not self.how_triton:
             raise ValueError(f"{self.id}: lists triton but says nothing in how_triton")
         if "cuda_cpp" in self.backends and not self.how_cuda:

@@ -150,7 +150,8 @@ class Memory:
                 (C.fts_query(words) + scope_fts, *params),
             ).fetchall()
         else:
-            where = {"problem": " AND c.problem = ?", "family": " AND (c.problem = ? OR c.op_family = ?)", "any": ""}[scope]
+            where = {"problem": " AND c.problem = ?", "family": " AND (c.problem = ? OR c.op_family = ?)",
+                     "any": ""}[scope]
             sparams = {"problem": [problem.name], "family": [problem.name, family], "any": []}[scope]
             rows = conn.execute(
                 f"SELECT c.* FROM conclusions c WHERE 1 = 1{where}{age} ORDER BY c.id DESC LIMIT {SEARCH_WINDOW}",

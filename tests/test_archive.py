@@ -10,8 +10,9 @@ import subprocess
 import sys
 import time
 
-from conftest import CHEATS, REPO, RMS
 from guard.archive.db import Database
+
+from helpers import CHEATS, REPO, RMS, fast_workspace
 
 
 def _children(pid: int) -> set[int]:
@@ -36,15 +37,11 @@ def _alive(pid: int) -> bool:
 
 
 def test_kill_9_loses_no_finished_result(tmp_path):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "config.json").write_text(json.dumps({
-        "compile_baseline": False, "min_iters": 3, "max_iters": 10, "target_time_s": 0.01,
-        "warmup_time_s": 0.0, "correctness_rounds": 1, "call_timeout_s": 300,
-    }))
+    ws = fast_workspace(tmp_path / "ws", correctness_rounds=1, call_timeout_s=300)
     base = [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), "submit", "--problem", RMS,
             "--device", "cpu", "--json", "-q"]
-    done = subprocess.run(base + [str(CHEATS / "honest_torch.py")], capture_output=True, text=True, cwd=REPO, timeout=300)
+    done = subprocess.run(base + [str(CHEATS / "honest_torch.py")], capture_output=True, text=True, cwd=REPO,
+                          timeout=300)
     assert done.returncode == 0, done.stderr
     finished = json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -104,7 +104,7 @@ def test_ceilings_probe_runs_and_compares_with_the_guards_measurement(tmp_path):
     import subprocess
     import sys
 
-    from conftest import REPO
+    from helpers import REPO
 
     out = subprocess.run([sys.executable, "-m", "benchmarks.ceilings_probe", str(tmp_path), "--device", "cpu",
                           "--repeats", "2", "--ramp-s", "0.05", "--reps", "2", "--batch", "1"],
@@ -119,5 +119,6 @@ def test_ceilings_probe_runs_and_compares_with_the_guards_measurement(tmp_path):
     # the ramped ceiling is the best over every shape of its dtype, not one shape's
     bf16 = [v["best"] for k, v in r["ramped"]["matmul"].items() if k.startswith("bfloat16 ")]
     assert len(bf16) == 2 and r["summary"][1]["ramped"] == max(bf16)
-    assert len(r["ramped"]["copy"]) == 2 and r["summary"][0]["ramped"] == max(v["best"] for v in r["ramped"]["copy"].values())
+    copy = r["ramped"]["copy"]
+    assert len(copy) == 2 and r["summary"][0]["ramped"] == max(v["best"] for v in copy.values())
     assert "| copy (read + write) |" in out.stdout

@@ -3,31 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
-from conftest import CHEATS, REPO, RMS, SOL_EXAMPLES
-
-FAST = {"compile_baseline": False, "min_iters": 3, "max_iters": 10, "target_time_s": 0.01,
-        "warmup_time_s": 0.0, "correctness_rounds": 2, "call_timeout_s": 20}
-
-
-def kernelarc(ws, *args, check=True):
-    env = dict(os.environ)
-    proc = subprocess.run(
-        [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), *args],
-        capture_output=True, text=True, cwd=REPO, env=env, timeout=600,
-    )
-    if check:
-        assert proc.returncode == 0, proc.stderr
-    return proc
-
-
-def fast_workspace(path):
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(FAST))
-    return path
+from helpers import CHEATS, RMS, SOL_EXAMPLES, fast_workspace, kernelarc
 
 
 def test_submit_json_and_forged_verdict(tmp_path):
@@ -98,7 +75,8 @@ def test_memory_command(tmp_path):
     m.record("me", p, "bf16 squares overflow on large inputs", "pitfall", cid)
     listing = json.loads(kernelarc(ws, "memory", "list", "--json").stdout.strip().splitlines()[-1])
     assert len(listing["conclusions"]) == 2
-    found = json.loads(kernelarc(ws, "memory", "search", "overflow squares", "--problem", RMS, "--json").stdout.strip().splitlines()[-1])
+    search = kernelarc(ws, "memory", "search", "overflow squares", "--problem", RMS, "--json")
+    found = json.loads(search.stdout.strip().splitlines()[-1])
     assert found["conclusions"][0]["kind"] == "pitfall"
     exported = kernelarc(ws, "memory", "export").stdout.strip().splitlines()
     assert len(exported) == 2 and json.loads(exported[0])["evidence"] == cid

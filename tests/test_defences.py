@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from conftest import CHEATS, RMS, cheat_files, cheat_source, expectation, honest_source, submit_cheat, unique
-from guard.problems.derive import workload_set
 from guard.candidates.load import from_source
+from guard.problems.derive import workload_set
+
+from helpers import CHEATS, RMS, cheat_files, cheat_source, expectation, honest_source, submit_cheat, unique
 
 CHEAT_FILES = cheat_files("cpu")
 # cheats that take their worker down (every candidate gets a fresh worker anyway)

@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from conftest import RMS, fast_config, honest_source, unique
 from guard.archive.db import Database
 from guard.candidates.load import from_source
 from guard.cascade import Guard, pairing_gate
@@ -17,6 +16,8 @@ from guard.jobs import JobQueue
 from guard.runner import device as device_mod
 from guard.runner import nvml
 from guard.workspace import Workspace
+
+from helpers import RMS, fast_config, honest_source, unique
 
 
 @pytest.fixture

@@ -9,14 +9,14 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from conftest import RMS, make_guard
-from guard.builders import BuildError, dsl_refusal, get_builder
-from guard.builders import dsl
+from guard.builders import BuildError, dsl, dsl_refusal, get_builder
 from guard.builders.dsl import DslBuilder, Requirement, refusal
 from guard.candidates.load import from_solution_json, from_source, guess_language
 from guard.candidates.solution import normalize_language
 from guard.cascade import GuardError
 from guard.export.sol_solution import export_solution
+
+from helpers import RMS, make_guard
 
 PACKAGES = {"cute_dsl": "nvidia-cutlass-dsl", "cutile": "cuda-tile", "tilelang": "tilelang"}
 MISSING = Requirement(language="fakedsl", title="FakeDSL", package="kernelarc-no-such-package",
@@ -104,10 +104,10 @@ def test_guard_refuses_a_dsl_it_cannot_judge_and_records_nothing(tmp_path):
 def test_dsl_solutions_export_to_sol_execbench_where_it_has_the_language():
     src = [{"path": "kernel.py", "content": "import cuda.tile as ct\n\ndef run(x, out):\n    pass\n"}]
     for lang in ("cute_dsl", "cutile"):
-        sol = from_solution_json(json.dumps({"name": "s", "spec": {"languages": [lang], "entry_point": "kernel.py::run"},
-                                             "sources": src}))
+        spec = {"languages": [lang], "entry_point": "kernel.py::run"}
+        sol = from_solution_json(json.dumps({"name": "s", "spec": spec, "sources": src}))
         assert export_solution(sol, "c-1", "p", "a").spec.languages == [lang]
-    tile = from_solution_json(json.dumps({"name": "s", "spec": {"languages": ["tilelang"], "entry_point": "kernel.py::run"},
-                                          "sources": src}))
+    spec = {"languages": ["tilelang"], "entry_point": "kernel.py::run"}
+    tile = from_solution_json(json.dumps({"name": "s", "spec": spec, "sources": src}))
     with pytest.raises(ValidationError):  # not a SOL-ExecBench language
         export_solution(tile, "c-1", "p", "a")

@@ -17,9 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from serving.procfs import (ESTABLISHED, LISTEN, cpu_seconds, descendants, process_roles, socket_inodes, stat_fields,
-                            tcp_sockets)
-from serving.util import REPO, HttpServer, fast_workspace, free_port, token
+from benchmarks.procfs import (
+    ESTABLISHED,
+    LISTEN,
+    cpu_seconds,
+    descendants,
+    process_roles,
+    socket_inodes,
+    stat_fields,
+    tcp_sockets,
+)
+
+from helpers import REPO, HttpServer, fast_workspace, free_port, token
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -44,7 +53,8 @@ def http_workers(srv: HttpServer, n: int, timeout: float = 60) -> list[int]:
 
 def send_initialize(conn: http.client.HTTPConnection, tok: str) -> None:
     """The MCP handshake's first request, as an agent with token ``tok`` sends it."""
-    conn.request("POST", "/mcp", json.dumps(INIT), {"Authorization": f"Bearer {tok}", "Content-Type": "application/json",
+    conn.request("POST", "/mcp", json.dumps(INIT), {"Authorization": f"Bearer {tok}",
+                                                    "Content-Type": "application/json",
                                                     "Accept": "application/json, text/event-stream"})
 
 
@@ -246,7 +256,7 @@ def test_one_process_server_stopped_by_sigterm_exits_cleanly(ws_token):
 def test_dispatcher_passes_over_a_full_worker_and_stops_a_broken_one():
     """A worker whose Unix socket is full (it stopped reading) is passed over without being
     dropped; one whose socket is broken is dropped and stopped, so that it is started again."""
-    from kernelarc_mcp.http_workers import Workers
+    from kernelarc_mcp.serving.workers import Workers
 
     class FakeProcess:
         terminated = False

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA
 from guard.problems.derive import (
     CPU_ELEMENT_BUDGET,
     _over_budget_axes,
@@ -31,6 +30,8 @@ from guard.problems.kernelbench_import import KernelBenchProber, import_kernelbe
 from guard.problems.problem import ProblemError
 from guard.problems.schema import ConstAxis, ExprAxis, VarAxis
 from guard.problems.store import ProblemStore
+
+from helpers import DATA
 
 KERNELBENCH = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "kernelbench"
 FILES = sorted(p for level in ("level1", "level2", "level3") for p in (KERNELBENCH / level).glob("*.py"))

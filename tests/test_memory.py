@@ -59,9 +59,10 @@ def test_record_needs_evaluated_evidence_on_the_problem(db, problem):
 
 
 def test_evidence_strength_follows_the_verdict():
-    assert C.evidence_strength("insight", "ACCEPT", "PASSED", 3.0) > C.evidence_strength("insight", "KEEP", "PASSED", 1.0)
-    assert C.evidence_strength("insight", "REJECT", "INCORRECT_NUMERICAL", None) < 0.1
-    assert C.evidence_strength("pitfall", "REJECT", "INCORRECT_NUMERICAL", None) > C.evidence_strength("pitfall", "ACCEPT", "PASSED", 2)
+    strength = C.evidence_strength
+    assert strength("insight", "ACCEPT", "PASSED", 3.0) > strength("insight", "KEEP", "PASSED", 1.0)
+    assert strength("insight", "REJECT", "INCORRECT_NUMERICAL", None) < 0.1
+    assert strength("pitfall", "REJECT", "INCORRECT_NUMERICAL", None) > strength("pitfall", "ACCEPT", "PASSED", 2)
 
 
 def test_near_duplicates_merge(db, problem):
@@ -69,7 +70,8 @@ def test_near_duplicates_merge(db, problem):
     add_candidate(db, "c1")
     add_candidate(db, "c2")
     a = m.record("a", problem, "vectorized 16-byte loads of each row double the bandwidth", "insight", "c1")
-    b = m.record("b", problem, "Vectorized 16-byte loads of each row double the bandwidth.", "insight", "c2", ["memory"])
+    b = m.record("b", problem, "Vectorized 16-byte loads of each row double the bandwidth.", "insight", "c2",
+                 ["memory"])
     assert b["merged"] and b["id"] == a["id"] and b["support"] == 2 and "memory" in b["tags"]
     c = m.record("b", problem, "vectorized loads of each row hurt on small batches", "pitfall", "c2")
     assert not c["merged"]
@@ -161,7 +163,8 @@ def test_rule_failure_class(status, signal):
 
 
 def test_rule_failure_class_nondeterminism():
-    s = P.State("rmsnorm", last=verdict("REJECT", "INCORRECT_NUMERICAL", diag="differs between two calls (non-deterministic: atomics)"))
+    s = P.State("rmsnorm", last=verdict("REJECT", "INCORRECT_NUMERICAL",
+                                        diag="differs between two calls (non-deterministic: atomics)"))
     assert "nondeterministic" in signals_of(s)
 
 
@@ -175,7 +178,8 @@ def test_rule_bound_and_distance():
 
 
 def test_rule_lagging_workloads():
-    small_lag = P.State("rmsnorm", best=verdict(workloads=[wl(0.005, 0.05), wl(0.006, 0.05), wl(0.5, 0.6), wl(0.8, 0.7)]))
+    lagging = [wl(0.005, 0.05), wl(0.006, 0.05), wl(0.5, 0.6), wl(0.8, 0.7)]
+    small_lag = P.State("rmsnorm", best=verdict(workloads=lagging))
     assert {"small_shapes_lag", "launch_overhead", "low_parallelism"} <= signals_of(small_lag)
     large_lag = P.State("rmsnorm", best=verdict(workloads=[wl(0.005, 0.6), wl(0.006, 0.6), wl(0.5, 0.1), wl(0.8, 0.1)]))
     assert "large_shapes_lag" in signals_of(large_lag) and "small_shapes_lag" not in signals_of(large_lag)

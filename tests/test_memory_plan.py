@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import RMS, honest_source, make_guard
 from guard.candidates.load import from_source
 from guard.cascade import GuardError
 from guard.cascade.memory_plan import does_not_fit, tensor_bytes, workload_need
 from guard.problems.schema import Definition, Workload
+
+from helpers import RMS, honest_source, make_guard
 
 BIG = Definition.model_validate({
     "name": "big_copy", "op_type": "copy", "reference": "def run(x):\n    return x.clone()\n",

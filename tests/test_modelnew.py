@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_guard
 from guard.candidates.load import from_file, from_source
 from guard.problems.kernelbench_import import KernelBenchProber, import_kernelbench_file
 from guard.screen import screen_solution
+
+from helpers import make_guard
 
 KERNELBENCH = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "kernelbench"
 FILES = {

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 
-from conftest import RMS, honest_source, make_guard
 from guard.candidates.load import from_source
 from guard.config import GuardConfig
 from guard.decision import Comparison
 from guard.pairing import needs_pairing, paired_comparison
+
+from helpers import RMS, honest_source, make_guard
 
 
 def test_only_unclear_accepts_and_reverts_are_remeasured():

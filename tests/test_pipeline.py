@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import time
 
-from conftest import CHEATS, RMS, honest_source, make_guard, unique
 from guard.candidates.load import from_source
 from seeds import SEEDS_DIR
+
+from helpers import CHEATS, RMS, honest_source, make_guard, unique
 
 
 def submit(guard, source, agent, language=None, **kw):
@@ -129,7 +130,8 @@ def test_compile_error_is_trimmed(guard):
     assert v.status == "COMPILE_ERROR" and v.gate == "screen"
     assert "kernel.py:3" in v.reason
 
-    import_error = "import torch\nimport no_such_module_anywhere\n\ndef run(hidden_states, weight):\n    return hidden_states\n"
+    import_error = ("import torch\nimport no_such_module_anywhere\n\n"
+                    "def run(hidden_states, weight):\n    return hidden_states\n")
     v = submit(guard, import_error, "import")
     assert v.status == "COMPILE_ERROR" and v.gate == "build"
     assert "no_such_module_anywhere" in v.diagnostic
@@ -197,7 +199,8 @@ def test_repetition_is_noticed(session_tmp):
         again = submit(g, commented, "rita", notes="something else entirely different words")
         assert any("same code as " + first.candidate_id in r for r in again.repeats), again.repeats
         plan = submit(g, slow_source(), "sam", notes="plain float32 torch with rsqrt and weight multiply")
-        assert any("plan like this" in r and first.candidate_id in r and "rita" in r for r in plan.repeats), plan.repeats
+        assert any("plan like this" in r and first.candidate_id in r and "rita" in r
+                   for r in plan.repeats), plan.repeats
     finally:
         g.close()
 

@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from conftest import DATA, SOL_EXAMPLES, make_guard, unique
 from guard.candidates.load import from_source
 from guard.problems.derive import cpu_workloads, heldout_workloads, workload_set
 from guard.problems.problem import load_problem
 from guard.problems.sol_import import import_sol_folder
+
+from helpers import DATA, SOL_EXAMPLES, make_guard, unique
 
 EXAMPLES = sorted(p for p in SOL_EXAMPLES.iterdir() if p.is_dir())
 

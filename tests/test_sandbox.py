@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RMS, honest_source
 from guard import sandbox
 from guard.builders.cuda_cpp import EXT_PREFIX, extension_digest, publish_build
 from guard.sandbox import isolation as isolation_mod
 from guard.sandbox.policy import PROJECT_ROOT, SandboxPolicy
+
+from helpers import RMS, honest_source
 
 pytestmark = pytest.mark.timeout(60)
 

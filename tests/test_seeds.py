@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO
 from guard.candidates.load import from_source
 from guard.problems.derive import workload_set
 from guard.problems.problem import load_problem
 from guard.runner.common import load_module_from_source, normalize_outputs
 from guard.runner.inputs import InputMaker, torch_dtype
 from guard.screen import screen_solution
+
+from helpers import REPO
 
 SEEDS = REPO / "seeds"
 FOLDERS = sorted(p for p in SEEDS.iterdir() if (p / "definition.json").is_file())

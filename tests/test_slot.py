@@ -7,18 +7,14 @@ import subprocess
 import sys
 import time
 
-from conftest import CHEATS, REPO, RMS
 from guard.runner.device import resolve
 from guard.runner.slot import TimingSlot
 
+from helpers import CHEATS, REPO, RMS, fast_workspace
+
 
 def test_submit_waits_for_the_timing_slot(tmp_path):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "config.json").write_text(json.dumps({
-        "compile_baseline": False, "min_iters": 3, "max_iters": 10, "target_time_s": 0.01,
-        "warmup_time_s": 0.0, "correctness_rounds": 1,
-    }))
+    ws = fast_workspace(tmp_path / "ws", correctness_rounds=1)
     slot = TimingSlot(resolve("cpu").key)
     with slot.hold(exclusive=True):
         proc = subprocess.Popen(

@@ -11,13 +11,14 @@ from contextlib import redirect_stdout
 import pytest
 from pydantic import ValidationError
 
-from conftest import SOL_EXAMPLES, make_guard, unique
 from guard.candidates.load import from_solution_json, from_source
 from guard.export import sol_trace as T
 from guard.export.sol_export import TRACES_FILE, export_problem
 from guard.export.sol_solution import SolSolution, export_solution
 from guard.problems.problem import load_problem
 from kernelarc_mcp.cli import main
+
+from helpers import SOL_EXAMPLES, make_guard, unique
 
 ENV = {"hardware": "NVIDIA_H200", "libs": {"torch": "2.9.0"}}
 WORKLOAD = {"uuid": "w1", "axes": {"batch_size": 4},
@@ -135,7 +136,7 @@ def test_verdicts_export_as_traces_the_schema_accepts(tmp_path):
     assert all(t.evaluation.correctness is None for t in by[broken.candidate_id])
     # the folder is a SOL-ExecBench problem again, and its solutions load back here
     assert load_problem(out).definition.name == problem.name
-    for cid, v in ((good.candidate_id, good), (bad.candidate_id, bad)):
+    for cid in (good.candidate_id, bad.candidate_id):
         back = from_solution_json((out / "solutions" / f"{cid}.json").read_text())
         assert back.source_hash() == g.db.candidate(cid)["source_hash"]
     # the command line: show --trace and export

@@ -10,7 +10,6 @@ import math
 import pytest
 import torch
 
-from conftest import SOL_EXAMPLES, make_guard, unique
 from guard.candidates.load import from_source
 from guard.cascade.correctness_gate import merge_errors, named_checks
 from guard.problems import tolerance as tol_mod
@@ -20,6 +19,8 @@ from guard.problems.sol_fidelity import problem_notes
 from guard.problems.sol_import import import_sol_folder
 from guard.problems.summary import summarize
 from guard.runner.compare import OUTLIER_FACTOR, compare, spec_args
+
+from helpers import SOL_EXAMPLES, make_guard, unique
 
 
 def _rounded(ref: torch.Tensor, every: int, factor: float, atol: float, rtol: float) -> torch.Tensor:

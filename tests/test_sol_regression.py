@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from conftest import DATA, SOL_EXAMPLES, make_guard
 from guard.candidates.load import from_solution_json
+
+from helpers import DATA, SOL_EXAMPLES, make_guard
 
 SUITE = DATA / "sol-regression"
 CASES = json.loads((SUITE / "manifest.json").read_text())

@@ -279,15 +279,18 @@ def test_a_compile_baseline_that_fell_back_is_reported_by_the_worker(tmp_path, m
     assert all(r["ok"] and r["compile_checked"] for r in replies), replies
     assert replies[0]["compiled"] is not None and not replies[0].get("compile_error")
     assert not replies[0].get("compile_fell_back")
-    assert replies[1]["compiled"] is None and replies[1]["compile_fell_back"] and "fell back" in replies[1]["compile_error"]
+    fell_back = replies[1]
+    assert fell_back["compiled"] is None and fell_back["compile_fell_back"]
+    assert "fell back" in fell_back["compile_error"]
 
 
 def test_the_guard_asks_no_compile_time_after_a_fall_back_and_remeasures_unchecked_baselines(tmp_path, monkeypatch):
     """The guard keeps the fall-back with the baselines (so it survives a new trusted worker):
     after one, no later workload of the problem is compiled. A cached baseline made without
     the fall-back check is measured again."""
-    from conftest import RMS, make_guard
     from guard.problems.derive import workload_set
+
+    from helpers import RMS, make_guard
 
     g = make_guard(tmp_path / "ws", compile_baseline=True)
     try:

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from conftest import DATA
 from guard.verdict import Verdict
+
+from helpers import DATA
 
 STORED = sorted((DATA / "verdicts").glob("*.json"))
 

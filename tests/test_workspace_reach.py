@@ -21,8 +21,9 @@ import sqlite3
 
 import pytest
 
-from conftest import CHEATS, RMS, SOL_EXAMPLES, cheat_source, expectation, honest_source, make_guard, unique
 from guard.candidates.load import from_source
+
+from helpers import CHEATS, RMS, SOL_EXAMPLES, cheat_source, expectation, honest_source, make_guard, unique
 
 WORKSPACE_CHEATS = sorted(CHEATS.glob("workspace_*.py"))
 SOFTMAX = "softmax_h4096"

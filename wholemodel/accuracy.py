@@ -43,7 +43,7 @@ class Errors:
     nonfinite: int
 
     @staticmethod
-    def of(out: torch.Tensor, ref_hi: torch.Tensor) -> "Errors":
+    def of(out: torch.Tensor, ref_hi: torch.Tensor) -> Errors:
         x = out.to(torch.float64)
         finite = torch.isfinite(ref_hi)
         bad = int((~torch.isfinite(x) & finite).sum().item())

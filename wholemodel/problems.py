@@ -126,7 +126,8 @@ def _reference(text: str, dtype: str, p: Planned) -> str:
     return out
 
 
-def write_problems(profile: Profile, top: int, out_dir: Path, prefix: str | None = None) -> tuple[list[Path], list[Entry]]:
+def write_problems(profile: Profile, top: int, out_dir: Path,
+                   prefix: str | None = None) -> tuple[list[Path], list[Entry]]:
     """Write the planned problems under ``out_dir``; returns their folders and the skipped kernels."""
     planned, skipped = plan(profile, top)
     prefix = _safe(prefix or profile.model)

@@ -89,7 +89,8 @@ class RMSNormSite(Site):
 
 class LayerNormSite(Site):
     family, template = "layernorm", "layernorm_gpt2_bf16"
-    summary = "LayerNorm over the last dimension with weight and bias (eps is an input), float32 arithmetic, {dtype} in and out."
+    summary = ("LayerNorm over the last dimension with weight and bias (eps is an input), float32 arithmetic, "
+               "{dtype} in and out.")
 
     def matches(self, module):
         return (isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1
@@ -109,7 +110,8 @@ class LayerNormSite(Site):
 
 class LinearSite(Site):
     family, template = "matmul", "matmul_bf16_llm_projections"
-    summary = "y = x @ weight.T, a linear layer's product (its bias, if any, is added outside the kernel), {dtype} in and out."
+    summary = ("y = x @ weight.T, a linear layer's product (its bias, if any, is added outside the kernel), "
+               "{dtype} in and out.")
 
     def matches(self, module):
         return isinstance(module, nn.Linear)
@@ -127,7 +129,8 @@ class LinearSite(Site):
 class SwiGLUSite(Site):
     family, template = "swiglu_mlp", "swiglu_mlp_gate_up_bf16"
     absorbs = ("gate_proj", "up_proj")
-    summary = "silu(x @ gate_proj.T) * (x @ up_proj.T): a SwiGLU MLP's gate and up projections with the activation, {dtype} in and out."
+    summary = ("silu(x @ gate_proj.T) * (x @ up_proj.T): a SwiGLU MLP's gate and up projections with the "
+               "activation, {dtype} in and out.")
 
     def matches(self, module):
         parts = [getattr(module, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
@@ -138,7 +141,8 @@ class SwiGLUSite(Site):
 
     def axes(self, module, args):
         x = args[0]
-        return {"num_tokens": _tokens(x), "hidden_size": x.shape[-1], "intermediate_size": module.gate_proj.out_features}
+        return {"num_tokens": _tokens(x), "hidden_size": x.shape[-1],
+                "intermediate_size": module.gate_proj.out_features}
 
     def call(self, module, run, args):
         x = args[0]

@@ -17,11 +17,11 @@ from guard.candidates.load import from_file
 from guard.candidates.solution import Solution
 from guard.problems.problem import Problem
 from guard.workspace import Workspace
+from seeds import SEEDS_DIR
 
 from .problems import build_problem, plan
 from .profile import Profile
 from .sites import BY_FAMILY
-from seeds import SEEDS_DIR
 
 
 @dataclass

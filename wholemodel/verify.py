@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -156,7 +156,7 @@ class Plugged:
         self._counting = {k.name: [0, 0] for k in kernels}  # [served, declined] in this forward
         self._undo: list = []
 
-    def __enter__(self) -> "Plugged":
+    def __enter__(self) -> Plugged:
         families = {k.family for k in self.kernels}
         for p in placements(self.lm.model):
             if p.site.family in families:
@@ -252,7 +252,8 @@ def trial(lm: LoadedModel, kernels: list[Kernel], own: torch.Tensor, ref_hi: tor
         for _ in range(max(3, reps // 2)):
             plug.forward(active=True, time_calls=True)
             plug.forward(active=False, time_calls=True)
-    return Trial([k.name for k in kernels], check, statistics.median(own) * 1e3, statistics.median(plugged) * 1e3, plug.use)
+    return Trial([k.name for k in kernels], check, statistics.median(own) * 1e3, statistics.median(plugged) * 1e3,
+                 plug.use)
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
-import os
 from pathlib import Path
 
 log = logging.getLogger(__name__)

@@ -82,7 +82,8 @@ def _capability(device: str) -> tuple[int, int] | None:
         return None
     import torch
 
-    return tuple(torch.cuda.get_device_capability())
+    major, minor = torch.cuda.get_device_capability()
+    return major, minor
 
 
 class DslBuilder:
@@ -94,7 +95,7 @@ class DslBuilder:
     def languages(self) -> tuple[str, ...]:
         return (self.requirement.language,)
 
-    def build(self, solution: dict, srcdir: Path, builddir: Path, device: str) -> Callable:
+    def build(self, solution: dict[str, object], srcdir: Path, builddir: Path, device: str) -> Callable[..., object]:
         kind = "cuda" if device.startswith("cuda") else "cpu"
         why = refusal(self.requirement, kind, _capability(device) if kind == "cuda" else None)
         if why:

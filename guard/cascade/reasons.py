@@ -22,7 +22,7 @@ class Rejection(Exception):
         super().__init__(reason)
         self.gate, self.status, self.reason = gate, status, reason
         self.diagnostic, self.workload = diagnostic, workload
-        self.errors: dict | None = None  # the failing visible workload's largest errors, if measured
+        self.errors: dict[str, object] | None = None  # the failing visible workload's largest errors, if measured
 
 
 def timed_out(gate: str, exc: WorkerTimeout, limit_s: float) -> Rejection:

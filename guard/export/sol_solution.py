@@ -12,7 +12,7 @@ hash (``tests/test_sol_export.py``).
 from __future__ import annotations
 
 from pathlib import PurePosixPath
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -24,6 +24,9 @@ PYTHON_LANGUAGES = ("pytorch", "triton", "cute_dsl", "cutile", "cudnn_frontend")
 CPP_LANGUAGES = ("cutlass", "cudnn", "cublas", "cuda_cpp")
 Language = Literal["pytorch", "triton", "cute_dsl", "cutile", "cudnn_frontend",
                    "cutlass", "cudnn", "cublas", "cuda_cpp"]
+
+
+Hardware = Literal["B200", "LOCAL"]
 
 
 class _Strict(BaseModel):
@@ -50,7 +53,7 @@ class CompileOptions(_Strict):
 
 class BuildSpec(_Strict):
     languages: list[Language]
-    target_hardware: list[Literal["B200", "LOCAL"]] = Field(min_length=1)
+    target_hardware: list[Hardware] = Field(min_length=1)
     entry_point: NonEmpty
     dependencies: list[NonEmpty] = Field(default_factory=list)
     destination_passing_style: bool = True
@@ -104,8 +107,8 @@ def export_solution(solution: GuardSolution, name: str, definition: str, author:
         name=name, definition=definition, author=author or "unknown",
         description=solution.description or extra.get("description"),
         spec=BuildSpec(
-            languages=list(spec.languages),
-            target_hardware=list(dict.fromkeys(hardware)) or ["LOCAL"],
+            languages=cast("list[Language]", list(spec.languages)),
+            target_hardware=cast("list[Hardware]", list(dict.fromkeys(hardware)) or ["LOCAL"]),
             entry_point=spec.entry_point,
             dependencies=list(spec.dependencies),
             destination_passing_style=spec.destination_passing_style,

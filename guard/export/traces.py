@@ -22,12 +22,13 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import logging
+from typing import Any
 
 from ..candidates.solution import Solution as GuardSolution
 from ..problems import tolerance as tolerance_mod
 from ..problems.derive import cpu_workloads
 from ..problems.problem import Problem
-from ..problems.schema import Workload
+from ..problems.schema import Definition, Workload
 from ..verdict import Verdict, WorkloadResult
 from . import sol_trace as T
 
@@ -65,11 +66,12 @@ def trace_workload(w: Workload, axes: dict[str, int] | None = None) -> T.TraceWo
     inputs = {k: v.model_dump(mode="json", include={"type", "value", "path", "tensor_key"})
               for k, v in w.inputs.items()}
     tol = w.tolerance.model_dump(include=set(T.ToleranceSpec.model_fields)) if w.tolerance else {}
-    return T.TraceWorkload(uuid=w.uuid, axes=dict(axes if axes is not None else w.axes),
-                           inputs=inputs, tolerance=tol)
+    # validated into the trace schema's own input and tolerance models
+    return T.TraceWorkload.model_validate({"uuid": w.uuid, "axes": dict(axes if axes is not None else w.axes),
+                                           "inputs": inputs, "tolerance": tol})
 
 
-def _tolerances(d, w: Workload) -> dict:
+def _tolerances(d: Definition, w: Workload) -> dict[str, Any]:
     """What each output was judged by (KernelArc's own, which can be stricter than the
     workload's published spec: ``guard/problems/tolerance.py``)."""
     return {k: {f: v for f, v in t.message().items() if v is not None}
@@ -77,12 +79,13 @@ def _tolerances(d, w: Workload) -> dict:
 
 
 def _timestamp(finished_at: float | None) -> str:
-    when = datetime.datetime.fromtimestamp(finished_at or 0.0, tz=datetime.timezone.utc)
+    when = datetime.datetime.fromtimestamp(finished_at or 0.0, tz=datetime.UTC)
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _correctness(errors: dict | None, tolerances: dict, measured_note: str | None = None) -> T.Correctness:
-    extra: dict = {"kernelarc_tolerance": tolerances}
+def _correctness(errors: dict[str, Any] | None, tolerances: dict[str, Any],
+                 measured_note: str | None = None) -> T.Correctness:
+    extra: dict[str, Any] = {"kernelarc_tolerance": tolerances}
     if not errors:
         extra["measured"] = False
         if measured_note:

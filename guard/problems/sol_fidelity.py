@@ -17,6 +17,8 @@ from .problem import Problem
 from . import tolerance as tolerance_mod
 from .schema import Definition, Workload
 
+Support = Literal["ignored", "partly", "unsupported", "informational"]
+
 # Fields of SOL-ExecBench's definition schema that KernelArc reads (the rest it keeps unread).
 DEFINITION_FIELDS = {
     "name", "op_type", "axes", "custom_inputs_entrypoint", "inputs", "outputs", "reference",
@@ -28,7 +30,7 @@ WORKLOAD_FIELDS = {"uuid", "axes", "inputs", "tolerance"}
 
 # The solution schema, for every problem alike: what a submitted solution.json may set that is
 # not honoured as SOL-ExecBench honours it.
-SOLUTION_NOTES: list[tuple[str, str, str]] = [
+SOLUTION_NOTES: list[tuple[str, Support, str]] = [
     ("solution.spec.target_hardware", "ignored",
      "a candidate is judged on this guard's device, whatever hardware it names"),
     ("solution.spec.dependencies", "ignored",
@@ -48,7 +50,7 @@ class FieldNote(BaseModel):
     """One field a problem uses that KernelArc does not honour as SOL-ExecBench does."""
 
     field: str  # dotted path: "workload.tolerance.allow_negative_inf", "definition.hf_id"
-    support: Literal["ignored", "partly", "unsupported", "informational"]
+    support: Support
     note: str
 
     def render(self) -> str:
@@ -69,9 +71,9 @@ def definition_notes(d: Definition) -> list[FieldNote]:
 
 def workload_notes(workloads: list[Workload]) -> list[FieldNote]:
     """Notes on the fields the workloads use, each field once with how many workloads use it."""
-    seen: dict[str, tuple[str, str, int]] = {}
+    seen: dict[str, tuple[Support, str, int]] = {}
 
-    def add(field: str, support: str, note: str) -> None:
+    def add(field: str, support: Support, note: str) -> None:
         prev = seen.get(field)
         seen[field] = (support, note, (prev[2] if prev else 0) + 1)
 

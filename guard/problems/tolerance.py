@@ -36,7 +36,7 @@ class OutputTolerance(BaseModel):
     origin: str  # "workload" (its tolerance spec), "kernelarc" (the problem's), "dtype"
     stricter: str | None = None  # why this is stricter than SOL-ExecBench would be, if it is
 
-    def message(self) -> dict:
+    def message(self) -> dict[str, float | None]:
         """The fields the trusted worker's compare request takes (runner/messages.Tolerance)."""
         return {"atol": self.atol, "rtol": self.rtol,
                 "required_matched_ratio": self.required_matched_ratio,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -36,7 +37,8 @@ from .harness import T
 
 # ``call(set)``: runs the candidate's call on the live set ``set``; returns the output tensors
 # to copy into the static buffers, or None when the call wrote them there itself
-LoopCall = Callable[[int], list | None]
+LoopCall = Callable[[int], "list[torch.Tensor] | None"]
+Sets = list[list[Any]]  # per input set, the call's arguments (tensors and scalars)
 
 
 class ConfirmLoop:
@@ -45,7 +47,7 @@ class ConfirmLoop:
     ``mirror`` (trusted loop only): per set, tensors copied into ``static`` every iteration,
     as the candidate's loop copies an eager call's outputs."""
 
-    def __init__(self, device: torch.device | str, sets: list[list], refiller: replays.Refiller,
+    def __init__(self, device: torch.device | str, sets: Sets, refiller: replays.Refiller,
                  static: list[list[torch.Tensor]] | None, rows: int, idle: Callable[[int], None],
                  mirror: list[list[torch.Tensor]] | None = None):
         self.device = torch.device(device)
@@ -60,8 +62,8 @@ class ConfirmLoop:
                                  device=self.device)
         self.counter = torch.zeros(1, dtype=torch.long, device=self.device)
         self.use_graphs = self.device.type == "cuda" and self.regime == "stream"
-        self.refill_graphs: list = []
-        self.digest_graphs: list = []
+        self.refill_graphs: list[Any] = []
+        self.digest_graphs: list[Any] = []
         self.host_ms_per_iter = 0.0
         if self.use_graphs:
             self._capture()
@@ -70,8 +72,13 @@ class ConfirmLoop:
     def _draw(self, k: int) -> None:
         self.stream(self.sets[k])
 
+    def _outputs(self, k: int) -> list[torch.Tensor]:
+        if self.static is None:
+            raise RuntimeError("this loop reads no outputs (it replays draws only)")
+        return self.static[k]
+
     def _digest(self, k: int) -> None:
-        d = replays.digest(self.static[k], self.projection)
+        d = replays.digest(self._outputs(k), self.projection)
         self.table.index_copy_(0, self.counter, d.unsqueeze(0))
         self.counter.add_(1)
 
@@ -94,7 +101,7 @@ class ConfirmLoop:
         one after the other). A warm-up on a side stream first, as for any capture."""
         n = len(self.sets)
         self.stream.seed(0)
-        side = torch.cuda.Stream(device=self.device)
+        side = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for k in range(n):
@@ -120,7 +127,7 @@ class ConfirmLoop:
         T.cuda_sync()
 
     # -- the loop ----------------------------------------------------------------------------
-    def run(self, seed: int, iters: int, call: LoopCall | None, pad_passes: int) -> list:
+    def run(self, seed: int, iters: int, call: LoopCall | None, pad_passes: int) -> list[Any]:
         """``iters`` iterations on the data of ``seed``: ``pad_passes`` flush passes, fresh inputs, the call (None: the
         trusted loop, which copies ``mirror`` instead), digest. The digests, per iteration and
         output, as lists of floats. ``host_ms_per_iter`` is the host's time to enqueue one."""
@@ -141,7 +148,8 @@ class ConfirmLoop:
         finally:
             if collecting:
                 gc.enable()
-        return T.to(self.table[:iters], "cpu").tolist()
+        table: list[Any] = T.to(self.table[:iters], "cpu").tolist()
+        return table
 
     def _loop(self, seed: int, iters: int, call: LoopCall | None, pad_passes: int, n: int) -> None:
         for it in range(iters):
@@ -150,14 +158,14 @@ class ConfirmLoop:
             self._refill(k, seed, it)
             got = call(k) if call is not None else None
             if got is not None:
-                for dst, src in zip(self.static[k], got):
+                for dst, src in zip(self._outputs(k), got):
                     T.copy_(dst, src)
             elif call is None and self.mirror is not None:
-                for dst, src in zip(self.static[k], self.mirror[k]):
+                for dst, src in zip(self._outputs(k), self.mirror[k]):
                     T.copy_(dst, src)
             self._digest_step(k)
 
-    def inputs_at(self, seed: int, iterations: list[int]) -> Iterator[tuple[int, list]]:
+    def inputs_at(self, seed: int, iterations: list[int]) -> Iterator[tuple[int, list[Any]]]:
         """The live set of each of ``iterations`` (ascending), as the loop of ``seed`` had it:
         the same draws from the same seed, in the same order, without the calls."""
         wanted = set(iterations)

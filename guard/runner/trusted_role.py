@@ -17,7 +17,7 @@ from .compare import compare, spec_args
 from .harness import T
 from .inputs import InputMaker, torch_dtype
 from .tensorio import read_tensor
-from .timing import Plan, Timer
+from .timing import Timer
 
 
 class TrustedRole:

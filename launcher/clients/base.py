@@ -10,7 +10,7 @@ from typing import Protocol
 @dataclass
 class AgentContext:
     name: str
-    strategy: str  # name of a launcher/strategies/*.md
+    strategy: str  # name of a playbooks/strategies/*.md
     strategy_text: str  # the strategy prompt with the problem filled in
     problem: str
     worktree: Path

@@ -14,11 +14,12 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-from conftest import RMS, SOL_EXAMPLES, cheat_files, expectation, fast_config, honest_source, submit_cheat, unique  # noqa: E402,E501
 from guard.candidates.load import from_source  # noqa: E402
 from guard.cascade import Guard  # noqa: E402
 from guard.workspace import Workspace  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
+
+from helpers import RMS, SOL_EXAMPLES, cheat_files, expectation, fast_config, honest_source, submit_cheat, unique  # noqa: E402,E501
 
 CHEAT_FILES = cheat_files("cuda")  # every cheat, the GPU-only and CUDA C++ ones included
 

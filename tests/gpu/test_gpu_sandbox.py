@@ -15,7 +15,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-from conftest import RMS, honest_source, unique  # noqa: E402
 from guard import sandbox  # noqa: E402
 from guard.builders.cuda_cpp import extension_digest, publish_build  # noqa: E402
 from guard.candidates.load import from_source  # noqa: E402
@@ -23,6 +22,8 @@ from guard.problems.derive import workload_set  # noqa: E402
 from guard.problems.store import ProblemStore  # noqa: E402
 from guard.runner.process import WorkerProcess  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
+
+from helpers import RMS, honest_source, unique  # noqa: E402
 
 SOURCES = {
     "pytorch": ("kernel.py", lambda: honest_source()),

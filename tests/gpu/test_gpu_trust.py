@@ -14,11 +14,12 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
-from conftest import RMS, fast_config, unique  # noqa: E402
 from guard.candidates.load import from_source  # noqa: E402
 from guard.cascade import Guard  # noqa: E402
 from guard.workspace import Workspace  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
+
+from helpers import RMS, fast_config, unique  # noqa: E402
 
 CURRENT_STREAM = "<<<n_rows, THREADS, 0, at::cuda::getCurrentCUDAStream()>>>"
 
@@ -61,7 +62,8 @@ def test_outside_clock_loop_draws_fresh_inputs_in_graphs():
     from guard.runner.inputs import InputMaker
 
     d = {"name": "scale", "reference": "def run(x):\n    return x * 2\n",
-         "inputs": {"x": {"shape": ["n", 256], "dtype": "bfloat16"}}, "outputs": {"y": {"shape": ["n", 256], "dtype": "bfloat16"}}}
+         "inputs": {"x": {"shape": ["n", 256], "dtype": "bfloat16"}},
+         "outputs": {"y": {"shape": ["n", 256], "dtype": "bfloat16"}}}
     maker = InputMaker(d, "cuda")
 
     def loop(static=None):

@@ -8,19 +8,20 @@ import os
 from pathlib import Path
 
 import pytest
-
-from conftest import RMS, honest_source
-from launcher.clients import AgentContext, get_client
 from serving.fake_anthropic import FakeAnthropic
 from serving.npm import CLAUDE_CODE, npm_bin
-from serving.util import fast_workspace
+
+from launcher.clients import AgentContext, get_client
+
+from helpers import RMS, fast_workspace, honest_source
 
 SOURCE = honest_source()
 SCRIPT = [
     ("get_problem", {"problem": RMS}),
     ("submit_candidate", {"problem": RMS, "source": SOURCE, "notes": "fp32 torch"}),
     lambda results: ("record", {"problem": RMS, "kind": "insight", "text": "float32 torch passes every round",
-                                "evidence": next(r for r in results if isinstance(r, dict) and "job_id" in r)["candidate_id"]}),
+                                "evidence": next(r for r in results
+                                                 if isinstance(r, dict) and "job_id" in r)["candidate_id"]}),
     ("peek_best", {"problem": RMS}),
 ]
 
@@ -38,7 +39,7 @@ def test_two_claude_code_agents_in_a_swarm(tmp_path):
         import subprocess
         import sys
 
-        from conftest import REPO
+        from helpers import REPO
 
         out = subprocess.run(
             [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), "launch", "--problem", RMS,
@@ -62,7 +63,8 @@ def test_two_claude_code_agents_in_a_swarm(tmp_path):
     for agent in agents:
         log = (run_dir / "agents" / agent / "agent.log").read_text()
         init = next(json.loads(line) for line in log.splitlines() if '"subtype":"init"' in line)
-        assert {"name": "kernelarc", "status": "connected"} in [{"name": s["name"], "status": s["status"]} for s in init["mcp_servers"]]
+        servers = [{"name": s["name"], "status": s["status"]} for s in init["mcp_servers"]]
+        assert {"name": "kernelarc", "status": "connected"} in servers
 
 
 def test_codex_command_and_configuration(tmp_path):

@@ -9,8 +9,7 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO, RMS
-from serving.util import fast_workspace, kernelarc
+from helpers import REPO, RMS, fast_workspace, kernelarc
 
 
 def _descendants(pid: int) -> set[int]:
@@ -60,7 +59,7 @@ def test_scripted_swarm_end_to_end(tmp_path):
     assert status["runs"][0]["state"] == "finished" and status["runs"][0]["candidates"] == 4
     again = kernelarc(ws, "report", result["run"], "--json")
     assert again.returncode == 0
-    assert kernelarc(ws, "stop").returncode == 2  # nothing running
+    assert kernelarc(ws, "stop", check=False).returncode == 2  # nothing running
 
 
 def test_stop_and_ctrl_c_leave_no_process(tmp_path):
@@ -100,7 +99,7 @@ def test_kernelarc_stop_ends_a_running_swarm(tmp_path):
     )
     deadline = time.time() + 120
     while time.time() < deadline:
-        st = kernelarc(ws, "status", "--json")
+        st = kernelarc(ws, "status", "--json", check=False)
         runs = json.loads(st.stdout.strip().splitlines()[-1])["runs"] if st.returncode == 0 else []
         if runs and runs[0]["state"] == "running":
             break

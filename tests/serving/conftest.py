@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import fast_config  # noqa: F401
+from helpers import make_service
 
 
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-def make_service(path, **overrides):
-    from guard.workspace import Workspace
-    from kernelarc_mcp.service import Service
-
-    ws = Workspace.open(path)
-    return Service(ws, fast_config(correctness_rounds=1, **overrides), device="cpu")
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Union
+from typing import Any
 
-Step = Union[tuple[str, dict], Callable[[list[Any]], tuple[str, dict]]]
+Step = tuple[str, dict] | Callable[[list[Any]], tuple[str, dict]]
 
 
 def _sse(event: str, data: dict) -> bytes:
@@ -89,7 +89,7 @@ class FakeAnthropic:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> "FakeAnthropic":
+    def __enter__(self) -> FakeAnthropic:
         self.thread.start()
         return self
 
@@ -108,7 +108,8 @@ class FakeAnthropic:
         if n < len(self.script):
             step = self.script[n]
             tool, args = step(results) if callable(step) else step
-            block = {"type": "tool_use", "id": f"toolu_{n:03d}", "name": f"mcp__{self.server_name}__{tool}", "input": {}}
+            block = {"type": "tool_use", "id": f"toolu_{n:03d}", "name": f"mcp__{self.server_name}__{tool}",
+                     "input": {}}
             out += [
                 _sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
                 _sse("content_block_delta", {"type": "content_block_delta", "index": 0,

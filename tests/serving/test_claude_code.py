@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from conftest import RMS, honest_source
 from serving.claude import run_claude, tool_results
 from serving.fake_anthropic import FakeAnthropic
-from serving.util import HttpServer, fast_workspace, token
+
+from helpers import RMS, HttpServer, fast_workspace, honest_source, token
 
 SOURCE = honest_source()
 

@@ -8,8 +8,9 @@ import sqlite3
 import pytest
 from mcp import Client
 
-from conftest import RMS
 from kernelarc_mcp.server import build_server
+
+from helpers import RMS
 
 pytestmark = pytest.mark.anyio
 
@@ -55,7 +56,8 @@ def malformed_calls(rng: random.Random, n: int):
             args = rng.choice([{}, {"job_id": rng.choice(NAMES + JUNK + ["j-nonexistent", "j-" + "a" * 50])},
                                {"job_id": "j-123", "wait_s": rng.choice(JUNK)}])
         elif tool == "recall":
-            args = rng.choice([{"problem": rng.choice(NAMES + JUNK)}, {"problem": RMS, "scope": rng.choice(NAMES + JUNK)},
+            args = rng.choice([{"problem": rng.choice(NAMES + JUNK)},
+                               {"problem": RMS, "scope": rng.choice(NAMES + JUNK)},
                                {"problem": RMS, "k": rng.choice([0, -5, 10**9, "x", 2.5])},
                                {"problem": RMS, "query": rng.choice(JUNK + ['"unbalanced', "NEAR(a b)", "*", "a OR"])}])
         elif tool == "record":
@@ -76,7 +78,7 @@ async def test_fuzz_1000_malformed_calls(service):
     before_jobs = service.jobs.pending()
     errors = answered = 0
     async with Client(mcp, mode="legacy") as c:
-        for i, tool, args in malformed_calls(rng, 1100):
+        for _, tool, args in malformed_calls(rng, 1100):
             try:
                 r = await c.call_tool(tool, args)
             except Exception as exc:  # a protocol-level error is still an answer, never a crash
@@ -103,7 +105,8 @@ async def test_fuzz_1000_malformed_calls(service):
     while service.jobs.pending() > before_jobs and time.monotonic() < deadline:
         time.sleep(0.5)
     jobs = service.db.query("SELECT state, candidate_id, error FROM jobs WHERE agent = 'fuzzer'")
-    assert jobs and all(j["state"] == "done" and j["candidate_id"] for j in jobs), [dict(j) for j in jobs if j["state"] != "done"][:3]
+    unfinished = [dict(j) for j in jobs if j["state"] != "done"][:3]
+    assert jobs and all(j["state"] == "done" and j["candidate_id"] for j in jobs), unfinished
     for j in jobs:
         row = service.db.candidate(j["candidate_id"])
         assert row["decision"] == "REJECT" and row["gate"] == "screen"

@@ -7,8 +7,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import RMS, honest_source
-from serving.util import HttpServer, fast_workspace, token
+from helpers import RMS, HttpServer, fast_workspace, honest_source, token
 
 pytestmark = pytest.mark.anyio
 
@@ -49,9 +48,10 @@ async def test_identity_comes_from_the_token(http_server):
 async def test_no_or_wrong_token_is_refused(http_server):
     for tok in (None, "ka_not-a-real-token"):
         async with client(http_server.url, tok) as http:
-            resp = await http.post(http_server.url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                                                          "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                                     "clientInfo": {"name": "t", "version": "1"}}},
+            init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "t", "version": "1"}}}
+            resp = await http.post(http_server.url, json=init,
                                    headers={"accept": "application/json, text/event-stream"})
         assert resp.status_code == 401
 

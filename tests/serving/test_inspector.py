@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RMS
 from serving.npm import INSPECTOR, npm_bin
-from serving.util import HttpServer, fast_workspace
+
+from helpers import RMS, HttpServer, fast_workspace
 
 
 def kernelarc_exe() -> str:

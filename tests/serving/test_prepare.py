@@ -12,7 +12,8 @@ import time
 from guard.archive.db import Database
 from guard.problems.derive import workload_set
 from guard.workspace import Workspace
-from serving.util import REPO, HttpServer, fast_workspace
+
+from helpers import REPO, HttpServer, fast_workspace
 
 PROBLEM = "rmsnorm_llama3_8b"
 

@@ -17,9 +17,10 @@ import jsonschema
 import pytest
 from mcp import Client
 
-from conftest import RMS, honest_source
 from kernelarc_mcp import compact as C
 from kernelarc_mcp.server import build_server
+
+from helpers import RMS, honest_source
 
 pytestmark = pytest.mark.anyio
 
@@ -99,7 +100,8 @@ async def test_every_result_within_its_budget(service):
         assert st["device"]["kind"] == "cpu" and "ceilings" not in str(st)
 
         # detail="full": everything, still one copy and rounded
-        full = (await c.call_tool("get_result", {"job_id": res["job_id"], "wait_s": 0, "detail": "full"})).structured_content
+        full = (await c.call_tool("get_result", {"job_id": res["job_id"], "wait_s": 0,
+                                                 "detail": "full"})).structured_content
         w = full["verdict"]["workloads"][0]
         assert w["timing"]["median_ms"] == w["latency_ms"] and full["verdict"]["notes"].startswith("fp32")
         assert all(significant(x) <= 4 for _, x in floats(full))
@@ -132,7 +134,8 @@ async def test_enums_in_input_schemas(service):
 def test_rounding_by_what_a_number_measures():
     data = {"latency_ms": 0.11731849963325658, "speedup_eager": 1.0985948549656215, "rel_se": 0.16804602126585755,
             "score": 0.5262782959097299, "n": 10, "measured_at": 1796143999.0332668,
-            "timing": {"median_ms": 0.117318499, "device_ops_per_call": 3.3333333, "outside_clock": {"run_wall_s": 0.0508347}},
+            "timing": {"median_ms": 0.117318499, "device_ops_per_call": 3.3333333,
+                       "outside_clock": {"run_wall_s": 0.0508347}},
             "tolerances": {"output": {"atol": 0.0123456}}, "incumbent_ms": [1.23456789, 2.3456789]}
     assert C.round_numbers(data) == {
         "latency_ms": 0.1173, "speedup_eager": 1.1, "rel_se": 0.17, "score": 0.526, "n": 10, "measured_at": 1796143999,

@@ -8,8 +8,9 @@ import anyio
 import pytest
 from mcp import Client
 
-from conftest import RMS, honest_source
 from kernelarc_mcp.server import build_server
+
+from helpers import RMS, honest_source
 
 pytestmark = pytest.mark.anyio
 
@@ -63,8 +64,8 @@ async def test_submit_record_recall_peek_status(service):
         ok = await c.call_tool("record", {"problem": RMS, "text": "computing in float32 passes the adversarial rounds",
                                           "kind": "insight", "evidence": cid, "tags": ["precision"]})
         assert not ok.is_error and ok.structured_content["merged"] is False
-        again = await c.call_tool("record", {"problem": RMS, "text": "computing in float32 passes the adversarial rounds!",
-                                             "kind": "insight", "evidence": cid})
+        again = await c.call_tool("record", {"problem": RMS, "kind": "insight", "evidence": cid,
+                                             "text": "computing in float32 passes the adversarial rounds!"})
         assert again.structured_content["merged"] is True and again.structured_content["support"] == 2
 
         rec = (await c.call_tool("recall", {"problem": RMS, "query": "float32 adversarial"})).structured_content

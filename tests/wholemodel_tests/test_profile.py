@@ -7,10 +7,11 @@ import json
 import pytest
 import torch
 
-from conftest import DATA
 from wholemodel.loader import load
 from wholemodel.problems import plan, write_problems
 from wholemodel.profile import profile_model
+
+from helpers import DATA
 
 MODELS = DATA / "wholemodel"
 

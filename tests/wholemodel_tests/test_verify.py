@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from conftest import DATA
-from test_cli import fast_workspace, kernelarc
 from guard.candidates.load import from_file
 from guard.workspace import Workspace
 from wholemodel.loader import load
 from wholemodel.profile import profile_model
 from wholemodel.sources import seed_sources
 from wholemodel.verify import build_kernel, verify
+
+from helpers import DATA, fast_workspace, kernelarc
 
 MODELS = DATA / "wholemodel"
 

@@ -1,4 +1,4 @@
-"""Processes and TCP sockets read from Linux's /proc, for the tests and the load benchmark
+"""Processes and TCP sockets read from Linux's /proc, for the load benchmark and the tests
 that look at which server process holds which connection."""
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ import time
 
 import uvicorn
 
-from .http_app import STARTUP_FAILURE, address_family
+from .app import FACTORY
+from .sockets import STARTUP_FAILURE, address_family
 
 STOP_GRACE_S = 10.0  # how long stopping workers may finish the requests they have
 # At the start, connections wait until every worker serves (at most this long): clients that
@@ -61,7 +62,7 @@ def _http_worker(control: socket.socket, common: dict, parent: int, ready) -> No
     # once serving, uvicorn's own handler takes over and shuts down gracefully
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, args=(parent,), name="kernelarc-parent-watch", daemon=True).start()
-    server = DispatchedServer(uvicorn.Config("kernelarc_mcp.http_app:create_app", factory=True, **common), control)
+    server = DispatchedServer(uvicorn.Config(FACTORY, factory=True, **common), control)
     threading.Thread(target=_report_ready, args=(server, ready), name="kernelarc-ready", daemon=True).start()
     server.run(sockets=[])
 

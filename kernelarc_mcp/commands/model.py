@@ -8,7 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import render
+from .. import render
+from ..common import device_option, emit_json, open_workspace
 
 log = logging.getLogger("kernelarc")
 
@@ -43,12 +44,6 @@ def _write_markdown(path: str | None, sections: list[tuple[str, str]]) -> None:
     log.info("wrote %s", path)
 
 
-def _emit_json(payload: dict) -> None:
-    from .cli import _emit_json as emit
-
-    emit(payload)
-
-
 def cmd_profile(args) -> int:
     from wholemodel import tables
     from wholemodel.profile import profile_model
@@ -64,12 +59,10 @@ def cmd_profile(args) -> int:
     if args.top:
         from wholemodel.problems import write_problems
 
-        from .cli import _workspace
-
         out_dir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kernelarc-profile-"))
         written, skipped = write_problems(prof, args.top, out_dir, prefix=args.prefix)
         if not args.no_import:
-            store = _workspace(args).problems()
+            store = open_workspace(args).problems()
             for folder in written:
                 problem, _ = store.import_path(folder, replace=args.replace)
                 imported.append(problem.name)
@@ -78,7 +71,7 @@ def cmd_profile(args) -> int:
         payload["problems_written"] = [str(f) for f in written]
         payload["problems_imported"] = imported
         payload["skipped"] = [{"family": e.family, "where": e.where, "share": e.share} for e in skipped]
-        _emit_json(payload)
+        emit_json(payload)
         return 0
     _print(tables.profile_heading(prof))
     _print()
@@ -142,7 +135,7 @@ def cmd_verify(args) -> int:
     result = verify(lm, kernels, reps=reps, diagnose=args.diagnose, factor=args.error_factor,
                     on_progress=lambda msg: print(msg + "...", file=sys.stderr))
     if args.json:
-        _emit_json(_verification_json(result))
+        emit_json(_verification_json(result))
         return 0 if result.ok else 1
     for line in tables.verify_summary(result):
         _print(line)
@@ -161,8 +154,8 @@ def cmd_verify(args) -> int:
 
 def _verification_json(v) -> dict:
     def trial(t):
-        return {"kernels": t.kernels, "check": {**t.check.__dict__, "plugged": t.check.plugged.__dict__,
-                                                "own": t.check.own.__dict__}, "model_ms": t.own_ms, "plugged_ms": t.plugged_ms,
+        check = {**t.check.__dict__, "plugged": t.check.plugged.__dict__, "own": t.check.own.__dict__}
+        return {"kernels": t.kernels, "check": check, "model_ms": t.own_ms, "plugged_ms": t.plugged_ms,
                 "speedup": t.speedup, "use": {n: u.__dict__ for n, u in t.use.items()}}
 
     return {"model": v.model, "device": v.device, "dtype": v.dtype, "error_factor": v.factor,
@@ -170,8 +163,6 @@ def _verification_json(v) -> dict:
 
 
 def _model_args(s: argparse.ArgumentParser) -> None:
-    from .cli import device_option
-
     s.add_argument("model", metavar="MODEL", help="llama_block, gpt2_block (:small/:real) or a Python file")
     device_option(s)
     s.add_argument("--dtype", help="default: bfloat16 on the GPU, float32 on the CPU")

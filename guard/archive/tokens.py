@@ -51,7 +51,7 @@ class TokenStore:
         with self.db.transaction() as c:
             return c.execute("DELETE FROM agent_tokens WHERE agent = ?", (agent,)).rowcount > 0
 
-    def agents(self) -> list[dict]:
+    def agents(self) -> list[dict[str, object]]:
         return [dict(r) for r in self.db.query("SELECT agent, created_at FROM agent_tokens ORDER BY agent")]
 
     def agent_for(self, token: str) -> str | None:
@@ -60,5 +60,5 @@ class TokenStore:
         digest = _digest(token)
         rows = self.db.query("SELECT agent, token_sha256 FROM agent_tokens WHERE token_sha256 = ?", (digest,))
         if rows and hmac.compare_digest(rows[0]["token_sha256"], digest):
-            return rows[0]["agent"]
+            return str(rows[0]["agent"])
         return None

@@ -8,15 +8,11 @@ import json
 import sys
 from pathlib import Path
 
+from ..common import open_workspace
+
 
 def _out(text: str) -> None:
     sys.stdout.write(text + "\n")
-
-
-def _workspace(args):
-    from guard.workspace import Workspace
-
-    return Workspace.open(args.workspace)
 
 
 def show_trace(args) -> int:
@@ -25,7 +21,7 @@ def show_trace(args) -> int:
     from guard.export.sol_export import candidate_export
     from guard.export.traces import ExportError
 
-    ws = _workspace(args)
+    ws = open_workspace(args)
     db = Database(ws.db_path)
     row = db.candidate(args.candidate)
     if row is None:
@@ -45,7 +41,7 @@ def cmd_export(args) -> int:
     from guard.archive.db import Database
     from guard.export.sol_export import export_problem
 
-    ws = _workspace(args)
+    ws = open_workspace(args)
     problem = ws.problems().get(args.problem)
     folder = Path(args.out or f"{args.problem}-sol-execbench")
     summary = export_problem(Database(ws.db_path), problem, folder, agent=args.agent)

@@ -1,0 +1,181 @@
+"""What the benchmarks share with the tests: the fast guard settings, a workspace that uses
+them, the ``kernelarc`` command in a subprocess, a served workspace over HTTP, and the cheat
+files of ``tests/cheats`` (read as data, with their EXPECT lines). The tests import these
+through ``tests/helpers.py``; nothing here imports the tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CHEATS = REPO / "tests" / "cheats"
+RMS = "rmsnorm_llama3_8b"
+# The documented pipeline with fewer iterations, so the suite stays quick on 2 cores: the one
+# set of fast settings, for a guard made in-process (fast_config) and for a workspace a
+# ``kernelarc`` subprocess opens (fast_workspace).
+FAST = {
+    "compile_baseline": False,
+    "min_iters": 3,
+    "max_iters": 10,
+    "target_time_s": 0.01,
+    "warmup_time_s": 0.0,
+    "call_timeout_s": 20,
+    "correctness_rounds": 2,
+}
+
+
+def fast_config(**overrides):
+    from guard.config import GuardConfig
+
+    return GuardConfig(**{**FAST, **overrides})
+
+
+def fast_workspace(path: Path, **overrides) -> Path:
+    """A workspace folder whose config.json holds the fast settings (and ``overrides``)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({**FAST, **overrides}))
+    return path
+
+
+def kernelarc(ws: Path, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``kernelarc --workspace WS ARGS`` as a user runs it; with ``check`` it must succeed."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ),
+        timeout=timeout,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def token(ws: Path, agent: str) -> str:
+    out = kernelarc(ws, "token", "create", agent, "--json")
+    return json.loads(out.stdout.strip().splitlines()[-1])["token"]
+
+
+class HttpServer:
+    """`kernelarc serve --transport http` in a subprocess; ``ready_s`` is how long the
+    port took to accept connections."""
+
+    def __init__(self, ws: Path, *extra: str):
+        self.port = free_port()
+        self.log = open(ws / f"serve-{self.port}.log", "w")
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kernelarc_mcp.cli",
+                "--workspace",
+                str(ws),
+                "serve",
+                "--transport",
+                "http",
+                "--port",
+                str(self.port),
+                "--device",
+                "cpu",
+                *extra,
+            ],
+            cwd=REPO,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ),
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {(ws / f'serve-{self.port}.log').read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        self.ready_s = time.monotonic() - t0
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def expectation(path) -> dict:
+    """The fields of a cheat's EXPECT line (screen=, runtime=, PROBLEM=; heldout: HELDOUT)."""
+    text = path.read_text()
+    m = re.search(r"EXPECT ([^\"\n]*)", text)
+    assert m, f"{path.name} has no EXPECT line"
+    words = m.group(1).replace("//", " ").split()
+    fields = dict(kv.split("=") for kv in words if "=" in kv)
+    fields["heldout"] = "HELDOUT" in words
+    fields["dps"] = "DPS" in words
+    return fields
+
+
+def submit_cheat(guard, path: Path, agent: str):
+    """Evaluate a cheat as its EXPECT line says: on its problem, as a destination-passing
+    solution when it says DPS, as CUDA C++ when it is a .cu file."""
+    from guard.candidates.load import from_solution_json, from_source
+
+    exp = expectation(path)
+    problem = exp.get("PROBLEM", RMS)
+    if path.suffix == ".cu":
+        solution = from_source(unique(path.read_text(), "//"), "cuda_cpp", path.name)
+    elif exp["dps"]:
+        solution = from_solution_json(
+            json.dumps(
+                {
+                    "name": path.stem,
+                    "spec": {"languages": ["pytorch"], "entry_point": "k.py::run", "destination_passing_style": True},
+                    "sources": [{"path": "k.py", "content": cheat_source(path, guard)}],
+                }
+            )
+        )
+    else:
+        solution = from_source(cheat_source(path, guard), None, "kernel.py")
+    return guard.evaluate(solution, problem, agent=agent)
+
+
+def cheat_source(path, guard) -> str:
+    """A cheat's source, made unique, with the visible shapes filled in where it asks."""
+    source = path.read_text()
+    if "{VISIBLE}" in source:  # the cheat knows the visible shapes, as an agent would
+        from guard.problems.derive import workload_set
+
+        wset = workload_set(guard.store.get(RMS), guard.device.kind, guard._secret)
+        rows = sorted({w.axes["num_tokens"] for w in wset.visible})
+        source = source.replace("{VISIBLE}", repr(set(rows)))
+    return unique(source)
+
+
+_counter = [0]
+
+
+def unique(source: str, comment: str = "#") -> str:
+    """The same code with a new comment, so the guard measures it again."""
+    _counter[0] += 1
+    return source + f"\n{comment} variant {_counter[0]} {os.getpid()}\n"
+
+
+def honest_source() -> str:
+    return unique((CHEATS / "honest_torch.py").read_text())
