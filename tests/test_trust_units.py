@@ -276,3 +276,26 @@ def test_eager_calls_are_timed_by_the_device_work_between_markers():
     assert marked_call_spans(events + [_Activity(MARKER_KERNEL, 10, 30000, 10)], 2)[0] is None
     spans, why = marked_call_spans([e for e in events if e.name() not in ("a", "b")], 2)
     assert spans is None and "1 of 2" in why
+
+
+def test_digest_allows_what_a_matched_ratio_lets_through():
+    """SOL-ExecBench's required_matched_ratio lets a share of the elements miss; the digest
+    check of timed calls must allow them as the correctness comparison does (each at most
+    OUTLIER_FACTOR times its allowance)."""
+    gen = torch.Generator().manual_seed(4)
+    ref = torch.randn(1000, generator=gen, dtype=torch.float64)
+    out = ref.clone()
+    off = ref.abs().argsort(descending=True)[:10]  # 1% of the elements, the largest
+    out[off] += 7.5 * 1e-3 * ref[off].abs() * ref[off].sign()
+    projection = replays.Projection(9)
+    got = replays.digest([out], projection)[0].tolist()
+    strict = replays.digest_bounds(ref, 0.0, 1e-3, projection)
+    ratio = replays.digest_bounds(ref, 0.0, 1e-3, projection, matched_ratio=0.99)
+    assert replays.digest_mismatch(got, *ratio, "y") is None
+    # the allowance grows by the misses the ratio permits, each at the outlier bound
+    worst = 8.0 * 1e-3 * float(ref.abs().max())
+    assert ratio[1][0] == pytest.approx(strict[1][0] + 10 * worst)
+    assert ratio[1][2] == pytest.approx(strict[1][2] + math.sqrt(10) * worst)
+    # an answer for other inputs still fails
+    other = replays.digest([torch.randn(1000, generator=gen, dtype=torch.float64)], projection)[0].tolist()
+    assert replays.digest_mismatch(other, *ratio, "y") is not None

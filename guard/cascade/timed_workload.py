@@ -24,6 +24,7 @@ import random
 import time
 
 from .. import outside_clock
+from ..problems import tolerance as tolerance_mod
 from ..problems.schema import Definition, Workload
 from ..runner import messages as m
 from ..runner import nvml, replays
@@ -81,8 +82,8 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
     cfg = ref.cfg
     axes = d.resolve_axes(w.axes)
     workload = w.model_dump(mode="json")
-    tolerances = [m.Tolerance(**d.tolerance_for(s.dtype).model_dump(include={"atol", "rtol"}))
-                  for s in d.outputs.values()]
+    # as the correctness gate compares: the workload's own spec (a matched ratio too) or the guard's
+    tolerances = [m.Tolerance(**t.message()) for t in tolerance_mod.for_workload(d, w).values()]
     timeout = cfg.call_timeout_s + cfg.max_timing_s
 
     armed = _call(worker, m.Arm(workload=workload, axes=axes, sets=sets, arm_seed=ref.seed("arm", run_seed),

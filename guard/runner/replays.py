@@ -24,6 +24,7 @@ import torch
 
 from .common import is_torch_result_tuple
 from .harness import T
+from .compare import OUTLIER_FACTOR
 from .inputs import InputMaker, sub_seed
 
 DIGEST_FIELDS = ("sum", "l1", "l2", "projection")
@@ -191,21 +192,33 @@ def digest(outputs: list, projection: Projection) -> torch.Tensor:
     return torch.stack([r.to(device) for r in rows])
 
 
-def digest_bounds(ref: torch.Tensor, atol: float, rtol: float,
-                  projection: Projection) -> tuple[list[float], list[float]]:
+def digest_bounds(ref: torch.Tensor, atol: float, rtol: float, projection: Projection,
+                  matched_ratio: float = 1.0, outlier_error: float | None = None) -> tuple[list[float], list[float]]:
     """The reference's digest and, for each field, how far a candidate's may lie from it when
     every element satisfies ``|out - ref| <= atol + rtol * |ref|``: for the sum and the L1
     norm the sum of the per-element allowances, for the L2 norm its L2 norm (triangle
     inequality), for the projection on random signs ``PROJECTION_SIGMAS`` times that L2 norm
     (an honest error does not depend on the signs). The first three are necessary conditions
     of the element-wise check; the projection is what catches a result made for other
-    inputs, whose norms are much the same."""
+    inputs, whose norms are much the same.
+
+    A tolerance that lets a share of the elements miss (``matched_ratio`` below 1, SOL-ExecBench's
+    ``required_matched_ratio``) adds, for that many elements, ``outlier_error`` each (the most
+    an element the ratio lets through may be off; by default ``OUTLIER_FACTOR`` times the
+    largest element's allowance, as the correctness comparison bounds it)."""
     x = _as_real(ref)
     n = x.numel()
     values = digest([x], projection)[0].tolist()
     l1, l2 = values[1], values[2]
     allow_sum = n * atol + rtol * l1
     allow_l2 = math.sqrt(n) * atol + rtol * l2
+    misses = math.floor((1.0 - matched_ratio) * n) if matched_ratio < 1.0 else 0
+    if misses and n:
+        largest = float(T.to(x.abs().max(), torch.float64)) if math.isfinite(l1) else math.inf
+        worst = OUTLIER_FACTOR * (atol + rtol * largest)
+        worst = min(worst, outlier_error) if outlier_error is not None else worst
+        allow_sum += misses * worst
+        allow_l2 += math.sqrt(misses) * worst
     return values, [allow_sum, allow_sum, allow_l2, PROJECTION_SIGMAS * allow_l2]
 
 

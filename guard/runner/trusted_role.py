@@ -282,12 +282,14 @@ class TrustedRole:
                                      message=f"{len(got)} outputs digested, expected {len(refs)}")
             for j, (ref, name) in enumerate(zip(refs, msg.names)):
                 tol = msg.tolerances[j]
-                values, allow = replays.digest_bounds(ref, tol.atol, tol.rtol, projection)
+                values, allow = replays.digest_bounds(ref, tol.atol, tol.rtol, projection,
+                                                      tol.required_matched_ratio or 1.0, tol.max_error_cap)
                 why = replays.digest_mismatch(got[j], values, allow, name)
                 if why and ref.is_floating_point():
                     # a kernel more accurate than a reference that rounds intermediates
                     exact = self._reference_on(key, args, float64=True)
-                    values, allow = replays.digest_bounds(exact[j].to(torch.float64), tol.atol, tol.rtol, projection)
+                    values, allow = replays.digest_bounds(exact[j].to(torch.float64), tol.atol, tol.rtol, projection,
+                                                          tol.required_matched_ratio or 1.0, tol.max_error_cap)
                     if replays.digest_mismatch(got[j], values, allow, name) is None:
                         why = None
                 if why:
