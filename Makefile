@@ -45,4 +45,4 @@ format: $(STAMP)
 	$(BIN)/ruff format $(FORMATTED)
 
 clean:
-	rm -rf $(VENV) .kernelarc
+	rm -rf $(VENV) .kernelarc .kernelarc-demo
