@@ -21,7 +21,7 @@ class LiveView:
         self.last_text = ""
         self.t0 = time.monotonic()
 
-    def __call__(self, runs) -> None:
+    def __call__(self, runs, note: str | None = None) -> None:
         now = time.monotonic()
         header = f"{'agent':<30} {'client':<8} {'state':<9} {'tries':>5} {'best':>7}  last verdict            advice"
         rows = [
@@ -29,7 +29,7 @@ class LiveView:
             f"{(r.last_decision or '-')[:22]:<22}  {r.advice or '-'}"
             for r in runs
         ]
-        text = "\n".join([f"swarm {now - self.t0:6.0f}s", header, *rows])
+        text = "\n".join([f"swarm {now - self.t0:6.0f}s" + (f"  {note}" if note else ""), header, *rows])
         if self.tty:
             if self.lines:
                 self.out.write(f"\x1b[{self.lines}F\x1b[J")

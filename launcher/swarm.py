@@ -27,6 +27,9 @@ from .run import AgentSpec, RunConfig, RunFolder, new_run_id
 
 log = logging.getLogger(__name__)
 POLL_S = 2.0
+# after the agents stop, how long queued submissions may still be judged
+GRACE_MIN_S = 30.0
+GRACE_MAX_S = 120.0
 MAX_RESTARTS = 3
 
 REDRAFT_PROMPT = """\
@@ -80,7 +83,7 @@ class Swarm:
                  strategies: list[str] | None = None, model: str | None = None, budget_minutes: float = 30.0,
                  max_candidates: int | None = None, device: str = "auto", devices: str = "1",
                  server_url: str | None = None,
-                 agent_env: dict[str, str] | None = None, on_update: Callable[[list[AgentRun]], None] | None = None,
+                 agent_env: dict[str, str] | None = None, on_update: Callable[..., None] | None = None,
                  stall_minutes: float = 10.0):
         if agents < 1:
             raise ValueError("--agents must be at least 1")
@@ -290,6 +293,8 @@ class Swarm:
                 if all(r.state in ("done", "stopped", "failed") for r in self.runs):
                     break
                 time.sleep(POLL_S)
+            if self.config.server_url is None:  # our own server: judge what was submitted, then stop
+                self._judge_pending()
         except KeyboardInterrupt:
             reason = "interrupted"
         finally:
@@ -304,6 +309,37 @@ class Swarm:
         from .report import build_report
 
         return build_report(self.ws.root, self.config.run_id)
+
+    def _pending_jobs(self) -> int:
+        """Jobs of this run's agents still queued or running in the server's queue."""
+        names = [r.spec.name for r in self.runs]
+        try:
+            rows = self.db.query(
+                f"SELECT COUNT(*) AS n FROM jobs WHERE state IN ('queued', 'running') "
+                f"AND agent IN ({','.join('?' * len(names))})", tuple(names))
+        except Exception:  # noqa: BLE001 - no jobs table yet: nothing was submitted
+            return 0
+        return int(rows[0]["n"]) if rows else 0
+
+    def _judge_pending(self) -> None:
+        """The agents are done or out of time, but what they submitted may still be queued:
+        give the server a bounded grace period to judge it (shown in the live view), so that
+        the report holds every verdict and no job of this run is left behind."""
+        for run in self.runs:  # no new submissions
+            if run.state in ("running", "starting", "restarting"):
+                self._kill(run.proc)
+                run.state = "stopped"
+        grace = min(GRACE_MAX_S, max(GRACE_MIN_S, 0.25 * self.config.budget_minutes * 60))
+        end = time.monotonic() + grace
+        while (pending := self._pending_jobs()) and time.monotonic() < end:
+            if self.on_update:
+                self.on_update(self.runs, f"judging {pending} submitted candidate(s), up to "
+                                          f"{end - time.monotonic():.0f} s more")
+            time.sleep(POLL_S)
+        if pending:
+            log.warning("%d job(s) still unjudged after a grace period of %.0f s", pending, grace)
+        for run in self.runs:
+            self._refresh(run)
 
     def shutdown(self) -> None:
         for run in self.runs:

@@ -109,3 +109,49 @@ def test_kernelarc_stop_ends_a_running_swarm(tmp_path):
     assert proc.returncode == 0, err[-2000:]
     status = json.loads(kernelarc(ws, "status", "--json").stdout.strip().splitlines()[-1])
     assert status["runs"][0]["ended"] == "stopped by kernelarc stop"
+
+
+def test_submissions_still_queued_are_judged_within_a_grace_period(tmp_path, monkeypatch):
+    """Agents that have finished leave jobs in the queue: the swarm waits for them (bounded)
+    before stopping its server, so the report holds every verdict."""
+    import threading
+
+    from guard.jobs import SCHEMA
+    from guard.workspace import Workspace
+    from launcher import swarm as swarm_mod
+
+    ws = Workspace.open(fast_workspace(tmp_path / "ws"))
+    s = swarm_mod.Swarm(ws, RMS, 1, "scripted")
+    s.runs = [swarm_mod.AgentRun(spec=a, ctx=None) for a in s.config.agents]  # not started
+    monkeypatch.setattr(swarm_mod, "POLL_S", 0.05)
+    monkeypatch.setattr(swarm_mod.Swarm, "_refresh", lambda self, run: None)
+    with s.db.transaction() as c:
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                c.execute(statement)
+        c.execute("INSERT INTO jobs (id, agent, problem, solution_json, state, created_at) VALUES (?,?,?,?,?,?)",
+                  ("j1", s.runs[0].spec.name, RMS, "{}", "queued", time.time()))
+    notes = []
+    s.on_update = lambda runs, note=None: notes.append(note)
+
+    def judge_later():
+        time.sleep(0.5)
+        with s.db.transaction() as c:
+            c.execute("UPDATE jobs SET state = 'done' WHERE id = 'j1'")
+
+    monkeypatch.setattr(swarm_mod, "GRACE_MIN_S", 5.0)
+    t = threading.Thread(target=judge_later)
+    t0 = time.monotonic()
+    t.start()
+    s._judge_pending()
+    t.join()
+    assert 0.4 < time.monotonic() - t0 < 4.0  # waited for the job, not for the whole grace
+    assert any(n and "judging 1 submitted" in n for n in notes)
+    # a job that is never judged: the grace period bounds the wait
+    with s.db.transaction() as c:
+        c.execute("UPDATE jobs SET state = 'queued' WHERE id = 'j1'")
+    monkeypatch.setattr(swarm_mod, "GRACE_MIN_S", 0.3)
+    monkeypatch.setattr(swarm_mod, "GRACE_MAX_S", 0.3)
+    t0 = time.monotonic()
+    s._judge_pending()
+    assert time.monotonic() - t0 < 2.0
