@@ -53,7 +53,7 @@ def test_honest_candidates_pass_on_gpu(gpu_guard):
     v = submit(gpu_guard, honest_source(), "torch")
     assert v.status == "PASSED", v.reason
     # plain torch ops are graph-captured; either way never the events-only fallback (CUPTI failed)
-    assert {w.timing.method for w in v.workloads} <= {"cuda-graph+cupti", "cuda-events+host-sync"}, \
+    assert {w.timing.method for w in v.workloads} <= {"cuda-graph+cupti", "cuda-events+cupti"}, \
         [w.timing.cupti_error for w in v.workloads]
     assert all(w.nvml is None or w.nvml.get("before") is not None for w in v.workloads)
     t = submit(gpu_guard, unique((SEEDS_DIR / RMS / "seed_triton.py").read_text()), "triton", "triton")
@@ -121,7 +121,7 @@ def test_side_stream_work_is_timed(gpu_guard_runtime):
     h = {w.uuid: w for w in honest.workloads}[big]
     s = {w.uuid: w for w in side.workloads}[big]
     assert s.latency_ms > 0.8 * h.latency_ms, (s.latency_ms, h.latency_ms)
-    if s.timing.method == "cuda-events+host-sync":  # the graph capture refused the fork
+    if s.timing.method.startswith("cuda-events"):  # the graph capture refused the fork
         # the events alone were fooled: they end before the side stream's work does (on the
         # H200 they saw 11.0 of 19.6 ms; how much they miss depends on how far the host's
         # launches run ahead of the device)
