@@ -67,6 +67,12 @@ class GuardConfig(BaseModel):
         "shortest of the candidate's and of the trusted loop's are compared (pauses only lengthen a window)")
     outside_windows_cpu: int = Field(
         1, ge=1, description="the same on the CPU, whose band (above) already allows for a busy machine")
+    drain_wait_s: float = Field(
+        10.0, ge=0, description="how long the guard waits for the device to become idle before timing its "
+        "own loop while the candidate's processes are stopped (GPU)")
+    drain_factor: float = Field(
+        1.3, gt=1, description="a flush pass slower than this many times the trusted worker's idle "
+        "calibration means other work is running on the device")
     confirm_pad_max_ms: float = Field(
         0.15, ge=0, description="cap on the device work queued before each iteration of the outside "
         "clock's loop (1.25 x the host's time to enqueue one, as measured at warm-up)")

@@ -54,7 +54,10 @@ def _confirm_loop(sets, static=None, rows=8, mirror=None):
 
     maker = _maker()
     return ConfirmLoop("cpu", sets, replays.Refiller(maker, {}, {"n": 4}), static, rows, lambda ms: None,
-                       mirror=mirror)
+                       mirror=mirror, projection_seed=PROJECTION_SEED)
+
+
+PROJECTION_SEED = 77
 
 
 def test_confirm_loop_digests_each_call_on_its_own_draw():
@@ -68,7 +71,7 @@ def test_confirm_loop_digests_each_call_on_its_own_draw():
     assert len(table) == 6 and all(len(row) == 1 and len(row[0]) == 4 for row in table)
 
     checker = _confirm_loop([maker.make({}, {"n": 4}, seed=s) for s in (1, 2)])
-    projection = replays.Projection(11)
+    projection = replays.Projection(PROJECTION_SEED)
     seen = []
     for it, args in checker.inputs_at(11, [0, 3, 5]):
         values, allow = replays.digest_bounds(args[0] * 2, 1e-2, 1e-2, projection)
@@ -78,7 +81,7 @@ def test_confirm_loop_digests_each_call_on_its_own_draw():
     # a call that answered for the previous iteration's inputs fails the check
     stale = loop.run(seed=12, iters=4, call=lambda k: [sets[k][0] * 2] if k == 0 else None, pad_passes=0)
     for it, args in _confirm_loop([maker.make({}, {"n": 4}, seed=s) for s in (1, 2)]).inputs_at(12, [3]):
-        values, allow = replays.digest_bounds(args[0] * 2, 1e-2, 1e-2, replays.Projection(12))
+        values, allow = replays.digest_bounds(args[0] * 2, 1e-2, 1e-2, replays.Projection(PROJECTION_SEED))
         assert replays.digest_mismatch(stale[it][0], values, allow, "y") is not None
 
 
@@ -180,7 +183,7 @@ def test_outside_clock_judges_a_slower_figure_and_a_short_loop():
     assert short.short_loop and not short.agrees
     assert not outside_clock.judge(0.5, 100, 0.55, 100, 0.3, 0.1, 0.004, loop_slack=0.2, pad_ms=0.1).short_loop
     # without padding (the CPU) there is nothing to skip that the digests would not catch
-    assert not outside_clock.judge(0.5, 100, 0.55, 100, 0.3, 0.1, 0.004, loop_slack=0.05).short_loop
+    assert not outside_clock.judge(0.5, 100, 0.55, 100, 0.3, 0.1, 0.004, loop_slack=0.05, check_short=False).short_loop
 
 
 def test_the_outside_clock_checks_the_median_that_decides():
@@ -299,3 +302,35 @@ def test_digest_allows_what_a_matched_ratio_lets_through():
     # an answer for other inputs still fails
     other = replays.digest([torch.randn(1000, generator=gen, dtype=torch.float64)], projection)[0].tolist()
     assert replays.digest_mismatch(other, *ratio, "y") is not None
+
+
+def test_float8_inputs_are_redrawn_too():
+    """float8 has no normal_: its inputs are drawn through a float16 buffer (an honest fp8
+    candidate once failed in warm-up)."""
+    gen = torch.Generator().manual_seed(2)
+    t = torch.zeros(16, 8, dtype=torch.float8_e4m3fn)
+    scratch: dict = {}
+    replays.redraw(t, gen, scratch)
+    first = t.float().clone()
+    replays.redraw(t, gen, scratch)
+    assert first.abs().sum() > 0 and not torch.equal(first, t.float()) and len(scratch) == 1
+
+
+def test_counts_from_the_candidates_process_are_bounded():
+    """A plan outside the guard's iteration bounds, or a loop that stopped short without the
+    guard's clock seeing it reach the time limit, is REWARD_HACK: a short loop would put a
+    window's fixed costs into each call's share of the outside clock's band."""
+    from guard.cascade.reasons import Rejection
+    from guard.cascade.timed_workload import _check_counts
+    from guard.problems.schema import Workload
+
+    w = Workload(uuid="w", axes={}, inputs={})
+    timing = m.TimingConfig(min_iters=50, max_iters=500, target_time_s=0.2, warmup_time_s=0.05)
+    _check_counts(m.Plan(method="cuda-graph", iters=200, n_sets=2), 200, 0.3, timing, 20.0, w)
+    _check_counts(m.Plan(method="host-clock", iters=200, n_sets=2), 7, 19.5, timing, 20.0, w)  # time limit
+    for plan, n, run_s in ((m.Plan(method="cuda-graph", iters=2, n_sets=2), 2, 0.1),
+                           (m.Plan(method="host-clock", iters=200, n_sets=2), 7, 0.5),
+                           (m.Plan(method="cuda-graph", iters=200, n_sets=2), 150, 30.0)):
+        with pytest.raises(Rejection) as err:
+            _check_counts(plan, n, run_s, timing, 20.0, w)
+        assert err.value.status == "REWARD_HACK"

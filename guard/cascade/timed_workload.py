@@ -45,6 +45,45 @@ def _call(worker: WorkerProcess, request: m._Msg, reply_model: type[m.R], timeou
                         f"protocol: {exc}", None) from None
 
 
+def _check_counts(plan: m.Plan, n: int, run_s: float, timing: m.TimingConfig, max_timing_s: float,
+                  w: Workload) -> None:
+    """The counts come from the candidate's process: the plan must lie within the guard's
+    bounds, and a loop may stop short of it only when the guard's own clock saw it run for
+    the time limit. The outside clock's loop runs the same count, and a short one would put
+    a window's fixed costs into every call's share of the band."""
+    planned = plan.iters
+    if not min(timing.min_iters, timing.max_iters) <= planned <= timing.max_iters:
+        raise Rejection("benchmark", "REWARD_HACK", f"the candidate's worker planned {planned} timed calls on "
+                        f"{w.uuid}, outside the guard's {timing.min_iters}-{timing.max_iters}", None, w.uuid)
+    early = n < planned and n >= 5 and plan.method != "cuda-graph" and run_s >= 0.9 * max_timing_s
+    if n != planned and not early:
+        raise Rejection("benchmark", "REWARD_HACK", f"the timed loop on {w.uuid} reported {n} calls for "
+                        f"{planned} planned (in {run_s:.2f} s by the guard's clock)", None, w.uuid)
+
+
+def _device_idle(ref: ReferenceSide, trusted: WorkerProcess, w: Workload, when: str) -> None:
+    """With the candidate's processes stopped, nothing else should run on the device while the
+    trusted worker times its loop; work the candidate queued before it was stopped still does,
+    and would lengthen that loop and so shorten the outside figure. Wait for the device to be
+    idle (flush passes as fast as the trusted worker's calibration), up to ``drain_wait_s``."""
+    if ref.device.kind != "cuda":
+        return
+    deadline = time.monotonic() + ref.cfg.drain_wait_s
+    while True:
+        probe = _call(trusted, m.DeviceIdle(), m.DeviceIdleReply, ref.cfg.call_timeout_s)
+        if not probe.ok:
+            raise GuardError(f"the trusted worker could not probe the device: {probe.message}")
+        if probe.pass_ms <= ref.cfg.drain_factor * probe.flush_ms:
+            return
+        if time.monotonic() > deadline:
+            raise Rejection("benchmark", "REWARD_HACK",
+                            f"the device stayed busy {when} the guard's loop on {w.uuid} while the candidate's "
+                            f"processes were stopped: work it left queued slows the guard's own measurement",
+                            f"a flush pass took {probe.pass_ms * 1e3:.1f} us against {probe.flush_ms * 1e3:.1f} us "
+                            f"idle, for {ref.cfg.drain_wait_s:.0f} s", w.uuid)
+        time.sleep(0.05)
+
+
 def _loop_kind(ref: ReferenceSide, d: Definition, w: Workload) -> str:
     """"captured" where the outside clock's loop draws and digests in graphs (a GPU, inputs
     the guard draws itself), else "eager"; decided here from the problem alone, and both
@@ -69,7 +108,11 @@ def _pad_passes(ref: ReferenceSide, host_ms: float, flush_ms: float) -> tuple[in
     process, hence the cap: too little padding only makes its own loop slower."""
     if ref.device.kind != "cuda":
         return 0, 0.0
-    flush_ms = max(flush_ms, 0.005)
+    # a floor below any GPU's pass over twice its L2, so a tiny reported figure cannot inflate
+    # the count; a figure that is not a number is refused at once
+    if not (math.isfinite(flush_ms) and math.isfinite(host_ms)):
+        raise ValueError(f"the candidate's worker reported flush {flush_ms!r} ms, host {host_ms!r} ms")
+    flush_ms = max(flush_ms, 0.02)
     cap = math.ceil(ref.cfg.confirm_pad_max_ms / flush_ms)
     passes = min(cap, math.ceil(1.25 * max(0.0, host_ms) / flush_ms))
     return passes, passes * flush_ms
@@ -86,22 +129,23 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
     tolerances = [m.Tolerance(**t.message()) for t in tolerance_mod.for_workload(d, w).values()]
     timeout = cfg.call_timeout_s + cfg.max_timing_s
 
+    timing = m.TimingConfig(**ref.timing_config())
+    projection_seed = ref.seed("confirm-projection", run_seed)
     armed = _call(worker, m.Arm(workload=workload, axes=axes, sets=sets, arm_seed=ref.seed("arm", run_seed),
-                                config=m.TimingConfig(**ref.timing_config()), tolerances=tolerances),
+                                config=timing, tolerances=tolerances, confirm_projection_seed=projection_seed),
                   m.ArmReply, timeout)
     if not armed.ok or armed.plan is None:
         raise _failed(armed, w, "warming up")
 
     before = nvml.snapshot(ref.device.uuid) if ref.device.kind == "cuda" else None
+    t0 = time.monotonic()
     ran = _call(worker, m.Run(run_seed=run_seed, max_timing_s=cfg.max_timing_s), m.RunReply, timeout)
+    run_s = time.monotonic() - t0
     after = nvml.snapshot(ref.device.uuid) if ref.device.kind == "cuda" else None
     if not ran.ok:
         raise _failed(ran, w, "timing")
     n = len(ran.digests)
-    planned = armed.plan.iters
-    if n < 1 or n > planned or (armed.plan.method == "cuda-graph" and n != planned):
-        raise Rejection("benchmark", "REWARD_HACK", f"the timed loop on {w.uuid} reported {n} calls for "
-                        f"{planned} planned", None, w.uuid)
+    _check_counts(armed.plan, n, run_s, timing, cfg.max_timing_s, w)
     got = _call(worker, m.Stats(), m.StatsReply, timeout)
     if not got.ok:
         raise _failed(got, w, "reading the timing of")
@@ -110,7 +154,10 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
     # The outside clock: the candidate's loop of calls, then the same loop without the call in
     # the trusted worker while the candidate's processes are stopped; twice each, on new data.
     loop_kind = _loop_kind(ref, d, w)
-    passes, pad = _pad_passes(ref, armed.confirm_host_ms, armed.flush_ms)
+    try:
+        passes, pad = _pad_passes(ref, armed.confirm_host_ms, armed.flush_ms)
+    except ValueError as exc:
+        raise Rejection("benchmark", "REWARD_HACK", f"warming up {w.uuid}: {exc}", None, w.uuid) from None
     copies = armed.plan.method != "cuda-graph" and not dps
     run_walls, loop_walls, confirms = [], [], []
     windows = cfg.outside_windows if ref.device.kind == "cuda" else cfg.outside_windows_cpu
@@ -125,11 +172,15 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
         if len(confirmed.digests) != n:
             raise Rejection("benchmark", "REWARD_HACK", f"the outside clock's loop on {w.uuid} reported "
                             f"{len(confirmed.digests)} calls for {n}", None, w.uuid)
-        with frozen(worker.proc.pid if worker.proc is not None else None), _no_gc():
-            t0 = time.monotonic()
-            loop = _call(trusted, m.Overhead(key=key, workload=workload, axes=axes, sets=sets, seed=seed,
-                                             iters=n, pad_passes=passes, copies=copies), m.OverheadReply, timeout)
-            loop_wall = time.monotonic() - t0
+        with frozen(worker.proc.pid if worker.proc is not None else None):
+            _device_idle(ref, trusted, w, "before")
+            with _no_gc():
+                t0 = time.monotonic()
+                loop = _call(trusted, m.Overhead(key=key, workload=workload, axes=axes, sets=sets, seed=seed,
+                                                 iters=n, pad_passes=passes, copies=copies,
+                                                 projection_seed=projection_seed), m.OverheadReply, timeout)
+                loop_wall = time.monotonic() - t0
+            _device_idle(ref, trusted, w, "after")
         if not loop.ok:
             raise GuardError(f"the trusted worker could not run the timing loop: {loop.message}")
         run_walls.append(run_wall)
@@ -138,17 +189,18 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
     # pauses (a collection, the scheduler) only lengthen a window: the shortest of each is the loop
     rel, abs_ms, slack = _bands(ref, loop_kind)
     clock = outside_clock.judge(min(run_walls), n, min(loop_walls), n,
-                                outside_clock.inside_figure_ms(stats), rel, abs_ms, slack, loop_kind, pad)
+                                outside_clock.inside_figure_ms(stats), rel, abs_ms, slack, loop_kind, pad,
+                                check_short=ref.device.kind == "cuda")
     stats["outside_clock"] = clock.model_dump()
 
     # The digests of a secret sample of the calls of every loop against the reference.
-    checks = [(run_seed, ran.digests, "timed", "seeded", cfg.replay_checks)]
-    per_window = max(1, cfg.replay_checks // max(1, len(confirms)))
-    checks += [(seed, digests, "outside clock's", "stream", per_window) for seed, digests in confirms]
-    for seed, digests, loop_name, regime, k in checks:
-        chosen = sorted(check_rng.sample(range(n), min(k, n)))
+    # every window as many as the timed loop: the shortest window decides, so it must be checked
+    checks = [(run_seed, ran.digests, "timed", "seeded")]
+    checks += [(seed, digests, "outside clock's", "stream") for seed, digests in confirms]
+    for seed, digests, loop_name, regime in checks:
+        chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
         verified = _call(trusted, m.VerifyReplays(key=key, workload=workload, axes=axes, sets=sets, run_seed=seed,
-                                                  regime=regime, iterations=chosen,
+                                                  regime=regime, projection_seed=projection_seed, iterations=chosen,
                                                   digests=[digests[i] for i in chosen],
                                                   tolerances=tolerances, names=list(d.outputs)),
                          m.VerifyReply, max(cfg.call_timeout_s, 120))

@@ -224,6 +224,7 @@ class CandidateRole:
         comes from ``arm_seed``; the timed calls' data only from the run's own seed."""
         self.workload, self.axes = msg.workload, msg.axes
         cfg, arm_seed = msg.config, msg.arm_seed
+        self._confirm_projection_seed = msg.confirm_projection_seed
         tolerances = [t.model_dump() for t in msg.tolerances]
         if self.timer is None:
             self.timer = Timer(self.device)
@@ -277,7 +278,7 @@ class CandidateRole:
         else:
             static = [self._alloc_outputs(self.axes) for _ in self.sets]
         return ConfirmLoop(self.device, self.sets, self.refiller, static, max(self.plan.iters, 10),
-                           self.timer.idle_passes)
+                           self.timer.idle_passes, projection_seed=self._confirm_projection_seed)
 
     def _loop_call(self):
         """The call as the outside clock's loop makes it (``confirm.LoopCall``)."""

@@ -49,14 +49,16 @@ class ConfirmLoop:
 
     def __init__(self, device: torch.device | str, sets: Sets, refiller: replays.Refiller,
                  static: list[list[torch.Tensor]] | None, rows: int, idle: Callable[[int], None],
-                 mirror: list[list[torch.Tensor]] | None = None):
+                 mirror: list[list[torch.Tensor]] | None = None, projection_seed: int = 0):
         self.device = torch.device(device)
         self.sets, self.refiller, self.static, self.mirror = sets, refiller, static, mirror
         self.rows, self.idle = max(1, rows), idle
         self.regime = "seeded" if refiller.custom else "stream"
         self.stream = replays.StreamRefill([j for j, _ in refiller.redrawn], self.device)
-        self.projection = replays.Projection(0)
-        self.projection.weights(self.device)  # made before capture; reseeded in place
+        # the projection signs are drawn here, before any window: drawing a million of them is
+        # milliseconds of fixed cost that a window must not hold (a candidate could do it faster)
+        self.projection = replays.Projection(projection_seed)
+        self.projection.weights(self.device)  # made before capture
         n_out = len(static[0]) if static else 0
         self.table = torch.zeros((self.rows, n_out, len(replays.DIGEST_FIELDS)), dtype=torch.float64,
                                  device=self.device)
@@ -133,7 +135,6 @@ class ConfirmLoop:
         output, as lists of floats. ``host_ms_per_iter`` is the host's time to enqueue one."""
         if not 0 < iters <= self.rows:
             raise ValueError(f"{iters} iterations asked of a loop made for at most {self.rows}")
-        self.projection.reseed(seed)
         self.stream.seed(seed)
         T.zero_(self.counter)
         self._sync()

@@ -85,6 +85,9 @@ class Arm(_OnWorkload):
     sets: list[int]
     arm_seed: int
     config: TimingConfig
+    # the outside clock's projection signs, drawn before its windows (they need not be secret
+    # until then: knowing them does not give the answer for inputs drawn later)
+    confirm_projection_seed: int = 0
     tolerances: list[Tolerance] = Field(default_factory=list)
 
 
@@ -169,6 +172,7 @@ class Overhead(_OnProblemWorkload):
     seed: int
     iters: int
     pad_passes: int = 0
+    projection_seed: int = 0
     copies: bool = False  # the candidate's loop copies an eager call's outputs: copy as many bytes
 
 
@@ -181,6 +185,7 @@ class VerifyReplays(_OnProblemWorkload):
     # "seeded": call i's inputs were refilled from its own seed (the timed loop); "stream": drawn
     # in order from one generator seeded with run_seed (the outside clock's loop)
     regime: Literal["seeded", "stream"] = "seeded"
+    projection_seed: int = 0  # the stream regime's projection signs (drawn before its windows)
     iterations: list[int]
     digests: list[list[list[float]]]
     tolerances: list[Tolerance]
@@ -194,13 +199,22 @@ class Memory(_Msg):
     reset: bool = False
 
 
+class DeviceIdle(_Msg):
+    """How long flush passes take on the device now, by the trusted worker's events: slower
+    than when idle means another process's work is running on it."""
+
+    op: Literal["device_idle"] = "device_idle"
+    passes: int = 8
+
+
 class Exit(_Msg):
     op: Literal["exit"] = "exit"
 
 
 CandidateRequest = Annotated[Prepare | Check | Arm | Run | Confirm | Stats | Memory, Field(discriminator="op")]
 TrustedRequest = Annotated[
-    LoadProblem | Reference | Compare | Release | Baseline | Ceilings | Overhead | VerifyReplays | Memory,
+    LoadProblem | Reference | Compare | Release | Baseline | Ceilings | Overhead | VerifyReplays | Memory
+    | DeviceIdle,
     Field(discriminator="op"),
 ]
 _CANDIDATE = TypeAdapter(CandidateRequest)
@@ -288,6 +302,11 @@ class OverheadReply(Reply):
 
 class MemoryReply(Reply):
     peak_bytes: int = 0
+
+
+class DeviceIdleReply(Reply):
+    pass_ms: float = 0.0  # per flush pass, median
+    flush_ms: float = 0.0  # the trusted worker's own calibration of a pass, taken when it started timing
 
 
 class ConfirmReply(Reply):

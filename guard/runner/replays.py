@@ -19,6 +19,7 @@ graph that copies what it saw at capture, a test for the poison) then fails the 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -56,12 +57,6 @@ class Projection:
             self._cache[key] = (self._signs.to(device=device, dtype=torch.float64) * 2 - 1)
         return self._cache[key]
 
-    def reseed(self, seed: int) -> None:
-        """New signs, written into the weight tensors already made (a captured graph reads
-        them where they lie)."""
-        self._signs = self._draw(seed)
-        for w in self._cache.values():
-            T.copy_(w, self._signs.to(dtype=torch.float64) * 2 - 1)
 
 
 def replay_seed(run_seed: int, iteration: int) -> int:
@@ -76,6 +71,19 @@ def stream_refill_possible(definition: dict, workload: dict) -> bool:
     return not (definition.get("custom_inputs_entrypoint") and any(s.get("type") == "custom" for s in specs.values()))
 
 
+def redraw(t: torch.Tensor, gen: torch.Generator, scratch: dict[int, torch.Tensor]) -> None:
+    """``t.normal_`` in place; float8, which has no ``normal_``, through a float16 buffer of its
+    shape kept in ``scratch`` (made on first use, so before any graph capture)."""
+    if t.element_size() > 1:
+        t.normal_(generator=gen)
+        return
+    buf = scratch.get(T.data_ptr(t))
+    if buf is None:
+        buf = scratch[T.data_ptr(t)] = T.empty(t.shape, dtype=torch.float16, device=t.device)
+    buf.normal_(generator=gen)
+    T.copy_(t, buf)
+
+
 class StreamRefill:
     """Redraws the random float inputs of the live sets from one generator, seeded once per
     loop and drawn on in order: the inputs of call ``i`` are those of the ``i``-th draw. On a
@@ -86,13 +94,14 @@ class StreamRefill:
     def __init__(self, redrawn: list[int], device: torch.device):
         self.redrawn = redrawn
         self.gen = torch.Generator(device=device)
+        self.scratch: dict[int, torch.Tensor] = {}
 
     def seed(self, seed: int) -> None:
         self.gen.manual_seed(sub_seed(seed, "stream"))
 
-    def __call__(self, live: list) -> None:
+    def __call__(self, live: list[Any]) -> None:
         for j in self.redrawn:
-            live[j].normal_(generator=self.gen)
+            redraw(live[j], self.gen, self.scratch)
 
 
 class Refiller:
@@ -115,6 +124,7 @@ class Refiller:
             if spec.get("shape") is not None and kind == "random" and dtype.startswith(("float", "bfloat")):
                 self.redrawn.append((j, name))
         self.gen = torch.Generator(device=maker.device)
+        self.scratch: dict[int, torch.Tensor] = {}
 
     def __call__(self, live: list, seed: int) -> None:
         if self.custom:
@@ -126,7 +136,7 @@ class Refiller:
             return
         for j, name in self.redrawn:
             self.gen.manual_seed(sub_seed(seed, name))
-            live[j].normal_(generator=self.gen)
+            redraw(live[j], self.gen, self.scratch)
 
 
 def tensors_of(out) -> list[torch.Tensor]:

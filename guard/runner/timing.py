@@ -189,6 +189,16 @@ class Timer:
     def flush_ms(self) -> float:
         return self._flush_ms
 
+    def pass_ms(self, passes: int) -> float:
+        """Device time of one flush pass now (events around ``passes`` of them)."""
+        start, end = T.cuda_event(enable_timing=True), T.cuda_event(enable_timing=True)
+        T.cuda_sync()
+        T.event_record(start)
+        self.idle_passes(passes)
+        T.event_record(end)
+        T.cuda_sync()
+        return float(T.event_elapsed(start, end)) / max(1, passes)
+
     # -- warm-up, capture, plan -------------------------------------------------------------
     def arm(
         self,

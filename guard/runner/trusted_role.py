@@ -41,6 +41,7 @@ class TrustedRole:
             m.LoadProblem: self.problem, m.Reference: self.reference, m.Compare: self.compare,
             m.Release: self.release, m.Baseline: self.baseline, m.Ceilings: self.ceilings,
             m.Overhead: self.overhead, m.VerifyReplays: self.verify_replays, m.Memory: self.memory,
+            m.DeviceIdle: self.device_idle,
         }[type(msg)]
         try:
             reply = handler(msg)
@@ -225,7 +226,8 @@ class TrustedRole:
         copies, digests. The guard times this request with its own clock, as it timed the
         candidate's, and subtracts."""
         t0 = T.perf_counter()
-        loop = self._confirm_loop(msg.key, msg.workload, msg.axes, msg.sets, msg.iters, msg.copies)
+        loop = self._confirm_loop(msg.key, msg.workload, msg.axes, msg.sets, msg.iters, msg.copies,
+                                  msg.projection_seed)
         self._sync()
         setup_s = T.perf_counter() - t0  # this worker is trusted: its own clock takes setup out
         table = loop.run(msg.seed, msg.iters, None, msg.pad_passes)
@@ -233,10 +235,10 @@ class TrustedRole:
         return m.OverheadReply(ok=True, iters=msg.iters, setup_s=setup_s, digests=table)
 
     def _confirm_loop(self, key: str, workload: dict, axes: dict, sets: list[int], iters: int,
-                      copies: bool) -> ConfirmLoop:
+                      copies: bool, projection_seed: int) -> ConfirmLoop:
         """The loop without the call for one workload, kept for its next window and for the
         check of its digests (one workload's at a time: it holds that workload's data)."""
-        ident = (key, repr(workload), repr(axes), tuple(sets), copies)
+        ident = (key, repr(workload), repr(axes), tuple(sets), copies, projection_seed)
         if self._loop is not None and self._loop[0] == ident and self._loop[1].rows >= iters:
             return self._loop[1]
         self._loop = None
@@ -247,9 +249,16 @@ class TrustedRole:
         static = [self._output_buffers(d, axes) for _ in live]
         mirror = [[T.clone(t) for t in outs] for outs in static] if copies else None
         loop = ConfirmLoop(self.device, live, replays.Refiller(maker, workload, axes), static, iters,
-                           self.timer.idle_passes, mirror=mirror)
+                           self.timer.idle_passes, mirror=mirror, projection_seed=projection_seed)
         self._loop = (ident, loop)
         return loop
+
+    def device_idle(self, msg: m.DeviceIdle) -> m.Reply:
+        if not self.cuda:
+            return m.DeviceIdleReply(ok=True)
+        if self.timer is None:
+            self.timer = Timer(self.device)
+        return m.DeviceIdleReply(ok=True, pass_ms=self.timer.pass_ms(msg.passes), flush_ms=self.timer.flush_ms)
 
     def memory(self, msg: m.Memory) -> m.Reply:
         return m.MemoryReply(ok=True, peak_bytes=peak_memory(self.device, msg.reset))
@@ -271,7 +280,7 @@ class TrustedRole:
         did not compute the answer for its own inputs."""
         key = msg.key
         d, module, maker = self.problems[key]
-        projection = replays.Projection(msg.run_seed)
+        projection = replays.Projection(msg.projection_seed if msg.regime == "stream" else msg.run_seed)
         refiller = replays.Refiller(maker, msg.workload, msg.axes)
         digests = dict(zip(msg.iterations, msg.digests))
         for iteration, args in self._replayed_inputs(msg, maker, refiller):

@@ -68,7 +68,8 @@ def test_outside_clock_loop_draws_fresh_inputs_in_graphs():
 
     def loop(static=None):
         sets = [maker.make({}, {"n": 8}, seed=s) for s in (1, 2)]
-        return sets, ConfirmLoop("cuda", sets, replays.Refiller(maker, {}, {"n": 8}), static, 16, lambda ms: None)
+        return sets, ConfirmLoop("cuda", sets, replays.Refiller(maker, {}, {"n": 8}), static, 16, lambda ms: None,
+                                 projection_seed=5)
 
     sets, a = loop([[torch.empty(8, 256, dtype=torch.bfloat16, device="cuda")] for _ in range(2)])
     assert a.use_graphs and len(a.refill_graphs) == 2
