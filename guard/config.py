@@ -37,7 +37,7 @@ class GuardConfig(BaseModel):
         64 << 20, ge=0, description="rounds of one workload judged together while their reference outputs "
         "fit in this many bytes; a workload whose outputs are larger goes one round at a time")
     compare_chunk_elements: int = Field(
-        1 << 22, ge=1, description="elements compared (widened to float64) at a time: bounds a "
+        1 << 20, ge=1, description="elements compared (widened to float64) at a time: bounds a "
         "comparison's working memory whatever the output's size")
 
     # Timing

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-# 4M elements: 32 MiB per float64 temporary.
-DEFAULT_CHUNK_ELEMENTS = 1 << 22
+# 1M elements: 8 MiB per float64 temporary, about 56 MiB for a chunk's whole working set.
+DEFAULT_CHUNK_ELEMENTS = 1 << 20
 
 # float64 temporaries alive at once inside a chunk (x, y, error, allowance and one more),
 # 8 bytes each, and their boolean masks: what one chunk costs at most.
