@@ -23,9 +23,9 @@ import torch
 # 1M elements: 8 MiB per float64 temporary, about 56 MiB for a chunk's whole working set.
 DEFAULT_CHUNK_ELEMENTS = 1 << 20
 
-# float64 temporaries alive at once inside a chunk (x, y, error, allowance and one more),
-# 8 bytes each, and their boolean masks: what one chunk costs at most.
-WORKING_BYTES_PER_ELEMENT = 6 * 8 + 6
+# float64 temporaries alive at once inside a chunk (x, y, error, allowance and the transient
+# ones of an expression), 8 bytes each, and six boolean masks: what one chunk costs at most.
+WORKING_BYTES_PER_ELEMENT = 7 * 8 + 6
 
 
 def flat(t: torch.Tensor) -> torch.Tensor:
