@@ -104,3 +104,19 @@ def test_the_trusted_workers_peak_is_within_the_stated_multiple(session_tmp):
         f"the trusted worker used {used >> 20} MiB over its idle {idle >> 20} MiB, more than {BOUND:g}x "
         f"the {need >> 20} MiB one call needs alone"
     )
+
+
+def test_rounds_are_grouped_by_what_their_outputs_hold():
+    from guard.cascade.correctness_gate import batches
+    from guard.config import GuardConfig
+    from guard.problems.schema import Definition, Workload
+
+    d = Definition.model_validate(_definition()[0])
+    planned = [{"tag": f"r{i}"} for i in range(5)]
+    big = Workload.model_validate({"uuid": "big", "axes": {"m": ROWS}, "inputs": {"x": {"type": "random"}}})
+    small = Workload.model_validate({"uuid": "small", "axes": {"m": 2}, "inputs": {"x": {"type": "random"}}})
+    cfg = GuardConfig()  # 64 MiB held at most: the big workload's 64 MiB of outputs is one round
+    assert [len(g) for g in batches(cfg, d, big, planned)] == [1] * 5
+    assert [len(g) for g in batches(cfg, d, small, planned)] == [5]
+    assert [len(g) for g in batches(GuardConfig(held_rounds_bytes=2 * (64 << 10)), d, small, planned)] == [2, 2, 1]
+    assert [g[0]["tag"] for g in batches(cfg, d, big, planned)] == [r["tag"] for r in planned]
