@@ -32,6 +32,13 @@ class GuardConfig(BaseModel):
     adversarial_rounds: bool = True
     check_determinism: bool = True
     static_screen: bool = True  # tests switch it off to exercise the runtime defences alone
+    # Memory (docs/kernelbench.md): how much of a workload's outputs the workers hold at once
+    held_rounds_bytes: int = Field(
+        64 << 20, ge=0, description="rounds of one workload judged together while their reference outputs "
+        "fit in this many bytes; a workload whose outputs are larger goes one round at a time")
+    compare_chunk_elements: int = Field(
+        1 << 20, ge=1, description="elements compared (widened to float64) at a time: bounds a "
+        "comparison's working memory whatever the output's size")
 
     # Timing
     min_iters: int = Field(50, ge=1)

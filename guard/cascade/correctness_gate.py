@@ -13,6 +13,7 @@ from ..config import GuardConfig
 from ..problems import tolerance as tolerance_mod
 from ..problems.derive import largest_tensor
 from ..problems.schema import Definition, Workload
+from . import memory_plan
 from .context import EvalContext
 from .reasons import GuardError, Rejection, first_line
 
@@ -50,79 +51,101 @@ def rounds(cfg: GuardConfig, d: Definition, w: Workload, visible: bool) -> list[
     return kinds
 
 
+def batches(cfg: GuardConfig, d: Definition, w: Workload, planned: list[dict]) -> list[list[dict]]:
+    """The rounds of ``w`` in groups judged together. The trusted worker holds the reference
+    outputs of one group until they are compared, so a group holds as many rounds as fit in
+    ``held_rounds_bytes`` of outputs, and at least one: a large workload goes a round at a time."""
+    per_round = max(1, memory_plan.tensor_bytes(d, w)[1])
+    size = max(1, cfg.held_rounds_bytes // per_round)
+    return [planned[i:i + size] for i in range(0, len(planned), size)]
+
+
 def check(ctx: EvalContext) -> dict:
     """Run the rounds; the verdict's ``checked`` on success, a ``Rejection`` otherwise."""
-    ref, cfg, d, wset, trusted, progress = ctx.ref, ctx.cfg, ctx.definition, ctx.wset, ctx.trusted, ctx.progress
+    ref, cfg, d, wset, progress = ctx.ref, ctx.cfg, ctx.definition, ctx.wset, ctx.progress
     plan = [(w, True, w.uuid) for w in wset.visible] + [
         (w, False, f"held-out workload {i + 1} of {len(wset.heldout)}")
         for i, w in enumerate(wset.heldout)
     ]
-    names = list(d.outputs)
-    rounds_run = skipped = 0
+    tally = {"rounds": 0, "skipped": 0}
     errors: dict[str, dict] = {}
     for idx, (w, visible, label) in enumerate(plan):
         progress("correctness", idx, len(plan), label)
-        axes = d.resolve_axes(w.axes)
-        per_output = list(tolerance_mod.for_workload(d, w).values())
-        tolerances = [t.message() for t in per_output]
         planned = [
             {"seed": ref.seed("round", ctx.eval_seed, w.uuid, r), "kind": kind, "tag": f"w{idx}r{r}"}
             for r, kind in enumerate(rounds(cfg, d, w, visible))
         ]
-        made = ref.request(trusted, {
-            "op": "reference", "key": ctx.key, "workload": w.model_dump(mode="json"),
-            "axes": axes, "rounds": planned,
-        })
-        kept = []
-        for rnd, info in zip(planned, made.get("rounds", [])):
-            if not info.get("ok"):
-                if visible and ref.device.kind != "cpu" and rnd["kind"] == "normal":
-                    raise GuardError(f"problem {d.name}: the reference fails on {w.uuid}: {info.get('message')}")
-                log.warning("reference failed on %s (%s): %s; round skipped", label, rnd["kind"], info.get("message"))
-                skipped += 1
-                continue
-            if rnd["kind"] != "normal" and not info.get("finite"):
-                skipped += 1  # the op does not allow these values: the reference overflows
-                ref.request(trusted, {"op": "release", "tags": [rnd["tag"]]})
-                continue
-            kept.append(rnd)
-        if not kept:
-            continue
-        with ref.hold(False, progress):
-            reply = ctx.cand.request({
-                "op": "check", "workload": w.model_dump(mode="json"), "axes": axes,
-                "rounds": kept, "determinism": cfg.check_determinism and visible,
-                "outdir": str(ctx.outdir),
-            }, cfg.call_timeout_s)
-        if not reply.get("ok"):
-            ref.request(trusted, {"op": "release", "tags": [r["tag"] for r in kept]})
-            if reply.get("status") == "INTERNAL":
-                raise GuardError(f"worker error on {label}: {reply.get('message')}")
-            raise failure("correctness", reply["status"], reply.get("message", ""), w, visible, label)
-        for rnd, got in zip(kept, reply["rounds"]):
-            # The guard names the files itself: a path from the candidate's reply could make
-            # the guard delete, or the trusted worker read, any file (the secret, the database).
-            metas = own_files(got["outputs"], ctx.outdir, rnd["tag"], len(names))
-            cmp = ref.request(trusted, {
-                "op": "compare", "tag": rnd["tag"], "outputs": metas,
-                "tolerances": tolerances, "names": names,
-            })
-            for meta in metas:
-                Path(meta["file"]).unlink(missing_ok=True)
-            if not cmp.get("ok"):
-                raise GuardError(f"comparison failed on {label}: {cmp.get('message')}")
-            rounds_run += 1
-            if visible and rnd["kind"] == "normal":  # SOL-ExecBench's figures: random inputs only
-                merge_errors(errors.setdefault(w.uuid, {}), cmp.get("reports") or [])
-            if not cmp.get("passed"):
-                ref.request(trusted, {"op": "release", "tags": None})
-                msg = f"{cmp.get('message')} [round {rnd['tag'][rnd['tag'].index('r') + 1:]}: {ROUND_LABEL[rnd['kind']]}]"
-                msg = named_checks(msg, cmp, rnd["kind"], per_output)
-                raise failure("correctness", cmp["status"], msg, w, visible, label, errors.get(w.uuid))
+        determinism = cfg.check_determinism and visible
+        for group in batches(cfg, d, w, planned):
+            # the first round judged on a visible workload also runs twice (determinism)
+            if judge_rounds(ctx, w, visible, label, group, determinism, tally, errors):
+                determinism = False
     progress("correctness", len(plan), len(plan), "all workloads passed")
     return {"visible_workloads": len(wset.visible), "heldout_workloads": len(wset.heldout),
-            "rounds": rounds_run, "rounds_skipped": skipped, "determinism": cfg.check_determinism,
+            "rounds": tally["rounds"], "rounds_skipped": tally["skipped"], "determinism": cfg.check_determinism,
             "errors": errors}
+
+
+def judge_rounds(ctx: EvalContext, w: Workload, visible: bool, label: str, planned: list[dict],
+                 determinism: bool, tally: dict, errors: dict) -> bool:
+    """One group of rounds of ``w``: the reference's outputs made (and held by the trusted
+    worker), the candidate's made and written, each round compared and its reference outputs
+    let go. Whether any round was judged; a ``Rejection`` when one fails."""
+    ref, cfg, d, trusted = ctx.ref, ctx.cfg, ctx.definition, ctx.trusted
+    names = list(d.outputs)
+    axes = d.resolve_axes(w.axes)
+    per_output = list(tolerance_mod.for_workload(d, w).values())
+    tolerances = [t.message() for t in per_output]
+    made = ref.request(trusted, {
+        "op": "reference", "key": ctx.key, "workload": w.model_dump(mode="json"),
+        "axes": axes, "rounds": planned, "chunk_elements": cfg.compare_chunk_elements,
+    })
+    kept = []
+    for rnd, info in zip(planned, made.get("rounds", [])):
+        if not info.get("ok"):
+            if visible and ref.device.kind != "cpu" and rnd["kind"] == "normal":
+                raise GuardError(f"problem {d.name}: the reference fails on {w.uuid}: {info.get('message')}")
+            log.warning("reference failed on %s (%s): %s; round skipped", label, rnd["kind"], info.get("message"))
+            tally["skipped"] += 1
+            continue
+        if rnd["kind"] != "normal" and not info.get("finite"):
+            tally["skipped"] += 1  # the op does not allow these values: the reference overflows
+            ref.request(trusted, {"op": "release", "tags": [rnd["tag"]]})
+            continue
+        kept.append(rnd)
+    if not kept:
+        return False
+    with ref.hold(False, ctx.progress):
+        reply = ctx.cand.request({
+            "op": "check", "workload": w.model_dump(mode="json"), "axes": axes,
+            "rounds": kept, "determinism": determinism, "outdir": str(ctx.outdir),
+        }, cfg.call_timeout_s)
+    if not reply.get("ok"):
+        ref.request(trusted, {"op": "release", "tags": [r["tag"] for r in kept]})
+        if reply.get("status") == "INTERNAL":
+            raise GuardError(f"worker error on {label}: {reply.get('message')}")
+        raise failure("correctness", reply["status"], reply.get("message", ""), w, visible, label)
+    for rnd, got in zip(kept, reply["rounds"]):
+        # The guard names the files itself: a path from the candidate's reply could make
+        # the guard delete, or the trusted worker read, any file (the secret, the database).
+        metas = own_files(got["outputs"], ctx.outdir, rnd["tag"], len(names))
+        cmp = ref.request(trusted, {
+            "op": "compare", "tag": rnd["tag"], "outputs": metas,
+            "tolerances": tolerances, "names": names, "chunk_elements": cfg.compare_chunk_elements,
+        })
+        for meta in metas:
+            Path(meta["file"]).unlink(missing_ok=True)
+        if not cmp.get("ok"):
+            raise GuardError(f"comparison failed on {label}: {cmp.get('message')}")
+        tally["rounds"] += 1
+        if visible and rnd["kind"] == "normal":  # SOL-ExecBench's figures: random inputs only
+            merge_errors(errors.setdefault(w.uuid, {}), cmp.get("reports") or [])
+        if not cmp.get("passed"):
+            ref.request(trusted, {"op": "release", "tags": None})
+            msg = f"{cmp.get('message')} [round {rnd['tag'][rnd['tag'].index('r') + 1:]}: {ROUND_LABEL[rnd['kind']]}]"
+            msg = named_checks(msg, cmp, rnd["kind"], per_output)
+            raise failure("correctness", cmp["status"], msg, w, visible, label, errors.get(w.uuid))
+    return True
 
 
 def merge_errors(into: dict, reports: list[dict]) -> None:

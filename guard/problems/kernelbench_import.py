@@ -302,10 +302,15 @@ _ka_models = {{}}
 
 
 def generate_inputs(axes_and_scalars, device):
-    """Forward arguments from get_inputs(), weights from a freshly built Model."""
+    """Forward arguments from get_inputs(), weights from a freshly built Model, both made
+    on ``device`` itself where the file's code allows (torch's default device): a full-size
+    input is never built on the host first and then copied."""
     _ka_set_axes(axes_and_scalars)
-    values = list(get_inputs())
-    model = Model(*get_init_inputs())
+    try:
+        with _ka_torch.device(device):
+            values, model = _ka_make()
+    except (RuntimeError, NotImplementedError, TypeError):  # code that only runs on the CPU
+        values, model = _ka_make()
     state = model.state_dict()
     out = {{}}
     for name, value in zip(_KA_ARGS, values):
@@ -317,6 +322,11 @@ def generate_inputs(axes_and_scalars, device):
     return out
 
 
+def _ka_make():
+    values = list(get_inputs())
+    return values, Model(*get_init_inputs())
+
+
 def _ka_keep(key, model):
     if len(_ka_models) >= 4:
         _ka_models.clear()
@@ -325,8 +335,13 @@ def _ka_keep(key, model):
 
 def _ka_model(device):
     key = (_ka_axes_key, repr(get_init_inputs()), str(device))
-    if key not in _ka_models:
-        _ka_keep(key, Model(*get_init_inputs()).to(device))
+    if key not in _ka_models:  # its weights are replaced by run()'s: built on the device
+        try:
+            with _ka_torch.device(device):
+                model = Model(*get_init_inputs())
+        except (RuntimeError, NotImplementedError, TypeError):  # code that only runs on the CPU
+            model = Model(*get_init_inputs())
+        _ka_keep(key, model.to(device))
     return _ka_models[key]
 
 

@@ -179,6 +179,8 @@ class CandidateRole:
 
     # -- correctness ----------------------------------------------------------------------
     def check(self, msg: m.Check) -> m.Reply:
+        from .common import trim_host_heap  # here: this file's imports are another change's
+
         outdir = Path(msg.outdir)
         axes, workload = msg.axes, msg.workload
         rounds = []
@@ -202,7 +204,9 @@ class CandidateRole:
                 write_tensor(t, outdir / f"{rnd.tag}_{k}.bin") for k, t in enumerate(outs)
             ]
             rounds.append(m.CheckedRound(tag=rnd.tag, outputs=metas))
-            del outs, args
+            del outs, args  # nothing of a round outlives it
+            if not self.cuda:
+                trim_host_heap()  # and the resident set, the CPU's memory figure, shows it
         return m.CheckReply(ok=True, rounds=rounds)
 
     # -- timing ----------------------------------------------------------------------------

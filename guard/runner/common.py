@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib.util
 import sys
@@ -105,3 +106,20 @@ def peak_memory(device: str, reset: bool) -> int:
         except OSError:
             pass
     return peak
+
+
+def trim_host_heap() -> None:
+    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``). Blocks under
+    its mmap threshold (32 MiB at most) stay in the heap when freed and would count in the
+    resident set, the CPU's peak-memory figure, long after the tensors that used them are gone."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc: nothing to trim
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM = None

@@ -19,6 +19,8 @@ import math
 
 import torch
 
+from .compare_scan import DEFAULT_CHUNK_ELEMENTS, Scan, scan_exact, scan_floats
+
 # How far past its allowance (atol + rtol * |ref|) an element the matched ratio lets through
 # may be. bf16 carries 8 bits of mantissa: an honest difference in rounding order is a few
 # units in the last place, about one allowance at rtol 1e-2; a defect is far more.
@@ -43,6 +45,7 @@ def _index(flat_index: int, shape: tuple[int, ...]) -> list[int]:
 def compare(
     out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, name: str = "output",
     row_scaled: bool = False, matched_ratio: float = 1.0, error_cap: float | None = None,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, same_dtype: bool = True,
 ) -> dict:
     """A report: ``ok``, ``status``, ``message`` and error statistics.
 
@@ -53,8 +56,12 @@ def compare(
     ``row_scaled`` (adversarial rounds): the allowance also grows with the root mean square
     of the reference's row (last dimension), since a sum over terms of a row's magnitude
     carries rounding of that magnitude wherever it cancels to a small value. Overflow, NaN,
-    and errors of the order of the row itself still fail."""
-    if out.dtype != ref.dtype:
+    and errors of the order of the row itself still fail.
+
+    The elements are read ``chunk_elements`` at a time (``compare_scan``): no float64 copy of
+    a whole output is ever made. ``same_dtype=False`` compares values only (the float64
+    recheck, against a reference evaluated in float64)."""
+    if same_dtype and out.dtype != ref.dtype:
         return _fail("INCORRECT_DTYPE", f"{name}: dtype {_dt(out)}, expected {_dt(ref)}")
     if tuple(out.shape) != tuple(ref.shape):
         return _fail(
@@ -63,96 +70,69 @@ def compare(
     if out.numel() == 0:
         return {"ok": True, "status": "PASSED", "max_abs": 0.0, "max_rel": 0.0}
     if not (out.is_floating_point() or out.is_complex()):
-        diff = out != ref
-        bad = int(diff.sum().item())
-        if bad:
-            first = int(diff.reshape(-1).nonzero()[0].item())
-            where = _index(first, tuple(ref.shape))
+        exact = scan_exact(out, ref, chunk_elements)
+        if exact.mismatches:
+            where = _index(exact.first.index, tuple(ref.shape))
             return _fail(
                 "INCORRECT_NUMERICAL",
-                f"{name}: {bad} of {out.numel()} elements differ (exact match required); "
-                f"first at {where}: got {out.reshape(-1)[first].item()}, expected {ref.reshape(-1)[first].item()}",
-                mismatches=bad,
+                f"{name}: {exact.mismatches} of {out.numel()} elements differ (exact match required); "
+                f"first at {where}: got {exact.first.got}, expected {exact.first.want}",
+                mismatches=exact.mismatches,
             )
         return {"ok": True, "status": "PASSED", "max_abs": 0.0, "max_rel": 0.0}
 
-    x = out.to(torch.float64)
-    y = ref.to(torch.float64)
-    ref_finite = torch.isfinite(y)
-    out_finite = torch.isfinite(x)
-    same_special = (~ref_finite) & (((x == y) & torch.isinf(y)) | (torch.isnan(x) & torch.isnan(y)))
-    nonfinite_bad = (~out_finite) & ref_finite
-    err = torch.where(ref_finite & out_finite, (x - y).abs(), torch.zeros_like(x))
-    allowed = atol + rtol * y.abs()
-    if row_scaled and y.dim() >= 1:
-        finite_y = torch.where(ref_finite, y, torch.zeros_like(y))
-        allowed = allowed + rtol * finite_y.pow(2).mean(dim=-1, keepdim=True).sqrt()
-    fails = (ref_finite & out_finite & (err > allowed)) | nonfinite_bad | (~ref_finite & ~same_special)
-    max_abs = float(err.max().item())
-    rel = err / torch.clamp(y.abs(), min=max(atol, 1e-30))
-    rel = torch.where(ref_finite, rel, torch.zeros_like(rel))
-    max_rel = float(rel.max().item())
-    n_fail = int(fails.sum().item())
-    numel = out.numel()
+    scan = scan_floats(out, ref, atol, rtol, row_scaled, OUTLIER_FACTOR, chunk_elements)
+    shape = tuple(ref.shape)
+    max_abs, max_rel, n_fail, numel = scan.max_abs, scan.max_rel, scan.mismatches, scan.numel
     stats = {"max_abs": max_abs, "max_rel": max_rel, "mismatches": n_fail, "numel": numel,
              "matched_ratio": 1.0 - n_fail / numel}
     if error_cap is not None and max_abs > error_cap:
-        worst_where = _index(int(err.reshape(-1).argmax().item()), tuple(ref.shape))
+        worst_where = _index(scan.worst_abs.index, shape)
         return _fail("INCORRECT_NUMERICAL",
                      f"{name}: max abs error {max_abs:.3g} at {worst_where} exceeds the workload's "
                      f"max_error_cap={error_cap:g} (SOL-ExecBench's tolerance spec)", **stats)
     if n_fail == 0:
         return {"ok": True, "status": "PASSED", **stats}
     if 1.0 - n_fail / numel >= matched_ratio:
-        verdict = _within_ratio(x, y, err, allowed, fails, nonfinite_bad, ref_finite, name,
-                                matched_ratio, stats)
+        verdict = _within_ratio(scan, shape, name, matched_ratio, stats)
         if verdict is not None:
             return verdict
-    flat_fail = fails.reshape(-1)
-    first = int(flat_fail.nonzero()[0].item())
-    where = _index(first, tuple(ref.shape))
-    got, want = x.reshape(-1)[first].item(), y.reshape(-1)[first].item()
-    n_nan = int((torch.isnan(x) & ref_finite).sum().item())
-    n_inf = int((torch.isinf(x) & ref_finite).sum().item())
-    worst = int(torch.where(fails, err - allowed, torch.full_like(err, -1.0)).reshape(-1).argmax().item())
-    worst_where = _index(worst, tuple(ref.shape))
+    first = scan.first_fail
+    where = _index(first.index, shape)
+    worst_where = _index(scan.worst_fail.index, shape)
     allowance = math.floor((1.0 - matched_ratio) * numel + 1e-9)
     parts = [
         f"{name}: {n_fail} of {numel} elements outside atol={atol:g} rtol={rtol:g}"
         + (" (+ rtol x row RMS)" if row_scaled else "")
         + (f", more than the {allowance} that required_matched_ratio={matched_ratio:g} allows"
            if matched_ratio < 1.0 else ""),
-        f"first at {where}: got {got:.6g}, expected {want:.6g}",
+        f"first at {where}: got {first.got:.6g}, expected {first.want:.6g}",
         f"max abs error {max_abs:.3g} at {worst_where}, max rel error {max_rel:.3g}",
     ]
-    if n_nan or n_inf:
-        parts.append(f"{n_nan} NaN and {n_inf} Inf where the reference is finite")
-    return _fail("INCORRECT_NUMERICAL", "; ".join(parts), nan=n_nan, inf=n_inf, **stats)
+    if scan.nan or scan.inf:
+        parts.append(f"{scan.nan} NaN and {scan.inf} Inf where the reference is finite")
+    return _fail("INCORRECT_NUMERICAL", "; ".join(parts), nan=scan.nan, inf=scan.inf, **stats)
 
 
-def _within_ratio(x, y, err, allowed, fails, nonfinite_bad, ref_finite, name: str,
-                  matched_ratio: float, stats: dict) -> dict | None:
+def _within_ratio(scan: Scan, shape: tuple[int, ...], name: str, matched_ratio: float,
+                  stats: dict) -> dict | None:
     """Few enough elements miss for the matched ratio. None when they are rounding-sized (the
     output passes); a failure naming the check otherwise."""
-    shape = tuple(y.shape)
-    bad_special = nonfinite_bad | (fails & ~ref_finite)
-    if bool(bad_special.any()):
-        first = int(bad_special.reshape(-1).nonzero()[0].item())
+    special = scan.first_special
+    if special.index >= 0:
         return _fail("INCORRECT_NUMERICAL",
-                     f"{name}: a NaN or Inf at {_index(first, shape)} where the reference has "
-                     f"{y.reshape(-1)[first].item():.6g}: required_matched_ratio={matched_ratio:g} "
+                     f"{name}: a NaN or Inf at {_index(special.index, shape)} where the reference has "
+                     f"{special.want:.6g}: required_matched_ratio={matched_ratio:g} "
                      "lets finite rounding through, never a non-finite value (SOL-ExecBench rejects "
                      "those too)", **stats)
-    excess = torch.where(fails, err / allowed.clamp(min=1e-300), torch.zeros_like(err))
-    worst = int(excess.reshape(-1).argmax().item())
-    factor = float(excess.reshape(-1)[worst].item())
+    worst = scan.worst_excess
+    factor = worst.value
     if factor > OUTLIER_FACTOR:
-        n_out = int((excess > OUTLIER_FACTOR).sum().item())
         return _fail("INCORRECT_NUMERICAL",
-                     f"{name}: KernelArc's outlier bound, stricter than SOL-ExecBench: {n_out} elements "
+                     f"{name}: KernelArc's outlier bound, stricter than SOL-ExecBench: {scan.outliers} elements "
                      f"are off by more than {OUTLIER_FACTOR:g}x their allowance (worst at "
-                     f"{_index(worst, shape)}: got {x.reshape(-1)[worst].item():.6g}, expected "
-                     f"{y.reshape(-1)[worst].item():.6g}, {factor:.3g}x). The {stats['mismatches']} of "
+                     f"{_index(worst.index, shape)}: got {worst.got:.6g}, expected "
+                     f"{worst.want:.6g}, {factor:.3g}x). The {stats['mismatches']} of "
                      f"{stats['numel']} elements outside tolerance are within required_matched_ratio="
                      f"{matched_ratio:g}, but that ratio is for rounding: an error this size is a defect "
                      "(an unmasked tail, a skipped element, a wrong index)", outlier_factor=factor, **stats)

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from .compare_scan import DEFAULT_CHUNK_ELEMENTS
+
 
 class _Msg(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -127,6 +129,7 @@ class LoadProblem(_Msg):
 class Reference(_OnProblemWorkload):
     op: Literal["reference"] = "reference"
     rounds: list[Round]
+    chunk_elements: int = Field(DEFAULT_CHUNK_ELEMENTS, ge=1)  # the finiteness check's chunk
 
 
 class Compare(_Msg):
@@ -135,6 +138,7 @@ class Compare(_Msg):
     outputs: list[TensorMeta]
     tolerances: list[Tolerance]
     names: list[str]
+    chunk_elements: int = Field(DEFAULT_CHUNK_ELEMENTS, ge=1)  # elements compared at a time
 
 
 class Release(_Msg):

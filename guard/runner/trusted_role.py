@@ -4,6 +4,7 @@ reference outputs it holds cannot be reached by a candidate."""
 
 from __future__ import annotations
 
+import gc
 import traceback
 from pathlib import Path
 
@@ -12,8 +13,9 @@ import torch
 from . import ceilings, replays
 from . import messages as m
 from .confirm import ConfirmLoop
-from .common import load_module_from_source, normalize_outputs, peak_memory
+from .common import load_module_from_source, normalize_outputs, peak_memory, trim_host_heap
 from .compare import compare, spec_args
+from .compare_scan import all_finite
 from .harness import T
 from .inputs import InputMaker, torch_dtype
 from .tensorio import read_tensor
@@ -62,7 +64,7 @@ class TrustedRole:
         d, module, maker = self.problems[key]
         args = maker.make(workload, axes, seed, kind)
         if float64:  # the same inputs, evaluated in float64: the (near) exact answer
-            args = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+            _widen(args)
         with torch.no_grad():
             result = module.run(*args)
         if self.cuda:
@@ -82,15 +84,13 @@ class TrustedRole:
         rounds = []
         for rnd in msg.rounds:
             try:
-                outs, _ = self._run_reference(msg.key, msg.workload, msg.axes, rnd.seed, rnd.kind)
+                outs = self._run_reference(msg.key, msg.workload, msg.axes, rnd.seed, rnd.kind)[0]  # inputs dropped
             except Exception as exc:
                 rounds.append(m.ReferenceRound(tag=rnd.tag, ok=False, message=f"{type(exc).__name__}: {exc}"[:1000]))
                 continue
             self.refs[rnd.tag] = outs
             self.ref_inputs[rnd.tag] = (msg.key, msg.workload, msg.axes, rnd.seed, rnd.kind)
-            finite = all(
-                bool(torch.isfinite(o).all()) if o.is_floating_point() else True for o in outs
-            )
+            finite = all(all_finite(o, msg.chunk_elements) for o in outs)
             rounds.append(m.ReferenceRound(
                 tag=rnd.tag, ok=True, finite=finite,
                 outputs=[{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outs],
@@ -108,33 +108,51 @@ class TrustedRole:
             return m.CompareReply(ok=True, passed=False, status="INCORRECT_SHAPE",
                                   message=f"{len(metas)} outputs, expected {len(refs)}")
         reports = []
-        for meta, ref, tol, name in zip(metas, refs, tols, names):
+        chunk = msg.chunk_elements
+        for i, (meta, tol, name) in enumerate(zip(metas, tols, names)):
+            # one output at a time: the candidate's is read, compared and dropped, and the
+            # reference's is let go as soon as it has been compared with it
+            ref, refs[i] = refs[i], None
             try:
                 out = read_tensor(meta, self.device)
             except (ValueError, OSError) as exc:
                 return m.CompareReply(ok=True, passed=False, status="RUNTIME_ERROR", message=str(exc))
             adversarial = origin is not None and origin[4] != "normal"
-            report = compare(out, ref, tol["atol"], tol["rtol"], name, row_scaled=adversarial, **spec_args(tol))
+            report = compare(out, ref, tol["atol"], tol["rtol"], name, row_scaled=adversarial,
+                             chunk_elements=chunk, **spec_args(tol))
+            del ref, out
             if not report["ok"] and report["status"] == "INCORRECT_NUMERICAL" and origin is not None:
-                report = self._against_float64(origin, len(reports), out, report, tol, name)
+                report = self._against_float64(origin, len(reports), meta, report, tol, name, chunk)
+            if not self.cuda:
+                trim_host_heap()
             reports.append(report)
             if not report["ok"]:
                 return m.CompareReply(ok=True, passed=False, status=report["status"],
                                       message=report["message"], reports=reports)
         return m.CompareReply(ok=True, passed=True, status="PASSED", reports=reports)
 
-    def _against_float64(self, origin, index: int, out, report: dict, tol: dict, name: str) -> dict:
+    def _against_float64(self, origin, index: int, meta: dict, report: dict, tol: dict, name: str,
+                         chunk: int) -> dict:
         """A reference that rounds intermediates (bf16 products added to a residual, say)
         can differ from a more accurate kernel by more than the tolerance on adversarial
-        inputs. An output that matches the same reference evaluated in float64 is right."""
+        inputs. An output that matches the same reference evaluated in float64 is right.
+        The float64 run comes first, with nothing else of the round held; then only the
+        output compared is kept of it, the candidate's is read again from its file, and the
+        two are compared a chunk at a time (no float64 copy of the candidate's output)."""
         try:
-            exact, _ = self._run_reference(*origin, float64=True)
+            exact = self._run_reference(*origin, float64=True)[0]  # its inputs dropped
         except Exception:  # a reference that only runs in its own dtypes
             return report
         if index >= len(exact) or not exact[index].is_floating_point():
             return report
-        hi = compare(out.double(), exact[index].to(torch.float64), tol["atol"], tol["rtol"], name,
-                     row_scaled=origin[4] != "normal", **spec_args(tol))
+        exact = exact[index]
+        try:
+            out = read_tensor(meta, self.device)
+        except (ValueError, OSError):  # read a moment ago: the first comparison's report stands
+            return report
+        hi = compare(out, exact, tol["atol"], tol["rtol"], name, row_scaled=origin[4] != "normal",
+                     chunk_elements=chunk, same_dtype=False, **spec_args(tol))
+        del exact, out
         if hi["ok"]:
             return {**hi, "via": "float64 reference", "reference_mismatch": report.get("message")}
         return report
@@ -150,6 +168,15 @@ class TrustedRole:
 
     # -- baselines and ceilings -------------------------------------------------------------
     def baseline(self, msg: m.Baseline) -> m.Reply:
+        """The reference's eager (and compile) times; its input sets, outputs and the
+        allocator's cache are let go before the reply, so no evaluation after it starts with
+        the baseline's memory still held."""
+        try:
+            return self._baseline(msg)
+        finally:
+            self._let_go()
+
+    def _baseline(self, msg: m.Baseline) -> m.Reply:
         key, cfg = msg.key, msg.config
         d, module, maker = self.problems[key]
         if self.timer is None:
@@ -217,7 +244,20 @@ class TrustedRole:
         return m.BaselineReply(**out)
 
     def ceilings(self, msg: m.Ceilings) -> m.Reply:
-        return m.CeilingsReply(ok=True, ceilings=ceilings.measure(self.device))
+        try:
+            return m.CeilingsReply(ok=True, ceilings=ceilings.measure(self.device))
+        finally:
+            self._let_go()  # the copy buffers (2 GiB on a GPU) and matmul operands
+
+    def _let_go(self) -> None:
+        """Free what a finished request allocated: cycles among its closures, and on a GPU the
+        blocks torch's allocator keeps cached (they count as reserved, the figure a verdict's
+        peak memory reports)."""
+        gc.collect()
+        if self.cuda:
+            torch.cuda.empty_cache()
+        else:
+            trim_host_heap()
 
     # -- the outside clock's side ----------------------------------------------------------
     def overhead(self, msg: m.Overhead) -> m.Reply:
@@ -324,6 +364,15 @@ class TrustedRole:
             sets = [maker.make(msg.workload, msg.axes, s, "normal") for s in msg.sets]
             held = ConfirmLoop(self.device, sets, refiller, None, 1, lambda passes: None)
         yield from held.inputs_at(msg.run_seed, chosen)
+
+
+def _widen(args: list) -> None:
+    """The float tensors of ``args`` as float64, in place: each narrow one is let go as soon as
+    its wide copy exists, never all of them at once."""
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            args[i] = a.double()
+        del a
 
 
 # Recompilations allowed per function: each workload may be a new shape, and a problem has

@@ -1,0 +1,192 @@
+"""The element-wise statistics of one comparison, gathered a chunk at a time.
+
+A chunk of ``chunk_elements`` elements of the candidate's output and of the reference is
+widened to float64, checked and reduced to a few numbers before the next chunk is read, so a
+comparison never holds more than a handful of float64 chunks besides the two tensors
+themselves: about ``WORKING_BYTES_PER_ELEMENT * chunk_elements`` bytes, whatever the output's
+size. Every figure the report needs (counts, maxima and where they are, the first failing
+element) folds across chunks exactly as it would over the whole tensor; ties go to the
+earliest element, as torch's own ``argmax`` on one tensor does.
+
+Rows (the last dimension) matter for the adversarial rounds' allowance, which grows with the
+root mean square of the reference's row: chunks then hold whole rows, and a row longer than a
+chunk has its mean square summed over its pieces first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+# 1M elements: 8 MiB per float64 temporary, about 56 MiB for a chunk's whole working set.
+DEFAULT_CHUNK_ELEMENTS = 1 << 20
+
+# float64 temporaries alive at once inside a chunk (x, y, error, allowance and the transient
+# ones of an expression), 8 bytes each, and six boolean masks: what one chunk costs at most.
+WORKING_BYTES_PER_ELEMENT = 7 * 8 + 6
+
+
+def flat(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as one dimension: a view where its memory allows, else one copy in its own dtype
+    (never a wider one)."""
+    return t.reshape(-1)
+
+
+@dataclass
+class Extreme:
+    """The largest value seen so far, where it is and the two elements there. A NaN counts as
+    the largest (torch's ``argmax`` returns it), the first one seen wins."""
+
+    value: float = -math.inf
+    index: int = -1
+    got: float | int | bool = math.nan
+    want: float | int | bool = math.nan
+
+    def offer(self, values: torch.Tensor, offset: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        i = int(values.argmax().item())
+        v = float(values[i].item())
+        if self.index >= 0 and (math.isnan(self.value) or not (math.isnan(v) or v > self.value)):
+            return
+        self.value, self.index = v, offset + i
+        self.got, self.want = x[i].item(), y[i].item()
+
+
+@dataclass
+class First:
+    """The first element of a mask, over chunks: where it is and the two elements there."""
+
+    index: int = -1
+    got: float | int | bool = math.nan
+    want: float | int | bool = math.nan
+
+    def offer(self, mask: torch.Tensor, offset: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        if self.index >= 0 or not bool(mask.any().item()):
+            return
+        i = int(mask.nonzero()[0].item())
+        self.index, self.got, self.want = offset + i, x[i].item(), y[i].item()
+
+
+@dataclass
+class Scan:
+    """What a float comparison reports, over every chunk."""
+
+    numel: int = 0
+    mismatches: int = 0
+    nan: int = 0
+    inf: int = 0
+    outliers: int = 0  # failing elements past ``outlier_factor`` x their allowance
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    first_fail: First = field(default_factory=First)
+    first_special: First = field(default_factory=First)  # NaN/Inf where the reference is not
+    worst_abs: Extreme = field(default_factory=Extreme)  # largest error
+    worst_fail: Extreme = field(default_factory=Extreme)  # failing element furthest past its allowance
+    worst_excess: Extreme = field(default_factory=Extreme)  # failing element's error / its allowance
+
+
+def scan_floats(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, row_scaled: bool,
+                outlier_factor: float, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> Scan:
+    """The statistics of ``out`` against ``ref`` (same shape, any float dtypes)."""
+    chunk_elements = max(1, int(chunk_elements))
+    xs, ys = flat(out), flat(ref)
+    scan = Scan(numel=xs.numel())
+    row = int(ref.shape[-1]) if row_scaled and ref.dim() >= 1 else 0
+    for start, stop, row_rms in _pieces(ys, row, chunk_elements):
+        x = xs[start:stop].to(torch.float64)
+        y = ys[start:stop].to(torch.float64)
+        if row and row_rms is None:  # whole rows in this chunk
+            rows = torch.where(torch.isfinite(y), y, 0.0).view(-1, row)
+            row_rms = rows.pow(2).mean(dim=-1, keepdim=True).sqrt().expand(-1, row).reshape(-1)
+        _fold(scan, x, y, start, atol, rtol, row_rms, outlier_factor)
+        del x, y
+    return scan
+
+
+def _pieces(ys: torch.Tensor, row: int, chunk: int):
+    """(start, stop, row RMS or None) of each chunk. Without rows: plain ranges. With rows
+    that fit: ranges of whole rows, their RMS left to the caller. With longer rows: each row in
+    pieces, its RMS (a number) summed over them first."""
+    n = ys.numel()
+    if not row:
+        for start in range(0, n, chunk):
+            yield start, min(n, start + chunk), None
+        return
+    if row <= chunk:
+        step = (chunk // row) * row
+        for start in range(0, n, step):
+            yield start, min(n, start + step), None
+        return
+    for start in range(0, n, row):
+        total = 0.0
+        for lo in range(start, start + row, chunk):
+            y = ys[lo:min(start + row, lo + chunk)].to(torch.float64)
+            total += float(torch.where(torch.isfinite(y), y, 0.0).pow(2).sum().item())
+        rms = math.sqrt(total / row)
+        for lo in range(start, start + row, chunk):
+            yield lo, min(start + row, lo + chunk), rms
+
+
+def _fold(scan: Scan, x: torch.Tensor, y: torch.Tensor, offset: int, atol: float, rtol: float,
+          row_rms, outlier_factor: float) -> None:
+    """One chunk's share of the statistics (torch.allclose's rule, NaN and Inf handled as
+    ``compare`` documents)."""
+    ref_finite = torch.isfinite(y)
+    out_finite = torch.isfinite(x)
+    both = ref_finite & out_finite
+    same_special = (~ref_finite) & (((x == y) & torch.isinf(y)) | (torch.isnan(x) & torch.isnan(y)))
+    nonfinite_bad = (~out_finite) & ref_finite
+    err = torch.where(both, (x - y).abs(), 0.0)
+    allowed = atol + rtol * y.abs()
+    if row_rms is not None:
+        allowed = allowed + rtol * row_rms
+    fails = (both & (err > allowed)) | nonfinite_bad | (~ref_finite & ~same_special)
+    scan.worst_abs.offer(err, offset, x, y)
+    scan.max_abs = max(scan.max_abs, scan.worst_abs.value)
+    rel = torch.where(ref_finite, err / torch.clamp(y.abs(), min=max(atol, 1e-30)), 0.0)
+    scan.max_rel = max(scan.max_rel, float(rel.max().item()))
+    del rel
+    n_fail = int(fails.sum().item())
+    scan.nan += int((torch.isnan(x) & ref_finite).sum().item())
+    scan.inf += int((torch.isinf(x) & ref_finite).sum().item())
+    if not n_fail:
+        return
+    scan.mismatches += n_fail
+    scan.first_fail.offer(fails, offset, x, y)
+    scan.first_special.offer(nonfinite_bad | (fails & ~ref_finite), offset, x, y)
+    scan.worst_fail.offer(torch.where(fails, err - allowed, -1.0), offset, x, y)
+    excess = torch.where(fails, err / allowed.clamp(min=1e-300), 0.0)
+    scan.outliers += int((excess > outlier_factor).sum().item())
+    scan.worst_excess.offer(excess, offset, x, y)
+
+
+@dataclass
+class ExactScan:
+    """An integer or boolean comparison: how many elements differ and the first one."""
+
+    mismatches: int = 0
+    first: First = field(default_factory=First)
+
+
+def scan_exact(out: torch.Tensor, ref: torch.Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> ExactScan:
+    xs, ys = flat(out), flat(ref)
+    scan = ExactScan()
+    step = max(1, int(chunk_elements))
+    for start in range(0, xs.numel(), step):
+        x, y = xs[start:start + step], ys[start:start + step]
+        diff = x != y
+        bad = int(diff.sum().item())
+        if bad:
+            scan.mismatches += bad
+            scan.first.offer(diff, start, x, y)
+    return scan
+
+
+def all_finite(t: torch.Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> bool:
+    """No NaN or Inf in ``t``, checked a chunk at a time (no full-size mask)."""
+    if not (t.is_floating_point() or t.is_complex()):
+        return True
+    xs = flat(t)
+    step = max(1, int(chunk_elements))
+    return all(bool(torch.isfinite(xs[s:s + step]).all().item()) for s in range(0, xs.numel(), step))
