@@ -18,9 +18,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from conftest import REPO, make_guard
 from guard.candidates.load import from_source
 from guard.runner import messages as m
+
+from helpers import REPO, make_guard
 
 ROWS, COLS = 2048, 8192  # float32: 64 MiB per tensor
 BOUND = 3.0
@@ -49,10 +50,10 @@ ALONE = textwrap.dedent("""
         peak_memory("cpu", reset=True)
         before = peak_memory("cpu", reset=False)
         with torch.no_grad():
-            out = module.run(*maker.make(workload, {**workload["axes"], "n": %d}, 1))
+            out = module.run(*maker.make(workload, {**workload["axes"], "n": COLS}, 1))
         print(peak_memory("cpu", reset=False) - before)
         del out
-""" % COLS)
+""".replace("COLS", str(COLS)))
 
 
 def _definition() -> dict:

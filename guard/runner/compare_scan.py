@@ -16,6 +16,7 @@ chunk has its mean square summed over its pieces first.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -93,9 +94,10 @@ def scan_floats(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, 
     xs, ys = flat(out), flat(ref)
     scan = Scan(numel=xs.numel())
     row = int(ref.shape[-1]) if row_scaled and ref.dim() >= 1 else 0
-    for start, stop, row_rms in _pieces(ys, row, chunk_elements):
+    for start, stop, piece_rms in _pieces(ys, row, chunk_elements):
         x = xs[start:stop].to(torch.float64)
         y = ys[start:stop].to(torch.float64)
+        row_rms: float | torch.Tensor | None = piece_rms
         if row and row_rms is None:  # whole rows in this chunk
             rows = torch.where(torch.isfinite(y), y, 0.0).view(-1, row)
             row_rms = rows.pow(2).mean(dim=-1, keepdim=True).sqrt().expand(-1, row).reshape(-1)
@@ -104,7 +106,7 @@ def scan_floats(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, 
     return scan
 
 
-def _pieces(ys: torch.Tensor, row: int, chunk: int):
+def _pieces(ys: torch.Tensor, row: int, chunk: int) -> Iterator[tuple[int, int, float | None]]:
     """(start, stop, row RMS or None) of each chunk. Without rows: plain ranges. With rows
     that fit: ranges of whole rows, their RMS left to the caller. With longer rows: each row in
     pieces, its RMS (a number) summed over them first."""
@@ -129,7 +131,7 @@ def _pieces(ys: torch.Tensor, row: int, chunk: int):
 
 
 def _fold(scan: Scan, x: torch.Tensor, y: torch.Tensor, offset: int, atol: float, rtol: float,
-          row_rms, outlier_factor: float) -> None:
+          row_rms: float | torch.Tensor | None, outlier_factor: float) -> None:
     """One chunk's share of the statistics (torch.allclose's rule, NaN and Inf handled as
     ``compare`` documents)."""
     ref_finite = torch.isfinite(y)
