@@ -43,6 +43,7 @@ class Projection:
     float64 of each chunk, converted, with the signs)."""
 
     def __init__(self, seed: int):
+        self.seed = seed
         self._signs = self._draw(seed)
         self._cache: dict[str, torch.Tensor] = {}
 
