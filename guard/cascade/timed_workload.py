@@ -22,6 +22,8 @@ import gc
 import math
 import random
 import time
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from .. import outside_clock
 from ..problems import tolerance as tolerance_mod
@@ -118,74 +120,60 @@ def _pad_passes(ref: ReferenceSide, host_ms: float, flush_ms: float) -> tuple[in
     return passes, passes * flush_ms
 
 
+@dataclass
+class _Workload:
+    """What every request about the workload being timed carries."""
+
+    ref: ReferenceSide
+    worker: WorkerProcess
+    trusted: WorkerProcess
+    key: str
+    w: Workload
+    workload: dict[str, Any]
+    axes: dict[str, int]
+    sets: list[int]
+    timeout: float
+
+
 def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProcess, key: str,
                   d: Definition, w: Workload, sets: list[int], run_seed: int, dps: bool,
                   check_rng: random.Random) -> dict:
     """{"stats": ..., "nvml": ...} for one workload, or a Rejection."""
     cfg = ref.cfg
-    axes = d.resolve_axes(w.axes)
-    workload = w.model_dump(mode="json")
+    cx = _Workload(ref, worker, trusted, key, w, w.model_dump(mode="json"), d.resolve_axes(w.axes), sets,
+                   cfg.call_timeout_s + cfg.max_timing_s)
     # as the correctness gate compares: the workload's own spec (a matched ratio too) or the guard's
     tolerances = [m.Tolerance(**t.message()) for t in tolerance_mod.for_workload(d, w).values()]
-    timeout = cfg.call_timeout_s + cfg.max_timing_s
 
     timing = m.TimingConfig(**ref.timing_config())
     projection_seed = ref.seed("confirm-projection", run_seed)
-    armed = _call(worker, m.Arm(workload=workload, axes=axes, sets=sets, arm_seed=ref.seed("arm", run_seed),
+    armed = _call(worker, m.Arm(workload=cx.workload, axes=cx.axes, sets=sets, arm_seed=ref.seed("arm", run_seed),
                                 config=timing, tolerances=tolerances, confirm_projection_seed=projection_seed),
-                  m.ArmReply, timeout)
+                  m.ArmReply, cx.timeout)
     if not armed.ok or armed.plan is None:
         raise _failed(armed, w, "warming up")
 
     before = nvml.snapshot(ref.device.uuid) if ref.device.kind == "cuda" else None
     t0 = time.monotonic()
-    ran = _call(worker, m.Run(run_seed=run_seed, max_timing_s=cfg.max_timing_s), m.RunReply, timeout)
+    ran = _call(worker, m.Run(run_seed=run_seed, max_timing_s=cfg.max_timing_s), m.RunReply, cx.timeout)
     run_s = time.monotonic() - t0
     after = nvml.snapshot(ref.device.uuid) if ref.device.kind == "cuda" else None
     if not ran.ok:
         raise _failed(ran, w, "timing")
     n = len(ran.digests)
     _check_counts(armed.plan, n, run_s, timing, cfg.max_timing_s, w)
-    got = _call(worker, m.Stats(), m.StatsReply, timeout)
+    got = _call(worker, m.Stats(), m.StatsReply, cx.timeout)
     if not got.ok:
         raise _failed(got, w, "reading the timing of")
     stats = got.stats
 
-    # The outside clock: the candidate's loop of calls, then the same loop without the call in
-    # the trusted worker while the candidate's processes are stopped; twice each, on new data.
     loop_kind = _loop_kind(ref, d, w)
     try:
         passes, pad = _pad_passes(ref, armed.confirm_host_ms, armed.flush_ms)
     except ValueError as exc:
         raise Rejection("benchmark", "REWARD_HACK", f"warming up {w.uuid}: {exc}", None, w.uuid) from None
     copies = armed.plan.method != "cuda-graph" and not dps
-    run_walls, loop_walls, confirms = [], [], []
-    windows = cfg.outside_windows if ref.device.kind == "cuda" else cfg.outside_windows_cpu
-    for window in range(windows):
-        seed = ref.seed(f"confirm-{window}", run_seed)
-        with _no_gc():
-            t0 = time.monotonic()
-            confirmed = _call(worker, m.Confirm(seed=seed, iters=n, pad_passes=passes), m.ConfirmReply, timeout)
-            run_wall = time.monotonic() - t0
-        if not confirmed.ok:
-            raise _failed(confirmed, w, "timing")
-        if len(confirmed.digests) != n:
-            raise Rejection("benchmark", "REWARD_HACK", f"the outside clock's loop on {w.uuid} reported "
-                            f"{len(confirmed.digests)} calls for {n}", None, w.uuid)
-        with frozen(worker.proc.pid if worker.proc is not None else None):
-            _device_idle(ref, trusted, w, "before")
-            with _no_gc():
-                t0 = time.monotonic()
-                loop = _call(trusted, m.Overhead(key=key, workload=workload, axes=axes, sets=sets, seed=seed,
-                                                 iters=n, pad_passes=passes, copies=copies,
-                                                 projection_seed=projection_seed), m.OverheadReply, timeout)
-                loop_wall = time.monotonic() - t0
-            _device_idle(ref, trusted, w, "after")
-        if not loop.ok:
-            raise GuardError(f"the trusted worker could not run the timing loop: {loop.message}")
-        run_walls.append(run_wall)
-        loop_walls.append(loop_wall - loop.setup_s)
-        confirms.append((seed, confirmed.digests))
+    run_walls, loop_walls, confirms = _outside_windows(cx, run_seed, n, passes, copies, projection_seed)
     # pauses (a collection, the scheduler) only lengthen a window: the shortest of each is the loop
     rel, abs_ms, slack = _bands(ref, loop_kind)
     clock = outside_clock.judge(min(run_walls), n, min(loop_walls), n,
@@ -193,41 +181,93 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
                                 check_short=ref.device.kind == "cuda")
     stats["outside_clock"] = clock.model_dump()
 
-    # The digests of a secret sample of the calls of every loop against the reference.
-    # every window as many as the timed loop: the shortest window decides, so it must be checked
+    # The digests of a secret sample of the calls of every loop against the reference; every
+    # window as many as the timed loop: the shortest window decides, so it must be checked.
     checks = [(run_seed, ran.digests, "timed", "seeded")]
     checks += [(seed, digests, "outside clock's", "stream") for seed, digests in confirms]
     for seed, digests, loop_name, regime in checks:
         chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
-        verified = _call(trusted, m.VerifyReplays(key=key, workload=workload, axes=axes, sets=sets, run_seed=seed,
-                                                  regime=regime, projection_seed=projection_seed, iterations=chosen,
-                                                  digests=[digests[i] for i in chosen],
-                                                  tolerances=tolerances, names=list(d.outputs)),
-                         m.VerifyReply, max(cfg.call_timeout_s, 120))
-        if not verified.ok:
-            raise GuardError(f"checking the timed calls on {w.uuid} failed: {verified.message}")
-        if not verified.passed:
-            raise Rejection("benchmark", "REWARD_HACK",
-                            f"{loop_name} call {verified.iteration} on {w.uuid} did not compute the answer for its "
-                            "own inputs: the candidate behaves differently while timed (every timed call gets "
-                            "fresh inputs; a remembered answer, a cache or a skipped call fails)",
-                            verified.message, w.uuid)
+        _verify_calls(cx, seed, regime, projection_seed, chosen, digests, tolerances, list(d.outputs), loop_name)
+    _reject_disagreement(cx, clock, run_walls, loop_walls, n)
+    return {"stats": stats, "nvml": {"before": before, "after": after}}
+
+
+def _outside_windows(cx: _Workload, run_seed: int, n: int, passes: int, copies: bool,
+                     projection_seed: int) -> tuple[list[float], list[float], list[tuple[int, list[Any]]]]:
+    """The outside clock: the candidate's loop of calls, then the same loop without the call in
+    the trusted worker while the candidate's processes are stopped; each window on new data.
+    (walls of the candidate's loops, walls of the trusted loops, (seed, digests) per window)."""
+    ref, w = cx.ref, cx.w
+    run_walls: list[float] = []
+    loop_walls: list[float] = []
+    confirms: list[tuple[int, list[Any]]] = []
+    windows = ref.cfg.outside_windows if ref.device.kind == "cuda" else ref.cfg.outside_windows_cpu
+    for window in range(windows):
+        seed = ref.seed(f"confirm-{window}", run_seed)
+        with _no_gc():
+            t0 = time.monotonic()
+            confirmed = _call(cx.worker, m.Confirm(seed=seed, iters=n, pad_passes=passes), m.ConfirmReply, cx.timeout)
+            run_wall = time.monotonic() - t0
+        if not confirmed.ok:
+            raise _failed(confirmed, w, "timing")
+        if len(confirmed.digests) != n:
+            raise Rejection("benchmark", "REWARD_HACK", f"the outside clock's loop on {w.uuid} reported "
+                            f"{len(confirmed.digests)} calls for {n}", None, w.uuid)
+        with frozen(cx.worker.proc.pid if cx.worker.proc is not None else None):
+            _device_idle(ref, cx.trusted, w, "before")
+            with _no_gc():
+                t0 = time.monotonic()
+                loop = _call(cx.trusted, m.Overhead(key=cx.key, workload=cx.workload, axes=cx.axes, sets=cx.sets,
+                                                    seed=seed, iters=n, pad_passes=passes, copies=copies,
+                                                    projection_seed=projection_seed), m.OverheadReply, cx.timeout)
+                loop_wall = time.monotonic() - t0
+            _device_idle(ref, cx.trusted, w, "after")
+        if not loop.ok:
+            raise GuardError(f"the trusted worker could not run the timing loop: {loop.message}")
+        run_walls.append(run_wall)
+        loop_walls.append(loop_wall - loop.setup_s)
+        confirms.append((seed, confirmed.digests))
+    return run_walls, loop_walls, confirms
+
+
+def _verify_calls(cx: _Workload, seed: int, regime: Literal["seeded", "stream"], projection_seed: int,
+                  chosen: list[int], digests: list[Any], tolerances: list[m.Tolerance], names: list[str],
+                  loop_name: str) -> None:
+    """The trusted worker's check of the chosen calls' digests; REWARD_HACK on a mismatch."""
+    w = cx.w
+    verified = _call(cx.trusted, m.VerifyReplays(key=cx.key, workload=cx.workload, axes=cx.axes, sets=cx.sets,
+                                                 run_seed=seed, regime=regime, projection_seed=projection_seed,
+                                                 iterations=chosen, digests=[digests[i] for i in chosen],
+                                                 tolerances=tolerances, names=names),
+                     m.VerifyReply, max(cx.ref.cfg.call_timeout_s, 120))
+    if not verified.ok:
+        raise GuardError(f"checking the timed calls on {w.uuid} failed: {verified.message}")
+    if not verified.passed:
+        raise Rejection("benchmark", "REWARD_HACK",
+                        f"{loop_name} call {verified.iteration} on {w.uuid} did not compute the answer for its "
+                        "own inputs: the candidate behaves differently while timed (every timed call gets "
+                        "fresh inputs; a remembered answer, a cache or a skipped call fails)",
+                        verified.message, w.uuid)
+
+
+def _reject_disagreement(cx: _Workload, clock: outside_clock.OutsideClock, run_walls: list[float],
+                         loop_walls: list[float], n: int) -> None:
+    """REWARD_HACK when the outside clock contradicts the candidate's figure either way."""
+    w = cx.w
+    walls = (f"calls with the loop {min(run_walls):.4f} s, the loop alone {min(loop_walls):.4f} s, {n} calls "
+             f"(shortest of {len(run_walls)} windows each)")
     if clock.short_loop:
         raise Rejection("benchmark", "REWARD_HACK",
                         f"the candidate's loop of calls on {w.uuid} ran {-clock.outside_ms * 1e3:.1f} us a call faster "
                         "than the same loop without the call, as the guard's own clock measured it: the candidate's "
                         "process skipped part of the loop's own work (padding, draws or digests)",
-                        f"allowed: {clock.abs_band_ms * 1e3:.1f} us; calls with the loop {min(run_walls):.4f} s, the "
-                        f"loop alone {min(loop_walls):.4f} s, {n} calls", w.uuid)
+                        f"allowed: {clock.abs_band_ms * 1e3:.1f} us; {walls}", w.uuid)
     if not clock.agrees:
         raise Rejection("benchmark", "REWARD_HACK",
                         f"the guard's own clock measured {clock.outside_ms * 1e3:.1f} us per call on {w.uuid}, "
                         f"but the candidate's process reported {clock.inside_ms * 1e3:.1f} us: the timing "
                         "inside the candidate's process was tampered with",
-                        f"allowed: {rel:.0%} + {clock.abs_band_ms * 1e3:.1f} us; calls with the loop "
-                        f"{min(run_walls):.4f} s, the loop alone {min(loop_walls):.4f} s, {n} calls (shortest of "
-                        f"{len(run_walls)} windows each)", w.uuid)
-    return {"stats": stats, "nvml": {"before": before, "after": after}}
+                        f"allowed: {clock.rel_band:.0%} + {clock.abs_band_ms * 1e3:.1f} us; {walls}", w.uuid)
 
 
 @contextlib.contextmanager
