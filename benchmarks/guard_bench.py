@@ -53,16 +53,25 @@ def evaluate(guard, source, problem, agent, language="triton"):
     return v, wall
 
 
+def _phases_line(label: str, v, wall: float) -> str:
+    """Every phase of a verdict, the per-request waits (``trusted.confirm``...) included."""
+    parts = "  ".join(f"{k} {x:.2f}s" for k, x in sorted(v.phases_s.items(), key=lambda kv: -kv[1]))
+    return f"{v.problem} {label}: wall {wall:.2f}s  {parts}"
+
+
 def latency_study(guard, problem, source, warm_runs=3) -> dict:
     out = {"problem": problem, "workloads": None, "cold": None, "warm_trivial": [], "warm_new_jit": []}
     v, wall = evaluate(guard, variant(source, 0), problem, "latency")
+    print(_phases_line("cold", v, wall), flush=True)
     out["workloads"] = v.checked.model_dump()
-    out["cold"] = {**{k: v.phases_s.get(k) for k in PHASES}, "baseline": v.phases_s.get("baseline"), "wall": wall}
+    out["cold"] = {**v.phases_s, "wall": wall}
     for i in range(1, warm_runs + 1):
         v, wall = evaluate(guard, variant(source, i), problem, "latency")
-        out["warm_trivial"].append({**{k: v.phases_s.get(k) for k in PHASES}, "wall": wall})
+        print(_phases_line("warm trivial", v, wall), flush=True)
+        out["warm_trivial"].append({**v.phases_s, "wall": wall})
         v, wall = evaluate(guard, jit_variant(source, i + 100), problem, "latency")
-        out["warm_new_jit"].append({**{k: v.phases_s.get(k) for k in PHASES}, "wall": wall})
+        print(_phases_line("warm new JIT", v, wall), flush=True)
+        out["warm_new_jit"].append({**v.phases_s, "wall": wall})
     return out
 
 

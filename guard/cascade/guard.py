@@ -21,7 +21,7 @@ from ..problems.problem import Problem
 from ..repetition import normalized_hash
 from ..runner import device as device_mod
 from ..runner.pool import WorkerPool
-from ..runner.process import WorkerDied, WorkerTimeout
+from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from ..runner.slot import TimingSlot
 from ..sandbox import isolation_line
 from ..screen import screen_solution
@@ -187,6 +187,7 @@ class Guard:
         trusted, key, ceilings, baselines = self.reference.prepare(problem, wset.visible, progress)
         phases["baseline"] = time.monotonic() - t
         self._peak_memory(trusted, reset=True)  # this evaluation's peak, not the baselines'
+        trusted_ops = dict(trusted.op_seconds)
 
         t = time.monotonic()
         cand = self.pool.take_candidate()
@@ -229,22 +230,22 @@ class Guard:
                 phases["pairing"] = time.monotonic() - t
             memory = self._memory(trusted, cand)
         except Rejection as rej:
-            phases["total"] = time.monotonic() - t_start
+            self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
             return self.recorder.reject(cid, problem, agent, rej, phases, notes, parent,
                                         memory=self._memory(trusted, cand))
         except WorkerTimeout as exc:  # the candidate's worker was killed: the trusted one's peak only
-            phases["total"] = time.monotonic() - t_start
+            self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
             return self.recorder.reject(cid, problem, agent, timed_out(gate, exc, self.cfg.call_timeout_s),
                                         phases, notes, parent, memory=self._memory(trusted, None))
         except WorkerDied as exc:
-            phases["total"] = time.monotonic() - t_start
+            self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
             return self.recorder.reject(cid, problem, agent, died(gate, exc), phases, notes, parent,
                                         memory=self._memory(trusted, None))
         finally:
             self.pool.discard(cand)  # its folder goes with it, outputs included
 
         # Gates 6 and 7: decision, archive.
-        phases["total"] = time.monotonic() - t_start
+        self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
         return self.recorder.measured(cid, problem, agent, workloads, checked, phases, notes, parent,
                                       solution_json, paired=paired, memory=memory)
 
@@ -263,6 +264,20 @@ class Guard:
                                        lambda w: len(self.reference.set_seeds(d, w, "timing", 0)), flush)
         if why:
             raise GuardError(why)
+
+    @staticmethod
+    def _finish_phases(phases: dict[str, float], t_start: float, trusted: WorkerProcess,
+                       trusted_before: dict[str, float], cand: WorkerProcess) -> None:
+        """The total, and the seconds this evaluation spent waiting on each request to each
+        worker (``trusted.confirm``...): where a slow verdict's time went."""
+        phases["total"] = time.monotonic() - t_start
+        for op, secs in trusted.op_seconds.items():
+            spent = secs - trusted_before.get(op, 0.0)
+            if spent > 0.0005:
+                phases[f"trusted.{op}"] = round(spent, 4)
+        for op, secs in cand.op_seconds.items():
+            if secs > 0.0005:
+                phases[f"candidate.{op}"] = round(secs, 4)
 
     @staticmethod
     def _peak_memory(worker, reset: bool = False) -> int | None:

@@ -123,6 +123,9 @@ class WorkerProcess:
         self.sock: socket.socket | None = None
         self.info: dict = {}
         self.started_at = 0.0
+        # Seconds spent waiting on each request kind, summed over the worker's life: the
+        # verdict reports the part each evaluation added (where a verdict's time goes).
+        self.op_seconds: dict[str, float] = {}
         self._sandbox_init: int | None = None  # pidfd of the sandbox's init (PID 1 inside)
 
     # -- lifecycle ----------------------------------------------------------------
@@ -267,11 +270,16 @@ class WorkerProcess:
         self.wait_ready()
         if self.sock is None:
             raise WorkerDied("worker socket closed", self.returncode, self.log_tail())
+        op = message.get("op", "?")
+        t0 = time.monotonic()
         try:
             protocol.send(self.sock, message)
         except OSError:
-            raise self._died(message.get("op", "?")) from None
-        return self._recv(timeout, message.get("op", "?"))
+            raise self._died(op) from None
+        try:
+            return self._recv(timeout, op)
+        finally:
+            self.op_seconds[op] = self.op_seconds.get(op, 0.0) + time.monotonic() - t0
 
     def _recv(self, timeout: float, op: str) -> dict:
         try:
