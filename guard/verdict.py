@@ -61,6 +61,7 @@ class Timing(_Part):
     warmup_iters: int | None = None
     planned_iters: int | None = None
     eager_warmup_median_ms: float | None = None
+    loop_warmup_median_ms: float | None = None  # fresh inputs and flush before each call
     off_stream_suspect: bool | None = None  # host time well above event time: work off the event window
     cupti_error: str | None = None  # why CUPTI gave no usable record (cuda-graph)
     graph_error: str | None = None  # why the call could not be captured in a graph

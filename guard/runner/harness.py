@@ -65,6 +65,15 @@ T = SimpleNamespace(
     graph_replay=torch.cuda.CUDAGraph.replay,
     marker=getattr(torch.cuda, "_sleep", None),  # a tiny kernel ("spin_kernel") that brackets an eager call
     median=statistics.median,
+    # the digest of every timed call (replays.digest)
+    reshape=torch.Tensor.reshape,
+    numel=torch.Tensor.numel,
+    sum=torch.sum,
+    dot=torch.dot,
+    mv=torch.mv,
+    stack=torch.stack,
+    sqrt=torch.sqrt,
+    vector_norm=torch.linalg.vector_norm,
 )
 
 # (owner, attribute) pairs whose identity must not change while a candidate is loaded.
@@ -83,6 +92,8 @@ _WATCHED: list[tuple[object, str]] = [
     (torch.cuda.CUDAGraph, "replay"), (torch.cuda.CUDAGraph, "capture_begin"),
     (torch.cuda.CUDAGraph, "capture_end"), (torch.cuda, "graph"), (torch.cuda, "CUDAGraph"),
     (statistics, "median"),
+    (torch.Tensor, "reshape"), (torch.Tensor, "numel"), (torch, "sum"), (torch, "dot"), (torch, "mv"),
+    (torch, "stack"), (torch, "sqrt"), (torch.linalg, "vector_norm"), (torch.Tensor, "sum"),
     (torch.testing, "assert_close"), (threading, "Thread"), (builtins, "isinstance"),
     (builtins, "print"), (builtins, "open"), (builtins, "__import__"),
     (json, "dumps"), (json, "loads"), (socket.socket, "sendall"), (socket.socket, "recv"),

@@ -112,6 +112,7 @@ class Plan:
     pad_ms: float = 0.0  # device idle time queued before each timed call (GPU)
     warmup_iters: int = 0
     eager_warmup_median_ms: float = 0.0
+    loop_warmup_median_ms: float = 0.0  # fresh inputs and flush before a call, in the warm-up
     graph_error: str | None = None
     graphs: list = field(default_factory=list, repr=False)  # (graph, static outputs) per set
 
@@ -216,14 +217,16 @@ class Timer:
         the iteration count, capture one graph per input set where the call can be captured
         and the graph does the call's work (``graph_holds(set, static outputs, replay)`` gives
         the reason when it does not)."""
-        warm_ms, host_call_ms, i = [], [], 0
+        warm_ms, host_call_ms, loop_ms, i = [], [], [], 0
         budget_end = T.perf_counter() + warmup_time_s
         while i < n_sets or T.perf_counter() < budget_end:
             k = i % n_sets
+            r0 = T.perf_counter()
             refill(k, -1 - i)
             self._flush()
             self._sync()
             h0 = T.perf_counter()
+            loop_ms.append((h0 - r0) * 1e3)
             call(k)
             h1 = T.perf_counter()
             self._sync()
@@ -234,9 +237,13 @@ class Timer:
             if i >= max(n_sets, 1000):
                 break
         est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2):]), 1e-4)
-        iters = int(min(max_iters, max(min_iters, math.ceil(target_time_s * 1e3 / est))))
+        # The loop's own work (fresh inputs, flush) runs before every call, and the outside
+        # clock runs the same count four times more: the count is set by what an iteration
+        # costs in all, so a short call on large custom-made inputs does not take 500 of them.
+        loop_est = statistics.median(loop_ms[-max(1, len(loop_ms) // 2):])
+        iters = int(min(max_iters, max(min_iters, math.ceil(target_time_s * 1e3 / (est + loop_est)))))
         plan = Plan(method="host-clock", iters=iters, n_sets=n_sets, warmup_iters=len(warm_ms),
-                    eager_warmup_median_ms=est)
+                    eager_warmup_median_ms=est, loop_warmup_median_ms=loop_est)
         if not self.is_cuda:
             return plan
         plan.method = "cuda-events+host-sync"
@@ -497,6 +504,7 @@ class Timer:
         return {"n_sets": plan.n_sets, "flush_bytes": self.flush_bytes, "flush_ms": self._flush_ms,
                 "warmup_iters": plan.warmup_iters,
                 "planned_iters": plan.iters, "eager_warmup_median_ms": plan.eager_warmup_median_ms,
+                "loop_warmup_median_ms": plan.loop_warmup_median_ms,
                 "pad_ms": plan.pad_ms}
 
 
