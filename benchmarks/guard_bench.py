@@ -44,13 +44,26 @@ def jit_variant(source: str, i: int) -> str:
     return source.replace("tl.program_id(0)", f"tl.program_id(0) + 0 * {i}", 1)
 
 
-def evaluate(guard, source, problem, agent, language="triton"):
+def evaluate(guard, source, problem, agent, language="triton", must_pass=True):
     t0 = time.monotonic()
     v = guard.evaluate(from_source(source, language, "kernel.py"), problem, agent=agent)
     wall = time.monotonic() - t0
     if v.status != "PASSED":
-        raise SystemExit(f"{problem}: {v.status} {v.reason}\n{v.diagnostic}")
+        print(f"{problem}: {v.status} {v.reason}\n{v.diagnostic}", flush=True)
+        if must_pass:
+            raise SystemExit(1)
     return v, wall
+
+
+def _workload_lines(v) -> str:
+    """Per workload: timed calls, the warm-up's call and loop estimates, the outside clock's walls."""
+    rows = []
+    for w in v.workloads:
+        t, oc = w.timing, w.timing.outside_clock
+        rows.append(f"    {w.uuid}: iters {t.planned_iters} call~{t.eager_warmup_median_ms or 0:.3f}ms "
+                    f"loop~{t.loop_warmup_median_ms or 0:.3f}ms median {t.median_ms:.4f}ms {t.method}"
+                    + (f" run {oc.run_wall_s:.3f}s loop {oc.loop_wall_s:.3f}s ({oc.loop})" if oc else ""))
+    return "\n".join(rows)
 
 
 def _phases_line(label: str, v, wall: float) -> str:
@@ -63,6 +76,7 @@ def latency_study(guard, problem, source, warm_runs=3) -> dict:
     out = {"problem": problem, "workloads": None, "cold": None, "warm_trivial": [], "warm_new_jit": []}
     v, wall = evaluate(guard, variant(source, 0), problem, "latency")
     print(_phases_line("cold", v, wall), flush=True)
+    print(_workload_lines(v), flush=True)
     out["workloads"] = v.checked.model_dump()
     out["cold"] = {**v.phases_s, "wall": wall}
     for i in range(1, warm_runs + 1):
@@ -75,21 +89,33 @@ def latency_study(guard, problem, source, warm_runs=3) -> dict:
     return out
 
 
-def spread_study(guard, problem, source, n, agent="incumbent", base=1000) -> dict:
+def spread_study(guard, problem, source, n, agent="incumbent", base=1000, deadline: float = float("inf")) -> dict:
     first, first_wall = evaluate(guard, variant(source, base), problem, agent)
-    decisions, per_workload, geo = [], {}, []
+    print(_phases_line("incumbent", first, first_wall), flush=True)
+    print(_workload_lines(first), flush=True)
+    decisions, per_workload, geo, refused = [], {}, [], []
     for i in range(n):
-        v, _ = evaluate(guard, variant(source, base + 1 + i), problem, agent)
+        if time.monotonic() > deadline:  # the device call's time is bounded: report what was done
+            print(f"time limit: {i} of {n} resubmissions done", flush=True)
+            break
+        v, wall = evaluate(guard, variant(source, base + 1 + i), problem, agent, must_pass=False)
+        if v.status != "PASSED":  # an honest resubmission refused: a false rejection, counted
+            refused.append({"status": v.status, "reason": v.reason})
+            continue
         paired = (v.paired or {}).get("agent")
         decisions.append({"decision": v.decision, "speedup_vs_best": v.speedup_vs_best, "threshold": v.threshold,
                           "paired": bool(paired and paired.paired_speedup),
                           "stored_speedup": paired.stored_speedup if paired else None})
         print(f"resubmission {i + 1}: {v.decision} speedup {v.speedup_vs_best:.4f} threshold {v.threshold:.4f} "
               f"geomean {v.latency_ms * 1e3:.2f} us methods {sorted({w.timing.method for w in v.workloads})} "
-              f"total {v.phases_s.get('total', 0):.1f}s", flush=True)
+              f"total {v.phases_s.get('total', 0):.1f}s (benchmark {v.phases_s.get('benchmark', 0):.1f}s, "
+              f"pairing {v.phases_s.get('pairing', 0):.1f}s)", flush=True)
         geo.append(v.latency_ms)
         for w in v.workloads:
             per_workload.setdefault(w.uuid, []).append(w.latency_ms)
+    if not geo:
+        return {"problem": problem, "incumbent": first.candidate_id, "resubmissions": len(refused),
+                "false_accepts": 0, "false_rejections": refused}
     cv = {u: statistics.pstdev(xs) / statistics.fmean(xs) for u, xs in per_workload.items()}
     speedups = [d["speedup_vs_best"] for d in decisions if d["speedup_vs_best"]]
     stored = [d["stored_speedup"] for d in decisions if d["stored_speedup"]]
@@ -97,8 +123,9 @@ def spread_study(guard, problem, source, n, agent="incumbent", base=1000) -> dic
         "problem": problem,
         "incumbent": first.candidate_id,
         "first_verdict_phases": {**first.phases_s, "wall": first_wall},
-        "resubmissions": n,
+        "resubmissions": len(decisions) + len(refused),
         "false_accepts": sum(d["decision"] == "ACCEPT" for d in decisions),
+        "false_rejections": refused,
         "decisions": decisions,
         "paired_decisions": sum(d["paired"] for d in decisions),
         # the decision's own spread: speedups of the incumbent over itself, paired (or stored)
@@ -121,6 +148,8 @@ def main() -> int:
     ap.add_argument("--warm-runs", type=int, default=3)
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-spread", action="store_true")
+    ap.add_argument("--spread-time-limit", type=float, default=float("inf"),
+                    help="seconds after which no further resubmission starts")
     ap.add_argument("--latency-problems", nargs="*", default=None,
                     help="only the latency studies of problems whose name contains one of these")
     args = ap.parse_args()
@@ -140,7 +169,8 @@ def main() -> int:
         result["device"] = guard.device_info()
         result["config"] = guard.cfg.model_dump()
         if not args.skip_spread:
-            result["spread"] = spread_study(guard, "rmsnorm_h4096", rms_seed, args.resubmissions)
+            result["spread"] = spread_study(guard, "rmsnorm_h4096", rms_seed, args.resubmissions,
+                                           deadline=time.monotonic() + args.spread_time_limit)
             (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
         if not args.skip_latency:
             result["latency"] = []
@@ -169,7 +199,9 @@ def render(r: dict) -> str:
                    for k in PHASES if any(x.get(k) is not None for x in runs)}
             lines.append(f"  {label:<22} " + "  ".join(f"{k} {v:6.2f}s" for k, v in med.items()))
     sp = r.get("spread")
-    if sp:
+    if sp and "geomean_cv" not in sp:
+        lines.append(f"\nspread: every resubmission refused: {sp['false_rejections']}")
+    elif sp:
         lines.append(
             f"\nspread over {sp['resubmissions']} resubmissions of {sp['problem']}: geomean CV {sp['geomean_cv']:.3%}, "
             f"per-workload CV median {sp['workload_cv_median']:.3%} max {sp['workload_cv_max']:.3%}; "

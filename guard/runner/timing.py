@@ -191,9 +191,13 @@ class Timer:
         return self._flush_ms
 
     def pass_ms(self, passes: int) -> float:
-        """Device time of one flush pass now (events around ``passes`` of them)."""
+        """Device time of one flush pass now (events around ``passes`` of them), measured as
+        the calibration is: after as many untimed passes, so that a device waking from idle
+        (its first kernels run slower: 48 us a pass against 32 us was seen on the H200, for
+        every probe of ten seconds) does not read as another process's work."""
         start, end = T.cuda_event(enable_timing=True), T.cuda_event(enable_timing=True)
         T.cuda_sync()
+        self.idle_passes(passes)
         T.event_record(start)
         self.idle_passes(passes)
         T.event_record(end)
