@@ -49,6 +49,31 @@ def test_refill_redraws_floats_in_place_and_keeps_indices():
     assert not torch.equal(again[0], live[0])
 
 
+INT_ONLY = {
+    "name": "histogram", "reference": "def run(codes):\n    return codes.sum(-1)\n",
+    "inputs": {"codes": {"shape": ["n", 64], "dtype": "int32"}},
+    "outputs": {"y": {"shape": ["n"], "dtype": "int64"}},
+}
+
+
+def test_integer_only_inputs_are_remade_for_every_call():
+    # Nothing to redraw in place: a loop that kept each set's values would let a cache keyed
+    # by them hit on every timed call, with answers the digests find right.
+    maker = InputMaker(INT_ONLY, "cpu")
+    assert not replays.stream_refill_possible(INT_ONLY, {})
+    live = maker.make({}, {"n": 16}, seed=1)
+    ptr, before = live[0].data_ptr(), live[0].clone()
+    refill = replays.Refiller(maker, {}, {"n": 16})
+    assert refill.custom  # remade by the InputMaker, the seeded regime
+    refill(live, seed=7)
+    assert live[0].data_ptr() == ptr and not torch.equal(live[0], before)
+    again = maker.make({}, {"n": 16}, seed=1)
+    refill(again, seed=7)  # the trusted worker gets the same values from the same seed
+    assert torch.equal(again[0], live[0])
+    # a float input beside the integers: redrawn in place, the stream regime
+    assert replays.stream_refill_possible(DEF, {})
+
+
 def _confirm_loop(sets, static=None, rows=8, mirror=None):
     from guard.runner.confirm import ConfirmLoop
 

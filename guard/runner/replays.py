@@ -65,11 +65,27 @@ def replay_seed(run_seed: int, iteration: int) -> int:
     return sub_seed(run_seed, "replay", iteration)
 
 
+def redrawn_inputs(definition: dict, workload: dict) -> list[tuple[int, str]]:
+    """(position, name) of the inputs a refill redraws in place: float tensors the guard makes
+    at random. Integer and loaded inputs keep their set's values (index conventions hold)."""
+    specs = workload.get("inputs", {})
+    out = []
+    for j, (name, spec) in enumerate(definition["inputs"].items()):
+        kind = specs.get(name, {}).get("type", "random")
+        dtype = str(spec.get("dtype", ""))
+        if spec.get("shape") is not None and kind == "random" and dtype.startswith(("float", "bfloat")):
+            out.append((j, name))
+    return out
+
+
 def stream_refill_possible(definition: dict, workload: dict) -> bool:
     """Whether a loop's fresh inputs can come from one generator drawn on in order
-    (``StreamRefill``): not when a custom generator makes them."""
+    (``StreamRefill``): not when a custom generator makes them, nor when no input can be
+    redrawn in place (integer-only inputs: the loop would repeat each set's values, and a
+    cache keyed by them would hit on every call), where the ``InputMaker`` remakes them all."""
     specs = workload.get("inputs", {})
-    return not (definition.get("custom_inputs_entrypoint") and any(s.get("type") == "custom" for s in specs.values()))
+    custom = definition.get("custom_inputs_entrypoint") and any(s.get("type") == "custom" for s in specs.values())
+    return not custom and bool(redrawn_inputs(definition, workload))
 
 
 def redraw(t: torch.Tensor, gen: torch.Generator, scratch: dict[int, torch.Tensor]) -> None:
@@ -109,21 +125,16 @@ class Refiller:
     """Refills a call's live input buffers in place with the inputs of a new seed (the buffers
     a captured graph reads). Float inputs that the guard makes at random (the common case) are
     redrawn where they lie, one ``normal_`` per tensor from a generator seeded per input:
-    cheap enough to run before every timed call. Inputs made by a custom generator go through
-    the ``InputMaker`` again; integer and loaded inputs keep the values of their set (index
-    conventions hold; the floats beside them change)."""
+    cheap enough to run before every timed call; integer and loaded inputs beside them keep the
+    values of their set (index conventions hold; the floats beside them change). Inputs made by
+    a custom generator, and inputs of which none is such a float, go through the
+    ``InputMaker`` again."""
 
     def __init__(self, maker: InputMaker, workload: dict, axes: dict):
         self.maker, self.workload, self.axes = maker, workload, axes
-        d = maker.d
-        specs = workload.get("inputs", {})
-        self.custom = not stream_refill_possible(d, workload)
-        self.redrawn: list[tuple[int, str]] = []
-        for j, (name, spec) in enumerate(d["inputs"].items()):
-            kind = specs.get(name, {}).get("type", "random")
-            dtype = str(spec.get("dtype", ""))
-            if spec.get("shape") is not None and kind == "random" and dtype.startswith(("float", "bfloat")):
-                self.redrawn.append((j, name))
+        # remade whole by the InputMaker where the inputs cannot be redrawn in place
+        self.custom = not stream_refill_possible(maker.d, workload)
+        self.redrawn = redrawn_inputs(maker.d, workload)
         self.gen = torch.Generator(device=maker.device)
         self.scratch: dict[int, torch.Tensor] = {}
 
