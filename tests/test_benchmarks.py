@@ -122,3 +122,35 @@ def test_ceilings_probe_runs_and_compares_with_the_guards_measurement(tmp_path):
     copy = r["ramped"]["copy"]
     assert len(copy) == 2 and r["summary"][0]["ramped"] == max(v["best"] for v in copy.values())
     assert "| copy (read + write) |" in out.stdout
+
+
+def test_kernelbench_suite_chooses_files_renames_the_model_and_resumes(tmp_path):
+    """Level 1 whole, the first files of levels 2 and 3 by number (not by name: 10 after 9);
+    the reference turned into its own ModelNew; rows of an earlier call read back and summed."""
+    import json
+
+    from benchmarks import kernelbench_suite as suite
+
+    for level, names in (("level1", ["1_A.py", "2_B.py"]), ("level2", ["10_C.py", "9_D.py", "2_E.py"]),
+                         ("level3", ["3_F.py"])):
+        (tmp_path / level).mkdir()
+        for n in names:
+            (tmp_path / level / n).write_text("x = 1\n")
+    chosen = [f"{p.parent.name}/{p.name}" for p in suite.select(tmp_path, per_level=2)]
+    assert chosen == ["level1/1_A.py", "level1/2_B.py", "level2/2_E.py", "level2/9_D.py", "level3/3_F.py"]
+
+    src = "class Model(nn.Module):\n    def __init__(self):\n        super(Model, self).__init__()\n"
+    assert suite.modelnew_source(src).count("ModelNew") == 2 and "Model(" not in suite.modelnew_source(src)
+
+    rows = [{"file": "level1/1_A.py", "level": "level1", "status": "PASSED", "import_s": 0.5, "wall_s": 10.0,
+             "peak_ratio": 1.5, "score": 0.25},
+            {"file": "level1/2_B.py", "level": "level1", "status": "REJECT", "reason": "too slow", "import_s": 0.7,
+             "wall_s": 20.0, "peak_ratio": 3.5},
+            {"file": "level2/2_E.py", "level": "level2", "error": "OutOfMemoryError"}]
+    saved = tmp_path / "prior.jsonl"
+    saved.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert suite.load_rows(saved) == rows
+    table = suite.render(rows)
+    assert "| 1 | 2 | 1 | 1 | 0 | 0.6 / 0.7 | 15.0 / 20.0 | 3.5 | 0.250 |" in table
+    assert "| 2 | 1 | 0 | 0 | 1 |" in table
+    assert "peak over 3x: `level1/2_B.py` 3.5x" in table

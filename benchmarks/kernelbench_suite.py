@@ -1,0 +1,226 @@
+"""KernelBench levels 1-3 through the whole guard at their real sizes (issue 16's benchmark).
+
+For every level-1 file and the first ``--per-level`` files of levels 2 and 3 (by problem
+number), it imports the file, submits the reference itself as a ``ModelNew`` candidate (the
+file with ``Model`` renamed), and records one row per file:
+- import time; verdict status, decision, reason, wall time of the evaluation;
+- both workers' peak memory (``peak_memory_bytes``) and, on a GPU, what one call of the
+  reference needs on its own (its peak allocated memory in this process, inputs and outputs
+  included), and the ratio of the larger worker peak to it (the target is at most 3);
+- the SOL score.
+
+It is resumable: rows of an earlier call (``--resume FILE``, a JSONL this script wrote) are
+kept and their files skipped; every row is appended to ``OUT/kernelbench_suite.jsonl`` as soon
+as it is known, so a call stopped by its time limit keeps what it did. ``--time-limit`` stops
+starting new files after that many seconds. ``--render FILE`` prints the markdown summary.
+
+Usage (GPU machine; the KernelBench files copied into the repository, e.g. ``.kb/``):
+  python3 -m benchmarks.kernelbench_suite OUT --root .kb [--resume prior.jsonl] [--time-limit 480]
+  python3 -m benchmarks.kernelbench_suite --render OUT/kernelbench_suite.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import logging
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.kernelbench_import_bench import DEFAULT_ROOT, kernelbench_files  # noqa: E402
+
+log = logging.getLogger("kernelbench_suite")
+RESULTS = "kernelbench_suite.jsonl"
+PEAK_TARGET = 3.0
+
+
+def _number(path: Path) -> int:
+    m = re.match(r"(\d+)_", path.name)
+    return int(m.group(1)) if m else 10**6
+
+
+def select(root: Path, per_level: int, only: str | None = None) -> list[Path]:
+    """Every level-1 file, the first ``per_level`` of levels 2 and 3 by problem number."""
+    files = kernelbench_files(root)
+    chosen = []
+    for level in ("level1", "level2", "level3"):
+        mine = sorted((p for p in files if p.parent.name == level), key=_number)
+        chosen += mine if level == "level1" else mine[:per_level]
+    return [p for p in chosen if only is None or only in str(p)]
+
+
+def modelnew_source(reference: str) -> str:
+    """The reference file as a ``ModelNew`` candidate: the class, and every use of its name
+    (``super(Model, self)``), renamed."""
+    if "ModelNew" in reference:
+        raise ValueError("the file already defines ModelNew")
+    return re.sub(r"\bModel\b", "ModelNew", reference)
+
+
+def own_peak_bytes(path: Path, device: str) -> int | None:
+    """Peak device memory of one call of the reference in this process (inputs, weights,
+    the call's own allocations, outputs), on a GPU; None on the CPU."""
+    if device != "cuda":
+        return None
+    import torch
+
+    spec = importlib.util.spec_from_file_location(f"kb_{_number(path)}_{path.parent.name}", path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        with torch.no_grad():
+            model = module.Model(*module.get_init_inputs()).to("cuda")
+            inputs = [x.to("cuda") if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+            out = model(*inputs)
+            torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        del model, inputs, out
+        return int(peak)
+    finally:
+        torch.cuda.empty_cache()
+
+
+def judge_file(guard, path: Path, root: Path, prober, device: str) -> dict[str, Any]:
+    from guard.candidates.load import from_source
+    from guard.problems.kernelbench_import import import_kernelbench_file
+
+    row: dict[str, Any] = {"file": str(path.relative_to(root)), "level": path.parent.name}
+    t = time.monotonic()
+    problem, _notes = import_kernelbench_file(path, prober)
+    row["import_s"] = round(time.monotonic() - t, 2)
+    problem.save(guard.store.workspace_problems / problem.name)
+    row["problem"] = problem.name
+    try:
+        row["own_peak_bytes"] = own_peak_bytes(path, device)
+    except Exception as exc:  # noqa: BLE001 - the reference alone does not fit or fails: say so
+        row["own_peak_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    solution = from_source(modelnew_source(path.read_text()), None, "model_new.py")
+    t = time.monotonic()
+    v = guard.evaluate(solution, problem.name, agent="kernelbench-suite")
+    row["wall_s"] = round(time.monotonic() - t, 2)
+    row.update(status=v.status, decision=v.decision, reason=(v.reason or "")[:300], score=v.score,
+               peak_memory_bytes=v.peak_memory_bytes, phases_s={k: round(x, 2) for k, x in v.phases_s.items()})
+    peaks = [b for b in (v.peak_memory_bytes or {}).values() if b]
+    if peaks and row.get("own_peak_bytes"):
+        row["peak_ratio"] = round(max(peaks) / row["own_peak_bytes"], 2)
+    return row
+
+
+def load_rows(path: Path | None) -> list[dict]:
+    if path is None or not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    from guard.cascade import Guard
+    from guard.problems.kernelbench_import import KernelBenchProber
+    from guard.workspace import Workspace
+
+    root = args.root.resolve()
+    files = select(root, args.per_level, args.only)
+    if not files:
+        log.error("no KernelBench files under %s", root)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / RESULTS
+    prior = load_rows(args.resume)
+    done = {r["file"] for r in prior}
+    out.write_text("".join(json.dumps(r) + "\n" for r in prior))
+    todo = [p for p in files if str(p.relative_to(root)) not in done]
+    log.info("%d files chosen, %d recorded before, %d to judge", len(files), len(done), len(todo))
+    deadline = time.monotonic() + args.time_limit
+    ws = Workspace.open(Path(tempfile.mkdtemp(prefix="kb-suite-")) / "ws")
+    with Guard(ws, ws.config(), device=args.device) as guard, KernelBenchProber() as prober:
+        for i, path in enumerate(todo):
+            if time.monotonic() > deadline:
+                log.info("time limit: %d of %d left for the next call (--resume %s)", len(todo) - i, len(todo), out)
+                break
+            try:
+                row = judge_file(guard, path, root, prober, args.device)
+            except Exception as exc:  # noqa: BLE001 - recorded, and the suite goes on
+                row = {"file": str(path.relative_to(root)), "level": path.parent.name,
+                       "error": f"{type(exc).__name__}: {exc}"[:500]}
+            row["date"] = dt.date.today().isoformat()
+            with out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"[{i + 1}/{len(todo)}] {row['file']}: {row.get('status', 'ERROR')} "
+                  f"import {row.get('import_s', '-')} s, verdict {row.get('wall_s', '-')} s, "
+                  f"peak ratio {row.get('peak_ratio', '-')} {row.get('reason') or row.get('error') or ''}"[:400],
+                  flush=True)
+    print(render(load_rows(out)))
+    return 0
+
+
+def render(rows: list[dict]) -> str:
+    """The summary for docs/kernelbench.md: counts per level and status, times, peaks."""
+    lines = ["| level | judged | PASSED | other verdicts | errors | import s (median / max) | "
+             "verdict s (median / max) | peak ratio (max) | SOL score (median) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for level in ("level1", "level2", "level3"):
+        mine = [r for r in rows if r.get("level") == level]
+        if not mine:
+            continue
+        passed = [r for r in mine if r.get("status") == "PASSED"]
+        other = [r for r in mine if r.get("status") not in (None, "PASSED")]
+        errors = [r for r in mine if "error" in r]
+
+        def med_max(key: str, rs: list[dict] = mine) -> str:
+            xs = [r[key] for r in rs if isinstance(r.get(key), (int, float))]
+            return f"{statistics.median(xs):.1f} / {max(xs):.1f}" if xs else "-"
+
+        ratios = [r["peak_ratio"] for r in mine if isinstance(r.get("peak_ratio"), (int, float))]
+        scores = [r["score"] for r in passed if isinstance(r.get("score"), (int, float))]
+        score = f"{statistics.median(scores):.3f}" if scores else "-"
+        lines.append(f"| {level[-1]} | {len(mine)} | {len(passed)} | {len(other)} | {len(errors)} | "
+                     f"{med_max('import_s')} | {med_max('wall_s')} | "
+                     f"{max(ratios) if ratios else '-'} | {score} |")
+    failing = [r for r in rows if r.get("status") not in ("PASSED",)]
+    if failing:
+        lines.append("")
+        lines += [f"- `{r['file']}`: {r.get('status', 'ERROR')} {r.get('reason') or r.get('error', '')}"[:300]
+                  for r in failing]
+    over = [r for r in rows if isinstance(r.get("peak_ratio"), (int, float)) and r["peak_ratio"] > PEAK_TARGET]
+    lines += [f"- peak over {PEAK_TARGET:g}x: `{r['file']}` {r['peak_ratio']}x" for r in over]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path, nargs="?")
+    ap.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--per-level", type=int, default=25, help="files of levels 2 and 3 (level 1: all)")
+    ap.add_argument("--only", help="only files whose path contains this")
+    ap.add_argument("--resume", type=Path, help="a JSONL of an earlier call: its files are skipped")
+    ap.add_argument("--time-limit", type=float, default=float("inf"),
+                    help="seconds after which no new file is started")
+    ap.add_argument("--render", type=Path, help="print the summary of a results file and stop")
+    args = ap.parse_args()
+    if args.render:
+        print(render(load_rows(args.render)))
+        return 0
+    if args.out is None:
+        ap.error("OUT is required unless --render is given")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
