@@ -131,6 +131,25 @@ def test_trusted_confirm_loop_copies_as_the_candidate_does():
     assert table[0][0][0] == 4 * 64  # the digest read the copied ones
 
 
+def test_candidate_loop_copies_what_the_trusted_loop_is_charged():
+    """The trusted loop copies an eager call's outputs when the candidate reported eager
+    timing; a candidate loop whose call returns nothing (a captured graph, buffers written in
+    place) copies as many bytes then, so reporting eager timing for a graph gains nothing."""
+    maker = _maker()
+    sets = [maker.make({}, {"n": 4}, seed=1)]
+    static = [[torch.empty(4, 64, dtype=torch.bfloat16)]]
+
+    def in_place(k):
+        static[k][0].copy_(sets[k][0] * 2)
+
+    loop = _confirm_loop(sets, static)
+    loop.run(seed=3, iters=2, call=in_place, pad_passes=0)
+    assert loop._spare_outputs is None  # not charged: nothing copied
+    loop.run(seed=3, iters=2, call=in_place, pad_passes=0, copies=True)
+    spare = loop._spare_outputs
+    assert spare is not None and torch.equal(spare[0][0], static[0][0])  # the last call's outputs, copied
+
+
 def test_scramble_leaves_no_fixed_poison():
     t = torch.zeros(1000, dtype=torch.bfloat16)
     gen = torch.Generator().manual_seed(3)

@@ -206,7 +206,7 @@ def _outside_windows(cx: _Workload, run_seed: int, n: int, passes: int, copies: 
         seed = ref.seed(f"confirm-{window}", run_seed)
         with _no_gc():
             t0 = time.monotonic()
-            confirmed = _call(cx.worker, m.Confirm(seed=seed, iters=n, pad_passes=passes), m.ConfirmReply, cx.timeout)
+            confirmed = _call(cx.worker, m.Confirm(seed=seed, iters=n, pad_passes=passes, copies=copies), m.ConfirmReply, cx.timeout)
             run_wall = time.monotonic() - t0
         if not confirmed.ok:
             raise _failed(confirmed, w, "timing")

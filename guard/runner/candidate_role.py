@@ -334,7 +334,7 @@ class CandidateRole:
         if self.confirm_loop is None:
             return m.Reply(ok=False, status="INTERNAL", message="confirm before arm")
         try:
-            table = self.confirm_loop.run(msg.seed, msg.iters, self._loop_call(), msg.pad_passes)
+            table = self.confirm_loop.run(msg.seed, msg.iters, self._loop_call(), msg.pad_passes, msg.copies)
         except CandidateFault:
             raise
         except BaseException as exc:  # noqa: BLE001

@@ -67,6 +67,7 @@ class ConfirmLoop:
         self.refill_graphs: list[Any] = []
         self.digest_graphs: list[Any] = []
         self.host_ms_per_iter = 0.0
+        self._spare_outputs: list[list[torch.Tensor]] | None = None
         if self.use_graphs:
             self._capture()
 
@@ -129,10 +130,13 @@ class ConfirmLoop:
         T.cuda_sync()
 
     # -- the loop ----------------------------------------------------------------------------
-    def run(self, seed: int, iters: int, call: LoopCall | None, pad_passes: int) -> list[Any]:
+    def run(self, seed: int, iters: int, call: LoopCall | None, pad_passes: int, copies: bool = False) -> list[Any]:
         """``iters`` iterations on the data of ``seed``: ``pad_passes`` flush passes, fresh inputs, the call (None: the
-        trusted loop, which copies ``mirror`` instead), digest. The digests, per iteration and
-        output, as lists of floats. ``host_ms_per_iter`` is the host's time to enqueue one."""
+        trusted loop, which copies ``mirror`` instead), digest. ``copies``: the trusted loop is
+        charged for copying the outputs, so a call that returns none (a graph, destination
+        passing) copies as many bytes too; a candidate that reported eager timing for a
+        captured call gains nothing from it. The digests, per iteration and output, as lists
+        of floats. ``host_ms_per_iter`` is the host's time to enqueue one."""
         if not 0 < iters <= self.rows:
             raise ValueError(f"{iters} iterations asked of a loop made for at most {self.rows}")
         self.stream.seed(seed)
@@ -143,7 +147,7 @@ class ConfirmLoop:
         gc.disable()  # a collection's pause in a window is noise the guard's clock would see
         t0 = T.perf_counter()
         try:
-            self._loop(seed, iters, call, pad_passes, n)
+            self._loop(seed, iters, call, pad_passes, n, copies)
             self.host_ms_per_iter = (T.perf_counter() - t0) * 1e3 / iters
             self._sync()
         finally:
@@ -152,7 +156,8 @@ class ConfirmLoop:
         table: list[Any] = T.to(self.table[:iters], "cpu").tolist()
         return table
 
-    def _loop(self, seed: int, iters: int, call: LoopCall | None, pad_passes: int, n: int) -> None:
+    def _loop(self, seed: int, iters: int, call: LoopCall | None, pad_passes: int, n: int,
+              copies: bool = False) -> None:
         for it in range(iters):
             k = it % n
             self.idle(pad_passes)
@@ -164,7 +169,17 @@ class ConfirmLoop:
             elif call is None and self.mirror is not None:
                 for dst, src in zip(self._outputs(k), self.mirror[k]):
                     T.copy_(dst, src)
+            elif copies and call is not None:
+                for dst, src in zip(self._spare()[k], self._outputs(k)):
+                    T.copy_(dst, src)
             self._digest_step(k)
+
+    def _spare(self) -> list[list[torch.Tensor]]:
+        """Buffers of the outputs' sizes, made once, for the copies a call without outputs of
+        its own is charged (``run``'s ``copies``)."""
+        if self._spare_outputs is None:
+            self._spare_outputs = [[T.clone(t) for t in self._outputs(k)] for k in range(len(self.sets))]
+        return self._spare_outputs
 
     def inputs_at(self, seed: int, iterations: list[int]) -> Iterator[tuple[int, list[Any]]]:
         """The live set of each of ``iterations`` (ascending), as the loop of ``seed`` had it:

@@ -110,6 +110,9 @@ class Confirm(_Msg):
     seed: int
     iters: int
     pad_passes: int = 0  # flush passes queued before each iteration, so the device sets the pace
+    # the guard charges the trusted loop for copying an eager call's outputs (by the method
+    # the candidate reported): the candidate's loop then copies as many bytes whatever its call
+    copies: bool = False
 
 
 class Stats(_Msg):
