@@ -3,7 +3,9 @@ with a stored measurement from a slow window back into what the kernels really a
 
 from __future__ import annotations
 
+import contextlib
 import math
+from pathlib import Path
 
 from guard.candidates.load import from_source
 from guard.config import GuardConfig
@@ -40,9 +42,40 @@ def test_paired_arithmetic():
     assert paired_comparison({"w": {"incumbent": [], "challenger": []}}, cfg) is None
 
 
-def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(session_tmp, band=2.5):
+def _watch_pairing(monkeypatch) -> list[tuple[int, list[int], list[str]]]:
+    """(timed worker's pid, pids stopped meanwhile, their /proc states) for every workload
+    timed in a paired re-measurement."""
+    from guard.cascade import benchmark_gate
+
+    real_frozen, real_time = benchmark_gate.frozen, benchmark_gate.time_workload
+    stopped_now: list[list[int]] = []
+    seen: list[tuple[int, list[int], list[str]]] = []
+
+    @contextlib.contextmanager
+    def recording(pid):
+        with real_frozen(pid) as stopped:
+            stopped_now.append(stopped)
+            try:
+                yield stopped
+            finally:
+                stopped_now.pop()
+
+    def timing(ref, worker, *args, **kwargs):
+        if stopped_now:
+            pids = stopped_now[-1]
+            states = [Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] for p in pids]
+            seen.append((worker.proc.pid, pids, states))
+        return real_time(ref, worker, *args, **kwargs)
+
+    monkeypatch.setattr(benchmark_gate, "frozen", recording)
+    monkeypatch.setattr(benchmark_gate, "time_workload", timing)
+    return seen
+
+
+def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(session_tmp, monkeypatch, band=2.5):
     # 5 standard errors rather than 3: on 2 shared cores even two kernels timed turn about can
     # differ by 10%; the stored figures (40% off, no error) still say ACCEPT on their own
+    paired_timings = _watch_pairing(monkeypatch)
     guard = make_guard(session_tmp / f"ws-pairing-{band}", min_iters=40, max_iters=80, pairing_band_cpu=band,
                        noise_sigmas=5)
     try:
@@ -65,5 +98,10 @@ def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(se
             assert entry.incumbent == first.candidate_id
             assert entry.paired_speedup is not None, entry.note
             assert "re-measured side by side" in again.reason
+            # while one candidate was timed, the other's processes were stopped: neither can
+            # slow what it is compared with
+            assert paired_timings
+            for timed, stopped, states in paired_timings:
+                assert stopped and timed not in stopped and set(states) == {"T"}, (timed, stopped, states)
     finally:
         guard.close()

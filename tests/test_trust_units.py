@@ -255,8 +255,9 @@ def test_messages_are_validated_at_both_ends():
 
 
 def test_frozen_stops_a_whole_tree_and_resumes_it():
+    # the child spins (running, not sleeping): it must be seen stopped as soon as the block starts
     proc = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+                             "subprocess.Popen([sys.executable, '-c', 'while True: pass']); "
                              "time.sleep(60)"], start_new_session=True)
     try:
         deadline = time.monotonic() + 10
@@ -271,7 +272,6 @@ def test_frozen_stops_a_whole_tree_and_resumes_it():
 
         with frozen(proc.pid) as stopped:
             assert set(tree) <= set(stopped)
-            time.sleep(0.1)
             assert all(state(p) == "T" for p in tree)
         time.sleep(0.1)
         assert all(state(p) != "T" for p in tree)

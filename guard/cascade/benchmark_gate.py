@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import random
 
+from ..runner.freeze import frozen
 from ..runner.pool import WorkerPool
 from ..runner.process import WorkerDied, WorkerTimeout
 from .context import EvalContext
 from .build_gate import build
 from .reasons import Rejection, Unpaired, first_line
-from .timed_workload import time_workload
+from .timed_workload import time_workload, wait_device_idle
 
 
 def _dps(solution: dict) -> bool:
@@ -63,13 +64,23 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent, rounds: int = 2) ->
                     # both on the same data: the same seeds for the sets and the timed calls
                     run_seed = ref.seed("pairing-run", ctx.eval_seed, w.uuid, rep)
                     for role, worker in (order if rep % 2 == 0 else order[::-1]):
-                        try:
-                            t = time_workload(ref, worker, ctx.trusted, ctx.key, d, w, sets, run_seed,
-                                              dps[role], rng)
-                        except Rejection as rej:
-                            if role == "challenger":
+                        other = inc if worker is ctx.cand else ctx.cand
+                        # the other candidate stopped, and its queued device work drained, while
+                        # this one is timed: neither can slow what it is compared with
+                        with frozen(other.proc.pid if other.proc is not None else None):
+                            try:
+                                wait_device_idle(ref, ctx.trusted, w, "before the other candidate was timed")
+                            except Rejection as rej:  # the stopped one's doing
+                                if role == "challenger":
+                                    raise Unpaired(f"the incumbent left work on the device: {rej.reason}") from None
                                 raise
-                            raise Unpaired(f"the incumbent failed to run again: {rej.reason}") from None
+                            try:
+                                t = time_workload(ref, worker, ctx.trusted, ctx.key, d, w, sets, run_seed,
+                                                  dps[role], rng)
+                            except Rejection as rej:
+                                if role == "challenger":
+                                    raise
+                                raise Unpaired(f"the incumbent failed to run again: {rej.reason}") from None
                         s[role].append((t["stats"]["median_ms"], t["stats"].get("rel_se") or 0.0))
         progress("pairing", len(visible), len(visible), "paired")
         return samples

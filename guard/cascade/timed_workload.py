@@ -63,7 +63,7 @@ def _check_counts(plan: m.Plan, n: int, run_s: float, timing: m.TimingConfig, ma
                         f"{planned} planned (in {run_s:.2f} s by the guard's clock)", None, w.uuid)
 
 
-def _device_idle(ref: ReferenceSide, trusted: WorkerProcess, w: Workload, when: str) -> None:
+def wait_device_idle(ref: ReferenceSide, trusted: WorkerProcess, w: Workload, when: str) -> None:
     """With the candidate's processes stopped, nothing else should run on the device while the
     trusted worker times its loop; work the candidate queued before it was stopped still does,
     and would lengthen that loop and so shorten the outside figure. Wait for the device to be
@@ -79,8 +79,8 @@ def _device_idle(ref: ReferenceSide, trusted: WorkerProcess, w: Workload, when: 
             return
         if time.monotonic() > deadline:
             raise Rejection("benchmark", "REWARD_HACK",
-                            f"the device stayed busy {when} the guard's loop on {w.uuid} while the candidate's "
-                            f"processes were stopped: work it left queued slows the guard's own measurement",
+                            f"the device stayed busy {when} on {w.uuid} while the candidate's processes were "
+                            f"stopped: work it left queued slows what the guard measures next",
                             f"a flush pass took {probe.pass_ms * 1e3:.1f} us against {probe.flush_ms * 1e3:.1f} us "
                             f"idle, for {ref.cfg.drain_wait_s:.0f} s", w.uuid)
         time.sleep(0.05)
@@ -214,14 +214,14 @@ def _outside_windows(cx: _Workload, run_seed: int, n: int, passes: int, copies: 
             raise Rejection("benchmark", "REWARD_HACK", f"the outside clock's loop on {w.uuid} reported "
                             f"{len(confirmed.digests)} calls for {n}", None, w.uuid)
         with frozen(cx.worker.proc.pid if cx.worker.proc is not None else None):
-            _device_idle(ref, cx.trusted, w, "before")
+            wait_device_idle(ref, cx.trusted, w, "before the guard's loop")
             with _no_gc():
                 t0 = time.monotonic()
                 loop = _call(cx.trusted, m.Overhead(key=cx.key, workload=cx.workload, axes=cx.axes, sets=cx.sets,
                                                     seed=seed, iters=n, pad_passes=passes, copies=copies,
                                                     projection_seed=projection_seed), m.OverheadReply, cx.timeout)
                 loop_wall = time.monotonic() - t0
-            _device_idle(ref, cx.trusted, w, "after")
+            wait_device_idle(ref, cx.trusted, w, "after the guard's loop")
         if not loop.ok:
             raise GuardError(f"the trusted worker could not run the timing loop: {loop.message}")
         run_walls.append(run_wall)

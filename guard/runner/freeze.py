@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,9 +37,35 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (R, S, T...), or "X" when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "X"
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields[0] if fields else "X"
+
+
+def _wait_stopped(pids: list[int], timeout_s: float = 1.0) -> None:
+    """SIGSTOP is delivered asynchronously: a process can still run for a moment after the
+    signal is sent. Wait until every one is seen stopped (or gone), up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(pids)
+    while pending:
+        pending = [p for p in pending if _state(p) not in ("T", "t", "Z", "X")]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            log.warning("processes %s not seen stopped within %.1f s", pending, timeout_s)
+            return
+        time.sleep(0.001)
+
+
 @contextlib.contextmanager
 def frozen(pid: int | None) -> Iterator[list[int]]:
-    """SIGSTOP ``pid``'s tree for the duration of the block, SIGCONT after."""
+    """SIGSTOP ``pid``'s tree for the duration of the block (every process seen stopped
+    before it starts), SIGCONT after."""
     stopped: list[int] = []
     if pid is not None:
         for p in descendants(pid):
@@ -47,6 +74,7 @@ def frozen(pid: int | None) -> Iterator[list[int]]:
                 stopped.append(p)
             except (ProcessLookupError, PermissionError):
                 pass
+        _wait_stopped(stopped)
     try:
         yield stopped
     finally:
