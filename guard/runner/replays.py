@@ -65,7 +65,7 @@ def replay_seed(run_seed: int, iteration: int) -> int:
     return sub_seed(run_seed, "replay", iteration)
 
 
-def stream_refill_possible(definition: dict, workload: dict) -> bool:
+def stream_refill_possible(definition: dict[str, Any], workload: dict[str, Any]) -> bool:
     """Whether a loop's fresh inputs can come from one generator drawn on in order
     (``StreamRefill``): not when a custom generator makes them."""
     specs = workload.get("inputs", {})
@@ -113,7 +113,7 @@ class Refiller:
     the ``InputMaker`` again; integer and loaded inputs keep the values of their set (index
     conventions hold; the floats beside them change)."""
 
-    def __init__(self, maker: InputMaker, workload: dict, axes: dict):
+    def __init__(self, maker: InputMaker, workload: dict[str, Any], axes: dict[str, int]):
         self.maker, self.workload, self.axes = maker, workload, axes
         d = maker.d
         specs = workload.get("inputs", {})
@@ -127,7 +127,7 @@ class Refiller:
         self.gen = torch.Generator(device=maker.device)
         self.scratch: dict[int, torch.Tensor] = {}
 
-    def __call__(self, live: list, seed: int) -> None:
+    def __call__(self, live: list[Any], seed: int) -> None:
         if self.custom:
             fresh = self.maker.make(self.workload, self.axes, seed, "normal")
             for buf, new in zip(live, fresh):
@@ -140,7 +140,7 @@ class Refiller:
             redraw(live[j], self.gen, self.scratch)
 
 
-def tensors_of(out) -> list[torch.Tensor]:
+def tensors_of(out: Any) -> list[torch.Tensor]:
     """The tensors of an output structure (tensor, tuple, list, dict, torch's result tuples),
     in order. Exact container types only: a subclass would run the candidate's code here."""
     kind = T.type(out)
@@ -153,7 +153,7 @@ def tensors_of(out) -> list[torch.Tensor]:
     return []
 
 
-def scramble(out, gen: torch.Generator) -> None:
+def scramble(out: Any, gen: torch.Generator) -> None:
     """Overwrite output tensors with new random values (floats in [-4, 4), integers in
     their range, booleans at random), so a call that skips its work leaves values that no
     earlier call produced."""
@@ -186,7 +186,8 @@ def _block_digest(c: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     rows (``w`` then has a period's length) or a part of one (``w`` as long as ``c``)."""
     flat = T.reshape(c, (-1,))
     proj = T.sum(T.mv(c, w)) if c.dim() == 2 else T.dot(flat, w)
-    return T.stack([T.sum(flat), T.vector_norm(flat, 1), T.dot(flat, flat), proj])
+    row: torch.Tensor = T.stack([T.sum(flat), T.vector_norm(flat, 1), T.dot(flat, flat), proj])
+    return row
 
 
 def _digest_one(x: torch.Tensor, projection: Projection) -> torch.Tensor:
@@ -206,12 +207,14 @@ def _digest_one(x: torch.Tensor, projection: Projection) -> torch.Tensor:
         tail = T.to(flat[whole * period:], torch.float64)
         parts.append(_block_digest(tail, w[:n - whole * period]))
     if not parts:
-        return T.zeros(4, dtype=torch.float64, device=flat.device)
+        zero: torch.Tensor = T.zeros(4, dtype=torch.float64, device=flat.device)
+        return zero
     acc = T.sum(T.stack(parts), 0)
-    return T.stack([acc[0], acc[1], T.sqrt(acc[2]), acc[3]])
+    row: torch.Tensor = T.stack([acc[0], acc[1], T.sqrt(acc[2]), acc[3]])
+    return row
 
 
-def digest(outputs: list, projection: Projection) -> torch.Tensor:
+def digest(outputs: list[Any], projection: Projection) -> torch.Tensor:
     """Per output: (sum, L1 norm, L2 norm, projection) in float64, as one device tensor of
     shape (n_outputs, 4). A non-tensor output digests as NaN (the check then fails)."""
     rows = []
