@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -99,8 +100,8 @@ class GuardConfig(BaseModel):
     cpu_memory_limit_gb: float = Field(8.0, gt=0, description="address-space cap of CPU workers")
 
     @classmethod
-    def load(cls, path: Path | None, **overrides) -> "GuardConfig":
-        data = {}
+    def load(cls, path: Path | None, **overrides: Any) -> "GuardConfig":
+        data: dict[str, Any] = {}
         if path is not None and path.is_file():
             data = json.loads(path.read_text())
         data.update({k: v for k, v in overrides.items() if v is not None})

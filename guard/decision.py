@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from .config import GuardConfig
-from .verdict import Advice
+from .verdict import Advice, Decision
 
 
 @dataclass
@@ -37,7 +38,7 @@ def compare(new: dict[str, tuple[float, float]], old: dict[str, tuple[float, flo
     return Comparison(math.exp(sum(logs) / len(logs)), threshold)
 
 
-def decide(comparison: Comparison | None) -> str:
+def decide(comparison: Comparison | None) -> Decision:
     if comparison is None:
         return "ACCEPT"
     if comparison.speedup > 1 + comparison.threshold:
@@ -53,7 +54,7 @@ def beats(comparison: Comparison | None) -> bool:
 
 def advise(
     decision: str,
-    history: list[dict],
+    history: list[dict[str, Any]],
     sol_fraction: float | None,
     best_sol_fraction: float | None,
     cfg: GuardConfig,

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .candidates.solution import Solution
 from .cascade import Guard, GuardError
@@ -56,7 +58,7 @@ class JobView:
     candidate_id: str | None = None
     error: str | None = None
     position: int | None = None  # jobs ahead of this one in the queue
-    progress: dict = field(default_factory=dict)
+    progress: dict[str, Any] = field(default_factory=dict)
     verdict: Verdict | None = None
     device: str | None = None
 
@@ -74,7 +76,7 @@ class JobQueue:
         if "device" not in {r[1] for r in self.db.reader().execute("PRAGMA table_info(jobs)")}:
             self.db.reader().execute("ALTER TABLE jobs ADD COLUMN device TEXT")
         self._cv = threading.Condition()
-        self._progress: dict[str, dict] = {}
+        self._progress: dict[str, dict[str, Any]] = {}
         self._stop = False
         if recover:
             with self.db.transaction() as c:  # what a stopped process left behind runs again
@@ -121,7 +123,7 @@ class JobQueue:
                 view.verdict = Verdict.model_validate_json(cand["verdict_json"])
         return view
 
-    def wait(self, job_id: str, timeout: float, on_progress: Callable[[dict], None] | None = None) -> JobView | None:
+    def wait(self, job_id: str, timeout: float, on_progress: Callable[[dict[str, Any]], None] | None = None) -> JobView | None:
         """Block until the job is done or ``timeout`` passes; ``on_progress`` sees each
         change of the progress while waiting."""
         deadline = time.monotonic() + max(0.0, timeout)
@@ -148,10 +150,10 @@ class JobQueue:
             self._cv.notify_all()
 
     # -- the worker threads, one per guard --------------------------------------------------------
-    def _claim(self, guard: Guard):
+    def _claim(self, guard: Guard) -> sqlite3.Row | None:
         """The oldest queued job, marked running on this guard's device, in one transaction."""
         with guard.db.transaction() as c:
-            row = c.execute("SELECT * FROM jobs WHERE state = 'queued' ORDER BY created_at LIMIT 1").fetchone()
+            row: sqlite3.Row | None = c.execute("SELECT * FROM jobs WHERE state = 'queued' ORDER BY created_at LIMIT 1").fetchone()
             if row is None:
                 return None
             c.execute("UPDATE jobs SET state = 'running', started_at = ?, device = ? WHERE id = ?",
@@ -171,7 +173,7 @@ class JobQueue:
                 log.exception("job loop on %s", guard.device.key)
                 time.sleep(1.0)
 
-    def _run(self, job, guard: Guard) -> None:
+    def _run(self, job: sqlite3.Row, guard: Guard) -> None:
         job_id = job["id"]
 
         def progress(phase: str, done: int, total: int, detail: str) -> None:
@@ -183,7 +185,7 @@ class JobQueue:
             solution = Solution.model_validate(json.loads(job["solution_json"]))
             verdict = guard.evaluate(solution, job["problem"], agent=job["agent"], notes=job["notes"],
                                      parent=job["parent"], progress=progress)
-            fields = {"state": "done", "candidate_id": verdict.candidate_id}
+            fields: dict[str, object] = {"state": "done", "candidate_id": verdict.candidate_id}
         except (GuardError, ValueError) as exc:
             log.warning("job %s failed: %s", job_id, exc)
             fields = {"state": "error", "error": str(exc)[:4000]}

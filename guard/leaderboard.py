@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from .archive.db import Database
 
 
-def leaderboard(db: Database, problem: str, device_key: str | None = None, definition_hash: str | None = None) -> dict:
+def leaderboard(db: Database, problem: str, device_key: str | None = None, definition_hash: str | None = None) -> dict[str, Any]:
     """Rows ordered by SOL score (then speedup), each agent's latest accepted candidate."""
     where = "problem = ? AND decision = 'ACCEPT'"
-    params: list = [problem]
+    params: list[str] = [problem]
     if device_key:
         where += " AND device_key = ?"
         params.append(device_key)
@@ -62,7 +63,7 @@ def leaderboard(db: Database, problem: str, device_key: str | None = None, defin
     }
 
 
-def candidate_detail(db: Database, cid: str) -> dict | None:
+def candidate_detail(db: Database, cid: str) -> dict[str, Any] | None:
     row = db.candidate(cid)
     if row is None:
         return None

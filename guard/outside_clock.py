@@ -17,6 +17,8 @@ gain; ``docs/guard.md`` gives the measured bands.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel
 
 
@@ -60,7 +62,7 @@ def judge(run_wall_s: float, run_iters: int, loop_wall_s: float, loop_iters: int
     )
 
 
-def inside_figure_ms(stats: dict) -> float:
+def inside_figure_ms(stats: dict[str, Any]) -> float:
     """The candidate's own figure per call that the outside clock checks: the median that
     decides the verdict (CUPTI spans, events or the host clock). Not a mean, and not the
     event windows beside the spans: a forgery that kept either while lowering the median

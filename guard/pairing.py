@@ -13,9 +13,19 @@ comes from the paired ratios. This module holds the arithmetic; guard/cascade/pa
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 from .config import GuardConfig
 from .decision import Comparison, decide
+
+
+class PairedSamples(TypedDict):
+    """One workload's (median, relative standard error) of each side, the i-th incumbent and
+    challenger measurement taken side by side."""
+
+    incumbent: list[tuple[float, float]]
+    challenger: list[tuple[float, float]]
+
 
 def needs_pairing(cmp: Comparison | None, band: float = 1.3) -> bool:
     """Re-measure when the stored comparison would ACCEPT or REVERT, but not by a clear
@@ -28,7 +38,7 @@ def needs_pairing(cmp: Comparison | None, band: float = 1.3) -> bool:
     return 1 / band < cmp.speedup < band
 
 
-def paired_comparison(samples: dict[str, dict], cfg: GuardConfig) -> Comparison | None:
+def paired_comparison(samples: dict[str, PairedSamples], cfg: GuardConfig) -> Comparison | None:
     """``samples``: workload -> {"incumbent": [(median, rel_se), ...], "challenger": [...]}
     with the i-th incumbent and challenger measurement taken side by side."""
     logs, variances = [], []

@@ -6,8 +6,15 @@ from __future__ import annotations
 
 import ast
 import threading
+from typing import Literal, overload
 
 _LOCK = threading.Lock()
+
+
+@overload
+def parse(source: str, filename: str = "<unknown>", mode: Literal["exec"] = "exec") -> ast.Module: ...
+@overload
+def parse(source: str, filename: str = "<unknown>", *, mode: Literal["eval"]) -> ast.Expression: ...
 
 
 def parse(source: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:

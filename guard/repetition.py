@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+import sqlite3
 
 from .candidates.solution import Solution
 from .pyparse import parse
@@ -26,10 +27,10 @@ def normalized_hash(solution: Solution) -> str:
                 tree = parse(text)
                 for node in ast.walk(tree):  # docstrings are comments too
                     body = getattr(node, "body", None)
-                    if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
-                            and isinstance(getattr(body[0], "value", None), ast.Constant)
-                            and isinstance(body[0].value.value, str)):
-                        body[0].value.value = ""
+                    first = body[0] if isinstance(body, list) and body else None
+                    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                            and isinstance(first.value.value, str)):
+                        first.value.value = ""
                 text = ast.dump(tree, annotate_fields=False)
             except (SyntaxError, ValueError):
                 text = re.sub(r"#[^\n]*", "", text)
@@ -50,7 +51,7 @@ def similar_plan(a: str | None, b: str | None) -> bool:
     return len(wa & wb) / len(wa | wb) >= PLAN_SIMILARITY
 
 
-def repeats(conn, problem: str, agent: str, source_hash: str, norm_hash: str, notes: str | None,
+def repeats(conn: sqlite3.Connection, problem: str, agent: str, source_hash: str, norm_hash: str, notes: str | None,
             exclude: str | None = None) -> list[str]:
     """What an incoming candidate repeats, as sentences for the agent."""
     out: list[str] = []

@@ -10,6 +10,7 @@ slower than T_sol (the bound is then not informative).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 def sol_time_ms(flops: float | None, nbytes: float, flops_rate: float | None, bandwidth: float) -> tuple[float, str]:
@@ -25,7 +26,7 @@ def sol_score(t: float, t_sol: float, t_base: float) -> float | None:
     return min(1.0, max(0.0, s))
 
 
-def geomean(values: list[float]) -> float | None:
+def geomean(values: list[float | None]) -> float | None:
     vals = [v for v in values if v is not None and v > 0]
     if not vals:
         return None
@@ -37,8 +38,8 @@ def mean(values: list[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def flops_rate_for(dtype: str, ceilings: dict) -> float | None:
-    rates = ceilings.get("matmul_flops_per_s", {})
+def flops_rate_for(dtype: str, ceilings: dict[str, Any]) -> float | None:
+    rates: dict[str, float | None] = ceilings.get("matmul_flops_per_s", {})
     if dtype in rates and rates[dtype]:
         return rates[dtype]
     return rates.get("float32")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from .outside_clock import OutsideClock
 
@@ -28,7 +28,7 @@ class _Part(BaseModel):
     verdict dumps to the JSON it was loaded from (no null for a field it never had)."""
 
     @model_serializer(mode="wrap")
-    def _as_given(self, handler):
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         if not isinstance(data, dict):
             return data

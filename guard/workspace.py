@@ -8,6 +8,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .config import GuardConfig
 from .problems.store import ProblemStore
@@ -16,7 +17,7 @@ ENV_WORKSPACE = "KERNELARC_WORKSPACE"
 DEFAULT_WORKSPACE = ".kernelarc"
 
 
-def resolve_workspace_path(explicit: str | os.PathLike | None = None) -> Path:
+def resolve_workspace_path(explicit: str | os.PathLike[str] | None = None) -> Path:
     raw = explicit or os.environ.get(ENV_WORKSPACE) or DEFAULT_WORKSPACE
     return Path(raw).expanduser().resolve()
 
@@ -26,7 +27,7 @@ class Workspace:
     root: Path
 
     @classmethod
-    def open(cls, path: str | os.PathLike | None = None) -> "Workspace":
+    def open(cls, path: str | os.PathLike[str] | None = None) -> "Workspace":
         ws = cls(resolve_workspace_path(path))
         ws.root.mkdir(parents=True, exist_ok=True)
         for sub in (ws.problems_dir, ws.archive_dir):
@@ -49,7 +50,7 @@ class Workspace:
     def config_path(self) -> Path:
         return self.root / "config.json"
 
-    def config(self, **overrides) -> GuardConfig:
+    def config(self, **overrides: Any) -> GuardConfig:
         return GuardConfig.load(self.config_path, **overrides)
 
     def problems(self) -> ProblemStore:

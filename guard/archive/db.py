@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 SCHEMA_VERSION = 1
 SCHEMA = """
@@ -142,7 +143,7 @@ class Database:
         """This thread's connection, for reads outside a transaction."""
         return self._conn()
 
-    def query(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         return self._conn().execute(sql, params).fetchall()
 
     # -- candidates ----------------------------------------------------------------------------
@@ -158,7 +159,7 @@ class Database:
             c.execute("UPDATE candidates SET measured_on = device_key, device_key = ? WHERE device_key = ?",
                       (group, key))
 
-    def insert_candidate(self, **fields) -> str:
+    def insert_candidate(self, **fields: Any) -> str:
         cid = fields.pop("id", None) or new_candidate_id()
         fields.update(
             id=cid, created_at=time.time(), pid=os.getpid(), host=socket.gethostname()
@@ -169,7 +170,7 @@ class Database:
             c.execute(f"INSERT INTO candidates ({cols}) VALUES ({marks})", tuple(fields.values()))
         return cid
 
-    def set_state(self, cid: str, state: str, **extra) -> None:
+    def set_state(self, cid: str, state: str, **extra: Any) -> None:
         fields = {"state": state, **extra}
         if state == "running":
             fields["started_at"] = time.time()
@@ -178,7 +179,7 @@ class Database:
             c.execute(f"UPDATE candidates SET {sets} WHERE id = ?", (*fields.values(), cid))
 
     def finish(
-        self, c: sqlite3.Connection, cid: str, result: dict, workloads: list[dict]
+        self, c: sqlite3.Connection, cid: str, result: dict[str, Any], workloads: list[dict[str, Any]]
     ) -> None:
         """Record a verdict inside the caller's transaction."""
         fields = {k: result.get(k) for k in RESULT_COLUMNS}
@@ -201,13 +202,15 @@ class Database:
         rows = self.query("SELECT * FROM candidates WHERE id = ?", (cid,))
         return rows[0] if rows else None
 
-    def workload_results(self, cid: str) -> list[dict]:
+    def workload_results(self, cid: str) -> list[dict[str, Any]]:
         rows = self.query(
             "SELECT result_json FROM workload_results WHERE candidate_id = ? ORDER BY rowid", (cid,)
         )
         return [json.loads(r["result_json"]) for r in rows]
 
-    def find_evaluated(self, problem: str, definition_hash: str, source_hash: str, device_key: str):
+    def find_evaluated(
+        self, problem: str, definition_hash: str, source_hash: str, device_key: str
+    ) -> sqlite3.Row | None:
         """A definitive earlier verdict on the same source: measured, or rejected for what
         the source does. Compile errors, crashes and timeouts may come from the machine
         (a missing toolkit, memory taken by others), so those are evaluated again."""
@@ -221,7 +224,9 @@ class Database:
         )
         return rows[0] if rows else None
 
-    def agent_best(self, c, problem: str, definition_hash: str, agent: str, device_key: str):
+    def agent_best(
+        self, c: sqlite3.Connection, problem: str, definition_hash: str, agent: str, device_key: str
+    ) -> sqlite3.Row | None:
         rows = c.execute(
             "SELECT * FROM candidates WHERE problem = ? AND definition_hash = ? AND agent = ?"
             " AND device_key = ? AND decision = 'ACCEPT' ORDER BY finished_at DESC LIMIT 1",
@@ -229,7 +234,9 @@ class Database:
         ).fetchall()
         return rows[0] if rows else None
 
-    def global_best(self, c, problem: str, definition_hash: str, device_key: str):
+    def global_best(
+        self, c: sqlite3.Connection, problem: str, definition_hash: str, device_key: str
+    ) -> sqlite3.Row | None:
         rows = c.execute(
             "SELECT * FROM candidates WHERE problem = ? AND definition_hash = ? AND device_key = ?"
             " AND global_best = 1 ORDER BY finished_at DESC LIMIT 1",
@@ -237,7 +244,7 @@ class Database:
         ).fetchall()
         return rows[0] if rows else None
 
-    def agent_history(self, c, problem: str, agent: str) -> list[sqlite3.Row]:
+    def agent_history(self, c: sqlite3.Connection, problem: str, agent: str) -> list[sqlite3.Row]:
         return c.execute(
             "SELECT * FROM candidates WHERE problem = ? AND agent = ? AND state = 'done'"
             " ORDER BY created_at",
@@ -271,14 +278,14 @@ class Database:
         return len(stale)
 
     # -- baselines ---------------------------------------------------------------------------
-    def baseline(self, definition_hash: str, workload: str, device_key: str) -> dict | None:
+    def baseline(self, definition_hash: str, workload: str, device_key: str) -> dict[str, Any] | None:
         rows = self.query(
             "SELECT result_json FROM baselines WHERE definition_hash = ? AND workload = ? AND device_key = ?",
             (definition_hash, workload, device_key),
         )
         return json.loads(rows[0]["result_json"]) if rows else None
 
-    def put_baseline(self, definition_hash: str, workload: str, device_key: str, result: dict) -> None:
+    def put_baseline(self, definition_hash: str, workload: str, device_key: str, result: dict[str, Any]) -> None:
         with self.transaction() as c:
             c.execute(
                 "INSERT OR REPLACE INTO baselines VALUES (?,?,?,?,?)",

@@ -6,6 +6,10 @@ import fcntl
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import git
 
 log = logging.getLogger(__name__)
 
@@ -14,7 +18,7 @@ class GitArchive:
     def __init__(self, path: Path):
         self.path = Path(path)
 
-    def _repo(self):
+    def _repo(self) -> git.Repo:
         import git  # gitpython; imported lazily, it starts no process until used
 
         self.path.mkdir(parents=True, exist_ok=True)
@@ -31,7 +35,7 @@ class GitArchive:
         repo.index.commit("archive created")
         return repo
 
-    def commit(self, problem: str, agent: str, candidate_id: str, solution: dict, summary: dict) -> str | None:
+    def commit(self, problem: str, agent: str, candidate_id: str, solution: dict[str, Any], summary: dict[str, Any]) -> str | None:
         """Write the candidate's sources and verdict summary and commit them; returns the sha."""
         lock = open(self.path.parent / ".archive.lock", "w")
         try:

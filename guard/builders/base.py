@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class BuildError(Exception):
@@ -14,14 +14,15 @@ class BuildError(Exception):
 
 
 class Builder(Protocol):
-    languages: tuple[str, ...]
+    @property
+    def languages(self) -> tuple[str, ...]: ...
 
-    def build(self, solution: dict, srcdir: Path, builddir: Path, device: str) -> Callable:
+    def build(self, solution: dict[str, Any], srcdir: Path, builddir: Path, device: str) -> Callable[..., Any]:
         """Build ``solution`` whose sources are already written under ``srcdir``."""
         ...
 
 
-def write_sources(solution: dict, srcdir: Path) -> list[Path]:
+def write_sources(solution: dict[str, Any], srcdir: Path) -> list[Path]:
     paths = []
     for src in solution["sources"]:
         path = (srcdir / src["path"]).resolve()

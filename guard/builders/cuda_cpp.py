@@ -22,6 +22,8 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from .base import BuildError, write_sources
 from .trim import trim_compiler_output
@@ -66,7 +68,7 @@ class _Plan:
     digest: str
 
 
-def _plan(solution: dict) -> _Plan:
+def _plan(solution: dict[str, Any]) -> _Plan:
     """From the solution alone (no torch, no files), so that the guard computes the same
     digest as the worker without trusting what the worker says."""
     files: dict[str, str] = {}
@@ -92,7 +94,7 @@ def _plan(solution: dict) -> _Plan:
     return _Plan(units, binding, digest)
 
 
-def extension_digest(solution: dict) -> str | None:
+def extension_digest(solution: dict[str, Any]) -> str | None:
     """The cache key of a CUDA C++ solution's build (None when it cannot be built)."""
     try:
         return _plan(solution).digest
@@ -100,12 +102,14 @@ def extension_digest(solution: dict) -> str | None:
         return None
 
 
-def _load_built(name: str, path: Path):
+def _load_built(name: str, path: Path) -> ModuleType:
     """Import a finished extension without torch's loader, which would lock and maybe
     rebuild in its (here read-only) folder."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no loader for {path.name}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -114,7 +118,7 @@ def _load_built(name: str, path: Path):
 class CudaCppBuilder:
     languages = ("cuda_cpp",)
 
-    def build(self, solution: dict, srcdir: Path, builddir: Path, device: str) -> Callable:
+    def build(self, solution: dict[str, Any], srcdir: Path, builddir: Path, device: str) -> Callable[..., Any]:
         """``builddir``: the shared cache of finished builds (only read); a new build goes
         into ``build/`` beside ``srcdir``, in the worker's own folder."""
         import torch
@@ -164,7 +168,7 @@ class CudaCppBuilder:
                 if isinstance(out, (bytes, str)):
                     text += "\n" + (out.decode(errors="replace") if isinstance(out, bytes) else out)
                 raise BuildError(trim_compiler_output(text, [srcdir, own])) from None
-        fn = getattr(module, symbol, None)
+        fn: object = getattr(module, symbol, None)
         if not callable(fn):
             raise BuildError(f"the extension exports no function {symbol!r}")
         return fn

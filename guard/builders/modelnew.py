@@ -30,6 +30,8 @@ import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from .base import BuildError
 
@@ -41,7 +43,7 @@ class WeightMismatch(ValueError):
     """ModelNew's parameters and buffers do not take the Model's weights."""
 
 
-def kernelbench_reference(srcdir: Path):
+def kernelbench_reference(srcdir: Path) -> ModuleType | None:
     """The KernelBench reference module this worker loaded to make inputs, or None (the
     problem was not imported from KernelBench)."""
     found = [
@@ -54,7 +56,7 @@ def kernelbench_reference(srcdir: Path):
     return found[0] if found else None
 
 
-def _describe_init(ref, init: list) -> str:
+def _describe_init(ref: ModuleType, init: list[Any]) -> str:
     try:
         bound = inspect.signature(ref.Model).bind(*init)
         return ", ".join(f"{k}={v!r}" for k, v in bound.arguments.items()) or "no arguments"
@@ -62,14 +64,14 @@ def _describe_init(ref, init: list) -> str:
         return ", ".join(repr(v) for v in init) or "no arguments"
 
 
-def _signature(obj) -> str:
+def _signature(obj: Any) -> str:
     try:
         return str(inspect.signature(obj))
     except (TypeError, ValueError):
         return "(?)"
 
 
-def match_weights(ref_state: list[tuple[str, tuple]], new_module) -> dict[str, tuple[str, bool]]:
+def match_weights(ref_state: list[tuple[str, tuple[int, ...]]], new_module: Any) -> dict[str, tuple[str, bool]]:
     """For each Model state_dict key (with its shape), the ModelNew state_dict key that takes
     it and whether that is a parameter. Raises WeightMismatch naming the unmatched ones."""
     params = {k for k, _ in new_module.named_parameters(remove_duplicate=False)}
@@ -94,7 +96,7 @@ def match_weights(ref_state: list[tuple[str, tuple]], new_module) -> dict[str, t
     missing = [(k, s) for k, s in ref_state if k not in out]
     extra = [(k, s) for k, s in new_state.items() if k not in taken and k in params]
     if missing or extra:
-        def fmt(items):
+        def fmt(items: list[tuple[str, tuple[int, ...]]]) -> str:
             return ", ".join(f"{k} {list(s)}" for k, s in items)
         parts = []
         if missing:
@@ -118,7 +120,7 @@ def match_weights(ref_state: list[tuple[str, tuple]], new_module) -> dict[str, t
     return out
 
 
-def _check_signatures(cls, ref, init: list, entry: str) -> None:
+def _check_signatures(cls: type, ref: ModuleType, init: list[Any], entry: str) -> None:
     try:
         inspect.signature(cls).bind(*init)
     except TypeError as exc:
@@ -143,7 +145,7 @@ def _check_signatures(cls, ref, init: list, entry: str) -> None:
         pass
 
 
-def _check_weights_on_meta(cls, ref, init: list, entry: str) -> None:
+def _check_weights_on_meta(cls: type, ref: ModuleType, init: list[Any], entry: str) -> None:
     """The weight mapping at the file's own sizes, on the meta device (nothing allocated).
     A model that cannot be built on meta is checked at its first call instead."""
     import torch
@@ -162,7 +164,7 @@ def _check_weights_on_meta(cls, ref, init: list, entry: str) -> None:
         raise BuildError(f"{entry}: {exc}") from None
 
 
-def modelnew_entry(cls, entry: str, srcdir: Path) -> Callable:
+def modelnew_entry(cls: type, entry: str, srcdir: Path) -> Callable[..., Any]:
     """The ``run(...)`` that judges the class ``cls`` (KernelBench's ModelNew)."""
     import torch
 
@@ -181,9 +183,11 @@ def modelnew_entry(cls, entry: str, srcdir: Path) -> Callable:
     n_args = len(ref._KA_ARGS)
     state_keys = [key for _, key in ref._KA_STATE]
     n_inputs = n_args + len(state_keys)
-    models: dict = {}
+    models: dict[tuple[object, str, str], tuple[Any, list[tuple[str, bool]], dict[str, Any]]] = {}
 
-    def build(init_now: list, device, weights):
+    def build(
+        init_now: list[Any], device: Any, weights: tuple[Any, ...]
+    ) -> tuple[Any, list[tuple[str, bool]], dict[str, Any]]:
         # construction draws from a stream of its own (the CPU's, restored after; built on
         # the CPU, then moved), so it neither depends on nor disturbs the worker's draws
         with torch.random.fork_rng(devices=[]):
@@ -201,7 +205,7 @@ def modelnew_entry(cls, entry: str, srcdir: Path) -> Callable:
         return new, plan, buffers
 
     @torch.no_grad()
-    def run(*values):
+    def run(*values: Any) -> Any:
         if len(values) != n_inputs:
             raise TypeError(f"expected {n_inputs} inputs, got {len(values)}")
         device = next((v.device for v in values if isinstance(v, torch.Tensor)), torch.device("cpu"))

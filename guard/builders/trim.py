@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 _ERROR_LINE = re.compile(r"(error|Error|ERROR)[:\s]|undefined reference|fatal")
 _NOISE = re.compile(r"^\[\d+/\d+\]|^FAILED:|-isystem|^ninja: |^c\+\+ |^/usr/\S*nvcc ")
 
 
-def trim_compiler_output(text: str, build_dirs: list[Path] = (), max_lines: int = 30) -> str:
+def trim_compiler_output(text: str, build_dirs: Sequence[Path] = (), max_lines: int = 30) -> str:
     for d in build_dirs:
         text = text.replace(str(d) + "/", "")
     lines = [ln.rstrip() for ln in text.splitlines() if ln.strip() and not _NOISE.search(ln)]

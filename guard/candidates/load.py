@@ -101,17 +101,17 @@ def from_source(
     languages = [lang] if lang != "triton" else ["triton", "pytorch"]
     symbol = "ModelNew" if lang != "cuda_cpp" and is_modelnew_source(source) else "run"
     try:
-        return Solution(
-            name=name,
-            author=author,
-            spec={
+        return Solution.model_validate({
+            "name": name,
+            "author": author,
+            "spec": {
                 "languages": languages,
                 "entry_point": f"{filename}::{symbol}",
                 "destination_passing_style": False,
                 "binding": "torch" if lang == "cuda_cpp" else None,
             },
-            sources=[{"path": filename, "content": source}],
-        )
+            "sources": [{"path": filename, "content": source}],
+        })
     except ValidationError as exc:
         raise CandidateError(str(exc.errors()[0]["msg"])) from None
 

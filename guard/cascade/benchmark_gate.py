@@ -8,25 +8,28 @@ from __future__ import annotations
 
 import json
 import random
+import sqlite3
+from typing import Any, Literal
 
+from ..pairing import PairedSamples
 from ..runner.freeze import frozen
 from ..runner.pool import WorkerPool
-from ..runner.process import WorkerDied, WorkerTimeout
+from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from .context import EvalContext
 from .build_gate import build
 from .reasons import Rejection, Unpaired, first_line
 from .timed_workload import time_workload, wait_device_idle
 
 
-def _dps(solution: dict) -> bool:
+def _dps(solution: dict[str, Any]) -> bool:
     return bool((solution.get("spec") or {}).get("destination_passing_style", False))
 
 
-def benchmark(ctx: EvalContext) -> dict:
+def benchmark(ctx: EvalContext) -> dict[str, dict[str, Any]]:
     """workload uuid -> {"stats": ..., "nvml": ...} for the visible workloads."""
     ref, cfg, d, visible, progress = ctx.ref, ctx.cfg, ctx.definition, ctx.visible, ctx.progress
     rng = random.Random(ctx.eval_seed)
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     with ref.hold(True, progress):
         for i, w in enumerate(visible):
             progress("benchmark", i, len(visible), w.uuid)
@@ -38,7 +41,9 @@ def benchmark(ctx: EvalContext) -> dict:
     return results
 
 
-def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent, rounds: int = 2) -> dict:
+def remeasure(
+    ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row, rounds: int = 2
+) -> dict[str, PairedSamples]:
     """Time the incumbent (a stored candidate row) and the challenger turn about (I C C I ...)
     on the same inputs, each worker writing to its own folder. Returns workload -> paired
     samples, or raises Unpaired when the incumbent cannot be run again (then the stored
@@ -53,14 +58,16 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent, rounds: int = 2) ->
             raise Unpaired(f"the incumbent {incumbent['id']} does not build here: {first_line(reply.message or '')}")
         dps = {"incumbent": _dps(json.loads(incumbent["solution_json"])), "challenger": ctx.dps}
         rng = random.Random(ctx.eval_seed ^ 0x5A5A)
-        samples: dict[str, dict] = {}
+        samples: dict[str, PairedSamples] = {}
         with ref.hold(True, progress):
             for i, w in enumerate(visible):
                 progress("pairing", i, len(visible), f"{w.uuid} against {incumbent['id']}")
                 sets = ref.set_seeds(d, w, "pairing", ctx.eval_seed)
                 s = samples[w.uuid] = {"incumbent": [], "challenger": []}
                 for rep in range(rounds):
-                    order = [("incumbent", inc), ("challenger", ctx.cand)]
+                    order: list[tuple[Literal["incumbent", "challenger"], WorkerProcess]] = [
+                        ("incumbent", inc), ("challenger", ctx.cand)
+                    ]
                     # both on the same data: the same seeds for the sets and the timed calls
                     run_seed = ref.seed("pairing-run", ctx.eval_seed, w.uuid, rep)
                     for role, worker in (order if rep % 2 == 0 else order[::-1]):

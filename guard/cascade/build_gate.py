@@ -5,6 +5,9 @@ itself, so a worker cannot plant a library under another source's digest."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from ..builders.cuda_cpp import extension_digest, publish_build
 from ..config import GuardConfig
 from ..paths import cache_dir
@@ -13,11 +16,11 @@ from ..runner import messages as m
 from ..runner.process import WorkerProcess
 
 
-def extension_cache():
+def extension_cache() -> Path:
     return cache_dir() / "torch_extensions"
 
 
-def build(worker: WorkerProcess, problem: Problem, solution: dict, language: str, cfg: GuardConfig) -> m.Reply:
+def build(worker: WorkerProcess, problem: Problem, solution: dict[str, Any], language: str, cfg: GuardConfig) -> m.Reply:
     """The worker's reply to ``prepare`` (``ok`` False with a status and message when the build
     failed); a successful CUDA C++ build is published to the cache."""
     request = m.Prepare(definition=problem.definition.to_json(), solution=solution, language=language,

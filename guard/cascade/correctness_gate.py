@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, TypedDict
 
 from ..config import GuardConfig
 from ..problems import tolerance as tolerance_mod
 from ..problems.derive import largest_tensor
 from ..problems.schema import Definition, Workload
+from ..verdict import Checked
 from . import memory_plan
 from .context import EvalContext
 from .reasons import GuardError, Rejection, first_line
@@ -41,6 +44,14 @@ ROUND_WHY = {
 ADVERSARIAL_MAX_ELEMENTS = 1 << 24
 
 
+class PlannedRound(TypedDict):
+    """One round of inputs, as the trusted and the candidate worker are asked for it."""
+
+    seed: int
+    kind: str  # a key of ROUND_LABEL
+    tag: str
+
+
 def rounds(cfg: GuardConfig, d: Definition, w: Workload, visible: bool) -> list[str]:
     """The kinds of input of each round on ``w``."""
     kinds = ["normal"] * (cfg.correctness_rounds if visible else cfg.heldout_rounds)
@@ -51,7 +62,7 @@ def rounds(cfg: GuardConfig, d: Definition, w: Workload, visible: bool) -> list[
     return kinds
 
 
-def batches(cfg: GuardConfig, d: Definition, w: Workload, planned: list[dict]) -> list[list[dict]]:
+def batches(cfg: GuardConfig, d: Definition, w: Workload, planned: list[PlannedRound]) -> list[list[PlannedRound]]:
     """The rounds of ``w`` in groups judged together. The trusted worker holds the reference
     outputs of one group until they are compared, so a group holds as many rounds as fit in
     ``held_rounds_bytes`` of outputs, and at least one: a large workload goes a round at a time."""
@@ -60,7 +71,7 @@ def batches(cfg: GuardConfig, d: Definition, w: Workload, planned: list[dict]) -
     return [planned[i:i + size] for i in range(0, len(planned), size)]
 
 
-def check(ctx: EvalContext) -> dict:
+def check(ctx: EvalContext) -> Checked:
     """Run the rounds; the verdict's ``checked`` on success, a ``Rejection`` otherwise."""
     ref, cfg, d, wset, progress = ctx.ref, ctx.cfg, ctx.definition, ctx.wset, ctx.progress
     plan = [(w, True, w.uuid) for w in wset.visible] + [
@@ -68,10 +79,10 @@ def check(ctx: EvalContext) -> dict:
         for i, w in enumerate(wset.heldout)
     ]
     tally = {"rounds": 0, "skipped": 0}
-    errors: dict[str, dict] = {}
+    errors: dict[str, dict[str, Any]] = {}
     for idx, (w, visible, label) in enumerate(plan):
         progress("correctness", idx, len(plan), label)
-        planned = [
+        planned: list[PlannedRound] = [
             {"seed": ref.seed("round", ctx.eval_seed, w.uuid, r), "kind": kind, "tag": f"w{idx}r{r}"}
             for r, kind in enumerate(rounds(cfg, d, w, visible))
         ]
@@ -81,13 +92,13 @@ def check(ctx: EvalContext) -> dict:
             if judge_rounds(ctx, w, visible, label, group, determinism, tally, errors):
                 determinism = False
     progress("correctness", len(plan), len(plan), "all workloads passed")
-    return {"visible_workloads": len(wset.visible), "heldout_workloads": len(wset.heldout),
-            "rounds": tally["rounds"], "rounds_skipped": tally["skipped"], "determinism": cfg.check_determinism,
-            "errors": errors}
+    return Checked(visible_workloads=len(wset.visible), heldout_workloads=len(wset.heldout),
+                   rounds=tally["rounds"], rounds_skipped=tally["skipped"], determinism=cfg.check_determinism,
+                   errors=errors)
 
 
-def judge_rounds(ctx: EvalContext, w: Workload, visible: bool, label: str, planned: list[dict],
-                 determinism: bool, tally: dict, errors: dict) -> bool:
+def judge_rounds(ctx: EvalContext, w: Workload, visible: bool, label: str, planned: list[PlannedRound],
+                 determinism: bool, tally: dict[str, int], errors: dict[str, dict[str, Any]]) -> bool:
     """One group of rounds of ``w``: the reference's outputs made (and held by the trusted
     worker), the candidate's made and written, each round compared and its reference outputs
     let go. Whether any round was judged; a ``Rejection`` when one fails."""
@@ -148,7 +159,7 @@ def judge_rounds(ctx: EvalContext, w: Workload, visible: bool, label: str, plann
     return True
 
 
-def merge_errors(into: dict, reports: list[dict]) -> None:
+def merge_errors(into: dict[str, Any], reports: list[dict[str, Any]]) -> None:
     """Fold one round's per-output reports into a workload's largest errors (for traces)."""
     for rep in reports:
         for key in ("max_abs", "max_rel"):
@@ -162,7 +173,7 @@ def merge_errors(into: dict, reports: list[dict]) -> None:
             into["has_inf"] = True
 
 
-def named_checks(message: str, cmp: dict, kind: str, per_output: list) -> str:
+def named_checks(message: str, cmp: dict[str, Any], kind: str, per_output: list[tolerance_mod.OutputTolerance]) -> str:
     """The message of a failed comparison, led by the KernelArc checks stricter than
     SOL-ExecBench that took part: the round's kind and the failing output's tolerance."""
     notes = []
@@ -170,12 +181,13 @@ def named_checks(message: str, cmp: dict, kind: str, per_output: list) -> str:
         notes.append(ROUND_WHY[kind])
     failing = len(cmp.get("reports") or []) - 1
     if cmp.get("status") == "INCORRECT_NUMERICAL" and 0 <= failing < len(per_output):
-        if per_output[failing].stricter:
-            notes.append(per_output[failing].stricter)
+        stricter = per_output[failing].stricter
+        if stricter:
+            notes.append(stricter)
     return "".join(f"[{n}] " for n in notes) + message
 
 
-def own_files(metas: list, outdir: Path, tag: str, n_outputs: int) -> list[dict]:
+def own_files(metas: Iterable[object], outdir: Path, tag: str, n_outputs: int) -> list[dict[str, Any]]:
     """The output descriptions of a round with the file names the guard gave: ``outdir /
     f"{tag}_{k}.bin"`` for the k-th output. A reply that names another file is a worker
     reaching for files outside its own (the secret, the database): REWARD_HACK. Shape and
@@ -195,7 +207,7 @@ def own_files(metas: list, outdir: Path, tag: str, n_outputs: int) -> list[dict]
 
 
 def failure(gate: str, status: str, message: str, w: Workload, visible: bool, label: str,
-            errors: dict | None = None) -> Rejection:
+            errors: dict[str, Any] | None = None) -> Rejection:
     if visible:
         where = f"workload {w.uuid} {w.axes}"
         rej = Rejection(gate, status, f"{status} on {where}: {first_line(message)}", message, w.uuid)

@@ -9,7 +9,9 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from ..archive.db import Database
 from ..archive.git_archive import GitArchive
@@ -18,6 +20,7 @@ from ..candidates.solution import Solution
 from ..config import GuardConfig
 from ..problems.derive import workload_set
 from ..problems.problem import Problem
+from ..problems.schema import Workload
 from ..repetition import normalized_hash
 from ..runner import device as device_mod
 from ..runner.pool import WorkerPool
@@ -100,11 +103,11 @@ class Guard:
     def __enter__(self) -> "Guard":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def device_info(self) -> dict:
-        info = {"kind": self.device.kind, "key": self.device.key, "group": self.device.compare_key,
+    def device_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"kind": self.device.kind, "key": self.device.key, "group": self.device.compare_key,
                 "name": self.device.name, "isolation": isolation_line()}
         if self.reference.ceilings:
             info["ceilings"] = self.reference.ceilings
@@ -174,8 +177,8 @@ class Guard:
             self.db.set_state(cid, "interrupted", reason="the evaluation was interrupted")
             raise
 
-    def _run(self, cid, problem: Problem, solution_json: dict, language: str, agent: str,
-             notes, parent, progress: Progress, t_start: float) -> Verdict:
+    def _run(self, cid: str, problem: Problem, solution_json: dict[str, Any], language: str, agent: str,
+             notes: str | None, parent: str | None, progress: Progress, t_start: float) -> Verdict:
         d = problem.definition
         wset = workload_set(problem, self.device.kind, self._secret)
         phases: dict[str, float] = {"screen": time.monotonic() - t_start}
@@ -255,7 +258,7 @@ class Guard:
             return nvml.total_memory(self.device.uuid)
         return int(self.cfg.cpu_memory_limit_gb * (1 << 30))
 
-    def _check_fits(self, problem: Problem, workloads) -> None:
+    def _check_fits(self, problem: Problem, workloads: Iterable[Workload]) -> None:
         """A problem too large for this device is refused with the figures, before any work."""
         d = problem.definition
         l2 = int((self.reference.ceilings or {}).get("l2_bytes") or (60 << 20))
@@ -280,7 +283,7 @@ class Guard:
                 phases[f"candidate.{op}"] = round(secs, 4)
 
     @staticmethod
-    def _peak_memory(worker, reset: bool = False) -> int | None:
+    def _peak_memory(worker: WorkerProcess | None, reset: bool = False) -> int | None:
         if worker is None or not worker.alive:
             return None
         try:
@@ -289,8 +292,8 @@ class Guard:
         except (WorkerDied, WorkerTimeout, m.MessageError):
             return None
 
-    def _memory(self, trusted, cand) -> dict[str, int] | None:
+    def _memory(self, trusted: WorkerProcess, cand: WorkerProcess | None) -> dict[str, int] | None:
         """Both workers' peak memory during this evaluation (the candidate's: while it lives)."""
-        out = {"trusted": self._peak_memory(trusted), "candidate": self._peak_memory(cand)}
-        out = {k: v for k, v in out.items() if v is not None}
+        peaks = {"trusted": self._peak_memory(trusted), "candidate": self._peak_memory(cand)}
+        out = {k: v for k, v in peaks.items() if v is not None}
         return out or None

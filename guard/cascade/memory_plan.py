@@ -12,9 +12,10 @@ left to end in an out-of-memory error in the middle of a verdict.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 
 from ..problems.dtypes import dtype_info
-from ..problems.schema import Definition, Workload
+from ..problems.schema import Definition, TensorSpec, Workload
 
 # what torch, CUDA's context and the worker's own code take besides the tensors
 RUNTIME_RESERVE_BYTES = {"cuda": 2 << 30, "cpu": 3 << 30}
@@ -24,9 +25,9 @@ def tensor_bytes(d: Definition, w: Workload) -> tuple[int, int]:
     """(input bytes, output bytes) of one call on workload ``w``."""
     axes = d.resolve_axes(w.axes)
 
-    def total(specs) -> int:
-        return sum(dtype_info(s.dtype).bytes * math.prod(d.shape_of(s, axes))
-                   for s in specs if s.shape is not None)
+    def total(specs: Iterable[TensorSpec]) -> int:  # whole bytes: a sub-byte tensor's rounded up
+        return math.ceil(sum(dtype_info(s.dtype).bytes * math.prod(d.shape_of(s, axes))
+                             for s in specs if s.shape is not None))
 
     return total(d.inputs.values()), total(d.outputs.values())
 
@@ -40,7 +41,7 @@ def workload_need(d: Definition, w: Workload, n_sets: int, flush_bytes: int) -> 
 
 
 def does_not_fit(d: Definition, workloads: list[Workload], capacity_bytes: int | None, kind: str,
-                 n_sets_of, flush_bytes: int) -> str | None:
+                 n_sets_of: Callable[[Workload], int], flush_bytes: int) -> str | None:
     """Why the problem cannot be evaluated on a device of ``capacity_bytes``, or None."""
     if not capacity_bytes:
         return None

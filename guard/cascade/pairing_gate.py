@@ -6,14 +6,16 @@ clear-cut or the incumbent was measured on another device of the group."""
 from __future__ import annotations
 
 import logging
+import sqlite3
+from typing import NotRequired, TypedDict
 
 from .. import decision as decision_mod
 from ..archive.db import Database
 from ..config import GuardConfig
-from ..pairing import needs_pairing, paired_comparison
+from ..pairing import PairedSamples, needs_pairing, paired_comparison
 from ..runner import device as device_mod
 from ..runner.pool import WorkerPool
-from ..verdict import WorkloadResult
+from ..verdict import PairedLabel, WorkloadResult
 from .benchmark_gate import remeasure
 from .context import EvalContext
 from .reasons import Unpaired
@@ -21,19 +23,37 @@ from .reasons import Unpaired
 log = logging.getLogger(__name__)
 
 
+class PairedRun(TypedDict):
+    """A paired re-measurement against one incumbent (a stored candidate row)."""
+
+    incumbent: str  # the incumbent's candidate id
+    stored_speedup: float  # the comparison with its stored figures
+    comparison: decision_mod.Comparison | None  # the paired one; None when it could not be made
+    why: str  # why it was re-measured
+    samples: NotRequired[dict[str, PairedSamples]]
+    note: NotRequired[str]  # why the incumbent could not be timed again
+
+
+def latencies(workloads: list[WorkloadResult]) -> dict[str, tuple[float, float]]:
+    """The measured workloads' (median latency, relative standard error), as
+    ``decision.compare`` takes them."""
+    return {w.uuid: (w.latency_ms, w.rel_se or 0.0) for w in workloads if w.latency_ms is not None}
+
+
 def pairing_band(cfg: GuardConfig, device: "device_mod.DeviceChoice") -> float:
     return cfg.pairing_band_gpu if device.kind == "cuda" else cfg.pairing_band_cpu
 
 
-def measured_on(row) -> str:
-    return row["measured_on"] or row["device_key"]  # rows from before measured_on: their key
+def measured_on(row: sqlite3.Row) -> str:
+    key: str = row["measured_on"] or row["device_key"]  # rows from before measured_on: their key
+    return key
 
 
-def measured_elsewhere(row, device: "device_mod.DeviceChoice") -> bool:
+def measured_elsewhere(row: sqlite3.Row | None, device: "device_mod.DeviceChoice") -> bool:
     return row is not None and measured_on(row) != device.key
 
 
-def elsewhere_unclear(row, cmp, cfg: GuardConfig, device: "device_mod.DeviceChoice") -> bool:
+def elsewhere_unclear(row: sqlite3.Row | None, cmp: decision_mod.Comparison | None, cfg: GuardConfig, device: "device_mod.DeviceChoice") -> bool:
     """A stored comparison with a row measured on another device, inside the pairing band."""
     if cmp is None or not measured_elsewhere(row, device):
         return False
@@ -41,7 +61,9 @@ def elsewhere_unclear(row, cmp, cfg: GuardConfig, device: "device_mod.DeviceChoi
     return 1 / band < cmp.speedup < band
 
 
-def paired_for(paired: dict | None, label: str, row) -> "decision_mod.Comparison | None":
+def paired_for(
+    paired: dict[PairedLabel, PairedRun] | None, label: PairedLabel, row: sqlite3.Row | None
+) -> decision_mod.Comparison | None:
     """The paired comparison made against ``row`` (None when it was not the one paired with)."""
     entry = (paired or {}).get(label)
     if row is None or not entry or entry["incumbent"] != row["id"]:
@@ -49,7 +71,7 @@ def paired_for(paired: dict | None, label: str, row) -> "decision_mod.Comparison
     return entry["comparison"]
 
 
-def measurements(c, cid: str) -> dict[str, tuple[float, float]]:
+def measurements(c: sqlite3.Connection, cid: str) -> dict[str, tuple[float, float]]:
     """A stored candidate's workload -> (median latency, relative standard error)."""
     rows = c.execute(
         "SELECT workload, latency_ms, rel_se FROM workload_results WHERE candidate_id = ?", (cid,)
@@ -57,18 +79,21 @@ def measurements(c, cid: str) -> dict[str, tuple[float, float]]:
     return {r["workload"]: (r["latency_ms"], r["rel_se"] or 0.0) for r in rows if r["latency_ms"]}
 
 
-def pairings(ctx: EvalContext, db: Database, pool: WorkerPool, workloads: list[WorkloadResult], agent: str) -> dict:
+def pairings(
+    ctx: EvalContext, db: Database, pool: WorkerPool, workloads: list[WorkloadResult], agent: str
+) -> dict[PairedLabel, PairedRun]:
     """Paired re-measurements against the agent's best and, for a likely ACCEPT, the
     global best, when the stored comparison is not clear-cut: label -> entry with the
     incumbent's id, the stored speedup, why, the samples and their comparison (or a note)."""
     cfg, device, problem = ctx.cfg, ctx.ref.device, ctx.problem
     dhash = problem.definition.content_hash()
-    new = {w.uuid: (w.latency_ms, w.rel_se or 0.0) for w in workloads}
+    new = latencies(workloads)
     conn = db.reader()
     best = db.agent_best(conn, problem.name, dhash, agent, device.compare_key)
     gbest = db.global_best(conn, problem.name, dhash, device.compare_key)
-    out: dict = {}
-    for label, row in (("agent", best), ("global", gbest)):
+    out: dict[PairedLabel, PairedRun] = {}
+    incumbents: tuple[tuple[PairedLabel, sqlite3.Row | None], ...] = (("agent", best), ("global", gbest))
+    for label, row in incumbents:
         if row is None:
             continue
         if label == "global":
@@ -76,12 +101,15 @@ def pairings(ctx: EvalContext, db: Database, pool: WorkerPool, workloads: list[W
                 if "agent" in out:
                     out["global"] = out["agent"]
                 continue
-            agent_cmp = (out.get("agent") or {}).get("comparison")
+            agent_entry = out.get("agent")
+            agent_cmp = agent_entry["comparison"] if agent_entry else None
             if agent_cmp is None and best is not None:
                 agent_cmp = decision_mod.compare(new, measurements(conn, best["id"]), cfg)
             if decision_mod.decide(agent_cmp) != "ACCEPT":
                 continue
         stored = decision_mod.compare(new, measurements(conn, row["id"]), cfg)
+        if stored is None:  # no workload in common: nothing to re-measure
+            continue
         if measured_elsewhere(row, device):
             # Measured on another device of the group: compare only what was measured
             # here, unless the difference is clear-cut even across devices.
@@ -92,7 +120,7 @@ def pairings(ctx: EvalContext, db: Database, pool: WorkerPool, workloads: list[W
             why = "the stored comparison is not clear-cut"
         else:
             continue
-        entry = {"incumbent": row["id"], "stored_speedup": stored.speedup, "comparison": None, "why": why}
+        entry: PairedRun = {"incumbent": row["id"], "stored_speedup": stored.speedup, "comparison": None, "why": why}
         try:
             entry["samples"] = remeasure(ctx, pool, row)
             entry["comparison"] = paired_comparison(entry["samples"], cfg)

@@ -5,7 +5,9 @@ accepted candidates committed to the git archive, duplicates judged from their p
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable
+from typing import Any, cast
 
 from .. import decision as decision_mod
 from .. import scoring
@@ -15,19 +17,21 @@ from ..config import GuardConfig
 from ..problems.problem import Problem
 from ..repetition import repeats
 from ..runner import device as device_mod
-from ..verdict import Checked, Verdict, WorkloadResult
-from .pairing_gate import elsewhere_unclear, measurements, paired_for
+from ..verdict import (
+    Checked, DeviceInfo, Gate, PairedEntry, PairedLabel, PairedWorkload, TraceStatus, Verdict, WorkloadResult,
+)
+from .pairing_gate import PairedRun, elsewhere_unclear, latencies, measurements, paired_for
 from .reasons import Rejection
 
 
 class Recorder:
     def __init__(self, db: Database, cfg: GuardConfig, device: "device_mod.DeviceChoice", archive: GitArchive,
-                 device_info: Callable[[], dict]):
+                 device_info: Callable[[], dict[str, Any]]):
         self.db, self.cfg, self.device, self.archive = db, cfg, device, archive
         self.device_info = device_info  # the verdict's device (with the ceilings once measured)
 
-    def reject(self, cid, problem: Problem, agent, rej: Rejection, phases, notes, parent,
-               memory: dict[str, int] | None = None) -> Verdict:
+    def reject(self, cid: str, problem: Problem, agent: str, rej: Rejection, phases: dict[str, float],
+               notes: str | None, parent: str | None, memory: dict[str, int] | None = None) -> Verdict:
         with self.db.transaction() as c:
             history = _history(self.db, c, problem.name, agent)
             best = self.db.agent_best(c, problem.name, problem.definition.content_hash(), agent,
@@ -37,22 +41,24 @@ class Recorder:
             row = c.execute("SELECT source_hash, normalized_hash, notes FROM candidates WHERE id = ?", (cid,)).fetchone()
             verdict = Verdict(
                 candidate_id=cid, problem=problem.name, agent=agent, decision="REJECT",
-                status=rej.status, gate=rej.gate, reason=rej.reason, diagnostic=rej.diagnostic,
+                # a gate's or a worker's words: the verdict's model checks them
+                status=cast(TraceStatus, rej.status), gate=cast(Gate, rej.gate), reason=rej.reason, diagnostic=rej.diagnostic,
                 first_failing_workload=rej.workload, advice=advice, phases_s=phases,
                 checked=Checked(errors={rej.workload: rej.errors}) if rej.errors and rej.workload else Checked(),
                 agent_best_id=best["id"] if best else None, global_best_id=gbest["id"] if gbest else None,
-                device=self.device_info(), notes=notes, parent=parent, peak_memory_bytes=memory,
+                device=DeviceInfo.model_validate(self.device_info()), notes=notes, parent=parent, peak_memory_bytes=memory,
                 repeats=repeats(c, problem.name, agent, row["source_hash"], row["normalized_hash"], notes, cid),
             )
             self.db.finish(c, cid, row_fields(verdict), [])
         return verdict
 
-    def measured(self, cid, problem: Problem, agent, workloads: list[WorkloadResult], checked,
-                 phases, notes, parent, solution_json, duplicate_of: str | None = None,
-                 paired: dict | None = None, memory: dict[str, int] | None = None) -> Verdict:
+    def measured(self, cid: str, problem: Problem, agent: str, workloads: list[WorkloadResult], checked: Checked,
+                 phases: dict[str, float], notes: str | None, parent: str | None, solution_json: dict[str, Any],
+                 duplicate_of: str | None = None, paired: dict[PairedLabel, PairedRun] | None = None,
+                 memory: dict[str, int] | None = None) -> Verdict:
         cfg, device = self.cfg, self.device
         dhash = problem.definition.content_hash()
-        new = {w.uuid: (w.latency_ms, w.rel_se or 0.0) for w in workloads}
+        new = latencies(workloads)
         sol_fraction = scoring.geomean([w.sol_fraction for w in workloads])
         with self.db.transaction() as c:
             best = self.db.agent_best(c, problem.name, dhash, agent, device.compare_key)
@@ -84,6 +90,7 @@ class Recorder:
             if cmp is None:
                 reason = "first correct candidate of this agent: it becomes the agent's best"
             else:
+                assert best is not None  # a comparison is made with the agent's best only
                 word = {"ACCEPT": "faster than", "KEEP": "within the noise of", "REVERT": "slower than"}[decision]
                 reason = (f"{word} the agent's best {best['id']}: speedup {cmp.speedup:.3f}x "
                           f"(threshold {cmp.threshold:.1%}"
@@ -106,7 +113,7 @@ class Recorder:
                 agent_best_id=cid if decision == "ACCEPT" else (best["id"] if best else None),
                 global_best_id=cid if is_global else (gbest["id"] if gbest else None),
                 is_global_best=is_global, duplicate_of=duplicate_of, advice=advice,
-                workloads=workloads, checked=checked, phases_s=phases, device=self.device_info(),
+                workloads=workloads, checked=checked, phases_s=phases, device=DeviceInfo.model_validate(self.device_info()),
                 notes=notes, parent=parent, paired=paired_summary(paired), repeats=repeated,
                 peak_memory_bytes=memory,
             )
@@ -115,7 +122,8 @@ class Recorder:
             self.archive.commit(problem.name, agent, cid, solution_json, summary(verdict))
         return verdict
 
-    def duplicate(self, cid, prior, problem: Problem, agent, notes, parent) -> Verdict:
+    def duplicate(self, cid: str, prior: sqlite3.Row, problem: Problem, agent: str, notes: str | None,
+                  parent: str | None) -> Verdict:
         """A source identical to ``prior`` (a stored row): judged again from its verdict."""
         prior_verdict = Verdict.model_validate_json(prior["verdict_json"])
         if prior_verdict.decision == "REJECT":
@@ -135,11 +143,11 @@ class Recorder:
         return v
 
 
-def _history(db: Database, c, problem: str, agent: str) -> list[dict]:
+def _history(db: Database, c: sqlite3.Connection, problem: str, agent: str) -> list[dict[str, Any]]:
     return [dict(r) for r in db.agent_history(c, problem, agent)]
 
 
-def row_fields(v: Verdict) -> dict:
+def row_fields(v: Verdict) -> dict[str, Any]:
     """The candidate row's columns from a verdict."""
     return {
         "decision": v.decision, "status": v.status, "gate": v.gate, "reason": v.reason,
@@ -152,29 +160,30 @@ def row_fields(v: Verdict) -> dict:
     }
 
 
-def paired_summary(paired: dict | None) -> dict | None:
+def paired_summary(paired: dict[PairedLabel, PairedRun] | None) -> dict[PairedLabel, PairedEntry] | None:
     """The verdict's ``paired``: per label what was re-measured, and the milliseconds."""
     if not paired:
         return None
-    out = {}
+    out: dict[PairedLabel, PairedEntry] = {}
     for label, e in paired.items():
         cmp = e.get("comparison")
-        out[label] = {
-            "incumbent": e["incumbent"],
-            "stored_speedup": e.get("stored_speedup"),
-            "why": e.get("why"),
-            "paired_speedup": cmp.speedup if cmp else None,
-            "threshold": cmp.threshold if cmp else None,
-            "note": e.get("note"),
-            "workloads": {
-                u: {"incumbent_ms": [x[0] for x in s["incumbent"]], "challenger_ms": [x[0] for x in s["challenger"]]}
+        out[label] = PairedEntry(
+            incumbent=e["incumbent"],
+            stored_speedup=e.get("stored_speedup"),
+            why=e.get("why"),
+            paired_speedup=cmp.speedup if cmp else None,
+            threshold=cmp.threshold if cmp else None,
+            note=e.get("note"),
+            workloads={
+                u: PairedWorkload(incumbent_ms=[x[0] for x in s["incumbent"]],
+                                  challenger_ms=[x[0] for x in s["challenger"]])
                 for u, s in (e.get("samples") or {}).items()
             },
-        }
+        )
     return out
 
 
-def summary(v: Verdict) -> dict:
+def summary(v: Verdict) -> dict[str, Any]:
     """What the git archive's commit message carries."""
     return {k: getattr(v, k) for k in (
         "candidate_id", "problem", "agent", "decision", "status", "score", "speedup_eager",

@@ -10,7 +10,10 @@ import hmac
 import json
 import os
 import time
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 from ..archive.db import Database
 from ..config import GuardConfig
@@ -34,7 +37,7 @@ def ceilings_cache_dir() -> Path:
     return cache_dir() / "ceilings"
 
 
-def _prod(shape) -> int:
+def _prod(shape: Iterable[int]) -> int:
     n = 1
     for x in shape:
         n *= x
@@ -46,7 +49,7 @@ class ReferenceSide:
                  slot: TimingSlot, secret: bytes):
         self.pool, self.db, self.cfg, self.device, self.slot = pool, db, cfg, device, slot
         self._secret = secret
-        self.ceilings: dict | None = None  # measured once per device, cached on disk
+        self.ceilings: dict[str, Any] | None = None  # measured once per device, cached on disk
 
     # -- seeds, timing configuration, the slot ----------------------------------------------
     def seed(self, *parts: object) -> int:
@@ -65,17 +68,19 @@ class ReferenceSide:
             n = 2
         return [self.seed(purpose, salt, w.uuid, k) for k in range(n)]
 
-    def timing_config(self) -> dict:
+    def timing_config(self) -> dict[str, Any]:
         c = self.cfg
         return {"min_iters": c.min_iters, "max_iters": c.max_iters, "max_timing_s": c.max_timing_s,
                 "target_time_s": c.target_time_s, "warmup_time_s": c.warmup_time_s}
 
-    def hold(self, exclusive: bool, progress: Progress):
+    def hold(self, exclusive: bool, progress: Progress) -> AbstractContextManager[float]:
         """The device's timing slot; says so when another process holds it."""
         return self.slot.hold(exclusive, on_wait=lambda: progress("wait", 0, 1, "waiting for the timing slot"))
 
     # -- the trusted worker -------------------------------------------------------------------
-    def prepare(self, problem: Problem, visible: list[Workload], progress: Progress):
+    def prepare(
+        self, problem: Problem, visible: list[Workload], progress: Progress
+    ) -> tuple[WorkerProcess, str, dict[str, Any], dict[str, dict[str, Any]]]:
         """The trusted worker with the problem loaded, the device's ceilings and the visible
         workloads' baselines (measured where not cached): (worker, key, ceilings, baselines)."""
         trusted = self.trusted()
@@ -90,7 +95,7 @@ class ReferenceSide:
             tail = getattr(exc, "log_tail", "")
             raise GuardError(f"the trusted worker could not start: {exc}\n{tail}") from None
 
-    def request(self, trusted: WorkerProcess, msg: dict, timeout: float | None = None) -> dict:
+    def request(self, trusted: WorkerProcess, msg: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         try:
             reply = trusted.request(msg, timeout or max(self.cfg.call_timeout_s, 120))
         except (WorkerDied, WorkerTimeout) as exc:
@@ -108,7 +113,7 @@ class ReferenceSide:
         return key
 
     # -- caches -------------------------------------------------------------------------------
-    def ensure_ceilings(self, trusted: WorkerProcess, progress: Progress = noop) -> dict:
+    def ensure_ceilings(self, trusted: WorkerProcess, progress: Progress = noop) -> dict[str, Any]:
         if self.ceilings is not None:
             return self.ceilings
         path = ceilings_cache_dir() / f"{self.device.key}.json"
@@ -127,10 +132,12 @@ class ReferenceSide:
         tmp.replace(path)
         return self.ceilings
 
-    def ensure_baselines(self, trusted, problem: Problem, key: str, visible: list[Workload], progress: Progress) -> dict:
+    def ensure_baselines(self, trusted: WorkerProcess, problem: Problem, key: str, visible: list[Workload],
+                         progress: Progress) -> dict[str, dict[str, Any]]:
         d = problem.definition
         dhash = d.content_hash()
-        out, missing = {}, []
+        out: dict[str, dict[str, Any]] = {}
+        missing: list[Workload] = []
         for w in visible:
             cached = self.db.baseline(dhash, w.uuid, self.device.key)
             if cached is not None and (cached.get("compile_checked") or not self.cfg.compile_baseline):

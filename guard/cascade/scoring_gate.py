@@ -3,13 +3,16 @@ speed-of-light time and the SOL score (guard/scoring.py holds the formulas)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import scoring
 from ..problems.dtypes import dtype_info
 from ..problems.schema import Definition, Workload
 from ..verdict import WorkloadResult
 
 
-def score(d: Definition, visible: list[Workload], timings: dict, baselines: dict, ceilings: dict) -> list[WorkloadResult]:
+def score(d: Definition, visible: list[Workload], timings: dict[str, dict[str, Any]],
+          baselines: dict[str, dict[str, Any]], ceilings: dict[str, Any]) -> list[WorkloadResult]:
     """``timings``: workload -> {"stats", "nvml"} (the benchmark gate); ``baselines``: workload
     -> the reference's eager and compile times and FLOPs; ``ceilings``: the device's rates."""
     float_inputs = [s.dtype for s in d.inputs.values() if s.shape is not None and dtype_info(s.dtype).is_float]

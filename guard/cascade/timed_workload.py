@@ -22,6 +22,7 @@ import gc
 import math
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,7 +37,8 @@ from .reasons import GuardError, Rejection, first_line
 from .reference_side import ReferenceSide
 
 
-def _call(worker: WorkerProcess, request: m._Msg, reply_model: type[m.R], timeout: float) -> m.R:
+def _call(worker: WorkerProcess, request: m.CandidateRequest | m.TrustedRequest, reply_model: type[m.R],
+          timeout: float) -> m.R:
     raw = worker.request(request.model_dump(mode="json"), timeout)
     try:
         return m.parse_reply(raw, reply_model)
@@ -137,13 +139,13 @@ class _Workload:
 
 def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProcess, key: str,
                   d: Definition, w: Workload, sets: list[int], run_seed: int, dps: bool,
-                  check_rng: random.Random) -> dict:
+                  check_rng: random.Random) -> dict[str, Any]:
     """{"stats": ..., "nvml": ...} for one workload, or a Rejection."""
     cfg = ref.cfg
     cx = _Workload(ref, worker, trusted, key, w, w.model_dump(mode="json"), d.resolve_axes(w.axes), sets,
                    cfg.call_timeout_s + cfg.max_timing_s)
     # as the correctness gate compares: the workload's own spec (a matched ratio too) or the guard's
-    tolerances = [m.Tolerance(**t.message()) for t in tolerance_mod.for_workload(d, w).values()]
+    tolerances = [m.Tolerance.model_validate(t.message()) for t in tolerance_mod.for_workload(d, w).values()]
 
     timing = m.TimingConfig(**ref.timing_config())
     projection_seed = ref.seed("confirm-projection", run_seed)
@@ -183,7 +185,8 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
 
     # The digests of a secret sample of the calls of every loop against the reference; every
     # window as many as the timed loop: the shortest window decides, so it must be checked.
-    checks = [(run_seed, ran.digests, "timed", "seeded")]
+    checks: list[tuple[int, list[Any], str, Literal["seeded", "stream"]]] = [
+        (run_seed, ran.digests, "timed", "seeded")]
     checks += [(seed, digests, "outside clock's", "stream") for seed, digests in confirms]
     for seed, digests, loop_name, regime in checks:
         chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
@@ -271,7 +274,7 @@ def _reject_disagreement(cx: _Workload, clock: outside_clock.OutsideClock, run_w
 
 
 @contextlib.contextmanager
-def _no_gc():
+def _no_gc() -> Iterator[None]:
     """No collection in the guard's process while its clock runs around a window."""
     enabled = gc.isenabled()
     gc.disable()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from . import formulas
 from .problem import Problem
-from .schema import Definition, RandomInput, SafetensorsInput, Workload
+from .schema import Definition, InputSpec, RandomInput, SafetensorsInput, Workload
 
 # A CPU workload keeps its largest tensor under this many elements (var axes shrink to fit).
 CPU_ELEMENT_BUDGET = 1 << 18
@@ -171,7 +171,7 @@ def shrink(d: Definition, axes: dict[str, int], budget: int = CPU_ELEMENT_BUDGET
 
 def cpu_workloads(d: Definition, workloads: list[Workload]) -> list[Workload]:
     """Small versions of the visible workloads for machines without a GPU."""
-    seen: set[tuple] = set()
+    seen: set[tuple[tuple[str, int], ...]] = set()
     out: list[Workload] = []
     ordered = sorted(workloads, key=lambda w: largest_tensor(d, w.axes))
     for w in ordered:
@@ -199,7 +199,7 @@ def _resized(w: Workload, uuid: str, axes: dict[str, int]) -> Workload:
     return w.model_copy(update={"uuid": uuid[:128], "axes": axes, "inputs": inputs})
 
 
-def _random_inputs(d: Definition) -> dict:
+def _random_inputs(d: Definition) -> dict[str, InputSpec]:
     return {n: RandomInput() for n, s in d.inputs.items() if s.shape is not None}
 
 

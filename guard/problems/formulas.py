@@ -9,11 +9,11 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ..pyparse import parse
 
-BINARY_OPS = {  # the arithmetic a formula or a size constant may use
+BINARY_OPS: dict[type[ast.operator], Callable[[float, float], float]] = {  # the arithmetic a formula or a size constant may use
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -22,7 +22,7 @@ BINARY_OPS = {  # the arithmetic a formula or a size constant may use
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_CMPOPS = {
+_CMPOPS: dict[type[ast.cmpop], Callable[[float, float], bool]] = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
     ast.Lt: operator.lt,
@@ -30,7 +30,7 @@ _CMPOPS = {
     ast.Gt: operator.gt,
     ast.GtE: operator.ge,
 }
-_FUNCS = {
+_FUNCS: dict[str, Callable[..., float]] = {
     "min": min,
     "max": max,
     "ceil": math.ceil,

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeGuard
 
 from ..pyparse import parse
 from .formulas import BINARY_OPS
 
 # a formula's arithmetic, and the shifts KernelBench sizes are sometimes written with (1 << 14)
-_BINOPS = {**BINARY_OPS, ast.LShift: operator.lshift, ast.RShift: operator.rshift}
+_BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {**BINARY_OPS, ast.LShift: operator.lshift, ast.RShift: operator.rshift}
 MAX_SEQUENCE_AXES = 8  # a literal tuple/list longer than this gives no axes
 
 
@@ -58,7 +60,7 @@ def _pure(node: ast.AST) -> bool:
     return all(isinstance(n, allowed) for n in ast.walk(node))
 
 
-def _eval(node: ast.AST, env: dict):
+def _eval(node: ast.AST, env: dict[str, object]) -> object:
     if isinstance(node, ast.Constant):
         if isinstance(node.value, (int, float, bool, str)) or node.value is None:
             return node.value
@@ -95,15 +97,16 @@ def _eval(node: ast.AST, env: dict):
     raise _NotPure
 
 
-def _targets(node: ast.AST) -> list[ast.AST] | None:
+def _targets(node: ast.AST) -> tuple[list[ast.expr], ast.expr] | None:
+    """An assignment's targets and value."""
     if isinstance(node, ast.Assign):
-        return list(node.targets)
+        return list(node.targets), node.value
     if isinstance(node, ast.AnnAssign) and node.value is not None and node.simple:
-        return [node.target]
+        return [node.target], node.value
     return None
 
 
-def _bind(target: ast.AST, value, out: list[tuple[str, object]]) -> bool:
+def _bind(target: ast.AST, value: object, out: list[tuple[str, object]]) -> bool:
     if isinstance(target, ast.Name):
         out.append((target.id, value))
         return True
@@ -114,54 +117,59 @@ def _bind(target: ast.AST, value, out: list[tuple[str, object]]) -> bool:
     return False
 
 
-def _is_size(v) -> bool:
+def _is_size(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _sizes(v: object) -> list[int] | None:
+    """``v`` as a list of sizes, when it is a tuple or list of 1 to MAX_SEQUENCE_AXES sizes."""
+    if not isinstance(v, (tuple, list)) or not 0 < len(v) <= MAX_SEQUENCE_AXES:
+        return None
+    sizes = [x for x in v if _is_size(x)]
+    return sizes if len(sizes) == len(v) else None
 
 
 def module_constants(source: str) -> ModuleConstants:
     """The axes a KernelBench file's module constants give, and how to re-apply them."""
     tree = parse(source)
-    env: dict = {}
-    # per global: its latest binding is ("int", value) | ("seq", values) | ("other", None)
-    kind: dict[str, tuple[str, object]] = {}
+    env: dict[str, object] = {}
+    # per global: its latest binding is a size (int), sizes (list) or something else (None)
+    kind: dict[str, int | list[int] | None] = {}
     order: list[str] = []
     statements: list[tuple[str, list[str]]] = []
     for node in tree.body:
-        targets = _targets(node)
-        if targets is None or not _pure(node.value):
+        assignment = _targets(node)
+        if assignment is None or not _pure(assignment[1]):
             continue
+        targets, value_node = assignment
         try:
-            value = _eval(node.value, env)
+            value = _eval(value_node, env)
         except _NotPure:
             continue
         bound: list[tuple[str, object]] = []
         if not all(_bind(t, value, bound) for t in targets):
             continue
-        literal = not any(isinstance(n, ast.Name) for n in ast.walk(node.value))
+        literal = not any(isinstance(n, ast.Name) for n in ast.walk(value_node))
         for name, v in bound:
             env[name] = v
             if name not in kind:
                 order.append(name)
+            sizes = _sizes(v) if literal else None
             if literal and _is_size(v):
-                kind[name] = ("int", v)
-            elif (
-                literal
-                and isinstance(v, (tuple, list))
-                and 0 < len(v) <= MAX_SEQUENCE_AXES
-                and all(_is_size(x) for x in v)
-            ):
-                kind[name] = ("seq", list(v))
+                kind[name] = v
+            elif sizes is not None:
+                kind[name] = sizes
             else:
-                kind[name] = ("other", None)
+                kind[name] = None
         statements.append((ast.unparse(node), [n for n, _ in bound]))
     taken = set(env)
     constants: list[Constant] = []
     for name in order:
-        k, v = kind[name]
-        if k == "int":
-            constants.append(Constant(name, name, None, v))
-        elif k == "seq":
-            for i, x in enumerate(v):
+        k = kind[name]
+        if isinstance(k, int):
+            constants.append(Constant(name, name, None, k))
+        elif k is not None:
+            for i, x in enumerate(k):
                 axis = f"{name}_{i}"
                 while axis in taken:
                     axis += "_"

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from ..pyparse import parse
 from .derive import CPU_ELEMENT_BUDGET, cpu_workloads
@@ -27,6 +28,7 @@ from .families import classify
 from .kernelbench_consts import ModuleConstants, module_constants, set_axes_source
 from .problem import Problem, ProblemError
 from .schema import (
+    Axis,
     ConstAxis,
     CustomInput,
     Definition,
@@ -93,18 +95,21 @@ class KernelBenchProber:
             text=True,
             env=_probe_env(),
         )
+        assert self._proc.stdin is not None and self._proc.stdout is not None  # both pipes
+        self._stdin, self._stdout = self._proc.stdin, self._proc.stdout
 
-    def probe(self, path: Path) -> dict:
+    def probe(self, path: Path) -> dict[str, Any]:
         req = {"path": str(Path(path).resolve()), "timeout": self.timeout}
         try:
-            self._proc.stdin.write(json.dumps(req) + "\n")
-            self._proc.stdin.flush()
-            line = self._proc.stdout.readline()
+            self._stdin.write(json.dumps(req) + "\n")
+            self._stdin.flush()
+            line = self._stdout.readline()
         except (BrokenPipeError, OSError):
             line = ""
         if not line:
             raise ProblemError(f"{path}: the probe process stopped: {self._stderr_tail() or 'no message'}")
-        return json.loads(line)
+        spec: dict[str, Any] = json.loads(line)
+        return spec
 
     def _stderr_tail(self) -> str:
         self._log.seek(0)
@@ -114,7 +119,7 @@ class KernelBenchProber:
     def close(self) -> None:
         if self._proc.poll() is None:
             try:
-                self._proc.stdin.close()
+                self._stdin.close()
                 self._proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 self._proc.kill()
@@ -124,7 +129,7 @@ class KernelBenchProber:
     def __enter__(self) -> "KernelBenchProber":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -142,7 +147,7 @@ def _ident(name: str, taken: set[str]) -> str:
 
 
 def build_problem(
-    path: Path, source: str, consts: ModuleConstants, spec: dict
+    path: Path, source: str, consts: ModuleConstants, spec: dict[str, Any]
 ) -> tuple[Problem, list[tuple[str, str]]]:
     """The problem a probe's ``spec`` describes; also (input name, state_dict key) pairs."""
     taken: set[str] = set()
@@ -161,7 +166,7 @@ def build_problem(
         outputs["output" if len(spec["outputs"]) == 1 else f"output{i}"] = TensorSpec(
             shape=o["shape"], dtype=o["dtype"]
         )
-    axes: dict = {}
+    axes: dict[str, Axis] = {}
     for a, info in spec["axes"].items():
         if info["type"] == "var":
             axes[a] = VarAxis()
@@ -206,7 +211,7 @@ def _budget(budget: int | None) -> int | None:
 
 
 def import_kernelbench_file(
-    path: Path, prober: KernelBenchProber | None = None, report: dict | None = None
+    path: Path, prober: KernelBenchProber | None = None, report: dict[str, Any] | None = None
 ) -> tuple[Problem, list[str]]:
     """The problem a KernelBench file defines, and notes for the user. ``prober`` lets a
     caller importing many files share one probe process (torch imported once); ``report``,

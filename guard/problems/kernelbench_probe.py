@@ -38,7 +38,9 @@ import sys
 import time
 import traceback
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from .kernelbench_consts import module_constants
 from .kernelbench_import import (
@@ -47,6 +49,22 @@ from .kernelbench_import import (
     build_problem,
     axes_adapter_source,
 )
+
+if TYPE_CHECKING:
+    from .problem import Problem
+
+# a forward argument (name, "tensor" or "scalar", shape or None, dtype, a scalar's value), a
+# state_dict entry (key, shape, dtype) and an output ("tensor", shape, dtype)
+ArgEntry = tuple[str, str, tuple[int, ...] | None, str, bool | int | float | None]
+StateEntry = tuple[str, tuple[int, ...], str]
+OutputEntry = tuple[str, tuple[int, ...] | None, str]
+# names, kinds, ranks and dtypes (``Iface.structure``, ``Prober._structure``)
+Structure = tuple[tuple[object, ...], ...]
+# one dim of the interface: ("args" | "state" | "outputs", index, dim)
+DimKey = tuple[str, int, int]
+# what a dim is: a size, an axis, ("fit", axis) or ("expr", expression) over one axis, or
+# ("multi", axes) when several axes move it
+Symbol = int | str | tuple[Literal["fit", "expr"], str] | tuple[Literal["multi"], tuple[str, ...]]
 
 # --------------------------------------------------------------------------- helpers
 
@@ -65,8 +83,8 @@ class ProbeFailure(Exception):
 
 
 @contextlib.contextmanager
-def _time_limit(seconds: float):
-    def _fire(signum, frame):
+def _time_limit(seconds: float) -> Iterator[None]:
+    def _fire(signum: int, frame: object) -> None:
         raise _Timeout()
 
     old = signal.signal(signal.SIGALRM, _fire)
@@ -125,7 +143,7 @@ def _mem_cap_gib() -> float:
 # ------------------------------------------------------------------ the RNN shortcut
 
 
-def _patch_for_meta(torch) -> None:
+def _patch_for_meta(torch: Any) -> None:
     """Shape-only shortcuts on meta tensors for what torch's meta device runs slowly in
     Python: the LSTM/GRU recurrence step by step (about 30 s for a 6-layer LSTM over 512
     steps) and the normalizations."""
@@ -134,10 +152,10 @@ def _patch_for_meta(torch) -> None:
         return
     vf._kernelarc_meta_rnns = True
 
-    def wrap(name: str, has_cell: bool):
+    def wrap(name: str, has_cell: bool) -> Callable[..., Any]:
         real = getattr(vf, name)
 
-        def fn(*args):
+        def fn(*args: Any) -> Any:
             inp = args[0]
             if (
                 len(args) == 9
@@ -169,26 +187,26 @@ def _patch_for_meta(torch) -> None:
     _patch_norms_for_meta(torch)
 
 
-def _patch_norms_for_meta(torch) -> None:
+def _patch_norms_for_meta(torch: Any) -> None:
     """Batch, group, layer and instance norm on meta run torch's Python decompositions
     (three quarters of a DenseNet's meta forward); their output is shaped as the input.
     The checks that can fail for real are kept (F.batch_norm's batch-size check runs
     before ``torch.batch_norm``; the others are repeated here)."""
 
-    def meta(x) -> bool:
+    def meta(x: object) -> bool:
         return isinstance(x, torch.Tensor) and x.device.type == "meta"
 
     real_bn, real_in, real_gn, real_ln = (
         torch.batch_norm, torch.instance_norm, torch.group_norm, torch.layer_norm
     )
 
-    def batch_norm(input, *args, **kwargs):
+    def batch_norm(input: Any, *args: Any, **kwargs: Any) -> Any:
         return torch.empty_like(input) if meta(input) else real_bn(input, *args, **kwargs)
 
-    def instance_norm(input, *args, **kwargs):
+    def instance_norm(input: Any, *args: Any, **kwargs: Any) -> Any:
         return torch.empty_like(input) if meta(input) else real_in(input, *args, **kwargs)
 
-    def group_norm(input, num_groups, *args, **kwargs):
+    def group_norm(input: Any, num_groups: int, *args: Any, **kwargs: Any) -> Any:
         if meta(input):
             if input.dim() < 2 or input.shape[1] % num_groups:
                 raise RuntimeError(
@@ -198,7 +216,7 @@ def _patch_norms_for_meta(torch) -> None:
             return torch.empty_like(input)
         return real_gn(input, num_groups, *args, **kwargs)
 
-    def layer_norm(input, normalized_shape, *args, **kwargs):
+    def layer_norm(input: Any, normalized_shape: Any, *args: Any, **kwargs: Any) -> Any:
         if meta(input):
             n = len(normalized_shape)
             if tuple(input.shape[input.dim() - n:]) != tuple(normalized_shape) or n > input.dim():
@@ -219,20 +237,22 @@ def _patch_norms_for_meta(torch) -> None:
 class Iface:
     """Shapes and dtypes of a run: forward arguments, state_dict entries, outputs."""
 
-    def __init__(self, args, state, outputs):
+    def __init__(self, args: list[ArgEntry], state: list[StateEntry], outputs: list[OutputEntry]):
         self.args = args  # [(name, kind, shape|None, dtype, value)]
         self.state = state  # [(key, shape, dtype)]
         self.outputs = outputs  # [(kind, shape|None, dtype)]
+        self.flops: float | None = None  # of the forward, when counted
+        self.has_outputs = True  # False: the forward was not run
 
-    def structure(self) -> tuple:
+    def structure(self) -> Structure:
         return (
             tuple((n, k, None if s is None else len(s), d) for n, k, s, d, _ in self.args),
             tuple((k, len(s), d) for k, s, d in self.state),
             tuple((k, None if s is None else len(s), d) for k, s, d in self.outputs),
         )
 
-    def dims(self) -> dict[tuple, int]:
-        out = {}
+    def dims(self) -> dict[DimKey, int]:
+        out: dict[DimKey, int] = {}
         for i, (_, kind, shape, _, _) in enumerate(self.args):
             for j, v in enumerate(shape or ()):
                 out[("args", i, j)] = v
@@ -247,7 +267,7 @@ class Iface:
     def largest(self) -> int:
         return max((math.prod(s) for s in self._shapes()), default=1)
 
-    def _shapes(self):
+    def _shapes(self) -> Iterator[tuple[int, ...]]:
         for _, kind, shape, _, _ in self.args:
             if shape is not None:
                 yield shape
@@ -258,7 +278,7 @@ class Iface:
                 yield shape
 
 
-def _dtype(t) -> str:
+def _dtype(t: Any) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
@@ -273,7 +293,7 @@ class Prober:
         self.consts = module_constants(self.source)
         self.full = self.consts.values
         self.code = compile(self.source, path, "exec")
-        self.ns: dict = {"__name__": "kernelbench_problem", "__file__": path}
+        self.ns: dict[str, Any] = {"__name__": "kernelbench_problem", "__file__": path}
         try:
             with torch.device("meta"):
                 exec(self.code, self.ns)
@@ -289,10 +309,10 @@ class Prober:
         self.param_names = self._forward_names()
         self.runs = 0
 
-    def _structure(self, args, state) -> tuple:
+    def _structure(self, args: list[Any], state: dict[str, Any]) -> Structure:
         torch = self.torch
         names = self._names(len(args))
-        a = []
+        a: list[tuple[str, str, int | None, str]] = []
         for n, v in zip(names, args):
             if isinstance(v, torch.Tensor):
                 a.append((n, "tensor", v.dim(), _dtype(v)))
@@ -315,7 +335,7 @@ class Prober:
 
     # -- one run -------------------------------------------------------------------------
     def interface(
-        self, axes: dict[str, int], mode: str, limit: float, structure: tuple | None = None,
+        self, axes: dict[str, int], mode: str, limit: float, structure: Structure | None = None,
         forward: bool = True, count_flops: bool = False,
     ) -> Iface:
         """Run at ``axes``: "meta" (all on meta), "cpu-init" (model built on the CPU, then
@@ -369,7 +389,7 @@ class Prober:
                 raise
             raise ProbeFailure(phase, _reason(exc, self.path, limit), exc) from None
         names = self._names(len(args))
-        a = []
+        a: list[ArgEntry] = []
         for n, v in zip(names, args):
             if isinstance(v, torch.Tensor):
                 a.append((n, "tensor", tuple(v.shape), _dtype(v), None))
@@ -381,9 +401,9 @@ class Prober:
                 a.append((n, "scalar", None, "float32", v))
             else:
                 raise ProbeFailure("get_inputs()", f"argument {n} is a {type(v).__name__}, not a tensor or number")
-        s = [(k, tuple(v.shape), _dtype(v)) for k, v in state.items() if isinstance(v, torch.Tensor)]
+        s: list[StateEntry] = [(k, tuple(v.shape), _dtype(v)) for k, v in state.items() if isinstance(v, torch.Tensor)]
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        o = []
+        o: list[OutputEntry] = []
         for i, v in enumerate(outs):
             if not isinstance(v, torch.Tensor):
                 raise ProbeFailure("forward", f"output {i} is a {type(v).__name__}, not a tensor")
@@ -416,14 +436,15 @@ def _fit(samples: list[tuple[int, int]], axis: str) -> str | None:
 
 
 class Analysis:
-    def __init__(self, prober: Prober, opts: dict):
+    def __init__(self, prober: Prober, opts: dict[str, Any]):
         self.known_ok: dict[str, int] = {}
-        self.memo: dict[tuple, object] = {}  # runs by axes: the repair loop repeats some
+        self.memo: dict[tuple[object, ...], Iface | ProbeFailure] = {}  # runs by axes: the repair loop repeats some
         self.p = prober
         self.opts = opts
         self.notes: list[str] = []
 
-    def _run(self, axes, limit=None, structure=None, forward=True, count_flops=False):
+    def _run(self, axes: dict[str, int], limit: float | None = None, structure: Structure | None = None,
+             forward: bool = True, count_flops: bool = False) -> Iface:
         limit = limit or (CPU_RUN_LIMIT_S if self.mode == "cpu" else META_RUN_LIMIT_S)
         key = (tuple(sorted(axes.items())), forward, structure is not None)
         hit = self.memo.get(key)
@@ -459,13 +480,12 @@ class Analysis:
     # -- step 1: a base point whose interface is known ------------------------------------
     def base(self) -> None:
         full = self.p.full
-        meta_fail = None
         try:
             self.mode, self.base_axes, self.iface = "meta", full, self.p.interface(full, "meta", META_RUN_LIMIT_S)
             return
         except ProbeFailure as f:
             meta_fail = f
-        if meta_fail.phase == "building the Model":
+        if meta_fail.phase == "building the Model" and meta_fail.exc is not None:
             try:
                 self.mode = "cpu-init"
                 self.base_axes, self.iface = full, self.p.interface(full, "cpu-init", CPU_RUN_LIMIT_S)
@@ -502,17 +522,17 @@ class Analysis:
         detail = tried[-1] if tried else "no reduced size to try"
         raise ProbeFailure("probe", f"{what}; the reduced-size probe failed with: {detail}")
 
-    def _reduced_candidates(self, meta_fail: ProbeFailure):
+    def _reduced_candidates(self, meta_fail: ProbeFailure) -> list[dict[str, int]]:
         """Reduced sizes to try on the CPU: the input-size constants halved until the inputs
         are small (when get_inputs runs on meta), the batch at 2, every constant over 16 / 8."""
         full = self.p.full
-        seen = []
+        seen: list[dict[str, int]] = []
 
-        def add(axes):
+        def add(axes: dict[str, int]) -> None:
             if axes not in seen and axes != full:
                 seen.append(axes)
 
-        shapes = []
+        shapes: list[tuple[int, ...]] = []
         try:  # get_inputs alone on meta: which constants size the inputs
             torch = self.p.torch
             self.p.ns["_ka_set_axes"](full)
@@ -542,7 +562,7 @@ class Analysis:
         return seen
 
     @staticmethod
-    def _shape_at(shape, full, axes):
+    def _shape_at(shape: tuple[int, ...], full: dict[str, int], axes: dict[str, int]) -> list[int]:
         """A full-size shape with each dim that equals a constant's value scaled with it."""
         out = []
         for d in shape:
@@ -564,8 +584,8 @@ class Analysis:
         self.var: set[str] = set()
         self.fixed: dict[str, str] = {}
         self.tied: dict[str, str] = {}  # follower -> leader: equal constants that must stay equal
-        self.follow: dict[tuple, set[str]] = {k: set() for k in dims}
-        self.samples: dict[str, dict[int, dict]] = {}
+        self.follow: dict[DimKey, set[str]] = {k: set() for k in dims}
+        self.samples: dict[str, dict[int, dict[DimKey, int]]] = {}
         self.lower: dict[str, int] = {}
         cands = [a for a, v in B.items() if v >= 2 and v in values]
         kept = self._per_axis(cands, forward=False)
@@ -629,18 +649,19 @@ class Analysis:
                 # equal constants that must stay equal (a loss's inputs of equal sizes)
                 peers = [b for b in B if b != a and B[b] == v and b not in self.tied
                          and b not in self.fixed and b in cands]
-                Ia = None
+                retry: Iface | None = None
                 if peers:
                     axes = {**B, **{b: v // 2 for b in [a] + peers}}
                     try:
-                        Ia = self._run(axes, structure=self.structure, forward=forward)
+                        retry = self._run(axes, structure=self.structure, forward=forward)
                         group = [a] + peers
                     except ProbeFailure:
-                        Ia = None
-                if Ia is None:
+                        retry = None
+                if retry is None:
                     self.fixed[a] = f"halving it fails ({f.phase}: {f.reason})"
                     self.var.discard(a)
                     continue
+                Ia = retry
             if forward and Ia.structure() != self.structure:
                 self.fixed[a] = "halving it changes the model's structure"
                 self.var.discard(a)
@@ -693,10 +714,10 @@ class Analysis:
             self.samples.setdefault(a, {})[B[a]] = dims
         return True
 
-    def symbols(self) -> dict[tuple, str | int]:
+    def symbols(self) -> dict[DimKey, Symbol]:
         """Each dim as a literal, an axis, or an expression over one axis."""
         B, dims = self.base_axes, self.iface.dims()
-        out: dict[tuple, str | int] = {}
+        out: dict[DimKey, Symbol] = {}
         self.exprs: dict[str, str] = {}
         unfitted: dict[str, str] = {}  # axis -> why it cannot vary
         for k, v in dims.items():
@@ -764,20 +785,21 @@ class Analysis:
                 s[val] = I.dims()
 
     # -- step 3: the spec the importer builds the problem from ---------------------------------
-    def spec(self, sym: dict, budget: int | None = None) -> dict:
+    def spec(self, sym: dict[DimKey, Symbol], budget: int | None = None) -> dict[str, Any]:
         full, I = self.p.full, self.iface
         names: dict[str, str] = {}
         exprs: dict[str, str] = {}
         taken = set(full)
 
-        def shape_of(group, i, shape):
+        def shape_of(group: str, i: int, shape: tuple[int, ...] | None) -> list[str | int] | None:
             if shape is None:
                 return None
-            out = []
+            out: list[str | int] = []
             for j, _ in enumerate(shape):
                 x = sym[(group, i, j)]
-                if isinstance(x, tuple):  # ("expr", expression)
+                if isinstance(x, tuple):  # ("expr", expression): the only pair symbols() leaves
                     expr = x[1]
+                    assert isinstance(expr, str)
                     if expr not in names:
                         base = f"{label(group, i)}_d{j}"
                         while base in taken:
@@ -790,14 +812,14 @@ class Analysis:
                     out.append(x)
             return out
 
-        def label(group, i):
+        def label(group: str, i: int) -> str:
             if group == "args":
                 return I.args[i][0]
             if group == "state":
                 return I.state[i][0].replace(".", "__")
             return "output" if len(I.outputs) == 1 else f"output{i}"
 
-        axes = {}
+        axes: dict[str, dict[str, object]] = {}
         for c in self.p.consts.constants:
             a = c.axis
             leader = self.tied.get(a)
@@ -835,7 +857,7 @@ CPU_FLOP_HARD_CAP = 1e10  # a CPU workload computing more is not run at import
 DETERMINISM_MAX_S = 1.0  # the reference runs a second time (same inputs) when this fast
 
 
-def _verify(path: str, problem, axes: dict[str, int]) -> dict:
+def _verify(path: str, problem: Problem, axes: dict[str, int]) -> dict[str, Any]:
     """Run the generated reference once on the CPU at ``axes`` (resolved), as the guard
     would: ``generate_inputs`` then ``run``; compare the shapes with the definition's."""
     import torch
@@ -845,7 +867,7 @@ def _verify(path: str, problem, axes: dict[str, int]) -> dict:
     if io_bytes > CHECK_MAX_BYTES:
         return {"ok": False, "phase": "size",
                 "reason": f"its inputs and outputs take {io_bytes / (1 << 30):.1f} GiB, too much to run"}
-    ns: dict = {"__name__": "kernelbench_reference", "__file__": path}
+    ns: dict[str, Any] = {"__name__": "kernelbench_reference", "__file__": path}
     t0 = time.perf_counter()
     phase = "loading the reference"
     try:
@@ -876,7 +898,7 @@ def _verify(path: str, problem, axes: dict[str, int]) -> dict:
         want = list(d.shape_of(s, axes)) if s.shape is not None else None
         if isinstance(v, torch.Tensor) and list(v.shape) != want:
             return {"ok": False, "phase": "shapes", "reason": f"input {n} is {list(v.shape)}, the definition says {want}"}
-    result = {
+    result: dict[str, Any] = {
         "ok": True,
         "seconds": seconds,
         "largest_elements": max(
@@ -917,7 +939,7 @@ def _smallest_working(an: "Analysis", a: str, failing: int) -> int | None:
     return known if known < full else None
 
 
-def analyze(path: str, opts: dict | None = None) -> dict:
+def analyze(path: str, opts: dict[str, Any] | None = None) -> dict[str, Any]:
     opts = opts or {}
     from .derive import CPU_ELEMENT_BUDGET, cpu_workloads
 
@@ -929,8 +951,8 @@ def analyze(path: str, opts: dict | None = None) -> dict:
     an.dependencies()
     sym = an.symbols()
     t_deps = time.perf_counter()
-    attempts = []
-    reduced = getattr(an, "reduced", set())
+    attempts: list[dict[str, Any]] = []
+    reduced: set[str] = getattr(an, "reduced", set())
     budget = CPU_ELEMENT_BUDGET
     prev_flops = None
     for _ in range(12):
@@ -941,6 +963,7 @@ def analyze(path: str, opts: dict | None = None) -> dict:
         axes = d.resolve_axes(cpu.axes)
         consts = {a: axes[a] for a in prober.full}
         # the CPU workload on meta first: does it run, and what does it compute (FLOPs)
+        result: dict[str, Any] | None
         try:
             flops = an._run(consts, count_flops=True).flops
             result = None
@@ -1024,7 +1047,7 @@ def analyze(path: str, opts: dict | None = None) -> dict:
 # ----------------------------------------------------------------------------- serving
 
 
-def _child(path: str, opts: dict, wfd: int) -> None:
+def _child(path: str, opts: dict[str, Any], wfd: int) -> None:
     os.dup2(2, 1)  # the file's own prints must not reach the protocol stream
     warnings.simplefilter("ignore")
     import torch
@@ -1040,7 +1063,7 @@ def _child(path: str, opts: dict, wfd: int) -> None:
     except (OSError, ValueError, StopIteration):
         pass
     try:
-        reply = {"ok": True, "spec": analyze(path, opts)}
+        reply: dict[str, Any] = {"ok": True, "spec": analyze(path, opts)}
     except ProbeFailure as f:
         reply = {"ok": False, "error": f"{f.phase}: {f.reason}" if f.phase != "probe" else f.reason}
     except BaseException as exc:  # noqa: BLE001 - report, never hang the parent
@@ -1054,7 +1077,7 @@ def _child(path: str, opts: dict, wfd: int) -> None:
     os._exit(0)
 
 
-def probe_in_child(path: str, opts: dict, timeout: float) -> dict:
+def probe_in_child(path: str, opts: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Fork, probe ``path`` in the child, return its reply (or why it gave none)."""
     rfd, wfd = os.pipe()
     pid = os.fork()
@@ -1065,7 +1088,8 @@ def probe_in_child(path: str, opts: dict, timeout: float) -> dict:
         finally:
             os._exit(1)
     os.close(wfd)
-    chunks, deadline, timed_out = [], time.monotonic() + timeout, False
+    chunks: list[bytes] = []
+    deadline, timed_out = time.monotonic() + timeout, False
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -1085,7 +1109,8 @@ def probe_in_child(path: str, opts: dict, timeout: float) -> dict:
     if timed_out:
         return {"ok": False, "error": f"probing the file took over {timeout:g} s"}
     if chunks:
-        return json.loads(b"".join(chunks))
+        reply: dict[str, Any] = json.loads(b"".join(chunks))
+        return reply
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         name = signal.Signals(sig).name
@@ -1094,7 +1119,7 @@ def probe_in_child(path: str, opts: dict, timeout: float) -> dict:
     return {"ok": False, "error": f"the probe process exited with status {os.WEXITSTATUS(status)} and no reply"}
 
 
-def _warm_up(torch) -> None:
+def _warm_up(torch: Any) -> None:
     """Load torch's lazily imported meta machinery once, before forking (meta only: no CPU
     kernel runs here, so no thread pool exists when the children fork)."""
     with torch.device("meta"), torch.no_grad():

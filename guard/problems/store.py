@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import logging
 import shutil
 import time
@@ -16,12 +17,15 @@ from .sol_import import copy_blobs, import_sol_folder, is_sol_folder
 
 log = logging.getLogger(__name__)
 
+# what a problem's files were when it was parsed: (name, mtime in ns, size) each
+_Stamp = tuple[tuple[str, int | None, int | None], ...]
+
 
 class ProblemStore:
     def __init__(self, workspace_problems: Path, seeds_dir: Path = SEEDS_DIR):
         self.workspace_problems = workspace_problems
         self.seeds_dir = seeds_dir
-        self._cache: dict[Path, tuple[tuple, Problem, float]] = {}
+        self._cache: dict[Path, tuple[_Stamp, Problem, float]] = {}
 
     def _load(self, folder: Path, origin: str) -> Problem:
         """A problem, parsed once and again only when its files change (checked at most
@@ -30,14 +34,14 @@ class ProblemStore:
         hit = self._cache.get(folder)
         if hit is not None and now - hit[2] < 1.0:
             return hit[1]
-        stamp = []
+        files: list[tuple[str, int | None, int | None]] = []
         for name in (DEFINITION_FILE, WORKLOAD_FILE, HELDOUT_FILE):
             try:
                 st = (folder / name).stat()
-                stamp.append((name, st.st_mtime_ns, st.st_size))
+                files.append((name, st.st_mtime_ns, st.st_size))
             except FileNotFoundError:
-                stamp.append((name, None, None))
-        stamp = tuple(stamp)
+                files.append((name, None, None))
+        stamp = tuple(files)
         if hit is not None and hit[0] == stamp:
             self._cache[folder] = (stamp, hit[1], now)
             return hit[1]
@@ -77,7 +81,7 @@ class ProblemStore:
         known = ", ".join(self.names()) or "none"
         raise ProblemError(f"no problem named {name!r} (known: {known})")
 
-    def import_path(self, path: Path, name: str | None = None, replace: bool = False):
+    def import_path(self, path: Path, name: str | None = None, replace: bool = False) -> tuple[Problem, builtins.list[str]]:
         """Import a SOL-ExecBench folder or a KernelBench file; returns (problem, notes)."""
         path = Path(path)
         if not path.exists():

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .derive import largest_tensor
 from .problem import Problem
 from .sol_fidelity import problem_notes
 
 
-def summarize(problem: Problem) -> dict:
+def summarize(problem: Problem) -> dict[str, Any]:
     d = problem.definition
     sizes = []
     for w in problem.workloads:

@@ -4,17 +4,19 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from .harness import T
 
 
-def _time(fn, reps: int, device: torch.device) -> float:
+def _time(fn: Callable[[], object], reps: int, device: torch.device) -> float:
     """Median seconds of ``fn`` over ``reps`` runs after two warm-ups."""
     for _ in range(2):
         fn()
-    samples = []
+    samples: list[float] = []
     for _ in range(reps):
         if device.type == "cuda":
             T.cuda_sync()
@@ -26,19 +28,19 @@ def _time(fn, reps: int, device: torch.device) -> float:
     return statistics.median(samples)
 
 
-def measure(device_name: str) -> dict:
+def measure(device_name: str) -> dict[str, Any]:
     device = torch.device(device_name)
     cuda = device.type == "cuda"
     n_bytes = (1 << 30) if cuda else (1 << 26)
     src = torch.empty(n_bytes // 4, dtype=torch.float32, device=device).normal_()
     dst = torch.empty_like(src)
     copy_s = _time(lambda: dst.copy_(src), 10 if cuda else 5, device)
-    out = {"copy_bytes_per_s": 2 * n_bytes / copy_s}
+    out: dict[str, Any] = {"copy_bytes_per_s": 2 * n_bytes / copy_s}
     del src, dst
     sizes = {"bfloat16": 8192, "float16": 8192, "float32": 4096} if cuda else {
         "bfloat16": 512, "float16": 512, "float32": 768,
     }
-    matmul = {}
+    matmul: dict[str, float | None] = {}
     for name, n in sizes.items():
         dt = getattr(torch, name)
         try:

@@ -6,7 +6,10 @@ import ctypes
 import hashlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
 
 import torch
 
@@ -23,7 +26,7 @@ class CandidateFault(Exception):
         self.fatal = fatal  # the worker's CUDA context may be broken: do not reuse it
 
 
-def load_module_from_source(source: str, folder: Path, stem: str):
+def load_module_from_source(source: str, folder: Path, stem: str) -> ModuleType:
     """Import ``source`` from a real file (Triton's decorators read their source back)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     name = f"{stem}_{digest}"
@@ -33,6 +36,8 @@ def load_module_from_source(source: str, folder: Path, stem: str):
     path = folder / f"{name}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no loader for {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -44,13 +49,13 @@ def is_torch_result_tuple(kind: type) -> bool:
     return getattr(kind, "__module__", "") == "torch.return_types"
 
 
-def plain_container(value) -> bool:
+def plain_container(value: object) -> bool:
     """A dict, tuple or list itself, or one of torch's own result tuples."""
     kind = T.type(value)
     return kind in (dict, tuple, list) or is_torch_result_tuple(kind)
 
 
-def normalize_outputs(result, output_names: list[str]) -> list:
+def normalize_outputs(result: Any, output_names: list[str]) -> list[Any]:
     """The candidate's (or reference's) return value as a list in definition order."""
     n = len(output_names)
     if T.isinstance(result, (dict, tuple, list)) and not plain_container(result):
@@ -122,4 +127,4 @@ def trim_host_heap() -> None:
         _MALLOC_TRIM(0)
 
 
-_MALLOC_TRIM = None
+_MALLOC_TRIM: Callable[[int], object] | Literal[False] | None = None  # False: not glibc

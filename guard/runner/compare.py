@@ -16,6 +16,7 @@ themselves, and on a wide tensor it stays under 1% of the elements.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -27,7 +28,7 @@ from .compare_scan import DEFAULT_CHUNK_ELEMENTS, Scan, scan_exact, scan_floats
 OUTLIER_FACTOR = 8.0
 
 
-def spec_args(tol: dict) -> dict:
+def spec_args(tol: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of ``compare`` beyond atol/rtol, from a tolerance message."""
     ratio = tol.get("required_matched_ratio")
     return {"matched_ratio": 1.0 if ratio is None else float(ratio),
@@ -46,7 +47,7 @@ def compare(
     out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, name: str = "output",
     row_scaled: bool = False, matched_ratio: float = 1.0, error_cap: float | None = None,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, same_dtype: bool = True,
-) -> dict:
+) -> dict[str, Any]:
     """A report: ``ok``, ``status``, ``message`` and error statistics.
 
     ``matched_ratio``: the share of elements that must be within atol/rtol (SOL-ExecBench's
@@ -115,7 +116,7 @@ def compare(
 
 
 def _within_ratio(scan: Scan, shape: tuple[int, ...], name: str, matched_ratio: float,
-                  stats: dict) -> dict | None:
+                  stats: dict[str, Any]) -> dict[str, Any] | None:
     """Few enough elements miss for the matched ratio. None when they are rounding-sized (the
     output passes); a failure naming the check otherwise."""
     special = scan.first_special
@@ -143,5 +144,5 @@ def _dt(t: torch.Tensor) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
-def _fail(status: str, message: str, **stats) -> dict:
+def _fail(status: str, message: str, **stats: Any) -> dict[str, Any]:
     return {"ok": False, "status": status, "message": message, **stats}

@@ -104,7 +104,7 @@ class ConfirmLoop:
         one after the other). A warm-up on a side stream first, as for any capture."""
         n = len(self.sets)
         self.stream.seed(0)
-        side = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
+        side = torch.cuda.Stream(device=self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for k in range(n):

@@ -15,6 +15,7 @@ import statistics
 import threading
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 import torch.profiler
@@ -27,7 +28,7 @@ if torch.cuda.is_available():
 try:  # numpy is optional for the harness
     import numpy
 except ImportError:  # pragma: no cover
-    numpy = None
+    numpy = None  # type: ignore[assignment]  # the name stays bound either way; nothing here calls it
 
 T = SimpleNamespace(
     perf_counter=time.perf_counter,
@@ -104,7 +105,7 @@ for _owner, _attrs in (
     ("_CUDAGraph", ("replay",)),
     ("_autograd._KinetoEvent", ("duration_ns", "start_ns", "correlation_id", "device_type", "name")),
 ):
-    _obj = torch._C
+    _obj: Any = torch._C
     for _part in _owner.split("."):
         _obj = getattr(_obj, _part, None)
     if _obj is not None:
@@ -128,4 +129,5 @@ def violations() -> list[str]:
 
 
 def thread_count() -> int:
-    return T.active_threads()
+    n: int = T.active_threads()
+    return n

@@ -13,6 +13,8 @@ import math
 import re
 import struct
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -48,22 +50,25 @@ def sub_seed(seed: int, *parts: object) -> int:
 class InputMaker:
     """Inputs for one definition on one device. ``reference_module`` provides custom inputs."""
 
-    def __init__(self, definition: dict, device: str, reference_module=None, blob_root: str | None = None):
+    def __init__(self, definition: dict[str, Any], device: str, reference_module: ModuleType | None = None,
+                 blob_root: str | None = None):
         self.d = definition
         self.device = torch.device(device)
         self.module = reference_module
         self.blob_root = Path(blob_root) if blob_root else None
 
     # -- public -------------------------------------------------------------------------
-    def make(self, workload: dict, axes: dict[str, int], seed: int, kind: str = "normal") -> list:
+    def make(self, workload: dict[str, Any], axes: dict[str, int], seed: int, kind: str = "normal") -> list[Any]:
         """Arguments in definition order (tensors and Python scalars)."""
         specs = workload.get("inputs", {})
+        values: dict[str, Any]
         if self.d.get("custom_inputs_entrypoint") and any(
             s.get("type") == "custom" for s in specs.values()
         ):
             values = self._custom(axes, specs, seed)
         else:
-            values, synthesized = {}, set()
+            values = {}
+            synthesized: set[str] = set()
             for name, spec in self.d["inputs"].items():
                 ispec = specs.get(name, {"type": "random"})
                 values[name] = self._one(name, spec, ispec, axes, seed, kind)
@@ -78,7 +83,7 @@ class InputMaker:
         return [values[n] for n in self.d["inputs"]]
 
     # -- kinds of input -------------------------------------------------------------------
-    def _custom(self, axes: dict[str, int], specs: dict, seed: int) -> dict:
+    def _custom(self, axes: dict[str, int], specs: dict[str, Any], seed: int) -> dict[str, Any]:
         fn = getattr(self.module, self.d["custom_inputs_entrypoint"])
         scalars = {n: s["value"] for n, s in specs.items() if s.get("type") == "scalar"}
         torch.manual_seed(seed)
@@ -87,7 +92,8 @@ class InputMaker:
             raise TypeError("generate_inputs must return a dict of inputs")
         return {**scalars, **produced}
 
-    def _one(self, name: str, tspec: dict, ispec: dict, axes: dict, seed: int, kind: str):
+    def _one(self, name: str, tspec: dict[str, Any], ispec: dict[str, Any], axes: dict[str, int], seed: int,
+             kind: str) -> Any:
         kind_of = ispec.get("type", "random")
         if kind_of == "scalar":
             return ispec["value"]
@@ -106,7 +112,7 @@ class InputMaker:
             return torch.randint(0, 2, shape, generator=gen, device=self.device).bool()
         return self._int(name, shape, dtype, gen, axes)
 
-    def _float(self, shape: tuple, dtype: str, gen: torch.Generator, kind: str) -> torch.Tensor:
+    def _float(self, shape: tuple[int, ...], dtype: str, gen: torch.Generator, kind: str) -> torch.Tensor:
         x = torch.randn(shape, generator=gen, device=self.device, dtype=torch.float32)
         if kind == "mixed" and x.numel():
             rows = shape[:-1] + (1,) if len(shape) > 1 else shape
@@ -118,7 +124,8 @@ class InputMaker:
             x = x * TINY_SCALE.get(dtype, 1.0)
         return x.to(torch_dtype(dtype))
 
-    def _int(self, name: str, shape: tuple, dtype: str, gen: torch.Generator, axes: dict):
+    def _int(self, name: str, shape: tuple[int, ...], dtype: str, gen: torch.Generator,
+             axes: dict[str, int]) -> torch.Tensor:
         high = 64
         if _LABELS.search(name):
             floats = [
@@ -130,11 +137,11 @@ class InputMaker:
                 high = max(1, axes[last] if isinstance(last, str) else int(last))
         return torch.randint(0, high, shape, generator=gen, device=self.device, dtype=torch_dtype(dtype))
 
-    def _fix_index_pairs(self, values: dict, synthesized: set, axes: dict, seed: int) -> None:
+    def _fix_index_pairs(self, values: dict[str, Any], synthesized: set[str], axes: dict[str, int], seed: int) -> None:
         """Paged-KV convention: offsets run from 0 to the number of indices; indices stay
         below the page count. Applied to integer index inputs the guard synthesized."""
 
-        def ints(pattern: re.Pattern) -> list[str]:
+        def ints(pattern: re.Pattern[str]) -> list[str]:
             return [
                 n for n in synthesized
                 if pattern.search(n)
@@ -160,7 +167,7 @@ class InputMaker:
             ptr = torch.cat([torch.zeros(1, dtype=torch.long), cuts, torch.full((1,), total)])[:k]
             values[n] = ptr.to(dtype=t.dtype, device=self.device)
 
-    def _safetensors(self, ispec: dict) -> torch.Tensor | None:
+    def _safetensors(self, ispec: dict[str, Any]) -> torch.Tensor | None:
         if self.blob_root is None:
             return None
         path = self.blob_root / ispec["path"]

@@ -333,21 +333,21 @@ class MessageError(RuntimeError):
     """A message that does not match its model: a bug, or a worker that was tampered with."""
 
 
-def parse_candidate_request(raw: dict) -> BaseModel:
+def parse_candidate_request(raw: dict[str, Any]) -> BaseModel:
     try:
         return _CANDIDATE.validate_python(raw)
     except ValidationError as exc:
         raise MessageError(f"malformed request: {_short(exc)}") from None
 
 
-def parse_trusted_request(raw: dict) -> BaseModel:
+def parse_trusted_request(raw: dict[str, Any]) -> BaseModel:
     try:
         return _TRUSTED.validate_python(raw)
     except ValidationError as exc:
         raise MessageError(f"malformed request: {_short(exc)}") from None
 
 
-def parse_reply(raw: dict, model: type[R]) -> R:
+def parse_reply(raw: dict[str, Any], model: type[R]) -> R:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:

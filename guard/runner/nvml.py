@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def gpu_count() -> int:
         return 0
 
 
-def gpu_identity(index: int = 0) -> dict | None:
+def gpu_identity(index: int = 0) -> dict[str, str] | None:
     if not _init():
         return None
     try:
@@ -65,7 +66,7 @@ def total_memory(uuid: str | None = None, index: int = 0) -> int | None:
         return None
 
 
-def _s(v) -> str:
+def _s(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
@@ -76,7 +77,7 @@ _REASONS = {
 }
 
 
-def snapshot(uuid: str | None = None, index: int = 0) -> dict | None:
+def snapshot(uuid: str | None = None, index: int = 0) -> dict[str, Any] | None:
     """Clocks (MHz), temperature (C), power (W) and active throttle reasons."""
     if not _init():
         return None

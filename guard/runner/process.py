@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .. import sandbox
 from ..paths import cache_dir
@@ -119,9 +120,9 @@ class WorkerProcess:
             self.isolation = iso.mechanism if iso.available else "none"
         else:  # the trusted worker holds references, never candidate code: unconfined
             self.isolation = "none"
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
-        self.info: dict = {}
+        self.info: dict[str, Any] = {}
         self.started_at = 0.0
         # Seconds spent waiting on each request kind, summed over the worker's life: the
         # verdict reports the part each evaluation added (where a verdict's time goes).
@@ -205,7 +206,7 @@ class WorkerProcess:
             os.close(info_r)
         return None
 
-    def wait_ready(self, timeout: float = 120.0) -> dict:
+    def wait_ready(self, timeout: float = 120.0) -> dict[str, Any]:
         if not self.info:
             self.info = self._recv(timeout, "start")
             if not self.info.get("ready"):
@@ -257,7 +258,7 @@ class WorkerProcess:
 
     def close(self, grace: float = 2.0) -> None:
         """Ask the worker to exit; kill it if it does not."""
-        if self.alive and self.sock is not None:
+        if self.alive and self.proc is not None and self.sock is not None:
             try:
                 protocol.send(self.sock, {"op": "exit"})
                 self.proc.wait(timeout=grace)
@@ -266,7 +267,7 @@ class WorkerProcess:
         self.kill()
 
     # -- requests -------------------------------------------------------------------
-    def request(self, message: dict, timeout: float) -> dict:
+    def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
         self.wait_ready()
         if self.sock is None:
             raise WorkerDied("worker socket closed", self.returncode, self.log_tail())
@@ -281,7 +282,8 @@ class WorkerProcess:
         finally:
             self.op_seconds[op] = self.op_seconds.get(op, 0.0) + time.monotonic() - t0
 
-    def _recv(self, timeout: float, op: str) -> dict:
+    def _recv(self, timeout: float, op: str) -> dict[str, Any]:
+        assert self.sock is not None, "the worker was killed before it was ready"
         try:
             return protocol.recv(self.sock, timeout)
         except protocol.ReplyTimeout:

@@ -11,6 +11,7 @@ import select
 import socket
 import struct
 import time
+from typing import Any
 
 MAX_MESSAGE = 64 * 1024 * 1024
 _HEADER = struct.Struct("!Q")
@@ -33,7 +34,7 @@ class ReplyTimeout(ProtocolError):
     pass
 
 
-def send(sock: socket.socket, message: dict) -> None:
+def send(sock: socket.socket, message: dict[str, Any]) -> None:
     data = _dumps(message, allow_nan=True).encode()
     if len(data) > MAX_MESSAGE:
         raise ProtocolError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE}")
@@ -58,7 +59,7 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-def recv(sock: socket.socket, timeout: float | None = None) -> dict:
+def recv(sock: socket.socket, timeout: float | None = None) -> dict[str, Any]:
     deadline = None if timeout is None else time.monotonic() + timeout
     (length,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, deadline))
     if length > MAX_MESSAGE:

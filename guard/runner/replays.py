@@ -65,11 +65,11 @@ def replay_seed(run_seed: int, iteration: int) -> int:
     return sub_seed(run_seed, "replay", iteration)
 
 
-def redrawn_inputs(definition: dict, workload: dict) -> list[tuple[int, str]]:
+def redrawn_inputs(definition: dict[str, Any], workload: dict[str, Any]) -> list[tuple[int, str]]:
     """(position, name) of the inputs a refill redraws in place: float tensors the guard makes
     at random. Integer and loaded inputs keep their set's values (index conventions hold)."""
     specs = workload.get("inputs", {})
-    out = []
+    out: list[tuple[int, str]] = []
     for j, (name, spec) in enumerate(definition["inputs"].items()):
         kind = specs.get(name, {}).get("type", "random")
         dtype = str(spec.get("dtype", ""))
@@ -78,7 +78,7 @@ def redrawn_inputs(definition: dict, workload: dict) -> list[tuple[int, str]]:
     return out
 
 
-def stream_refill_possible(definition: dict, workload: dict) -> bool:
+def stream_refill_possible(definition: dict[str, Any], workload: dict[str, Any]) -> bool:
     """Whether a loop's fresh inputs can come from one generator drawn on in order
     (``StreamRefill``): not when a custom generator makes them, nor when no input can be
     redrawn in place (integer-only inputs: the loop would repeat each set's values, and a
@@ -130,7 +130,7 @@ class Refiller:
     a custom generator, and inputs of which none is such a float, go through the
     ``InputMaker`` again."""
 
-    def __init__(self, maker: InputMaker, workload: dict, axes: dict):
+    def __init__(self, maker: InputMaker, workload: dict[str, Any], axes: dict[str, int]):
         self.maker, self.workload, self.axes = maker, workload, axes
         # remade whole by the InputMaker where the inputs cannot be redrawn in place
         self.custom = not stream_refill_possible(maker.d, workload)
@@ -138,7 +138,7 @@ class Refiller:
         self.gen = torch.Generator(device=maker.device)
         self.scratch: dict[int, torch.Tensor] = {}
 
-    def __call__(self, live: list, seed: int) -> None:
+    def __call__(self, live: list[Any], seed: int) -> None:
         if self.custom:
             fresh = self.maker.make(self.workload, self.axes, seed, "normal")
             for buf, new in zip(live, fresh):
@@ -151,7 +151,7 @@ class Refiller:
             redraw(live[j], self.gen, self.scratch)
 
 
-def tensors_of(out) -> list[torch.Tensor]:
+def tensors_of(out: Any) -> list[torch.Tensor]:
     """The tensors of an output structure (tensor, tuple, list, dict, torch's result tuples),
     in order. Exact container types only: a subclass would run the candidate's code here."""
     kind = T.type(out)
@@ -164,7 +164,7 @@ def tensors_of(out) -> list[torch.Tensor]:
     return []
 
 
-def scramble(out, gen: torch.Generator) -> None:
+def scramble(out: Any, gen: torch.Generator) -> None:
     """Overwrite output tensors with new random values (floats in [-4, 4), integers in
     their range, booleans at random), so a call that skips its work leaves values that no
     earlier call produced."""
@@ -197,7 +197,8 @@ def _block_digest(c: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     rows (``w`` then has a period's length) or a part of one (``w`` as long as ``c``)."""
     flat = T.reshape(c, (-1,))
     proj = T.sum(T.mv(c, w)) if c.dim() == 2 else T.dot(flat, w)
-    return T.stack([T.sum(flat), T.vector_norm(flat, 1), T.dot(flat, flat), proj])
+    row: torch.Tensor = T.stack([T.sum(flat), T.vector_norm(flat, 1), T.dot(flat, flat), proj])
+    return row
 
 
 def _digest_one(x: torch.Tensor, projection: Projection) -> torch.Tensor:
@@ -217,12 +218,14 @@ def _digest_one(x: torch.Tensor, projection: Projection) -> torch.Tensor:
         tail = T.to(flat[whole * period:], torch.float64)
         parts.append(_block_digest(tail, w[:n - whole * period]))
     if not parts:
-        return T.zeros(4, dtype=torch.float64, device=flat.device)
+        zero: torch.Tensor = T.zeros(4, dtype=torch.float64, device=flat.device)
+        return zero
     acc = T.sum(T.stack(parts), 0)
-    return T.stack([acc[0], acc[1], T.sqrt(acc[2]), acc[3]])
+    row: torch.Tensor = T.stack([acc[0], acc[1], T.sqrt(acc[2]), acc[3]])
+    return row
 
 
-def digest(outputs: list, projection: Projection) -> torch.Tensor:
+def digest(outputs: list[Any], projection: Projection) -> torch.Tensor:
     """Per output: (sum, L1 norm, L2 norm, projection) in float64, as one device tensor of
     shape (n_outputs, 4). A non-tensor output digests as NaN (the check then fails)."""
     rows = []

@@ -8,6 +8,7 @@ import math
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -24,7 +25,7 @@ def dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
-def write_tensor(t: torch.Tensor, path: Path) -> dict:
+def write_tensor(t: torch.Tensor, path: Path) -> dict[str, Any]:
     """Copy ``t`` to host and write its bytes; returns the description."""
     host = T.contiguous(T.cpu(t))
     raw = T.numpy(T.view(T.view(host, (-1,)), torch.uint8)) if host.numel() else None
@@ -40,7 +41,7 @@ def write_tensor(t: torch.Tensor, path: Path) -> dict:
     return {"file": str(path), "shape": list(t.shape), "dtype": dtype_name(t)}
 
 
-def read_tensor(meta: dict, device: str) -> torch.Tensor:
+def read_tensor(meta: dict[str, Any], device: str) -> torch.Tensor:
     """Read a described tensor; refuses files whose size disagrees with the description."""
     dtype = meta.get("dtype")
     shape = meta.get("shape")

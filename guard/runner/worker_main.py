@@ -12,6 +12,11 @@ import socket
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .candidate_role import CandidateRole
+    from .trusted_role import TrustedRole
 
 
 def _limit_memory(gb: float) -> None:
@@ -82,6 +87,7 @@ def main() -> int:
         except ImportError:
             info["triton"] = None
         workdir = Path.cwd()
+        role: CandidateRole | TrustedRole
         if args.role == "candidate":
             from .candidate_role import CandidateRole
 

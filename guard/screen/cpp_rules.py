@@ -32,7 +32,7 @@ RULES: list[tuple[str, str, str]] = [
 def strip_comments(source: str) -> str:
     """Blank out comments and string literals, keeping line numbers."""
 
-    def blank(m: re.Match) -> str:
+    def blank(m: re.Match[str]) -> str:
         text = m.group(0)
         if text.startswith('"'):
             return '"' + re.sub(r"[^\n]", " ", text[1:-1]) + '"'

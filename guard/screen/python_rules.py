@@ -235,18 +235,18 @@ class _Visitor(ast.NodeVisitor):
         bound to it), screened as a .cu file is; findings at the Python file's lines."""
         values = [k.value for k in node.keywords if k.arg in INLINE_SOURCES]
         values += [node.args[i] for i in (1, 2) if len(node.args) > i]
-        texts = []
+        texts: list[tuple[int, str]] = []
         for v in values:
             for item in (v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v]):
                 if isinstance(item, ast.Name):
                     item = self.strings.get(item.id, item)
                 if isinstance(item, ast.Constant) and isinstance(item.value, str):
-                    texts.append(item)
-        for const in texts:
-            for f in cpp_rules.check(self.path, const.value):
+                    texts.append((item.lineno, item.value))
+        for lineno, text in texts:
+            for f in cpp_rules.check(self.path, text):
                 if f.rule != "workspace":  # Python strings are checked for those already
                     self.findings.append(Finding(
-                        self.path, const.lineno + f.line - 1, f.rule, f"load_inline C++: {f.message}"
+                        self.path, lineno + f.line - 1, f.rule, f"load_inline C++: {f.message}"
                     ))
 
     def _check_target(self, target: ast.AST) -> None:

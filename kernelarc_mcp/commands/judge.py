@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .. import render
-from ..common import device_option, emit_json, open_workspace
+from ..common import device_option, emit_json, open_workspace, print_listing
 
 
 def _guard(args, ws):
@@ -53,13 +53,9 @@ def cmd_leaderboard(args) -> int:
     ws = open_workspace(args)
     ws.problems().get(args.problem)  # a clear error for an unknown name
     board = leaderboard(Database(ws.db_path), args.problem)
-    if args.json:
-        emit_json(board)
-        return 0
-    if not board["agents"]:
-        print(f"no accepted candidate for {args.problem} yet ({board['candidates']} submitted)")
-        return 0
-    render.table(
+    return print_listing(
+        args.json,
+        board,
         [
             "rank",
             "agent",
@@ -73,7 +69,7 @@ def cmd_leaderboard(args) -> int:
             "attempts",
             "",
         ],
-        [
+        (
             [
                 i + 1,
                 e["agent"],
@@ -88,9 +84,9 @@ def cmd_leaderboard(args) -> int:
                 "global best" if e["is_global_best"] else "",
             ]
             for i, e in enumerate(board["agents"])
-        ],
+        ),
+        empty=f"no accepted candidate for {args.problem} yet ({board['candidates']} submitted)",
     )
-    return 0
 
 
 def cmd_show(args) -> int:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .. import render
-from ..common import emit_json, open_workspace
+from ..common import emit_json, open_workspace, print_listing
 
 
 def cmd_memory(args) -> int:
@@ -37,15 +36,11 @@ def cmd_memory(args) -> int:
         for row in mem.export(args.problem):
             sys.stdout.write(json.dumps(row) + "\n")
         return 0
-    if args.json:
-        emit_json({"conclusions": rows})
-        return 0
-    if not rows:
-        print("no conclusions")
-        return 0
-    render.table(
+    return print_listing(
+        args.json,
+        {"conclusions": rows},
         ["id", "problem", "kind", "agent", "evidence", "strength", "support", "text"],
-        [
+        (
             [
                 r["id"],
                 r["problem"][:28],
@@ -57,9 +52,9 @@ def cmd_memory(args) -> int:
                 r["text"][:70],
             ]
             for r in rows
-        ],
+        ),
+        empty="no conclusions",
     )
-    return 0
 
 
 def add_parsers(sub) -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import render
-from ..common import emit_json, open_workspace
+from ..common import emit_json, open_workspace, print_listing
 
 
 def cmd_import(args) -> int:
@@ -27,12 +26,11 @@ def cmd_problems(args) -> int:
 
     ws = open_workspace(args)
     summaries = [summarize(p) for p in ws.problems().list()]
-    if args.json:
-        emit_json({"problems": summaries})
-        return 0
-    render.table(
+    return print_listing(
+        args.json,
+        {"problems": summaries},
         ["problem", "origin", "family", "workloads", "dtypes", "largest I/O", "max GFLOP", "seeds"],
-        [
+        (
             [
                 s["name"][:60],
                 s["origin"],
@@ -44,9 +42,8 @@ def cmd_problems(args) -> int:
                 len(s["seed_kernels"]),
             ]
             for s in summaries
-        ],
+        ),
     )
-    return 0
 
 
 def add_parsers(sub) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .. import render
-from ..common import device_option, emit_json, open_workspace, print_run_end
+from ..common import device_option, open_workspace, print_listing, print_run_end
 
 
 def cmd_launch(args) -> int:
@@ -63,17 +62,13 @@ def cmd_status(args) -> int:
                 "ended": run.get("ended_reason"),
             }
         )
-    if args.json:
-        emit_json({"runs": out})
-        return 0
-    if not out:
-        print("no runs in this workspace")
-        return 0
-    render.table(
+    return print_listing(
+        args.json,
+        {"runs": out},
         ["run", "problem", "client", "agents", "state", "candidates", "ended"],
-        [[r["run"], r["problem"], r["client"], r["agents"], r["state"], r["candidates"], r["ended"]] for r in out],
+        ([r["run"], r["problem"], r["client"], r["agents"], r["state"], r["candidates"], r["ended"]] for r in out),
+        empty="no runs in this workspace",
     )
-    return 0
 
 
 def _pid_alive(pid) -> bool:
