@@ -189,3 +189,17 @@ def test_nothing_outside_the_tests_imports_them():
             if top in test_names and top not in PACKAGES:
                 offenders.append(f"{name} -> {imported}")
     assert offenders == []
+
+
+def test_the_server_and_the_cascade_load_without_torch():
+    """torch belongs to the workers: the server, the guard's cascade and the worker protocol
+    load without it (importing torch costs seconds of every server's start-up, and a module
+    that pulled it in unnoticed made start-up 11 s at load 7)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, kernelarc_mcp.serving.http, guard.cascade, guard.runner.messages; "
+            "print([m for m in ('torch', 'triton', 'numpy') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert "torch" not in out.stdout, out.stdout

@@ -30,7 +30,8 @@ from .. import outside_clock
 from ..problems import tolerance as tolerance_mod
 from ..problems.schema import Definition, Workload
 from ..runner import messages as m
-from ..runner import nvml, replays
+from ..runner import nvml
+from ..runner.refill_kinds import stream_refill_possible
 from ..runner.freeze import frozen
 from ..runner.process import WorkerProcess
 from .reasons import GuardError, Rejection, first_line
@@ -92,7 +93,7 @@ def _loop_kind(ref: ReferenceSide, d: Definition, w: Workload) -> str:
     """"captured" where the outside clock's loop draws and digests in graphs (a GPU, inputs
     the guard draws itself), else "eager"; decided here from the problem alone, and both
     workers' loops follow the same rule (``ConfirmLoop``)."""
-    possible = replays.stream_refill_possible(d.model_dump(mode="json"), w.model_dump(mode="json"))
+    possible = stream_refill_possible(d.model_dump(mode="json"), w.model_dump(mode="json"))
     return "captured" if ref.device.kind == "cuda" and possible else "eager"
 
 

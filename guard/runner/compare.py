@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from .compare_scan import DEFAULT_CHUNK_ELEMENTS, Scan, scan_exact, scan_floats
+from .compare_scan import Scan, scan_exact, scan_floats
+from .messages import DEFAULT_CHUNK_ELEMENTS
 
 # How far past its allowance (atol + rtol * |ref|) an element the matched ratio lets through
 # may be. bf16 carries 8 bits of mantissa: an honest difference in rounding order is a few

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-# 1M elements: 8 MiB per float64 temporary, about 56 MiB for a chunk's whole working set.
-DEFAULT_CHUNK_ELEMENTS = 1 << 20
+from .messages import DEFAULT_CHUNK_ELEMENTS
+
+# DEFAULT_CHUNK_ELEMENTS (1M elements, in the torch-free protocol module): 8 MiB per float64
+# temporary, about 56 MiB for a chunk's whole working set.
 
 # float64 temporaries alive at once inside a chunk (x, y, error, allowance and the transient
 # ones of an expression), 8 bytes each, and six boolean masks: what one chunk costs at most.

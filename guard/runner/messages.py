@@ -11,8 +11,12 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from .compare_scan import DEFAULT_CHUNK_ELEMENTS
 
+
+# Elements compared (or checked finite) at a time by default.
+# Defined here, not in compare_scan, so that the protocol stays free of torch: the server
+# imports it, and importing torch there costs seconds of start-up.
+DEFAULT_CHUNK_ELEMENTS = 1 << 20
 
 class _Msg(BaseModel):
     model_config = ConfigDict(extra="forbid")

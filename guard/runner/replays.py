@@ -27,6 +27,7 @@ from .common import is_torch_result_tuple
 from .harness import T
 from .compare import OUTLIER_FACTOR
 from .inputs import InputMaker, sub_seed
+from .refill_kinds import redrawn_inputs, stream_refill_possible
 
 DIGEST_FIELDS = ("sum", "l1", "l2", "projection")
 # Random signs are drawn once per run for this many elements and repeated along larger
@@ -63,29 +64,6 @@ class Projection:
 def replay_seed(run_seed: int, iteration: int) -> int:
     """The seed of the inputs of timed call ``iteration`` of a run."""
     return sub_seed(run_seed, "replay", iteration)
-
-
-def redrawn_inputs(definition: dict[str, Any], workload: dict[str, Any]) -> list[tuple[int, str]]:
-    """(position, name) of the inputs a refill redraws in place: float tensors the guard makes
-    at random. Integer and loaded inputs keep their set's values (index conventions hold)."""
-    specs = workload.get("inputs", {})
-    out: list[tuple[int, str]] = []
-    for j, (name, spec) in enumerate(definition["inputs"].items()):
-        kind = specs.get(name, {}).get("type", "random")
-        dtype = str(spec.get("dtype", ""))
-        if spec.get("shape") is not None and kind == "random" and dtype.startswith(("float", "bfloat")):
-            out.append((j, name))
-    return out
-
-
-def stream_refill_possible(definition: dict[str, Any], workload: dict[str, Any]) -> bool:
-    """Whether a loop's fresh inputs can come from one generator drawn on in order
-    (``StreamRefill``): not when a custom generator makes them, nor when no input can be
-    redrawn in place (integer-only inputs: the loop would repeat each set's values, and a
-    cache keyed by them would hit on every call), where the ``InputMaker`` remakes them all."""
-    specs = workload.get("inputs", {})
-    custom = definition.get("custom_inputs_entrypoint") and any(s.get("type") == "custom" for s in specs.values())
-    return not custom and bool(redrawn_inputs(definition, workload))
 
 
 def redraw(t: torch.Tensor, gen: torch.Generator, scratch: dict[int, torch.Tensor]) -> None:
