@@ -203,6 +203,33 @@ def test_http_workers_queue_jobs_for_the_evaluating_server(ws, monkeypatch):
     assert job(ws, job_id)["server"] == "s-evaluating" and job(ws, job_id)["state"] == "queued"
 
 
+def test_jobs_an_earlier_version_left_running_are_interrupted(ws):
+    """A workspace from before jobs named their server: its running job cannot be judging
+    anywhere now (an earlier server re-queued every running job at its start), so it is
+    interrupted; a queued one stays for whichever server judges it."""
+    from guard.archive.db import Database
+
+    db = Database(ws / "workspace.db")
+    db.reader().execute(
+        "CREATE TABLE jobs (id TEXT PRIMARY KEY, agent TEXT NOT NULL, problem TEXT NOT NULL,"
+        " solution_json TEXT NOT NULL, notes TEXT, parent TEXT, state TEXT NOT NULL, candidate_id TEXT,"
+        " error TEXT, created_at REAL NOT NULL, started_at REAL, finished_at REAL)"
+    )
+    for jid, state in (("j-old-running", "running"), ("j-old-queued", "queued")):
+        db.reader().execute(
+            "INSERT INTO jobs (id, agent, problem, solution_json, state, created_at) VALUES (?,?,?,?,?,?)",
+            (jid, "alice", RMS, "{}", state, time.time()),
+        )
+    g = make_guard(ws)
+    try:
+        JobQueue(g, autostart=False)
+    finally:
+        g.close()
+    assert job(ws, "j-old-running")["state"] == "interrupted"
+    assert "without a clean stop" in job(ws, "j-old-running")["error"]
+    assert job(ws, "j-old-queued")["state"] == "queued"
+
+
 def test_a_server_is_known_by_its_pid_and_start_time():
     me = os.getpid()
     identity = process_identity(me)
