@@ -17,7 +17,7 @@ FORMATTED := kernelarc_mcp/cli.py kernelarc_mcp/common.py kernelarc_mcp/__main__
 	kernelarc_mcp/commands/serve.py kernelarc_mcp/commands/memory.py kernelarc_mcp/commands/swarm.py \
 	kernelarc_mcp/serving/__init__.py kernelarc_mcp/serving/sockets.py kernelarc_mcp/serving/app.py \
 	kernelarc_mcp/serving/http.py playbooks/__init__.py launcher/__init__.py benchmarks/harness.py \
-	tests/helpers.py tests/test_layers.py
+	tests/helpers.py tests/test_layers.py guard/archive/servers.py tests/serving/test_server_stops.py
 
 .PHONY: demo test lint format install clean
 

@@ -1,7 +1,20 @@
-"""A queue of evaluations in front of one Guard, kept in the workspace database so that a
-job survives a restart of the server: one that was queued or running when the process
-stopped is queued again when the next one starts (its unfinished candidate is marked
-interrupted by the database).
+"""A queue of evaluations in front of one Guard, kept in the workspace database.
+
+Every job names the server answerable for it (``server``, a row of ``guard/archive/servers.py``):
+while queued, the evaluating server it was submitted to; once running, the one judging it.
+A server that stops leaves none of its jobs behind:
+
+- on a clean stop (stdin closed, SIGTERM, SIGINT, SIGHUP, ``close``) the job it is judging
+  becomes ``interrupted`` and the jobs queued through it ``cancelled``, each with a reason that
+  says the server stopped and to resubmit; the candidate being judged is marked
+  ``interrupted`` too, whatever its workers, killed by the stop, made it look like;
+- a server that was killed (SIGKILL) or crashed cannot say so: the next server (at its start,
+  then every few seconds) finds its jobs by its pid and process start time and does the same,
+  with a reason that says so.
+
+So nothing waits behind jobs whose server is gone, and an agent asking about its job (from
+any server of the workspace) learns what became of it. A server of another host cannot be
+checked from here: its jobs are left alone.
 
 Submitting returns at once with a job id; ``wait`` blocks for a bounded time (MCP clients
 give up on a tool call after about 60 s) and reports progress while it waits.
@@ -15,6 +28,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -23,6 +38,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .archive.db import RESULT_COLUMNS
+from .archive.servers import Servers
 from .candidates.solution import Solution
 from .cascade import Guard, GuardError
 from .verdict import Verdict
@@ -37,16 +54,40 @@ CREATE TABLE IF NOT EXISTS jobs (
     solution_json TEXT NOT NULL,
     notes TEXT,
     parent TEXT,
-    state TEXT NOT NULL,            -- queued, running, done, error
+    state TEXT NOT NULL,            -- queued, running, done, error, interrupted, cancelled
     candidate_id TEXT,
-    error TEXT,
+    error TEXT,                     -- why there is no verdict (error, interrupted, cancelled)
     created_at REAL NOT NULL,
     started_at REAL,
     finished_at REAL,
-    device TEXT                     -- the device (physical key) that judged it
+    device TEXT,                    -- the device (physical key) that judged it
+    server TEXT                     -- its server: the one it was queued through, then the one judging it
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, created_at);
 """
+
+# a job in one of these states will not change again
+FINAL = ("done", "error", "interrupted", "cancelled")
+UNFINISHED = ("queued", "running")
+SWEEP_S = 5.0  # how often a server looks for jobs of servers that are gone
+SETTLE_S = 5.0  # how long a stopping server waits for its job threads to end
+
+
+class Stopping(Exception):
+    """Raised at an evaluation's next step once its server is stopping."""
+
+
+def _stopped_reasons(why: str) -> tuple[str, str]:
+    """What a running and a queued job say when their server stopped cleanly."""
+    return (f"the server stopped ({why}) while judging it; resubmit to judge",
+            f"the server stopped ({why}) before judging it; resubmit to judge")
+
+
+def _gone_reasons(pid: int | None) -> tuple[str, str]:
+    """What a running and a queued job say when their server is found gone."""
+    who = f"the server (pid {pid})" if pid else "the server"
+    return (f"{who} ended while judging it, without a clean stop (killed or crashed); resubmit to judge",
+            f"{who} ended before judging it, without a clean stop (killed or crashed); resubmit to judge")
 
 
 @dataclass
@@ -64,7 +105,11 @@ class JobView:
 
 
 class JobQueue:
-    def __init__(self, guards: Guard | Sequence[Guard], autostart: bool = True, recover: bool = True):
+    def __init__(self, guards: Guard | Sequence[Guard], autostart: bool = True, evaluator: bool = True,
+                 server: str | None = None):
+        """``evaluator``: this process judges jobs: it is recorded as a server, resolves the jobs
+        of servers that are gone, and resolves its own when it stops. Otherwise it only queues,
+        for the evaluating ``server`` (an HTTP worker's parent), or for any server when None."""
         self.guards = [guards] if isinstance(guards, Guard) else list(guards)
         if not self.guards:
             raise ValueError("a job queue needs at least one guard")
@@ -73,14 +118,21 @@ class JobQueue:
         self.guard = self.guards[0]  # problems and configuration are the same for all
         self.db = self.guard.db
         self.db.reader().executescript(SCHEMA)
-        if "device" not in {r[1] for r in self.db.reader().execute("PRAGMA table_info(jobs)")}:
-            self.db.reader().execute("ALTER TABLE jobs ADD COLUMN device TEXT")
+        have = {r[1] for r in self.db.reader().execute("PRAGMA table_info(jobs)")}
+        for column in ("device", "server"):
+            if column not in have:
+                self.db.reader().execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+        self.evaluator = evaluator
+        self.servers = Servers(self.db)
+        self.server = self.servers.register() if evaluator else server
         self._cv = threading.Condition()
         self._progress: dict[str, dict[str, Any]] = {}
         self._stop = False
-        if recover:
-            with self.db.transaction() as c:  # what a stopped process left behind runs again
-                c.execute("UPDATE jobs SET state = 'queued', started_at = NULL WHERE state = 'running'")
+        self._stopped: tuple[float, str, list[dict[str, Any]]] | None = None  # when, why, the jobs it interrupted
+        self._swept = 0.0
+        self._sweep_lock = threading.Lock()
+        if evaluator:
+            self.sweep()  # before any claim: nothing of a server that is gone runs here
         self._threads = [
             threading.Thread(target=self._loop, args=(g,), name=f"kernelarc-jobs-{i}", daemon=True)
             for i, g in enumerate(self.guards)
@@ -93,12 +145,15 @@ class JobQueue:
     def submit(self, agent: str, problem: str, solution: Solution, notes: str | None = None,
                parent: str | None = None) -> str:
         self.guard.store.get(problem)  # unknown problem: fail now, not in the queue
+        if self._stop:
+            raise Stopping("the server is stopping: submit again to the next one")
         job_id = "j-" + uuid.uuid4().hex[:12]
         with self.db.transaction() as c:
             c.execute(
-                "INSERT INTO jobs (id, agent, problem, solution_json, notes, parent, state, created_at)"
-                " VALUES (?,?,?,?,?,?, 'queued', ?)",
-                (job_id, agent, problem, solution.model_dump_json(exclude_none=True), notes, parent, time.time()),
+                "INSERT INTO jobs (id, agent, problem, solution_json, notes, parent, state, created_at, server)"
+                " VALUES (?,?,?,?,?,?, 'queued', ?, ?)",
+                (job_id, agent, problem, solution.model_dump_json(exclude_none=True), notes, parent, time.time(),
+                 self.server),
             )
         with self._cv:
             self._cv.notify_all()
@@ -124,13 +179,13 @@ class JobQueue:
         return view
 
     def wait(self, job_id: str, timeout: float, on_progress: Callable[[dict[str, Any]], None] | None = None) -> JobView | None:
-        """Block until the job is done or ``timeout`` passes; ``on_progress`` sees each
-        change of the progress while waiting."""
+        """Block until the job is final (done, error, interrupted, cancelled) or ``timeout``
+        passes; ``on_progress`` sees each change of the progress while waiting."""
         deadline = time.monotonic() + max(0.0, timeout)
         last = None
         while True:
             view = self.get(job_id)
-            if view is None or view.state in ("done", "error"):
+            if view is None or view.state in FINAL:
                 return view
             if on_progress is not None and view.progress and view.progress != last:
                 last = dict(view.progress)
@@ -144,20 +199,103 @@ class JobQueue:
     def pending(self) -> int:
         return int(self.db.query("SELECT COUNT(*) AS n FROM jobs WHERE state IN ('queued', 'running')")[0]["n"])
 
-    def stop(self) -> None:
+    def sweep(self) -> int:
+        """Resolve the unfinished jobs of servers that are gone (killed, crashed, or stopped
+        without resolving them): running ones become interrupted, queued ones cancelled. Also
+        the jobs an earlier version left running without a server. Returns how many."""
+        with self._sweep_lock:
+            self._swept = time.monotonic()
+            rows = self.db.query("SELECT DISTINCT server, state FROM jobs WHERE state IN ('queued', 'running')")
+            ids = {r["server"] for r in rows if r["server"] and r["server"] != self.server}
+            gone = self.servers.gone(sorted(ids))
+            orphans = any(r["server"] is None and r["state"] == "running" for r in rows)
+            if not gone and not orphans:  # the usual case: no write
+                return 0
+            now = time.time()
+            n = 0
+            with self.db.transaction() as c:
+                for sid, pid in gone.items():
+                    running, queued = _gone_reasons(pid)
+                    n += c.execute("UPDATE jobs SET state = 'interrupted', error = ?, finished_at = ?"
+                                   " WHERE server = ? AND state = 'running'", (running, now, sid)).rowcount
+                    n += c.execute("UPDATE jobs SET state = 'cancelled', error = ?, finished_at = ?"
+                                   " WHERE server = ? AND state = 'queued'", (queued, now, sid)).rowcount
+                    self.servers.mark_stopped(c, sid, "found dead")
+                n += c.execute("UPDATE jobs SET state = 'interrupted', error = ?, finished_at = ?"
+                               " WHERE server IS NULL AND state = 'running'", (_gone_reasons(None)[0], now)).rowcount
+            if n:
+                log.warning("%d job(s) of servers that ended without a clean stop: interrupted or cancelled", n)
+            return n
+
+    def stop(self, why: str = "closed") -> None:
+        """No more claims; an evaluating server's running jobs become interrupted and the jobs
+        queued through it cancelled, saying ``why`` (then close the guards, which ends the
+        evaluations, and call ``settle``)."""
         self._stop = True
         with self._cv:
             self._cv.notify_all()
+        if not self.evaluator or self._stopped is not None or self.server is None:
+            return
+        running, queued = _stopped_reasons(why)
+        now = time.time()
+        with self.db.transaction() as c:  # a claim is in a transaction too: it sees _stop, or is seen here
+            interrupted = c.execute("SELECT id, agent, problem, started_at FROM jobs"
+                                    " WHERE server = ? AND state = 'running'", (self.server,)).fetchall()
+            c.execute("UPDATE jobs SET state = 'interrupted', error = ?, finished_at = ?"
+                      " WHERE server = ? AND state = 'running'", (running, now, self.server))
+            n = c.execute("UPDATE jobs SET state = 'cancelled', error = ?, finished_at = ?"
+                          " WHERE server = ? AND state = 'queued'", (queued, now, self.server)).rowcount
+            self.servers.mark_stopped(c, self.server, why)
+        self._stopped = (now, running, [dict(r) for r in interrupted])
+        if interrupted or n:
+            log.info("stopping (%s): %d job(s) interrupted, %d cancelled", why, len(interrupted), n)
+
+    def settle(self, timeout: float = SETTLE_S) -> None:
+        """After ``stop`` and the guards' close: wait (bounded) for the job threads, then mark the
+        candidates of the interrupted jobs ``interrupted``. Their evaluations ended when their
+        workers were killed, which the guard may have recorded as the workers' failure (an
+        error, or a REJECT for a candidate whose process died): not what happened."""
+        if self._stopped is not None:
+            _end_held_workers(self.guards)
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            if t.is_alive():
+                t.join(max(0.0, deadline - time.monotonic()))
+        if self._stopped is None:
+            return
+        at, reason, jobs = self._stopped
+        pid, host = os.getpid(), socket.gethostname()
+        with self.db.transaction() as c:
+            for job in jobs:
+                cleared = ", ".join(f"{k} = NULL" for k in RESULT_COLUMNS if k not in ("reason", "global_best"))
+                c.execute(
+                    f"UPDATE candidates SET state = 'interrupted', reason = ?, {cleared}, finished_at = ?"
+                    " WHERE pid = ? AND host = ? AND agent = ? AND problem = ? AND created_at >= ?"
+                    " AND (state IN ('running', 'error', 'interrupted')"
+                    "      OR (state = 'done' AND decision = 'REJECT' AND finished_at >= ?))",
+                    (reason, time.time(), pid, host, job["agent"], job["problem"], job["started_at"] or at, at),
+                )
+        self.db.close()
 
     # -- the worker threads, one per guard --------------------------------------------------------
     def _claim(self, guard: Guard) -> sqlite3.Row | None:
         """The oldest queued job, marked running on this guard's device, in one transaction."""
+        if time.monotonic() - self._swept >= SWEEP_S:
+            self.sweep()
+        else:  # between sweeps, the next job's server checked: a gone server's job is not taken
+            head = self.db.query("SELECT server FROM jobs WHERE state = 'queued' ORDER BY created_at LIMIT 1")
+            other = head[0]["server"] if head else None
+            if other not in (None, self.server) and self.servers.gone([other]):
+                self.sweep()
         with guard.db.transaction() as c:
-            row: sqlite3.Row | None = c.execute("SELECT * FROM jobs WHERE state = 'queued' ORDER BY created_at LIMIT 1").fetchone()
+            if self._stop:
+                return None
+            row: sqlite3.Row | None = c.execute(
+                "SELECT * FROM jobs WHERE state = 'queued' ORDER BY created_at LIMIT 1").fetchone()
             if row is None:
                 return None
-            c.execute("UPDATE jobs SET state = 'running', started_at = ?, device = ? WHERE id = ?",
-                      (time.time(), guard.device.key, row["id"]))
+            c.execute("UPDATE jobs SET state = 'running', started_at = ?, device = ?, server = ? WHERE id = ?",
+                      (time.time(), guard.device.key, self.server, row["id"]))
         return row
 
     def _loop(self, guard: Guard) -> None:
@@ -170,6 +308,8 @@ class JobQueue:
                     continue
                 self._run(job, guard)
             except Exception:  # e.g. the database locked for longer than its timeout: keep serving
+                if self._stop:
+                    return
                 log.exception("job loop on %s", guard.device.key)
                 time.sleep(1.0)
 
@@ -177,6 +317,8 @@ class JobQueue:
         job_id = job["id"]
 
         def progress(phase: str, done: int, total: int, detail: str) -> None:
+            if self._stop:  # end the evaluation here rather than in workers killed under it
+                raise Stopping("the server is stopping")
             self._progress[job_id] = {"phase": phase, "done": done, "total": total, "detail": detail}
             with self._cv:
                 self._cv.notify_all()
@@ -187,15 +329,50 @@ class JobQueue:
                                      parent=job["parent"], progress=progress)
             fields: dict[str, object] = {"state": "done", "candidate_id": verdict.candidate_id}
         except (GuardError, ValueError) as exc:
-            log.warning("job %s failed: %s", job_id, exc)
+            if not self._stop:
+                log.warning("job %s failed: %s", job_id, exc)
             fields = {"state": "error", "error": str(exc)[:4000]}
         except Exception as exc:  # keep serving; the job says what went wrong
-            log.exception("job %s crashed", job_id)
+            if not self._stop:
+                log.exception("job %s crashed", job_id)
             fields = {"state": "error", "error": f"internal error: {type(exc).__name__}: {exc}"[:4000]}
         fields["finished_at"] = time.time()
         sets = ", ".join(f"{k} = ?" for k in fields)
-        with guard.db.transaction() as c:
-            c.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
+        with guard.db.transaction() as c:  # not over what a stop said of it
+            c.execute(f"UPDATE jobs SET {sets} WHERE id = ? AND state = 'running' AND server IS ?",
+                      (*fields.values(), job_id, self.server))
         self._progress.pop(job_id, None)
         with self._cv:
             self._cv.notify_all()
+
+
+def _end_held_workers(guards: Sequence[Guard]) -> None:
+    """Kill the candidate workers that evaluations still hold: a guard's close ends the workers
+    its pool keeps, not the one an evaluation took, which may be in a call that lasts minutes
+    (up to the call timeout). They are this process's children started in a guard's scratch
+    folder, each the leader of its own process group."""
+    import signal
+
+    scratch = [str(g.scratch) for g in guards]
+    me = os.getpid()
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:  # no /proc: the evaluation ends at its call's timeout
+        return
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) != me:
+                continue
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except (OSError, ValueError, IndexError):
+            continue
+        if any(cwd == root or cwd.startswith(root + "/") for root in scratch):
+            try:
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass

@@ -179,7 +179,7 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
         while True:
             slice_s = max(0.0, min(2.0, deadline - time.monotonic()))
             res = await call(service.result, me, job_id, slice_s)
-            if res.state in ("done", "error") or time.monotonic() >= deadline:
+            if res.state not in ("queued", "running") or time.monotonic() >= deadline:
                 return res
             step += 1
             p = res.progress

@@ -16,7 +16,7 @@ from guard.candidates.load import CandidateError, from_solution_json, from_sourc
 from guard.candidates.solution import Solution
 from guard.cascade import Guard, ceilings_cache_dir
 from guard.config import GuardConfig
-from guard.jobs import JobQueue
+from guard.jobs import JobQueue, Stopping
 from guard.leaderboard import leaderboard
 from guard.problems.derive import workload_set
 from guard.problems.dtypes import dtype_info
@@ -64,8 +64,11 @@ class ServiceError(ValueError):
 class Service:
     def __init__(self, workspace: Workspace, config: GuardConfig | None = None, device: str = "auto",
                  retention: Retention | None = None, max_wait_s: float = MAX_WAIT_S, prestart: bool = True,
-                 evaluator: bool = True, devices: int | None = 1, prepare: Sequence[str] = ()):
-        """``evaluator=False``: this process only reads and queues; another one evaluates.
+                 evaluator: bool = True, devices: int | None = 1, prepare: Sequence[str] = (),
+                 server: str | None = None):
+        """``evaluator=False``: this process only reads and queues; another one evaluates
+        (``server``: its id, ``service.jobs.server`` there, so that the jobs queued here are
+        that server's to resolve when it stops).
         ``devices``: how many GPUs of the host judge (``None``: all), one guard each.
         ``prepare``: problems whose baselines each guard measures as soon as it has started
         (a launch names its problem, so that its agents' first verdicts do not wait for them)."""
@@ -85,7 +88,7 @@ class Service:
         self.guards = [Guard(workspace, cfg, device=c, prestart=prestart and evaluator) for c in choices]
         self.guard = self.guards[0]
         self.db: Database = self.guard.db
-        self.jobs = JobQueue(self.guards, autostart=evaluator, recover=evaluator)
+        self.jobs = JobQueue(self.guards, autostart=evaluator, evaluator=evaluator, server=server)
         self.memory = Memory(self.db, retention)
         self.max_wait_s = max_wait_s
         self._peek_cache: dict[tuple, tuple[int, V.PeekResult]] = {}
@@ -93,10 +96,13 @@ class Service:
             for g in self.guards:
                 threading.Thread(target=_start_guard, args=(g, list(prepare)), daemon=True).start()
 
-    def close(self) -> None:
-        self.jobs.stop()
+    def close(self, why: str = "closed") -> None:
+        """Stop: the job being judged becomes interrupted and those queued here cancelled,
+        saying ``why`` (e.g. "stdin closed", "SIGTERM"), then the guards' workers end."""
+        self.jobs.stop(why)
         for g in self.guards:
             g.close()
+        self.jobs.settle()
 
     # -- problems --------------------------------------------------------------------------
     def _problem(self, name: str):
@@ -180,7 +186,10 @@ class Service:
                 sol = from_solution_json(text)
         except (CandidateError, ValueError) as exc:
             raise ServiceError(f"not a candidate: {exc}") from None
-        return self.jobs.submit(agent, problem, sol, notes=notes, parent=parent)
+        try:
+            return self.jobs.submit(agent, problem, sol, notes=notes, parent=parent)
+        except Stopping as exc:
+            raise ServiceError(str(exc)) from None
 
     def result(self, agent: str, job_id: str, wait_s: float, on_progress=None) -> V.SubmitResult:
         if not isinstance(job_id, str) or not job_id.startswith("j-") or len(job_id) > 40:
@@ -197,6 +206,8 @@ class Service:
             return V.SubmitResult(state="done", job_id=job_id, candidate_id=view.candidate_id, verdict=v, message=msg)
         if view.state == "error":
             return V.SubmitResult(state="error", job_id=job_id, message=f"the evaluation failed: {view.error}")
+        if view.state in ("interrupted", "cancelled"):  # its server stopped: no verdict, nothing judged
+            return V.SubmitResult(state=view.state, job_id=job_id, message=f"no verdict: {view.error}")
         where = f"{view.position} evaluation(s) ahead" if view.state == "queued" else "being evaluated"
         return V.SubmitResult(
             state=view.state, job_id=job_id, position=view.position, progress=view.progress,

@@ -59,7 +59,8 @@ class ProblemView(BaseModel):
 
 
 class SubmitResult(BaseModel):
-    state: Literal["done", "queued", "running", "error"]
+    state: Literal["done", "queued", "running", "error", "interrupted", "cancelled"] = Field(
+        description="interrupted, cancelled: the server stopped before a verdict (message says why); resubmit")
     job_id: str
     candidate_id: str | None = None
     verdict: Verdict | None = Field(None, description="the verdict: its decision, reason, advice and per-workload "

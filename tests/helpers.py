@@ -5,6 +5,12 @@ benchmarks may not import the tests) and offered here under the same names."""
 
 from __future__ import annotations
 
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 from benchmarks.harness import (
@@ -33,6 +39,7 @@ __all__ = [
     "RMS",
     "SOL_EXAMPLES",
     "HttpServer",
+    "StdioServer",
     "cheat_files",
     "cheat_source",
     "expectation",
@@ -79,3 +86,85 @@ def make_service(path: Path, **overrides):
     from kernelarc_mcp.service import Service
 
     return Service(Workspace.open(path), fast_config(**{"correctness_rounds": 1, **overrides}), device="cpu")
+
+
+class StdioServer:
+    """``kernelarc serve`` (stdio, on the CPU) in a subprocess, spoken to as an MCP client does:
+    one JSON-RPC message a line. Its log is ``ws/serve-stdio-<pid>.log``."""
+
+    def __init__(self, ws: Path, agent: str = "alice", *extra: str, timeout: float = 120):
+        self.log_path = ws / f"serve-stdio-{os.getpid()}-{id(self)}.log"
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kernelarc_mcp.cli", "-v", "--workspace", str(ws), "serve"]
+                + ["--device", "cpu", "--agent", agent, *extra],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                cwd=REPO,
+                env=dict(os.environ),
+                text=True,
+            )
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self._id = 0
+        self.request(
+            "initialize",
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "tests", "version": "0"}},
+            timeout,
+        )
+        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put("")  # stdout closed: the server ended
+
+    def _send(self, message: dict) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+
+    def log(self) -> str:
+        return self.log_path.read_text()[-3000:]
+
+    def request(self, method: str, params: dict, timeout: float = 60) -> dict:
+        self._id += 1
+        self._send({"jsonrpc": "2.0", "id": self._id, "method": method, "params": params})
+        while True:
+            try:
+                line = self._lines.get(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(f"no answer to {method} in {timeout} s: {self.log()}") from None
+            if not line:
+                raise RuntimeError(f"the server ended before answering {method}: {self.log()}")
+            message = json.loads(line)
+            if message.get("id") == self._id:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message["result"]
+
+    def call_tool(self, name: str, arguments: dict, timeout: float = 60) -> dict:
+        """The tool's structured result; a tool error raises."""
+        result = self.request("tools/call", {"name": name, "arguments": arguments}, timeout)
+        if result.get("isError"):
+            raise RuntimeError(f"{name}: {result['content']}")
+        return result["structuredContent"]
+
+    def close_stdin(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+
+    def wait(self, timeout: float = 30) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"the server did not end within {timeout} s: {self.log()}") from None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

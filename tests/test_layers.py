@@ -198,8 +198,15 @@ def test_the_server_and_the_cascade_load_without_torch():
     import subprocess
     import sys
 
-    code = ("import sys, kernelarc_mcp.serving.http, guard.cascade, guard.runner.messages; "
-            "print([m for m in ('torch', 'triton', 'numpy') if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1])
+    code = (
+        "import sys, kernelarc_mcp.serving.http, guard.cascade, guard.runner.messages; "
+        "print([m for m in ('torch', 'triton', 'numpy') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert "torch" not in out.stdout, out.stdout

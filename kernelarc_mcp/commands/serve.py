@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 from ..common import device_option, emit_json, open_workspace
@@ -47,6 +48,7 @@ def cmd_serve(args) -> int:
         return 2
     if len(service.guards) > 1:
         log.info("judging on %d devices: %s", len(service.guards), ", ".join(g.device.key for g in service.guards))
+    why = "a failure"  # what the jobs it leaves unfinished say stopped it
     try:
         if args.transport == "http":
             if args.allow_anonymous:
@@ -61,16 +63,52 @@ def cmd_serve(args) -> int:
                 "retention_days": args.retention_days,
                 "retention_per_problem": args.retention_per_problem,
                 "log_level": logging.getLogger().level,
+                "server": service.jobs.server,  # the HTTP workers queue jobs for this server
             }
             log.info("serving MCP on http://%s:%d/mcp with %d worker(s)", args.host, args.port, args.workers)
-            serve_http(service, options, args.workers)
+            why = serve_http(service, options, args.workers)
         else:
             agent = args.agent or os.environ.get("KERNELARC_AGENT") or "stdio"
             mcp = build_server(service, http_auth=False, stdio_agent=check_agent_name(agent))
-            mcp.run(transport="stdio")
+            _stop_on_signals(service)
+            mcp.run(transport="stdio")  # returns when stdin closes
+            for sig in STOP_SIGNALS:  # a client that closed stdin may signal next: the stop below is bounded
+                signal.signal(sig, signal.SIG_IGN)
+            why = "stdin closed"
+    except KeyboardInterrupt:
+        why = "SIGINT"
+        raise
     finally:
-        service.close()
+        service.close(why)
     return 0
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _stop_on_signals(service) -> None:
+    """A stdio server stops on SIGTERM, SIGINT or SIGHUP (what a client that exits may send)
+    as it does when stdin closes: its running job interrupted and its queued ones cancelled,
+    each saying so, its workers ended. The stop runs in the handler, then the process exits at
+    once: the thread blocked reading stdin would hold a normal exit until the next line."""
+    stopping = []
+
+    def stop(signum, _frame) -> None:
+        if stopping:  # a second signal while stopping: the stop is bounded, let it finish
+            return
+        stopping.append(signum)
+        name = signal.Signals(signum).name
+        log.info("%s: stopping", name)
+        try:
+            service.close(name)
+        except BaseException:  # noqa: BLE001 - exit all the same
+            log.exception("stopping after %s", name)
+        finally:
+            logging.shutdown()
+            os._exit(0)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, stop)
 
 
 def cmd_token(args) -> int:

@@ -40,5 +40,6 @@ def create_app():
         retention=Retention(options["retention_days"], options["retention_per_problem"]),
         max_wait_s=options["max_wait"],
         evaluator=False,
+        server=options.get("server"),
     )
     return build_app(service, options)

@@ -21,10 +21,11 @@ from .app import ENV, FACTORY, build_app
 from .sockets import uvicorn_speedups
 
 
-def serve_http(service, options: dict, workers: int) -> None:
+def serve_http(service, options: dict, workers: int) -> str:
     """Serve until interrupted (SIGINT or SIGTERM); ``service`` is the evaluating one (this
     process). With ``workers`` > 1 this process serves no HTTP itself: it accepts the
-    connections and hands each to the HTTP worker that holds the fewest."""
+    connections and hands each to the HTTP worker that holds the fewest. Returns what stopped
+    it (a signal's name), for the reason its unfinished jobs give."""
     import uvicorn
 
     # ws="none": MCP needs no websockets, and an upgraded connection would escape the
@@ -41,17 +42,26 @@ def serve_http(service, options: dict, workers: int) -> None:
         # uvicorn shuts down gracefully on SIGTERM, then raises the signal again: as an exit,
         # so that the caller still closes the service (its guard workers, its job threads)
         signal.signal(signal.SIGTERM, _exit_quietly)
-        uvicorn.run(build_app(service, options), **common)
-        return
+        try:
+            uvicorn.run(build_app(service, options), **common)
+        except _Terminated:
+            return "SIGTERM"
+        return "shut down"  # SIGINT, where it is ignored (SIGINT otherwise raises KeyboardInterrupt)
     os.environ[ENV] = json.dumps(options)
     if not (hasattr(socket, "send_fds") and hasattr(socket, "AF_UNIX")):
         # no descriptor passing (Windows): one socket shared by uvicorn's workers
         uvicorn.run(FACTORY, factory=True, workers=workers, **common)
-        return
+        return "shut down"
     from .workers import Workers  # imports uvicorn's internals: only when asked for
 
-    Workers(options["host"], options["port"], workers, common).run()
+    workers_ = Workers(options["host"], options["port"], workers, common)
+    workers_.run()
+    return workers_.stopped_by
+
+
+class _Terminated(SystemExit):
+    """SIGTERM, raised once uvicorn has shut down gracefully."""
 
 
 def _exit_quietly(*_) -> None:
-    raise SystemExit(0)
+    raise _Terminated(0)

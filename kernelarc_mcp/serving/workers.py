@@ -206,6 +206,7 @@ class Workers:
         self.restart_at: list[float | None] = [None] * n
         self.crashes: list[float] = []
         self.stopping = False  # set by the signal handler (an Event's lock could deadlock there)
+        self.stopped_by = "shut down"  # the signal's name, once one came
 
     def _start(self, i: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -219,7 +220,8 @@ class Workers:
         self.serving[i] = False
         self.full.discard(i)
 
-    def _on_signal(self, *_) -> None:
+    def _on_signal(self, signum, _frame) -> None:
+        self.stopped_by = signal.Signals(signum).name
         self.stopping = True
 
     def _ended(self, i: int) -> bool:
