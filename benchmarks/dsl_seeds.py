@@ -4,7 +4,7 @@ an agent's submission is judged: screen, build, correctness, timing. One problem
 
 Usage: python3 -m benchmarks.dsl_seeds OUT_DIR [--only cute_dsl cutile tilelang] [--budget-s 360]
                                               [--no-baseline]
-       python3 -m benchmarks.dsl_seeds --render OUT_DIR/dsl_seeds.json
+       python3 -m benchmarks.dsl_seeds --render RUN1/dsl_seeds.json [RUN2/dsl_seeds.json ...]
 
 Installs nothing: the DSL packages must already be importable (on the GPU machine, wheels
 unpacked onto PYTHONPATH by the caller). Each DSL's import is checked first, in a child process
@@ -22,6 +22,7 @@ import importlib.util
 import json
 import os
 import shutil
+import site
 import statistics
 import subprocess
 import sys
@@ -55,23 +56,22 @@ def seed_files(problem: str = PROBLEM) -> dict[str, Path]:
 def cutlass_path_fix() -> str | None:
     """nvidia-cutlass-dsl puts its ``cutlass`` package on sys.path through a .pth file, which
     Python reads only in site-packages folders, not in a PYTHONPATH folder (wheels unpacked with
-    ``pip install --target``). Add that folder to PYTHONPATH (for the guard's workers, which
-    inherit it) and to sys.path, as the .pth would; returns the folder, or None when nothing
-    was needed or the package is not there."""
+    ``pip install --target``). Read it as site-packages would, and add what it adds to PYTHONPATH
+    too, for the guard's workers, which inherit it. Returns what was added, or None."""
     try:
         if importlib.util.find_spec("cutlass") is not None:
             return None
-        spec = importlib.util.find_spec("nvidia_cutlass_dsl")
     except (ImportError, ValueError):
         return None
-    if spec is None or not spec.submodule_search_locations:
+    before = list(sys.path)
+    for folder in before:
+        if folder and Path(folder).is_dir() and any(Path(folder).glob("nvidia_cutlass_dsl*.pth")):
+            site.addsitedir(folder)
+    added = [p for p in sys.path if p not in before]
+    if not added:
         return None
-    folder = Path(list(spec.submodule_search_locations)[0]) / "dsl_packages"
-    if not folder.is_dir():
-        return None
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), str(folder)) if p)
-    sys.path.append(str(folder))
-    return str(folder)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), *added) if p)
+    return os.pathsep.join(added)
 
 
 def versions(dists: tuple[str, ...]) -> dict[str, str | None]:
@@ -155,6 +155,19 @@ def render(r: dict) -> str:
     return "\n".join(lines)
 
 
+def merge(results: list[dict]) -> dict:
+    """Runs of one DSL each as one table: a language measured in a later run replaces an earlier
+    one's entry, unless the later one did not get to run it (not installed, skipped)."""
+    out = dict(results[0], languages={})
+    for r in results:
+        for lang, e in r["languages"].items():
+            old = out["languages"].get(lang)
+            if old is None or e.get("status") not in ("NOT_INSTALLED", "SKIPPED", "NO_SEED"):
+                out["languages"][lang] = e
+        out["device"] = r.get("device") or out.get("device", {})
+    return out
+
+
 def write(out: Path, result: dict) -> None:
     (out / "dsl_seeds.json").write_text(json.dumps(result, indent=2, default=str))
     (out / "dsl_seeds.md").write_text(render(result) + "\n")
@@ -167,10 +180,11 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=360,
                     help="languages not started by then are skipped (a started one runs to its end)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the problem's Triton seed")
-    ap.add_argument("--render", type=Path, help="print the table of a result file and exit")
+    ap.add_argument("--render", type=Path, nargs="+", metavar="RESULT_JSON",
+                    help="print the table of result files (one device call per DSL) and exit")
     args = ap.parse_args()
     if args.render:
-        print(render(json.loads(args.render.read_text())))
+        print(render(merge([json.loads(p.read_text()) for p in args.render])))
         return 0
     if args.out is None:
         ap.error("OUT_DIR is needed (or --render RESULT.json)")

@@ -153,3 +153,8 @@ def test_dsl_seeds_table_says_what_ran_and_what_did_not():
     assert "| TileLang | seed_tilelang.py | tilelang 0.1.15 | PASSED | 10.1 | 50.0 | 4.90x | 40 |" in table
     assert "- CuTe DSL: NOT_INSTALLED: need the package nvidia-cutlass-dsl" in table
     assert dsl_seeds.line("tilelang", result["languages"]["tilelang"]) == "tilelang: PASSED 10.1 us/call (40 s)"
+    later = {"date": "2026-12-01T01:00:00+00:00", "problem": dsl_seeds.PROBLEM, "languages": {
+        "tilelang": {"status": "NOT_INSTALLED", "reason": "not carried in this call"},
+        "cute_dsl": {"seed": "seed_cute_dsl.py", "status": "PASSED", "median_ms": 0.009, "wall_s": 30}}}
+    merged = dsl_seeds.merge([result, later])["languages"]
+    assert merged["tilelang"]["status"] == "PASSED" and merged["cute_dsl"]["status"] == "PASSED"

@@ -43,7 +43,8 @@ def _rmsnorm_kernel(mX: cute.Tensor, mW: cute.Tensor, mY: cute.Tensor):
 
     x = _row_share(mX[row, None], tidx).load().to(cutlass.Float32)
     partial = (x * x).reduce(cute.ReductionOp.ADD, 0.0, reduction_profile=0)
-    partial = cute.arch.warp_reduction(partial, lambda a, b: a + b)
+    for i in cutlass.range_constexpr(5):  # butterfly over the warp: offsets 16, 8, 4, 2, 1
+        partial = partial + cute.arch.shuffle_sync_bfly(partial, offset=16 >> i)
     if lane == 0:
         warp_sums[warp] = partial
     cute.arch.sync_threads()
