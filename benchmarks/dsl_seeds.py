@@ -99,13 +99,15 @@ def check_import(module: str) -> tuple[bool, float, str]:
 
 
 def toolchain() -> dict[str, str | None]:
-    """Where the compilers the DSLs call were found (nvcc for TileLang, tileiras for cuTile)."""
-    out = {name: shutil.which(name) for name in ("nvcc", "ptxas", "tileiras")}
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        pip_tileiras = Path(root) / "cu13" / "bin" / "tileiras"
-        if pip_tileiras.is_file():
-            out["tileiras (pip)"] = str(pip_tileiras)
+    """Where the compilers the DSLs call were found (nvcc for TileLang; tileiras for cuTile, which
+    takes the pip one from the first folder of ``nvidia.cu13``, else the one on PATH)."""
+    out: dict[str, str | None] = {name: shutil.which(name) for name in ("nvcc", "ptxas", "tileiras")}
+    out["CUDA_HOME"] = os.environ.get("CUDA_HOME")
+    try:
+        spec = importlib.util.find_spec("nvidia.cu13")
+    except (ImportError, ValueError):
+        spec = None
+    out["nvidia.cu13"] = os.pathsep.join(spec.submodule_search_locations or []) if spec else None
     return out
 
 
