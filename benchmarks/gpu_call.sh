@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One device call: install the carried wheels, then run what is asked. Used as
 #   bash benchmarks/gpu_call.sh "<commands>"   (from the repository root, on the GPU machine)
+# WHEELS_DIR names the carried wheel folder (default .whl; .whl-guard holds only what the guard
+# imports, to leave room in the call for a kernel DSL's packages).
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1 \
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "${WHEELS_DIR:-.whl}"/*.whl >/dev/null 2>&1 \
   || { echo "wheel install failed"; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export KERNELARC_CACHE_DIR=/tmp/kacache

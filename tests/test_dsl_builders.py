@@ -4,6 +4,7 @@ CPU; the kernels themselves run on a GPU only)."""
 
 from __future__ import annotations
 
+import ast
 import json
 
 import pytest
@@ -71,9 +72,10 @@ def test_a_device_the_dsl_cannot_run_on_is_said_so():
         _Fake(PRESENT).build({}, None, None, "cpu")
     assert exc.value.status == "RUNTIME_ERROR"
     cutile = get_builder("cutile").requirement
-    hopper = dsl.unsupported_device(cutile, "cuda", (9, 0))
-    assert "compute capability 9.0" in hopper and "Hopper" in hopper
-    assert dsl.unsupported_device(cutile, "cuda", (10, 0)) is None
+    volta = dsl.unsupported_device(cutile, "cuda", (7, 0))
+    assert "compute capability 7.0" in volta and "tileiras 13.3" in volta
+    for capability in ((8, 0), (9, 0), (10, 0), (12, 0)):  # Hopper since tileiras 13.3
+        assert dsl.unsupported_device(cutile, "cuda", capability) is None
     assert dsl.unsupported_device(get_builder("cute_dsl").requirement, "cuda", (9, 0)) is None
 
 
@@ -111,3 +113,48 @@ def test_dsl_solutions_export_to_sol_execbench_where_it_has_the_language():
     tile = from_solution_json(json.dumps({"name": "s", "spec": spec, "sources": src}))
     with pytest.raises(ValidationError):  # not a SOL-ExecBench language
         export_solution(tile, "c-1", "p", "a")
+
+
+# -- the seed kernels in the three DSLs (judged on a GPU by benchmarks/dsl_seeds.py) ------------
+def test_dsl_seeds_are_found_and_pass_the_screen_without_the_dsls():
+    from benchmarks import dsl_seeds
+    from guard.problems.problem import load_problem
+    from guard.screen import screen_solution
+
+    seeds = dsl_seeds.seed_files()
+    assert sorted(seeds) == sorted(PACKAGES)
+    problem = load_problem(seeds["cutile"].parent, origin="seed")
+    assert set(problem.seed_kernels()) >= {p.name for p in seeds.values()}
+    for language, path in seeds.items():
+        source = path.read_text()
+        sol = from_source(source, None, path.name)  # the language is told by the imports
+        assert sol.spec.primary_language == language
+        tree = ast.parse(source)
+        run = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run")
+        assert [a.arg for a in run.args.args] == list(problem.definition.inputs)
+        result = screen_solution(sol, 256_000, 16)
+        assert result.ok, (language, result.message())
+    if not any(dsl.package_installed(p, get_builder(lang).requirement.module) for lang, p in PACKAGES.items()):
+        assert dsl_seeds.cutlass_path_fix() is None  # nothing to add without the package
+
+
+def test_dsl_seeds_table_says_what_ran_and_what_did_not():
+    from benchmarks import dsl_seeds
+
+    result = {"date": "2026-12-01T00:00:00+00:00", "problem": dsl_seeds.PROBLEM, "device": {"name": "GPU"},
+              "languages": {
+                  "triton": {"seed": "seed_triton.py", "status": "PASSED", "median_ms": 0.0123,
+                             "eager_median_ms": 0.05, "speedup_eager": 4.0, "wall_s": 20},
+                  "tilelang": {"seed": "seed_tilelang.py", "versions": {"tilelang": "0.1.15"}, "status": "PASSED",
+                               "median_ms": 0.0101, "eager_median_ms": 0.05, "speedup_eager": 4.9, "wall_s": 40},
+                  "cute_dsl": {"seed": "seed_cute_dsl.py", "versions": {"nvidia-cutlass-dsl": None},
+                               "status": "NOT_INSTALLED", "reason": "need the package nvidia-cutlass-dsl"}}}
+    table = dsl_seeds.render(result)
+    assert "| TileLang | seed_tilelang.py | tilelang 0.1.15 | PASSED | 10.1 | 50.0 | 4.90x | 40 |" in table
+    assert "- CuTe DSL: NOT_INSTALLED: need the package nvidia-cutlass-dsl" in table
+    assert dsl_seeds.line("tilelang", result["languages"]["tilelang"]) == "tilelang: PASSED 10.1 us/call (40 s)"
+    later = {"date": "2026-12-01T01:00:00+00:00", "problem": dsl_seeds.PROBLEM, "languages": {
+        "tilelang": {"status": "NOT_INSTALLED", "reason": "not carried in this call"},
+        "cute_dsl": {"seed": "seed_cute_dsl.py", "status": "PASSED", "median_ms": 0.009, "wall_s": 30}}}
+    merged = dsl_seeds.merge([result, later])["languages"]
+    assert merged["tilelang"]["status"] == "PASSED" and merged["cute_dsl"]["status"] == "PASSED"
