@@ -43,8 +43,7 @@ log = logging.getLogger("ceilings_probe")
 
 # (M, N, K): the guard's square shape, and the shapes where cuBLAS beat the guard's bf16
 # ceiling in seeds run 5 (Llama projections)
-GEMMS_CUDA = [(8192, 8192, 8192), (1024, 4096, 14336), (2048, 6144, 4096), (4096, 28672, 4096),
-              (512, 10240, 8192)]
+GEMMS_CUDA = [(8192, 8192, 8192), (1024, 4096, 14336), (2048, 6144, 4096), (4096, 28672, 4096), (512, 10240, 8192)]
 GEMMS_CPU = [(512, 512, 512), (256, 512, 1024)]
 
 
@@ -53,8 +52,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def best_rate(fn: Callable[[], object], work: float, device: torch.device, ramp_s: float, batch: int,
-              reps: int) -> dict:
+def best_rate(
+    fn: Callable[[], object], work: float, device: torch.device, ramp_s: float, batch: int, reps: int
+) -> dict:
     """Work per second of ``fn``: the best and the median of ``reps`` batches of ``batch``
     calls, after ``ramp_s`` seconds of calls that bring the clocks up."""
     t_end = time.perf_counter() + ramp_s
@@ -84,11 +84,12 @@ def best_rate(fn: Callable[[], object], work: float, device: torch.device, ramp_
 def ramped(device: torch.device, ramp_s: float, reps: int, batch: int) -> dict:
     cuda = device.type == "cuda"
     out: dict = {"copy": {}, "matmul": {}}
-    for n_bytes in ((1 << 28, 1 << 30) if cuda else (1 << 24, 1 << 26)):
+    for n_bytes in (1 << 28, 1 << 30) if cuda else (1 << 24, 1 << 26):
         src = torch.empty(n_bytes // 4, dtype=torch.float32, device=device).normal_()
         dst = torch.empty_like(src)
-        out["copy"][str(n_bytes)] = best_rate(lambda dst=dst, src=src: dst.copy_(src), 2 * n_bytes, device, ramp_s,
-                                              batch, reps)
+        out["copy"][str(n_bytes)] = best_rate(
+            lambda dst=dst, src=src: dst.copy_(src), 2 * n_bytes, device, ramp_s, batch, reps
+        )
         del src, dst
     for dtype in ("bfloat16", "float16", "float32"):
         dt_ = getattr(torch, dtype)
@@ -98,8 +99,9 @@ def ramped(device: torch.device, ramp_s: float, reps: int, batch: int) -> dict:
         for m, n, k in shapes:
             a = torch.randn(m, k, device=device).to(dt_)
             b = torch.randn(k, n, device=device).to(dt_)
-            out["matmul"][f"{dtype} {m}x{n}x{k}"] = best_rate(lambda a=a, b=b: torch.mm(a, b), 2 * m * n * k, device,
-                                                             ramp_s, batch, reps)
+            out["matmul"][f"{dtype} {m}x{n}x{k}"] = best_rate(
+                lambda a=a, b=b: torch.mm(a, b), 2 * m * n * k, device, ramp_s, batch, reps
+            )
             del a, b
     return out
 
@@ -112,16 +114,30 @@ def summary(guard_runs: list[dict], ramp: dict) -> list[dict]:
     """One row per ceiling: the guard's values over its repeats against the ramped best and
     median (of the shape or size whose best is highest). A best of several batches leans high;
     the median beside it shows how much of the gap is that choice of statistic."""
+
     def top(entries: dict) -> dict:
         return max(entries.values(), key=lambda v: v["best"]) if entries else {"best": 0.0, "median": 0.0}
 
-    rows = [{"ceiling": "copy (read + write)", "unit": "TB/s", "scale": 1e12,
-             "guard": [g["copy_bytes_per_s"] for g in guard_runs], **_ramped_of(top(ramp["copy"]))}]
+    rows = [
+        {
+            "ceiling": "copy (read + write)",
+            "unit": "TB/s",
+            "scale": 1e12,
+            "guard": [g["copy_bytes_per_s"] for g in guard_runs],
+            **_ramped_of(top(ramp["copy"])),
+        }
+    ]
     for dtype in ("bfloat16", "float16", "float32"):
         mine = {k: v for k, v in ramp["matmul"].items() if k.startswith(dtype + " ")}
-        rows.append({"ceiling": f"matmul {dtype}", "unit": "TFLOP/s", "scale": 1e12,
-                     "guard": [g["matmul_flops_per_s"].get(dtype) or 0.0 for g in guard_runs],
-                     **_ramped_of(top(mine))})
+        rows.append(
+            {
+                "ceiling": f"matmul {dtype}",
+                "unit": "TFLOP/s",
+                "scale": 1e12,
+                "guard": [g["matmul_flops_per_s"].get(dtype) or 0.0 for g in guard_runs],
+                **_ramped_of(top(mine)),
+            }
+        )
     for r in rows:
         r["guard_to_ramped"] = [g / r["ramped"] if r["ramped"] else None for g in r["guard"]]
     return rows
@@ -132,13 +148,18 @@ def _ramped_of(entry: dict) -> dict:
 
 
 def render(rows: list[dict]) -> str:
-    lines = ["| ceiling | guard's measurement, each repeat | ramped best (median) | guard / ramped best |",
-             "|---|---|---|---|"]
+    lines = [
+        "| ceiling | guard's measurement, each repeat | ramped best (median) | guard / ramped best |",
+        "|---|---|---|---|",
+    ]
     for r in rows:
         s = r["scale"]
-        lines.append(f"| {r['ceiling']} | " + ", ".join(f"{g / s:.2f}" for g in r["guard"]) + f" {r['unit']} | "
-                     f"{r['ramped'] / s:.2f} ({r['ramped_median'] / s:.2f}) {r['unit']} | "
-                     + ", ".join("-" if x is None else f"{x:.0%}" for x in r["guard_to_ramped"]) + " |")
+        lines.append(
+            f"| {r['ceiling']} | " + ", ".join(f"{g / s:.2f}" for g in r["guard"]) + f" {r['unit']} | "
+            f"{r['ramped'] / s:.2f} ({r['ramped_median'] / s:.2f}) {r['unit']} | "
+            + ", ".join("-" if x is None else f"{x:.0%}" for x in r["guard_to_ramped"])
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -156,10 +177,13 @@ def main() -> int:
         ap.error("no CUDA device here (use --device cpu to check the script)")
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda:0" if args.device == "cuda" else "cpu")
-    result: dict = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                    "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                    "torch": torch.__version__, "args": {k: str(v) for k, v in vars(args).items()},
-                    "clocks": {"start": _clocks(device)}}
+    result: dict = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "clocks": {"start": _clocks(device)},
+    }
     guard_runs = []
     for i in range(args.repeats):
         t = time.perf_counter()

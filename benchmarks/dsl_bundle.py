@@ -41,8 +41,20 @@ BUNDLES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tupl
     "cutile": (
         ("cuda_tile-", "nvidia_cuda_tileiras-", "nvidia_cuda_nvcc-", "nvidia_nvvm-"),
         (),
-        tuple(f"nvidia/cu13/bin/{n}" for n in ("nvcc", "nvlink", "cudafe++", "fatbinary", "bin2c",
-                                                 "__nvcc_device_query", "crt", "nvcc.profile", "tileirdisasm"))
+        tuple(
+            f"nvidia/cu13/bin/{n}"
+            for n in (
+                "nvcc",
+                "nvlink",
+                "cudafe++",
+                "fatbinary",
+                "bin2c",
+                "__nvcc_device_query",
+                "crt",
+                "nvcc.profile",
+                "tileirdisasm",
+            )
+        )
         + ("nvidia/cu13/nvvm/bin",),
         (),
     ),
@@ -107,7 +119,7 @@ def split(bundle: Path, mib: int) -> list[Path]:
         folder = bundle.parent.with_name(f"{bundle.parent.name}-{n + 1}")
         folder.mkdir(exist_ok=True)
         part = folder / f"{bundle.name}.part-{n + 1:02d}"
-        part.write_bytes(data[i:i + size])
+        part.write_bytes(data[i : i + size])
         parts.append(part)
     bundle.unlink()
     bundle.parent.rmdir()

@@ -89,8 +89,13 @@ def check_import(module: str) -> tuple[bool, float, str]:
     whether it worked, how long it took, and the end of its error."""
     t = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
-                              timeout=IMPORT_TIMEOUT_S, env=dict(os.environ))
+        proc = subprocess.run(
+            [sys.executable, "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            timeout=IMPORT_TIMEOUT_S,
+            env=dict(os.environ),
+        )
     except subprocess.TimeoutExpired:
         return False, time.monotonic() - t, f"import {module} took more than {IMPORT_TIMEOUT_S} s"
     ok = proc.returncode == 0
@@ -179,11 +184,20 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path, nargs="?")
     ap.add_argument("--only", nargs="+", choices=list(LANGUAGES), default=list(LANGUAGES))
-    ap.add_argument("--budget-s", type=float, default=360,
-                    help="languages not started by then are skipped (a started one runs to its end)")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=360,
+        help="languages not started by then are skipped (a started one runs to its end)",
+    )
     ap.add_argument("--no-baseline", action="store_true", help="skip the problem's Triton seed")
-    ap.add_argument("--render", type=Path, nargs="+", metavar="RESULT_JSON",
-                    help="print the table of result files (one device call per DSL) and exit")
+    ap.add_argument(
+        "--render",
+        type=Path,
+        nargs="+",
+        metavar="RESULT_JSON",
+        help="print the table of result files (one device call per DSL) and exit",
+    )
     args = ap.parse_args()
     if args.render:
         print(render(merge([json.loads(p.read_text()) for p in args.render])))
@@ -193,9 +207,14 @@ def main() -> int:
     t_start = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = seed_files()
-    result: dict = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "problem": PROBLEM,
-                    "python": sys.version.split()[0], "cutlass_path_added": cutlass_path_fix(),
-                    "toolchain": toolchain(), "languages": {}}
+    result: dict = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "problem": PROBLEM,
+        "python": sys.version.split()[0],
+        "cutlass_path_added": cutlass_path_fix(),
+        "toolchain": toolchain(),
+        "languages": {},
+    }
 
     # 1. which DSLs import here (before the guard starts its workers, which inherit PYTHONPATH)
     from guard.builders import dsl_refusal

@@ -60,9 +60,11 @@ def _workload_lines(v) -> str:
     rows = []
     for w in v.workloads:
         t, oc = w.timing, w.timing.outside_clock
-        rows.append(f"    {w.uuid}: iters {t.planned_iters} call~{t.eager_warmup_median_ms or 0:.3f}ms "
-                    f"loop~{t.loop_warmup_median_ms or 0:.3f}ms median {t.median_ms:.4f}ms {t.method}"
-                    + (f" run {oc.run_wall_s:.3f}s loop {oc.loop_wall_s:.3f}s ({oc.loop})" if oc else ""))
+        rows.append(
+            f"    {w.uuid}: iters {t.planned_iters} call~{t.eager_warmup_median_ms or 0:.3f}ms "
+            f"loop~{t.loop_warmup_median_ms or 0:.3f}ms median {t.median_ms:.4f}ms {t.method}"
+            + (f" run {oc.run_wall_s:.3f}s loop {oc.loop_wall_s:.3f}s ({oc.loop})" if oc else "")
+        )
     return "\n".join(rows)
 
 
@@ -103,19 +105,33 @@ def spread_study(guard, problem, source, n, agent="incumbent", base=1000, deadli
             refused.append({"status": v.status, "reason": v.reason})
             continue
         paired = (v.paired or {}).get("agent")
-        decisions.append({"decision": v.decision, "speedup_vs_best": v.speedup_vs_best, "threshold": v.threshold,
-                          "paired": bool(paired and paired.paired_speedup),
-                          "stored_speedup": paired.stored_speedup if paired else None})
-        print(f"resubmission {i + 1}: {v.decision} speedup {v.speedup_vs_best:.4f} threshold {v.threshold:.4f} "
-              f"geomean {v.latency_ms * 1e3:.2f} us methods {sorted({w.timing.method for w in v.workloads})} "
-              f"total {v.phases_s.get('total', 0):.1f}s (benchmark {v.phases_s.get('benchmark', 0):.1f}s, "
-              f"pairing {v.phases_s.get('pairing', 0):.1f}s)", flush=True)
+        decisions.append(
+            {
+                "decision": v.decision,
+                "speedup_vs_best": v.speedup_vs_best,
+                "threshold": v.threshold,
+                "paired": bool(paired and paired.paired_speedup),
+                "stored_speedup": paired.stored_speedup if paired else None,
+            }
+        )
+        print(
+            f"resubmission {i + 1}: {v.decision} speedup {v.speedup_vs_best:.4f} threshold {v.threshold:.4f} "
+            f"geomean {v.latency_ms * 1e3:.2f} us methods {sorted({w.timing.method for w in v.workloads})} "
+            f"total {v.phases_s.get('total', 0):.1f}s (benchmark {v.phases_s.get('benchmark', 0):.1f}s, "
+            f"pairing {v.phases_s.get('pairing', 0):.1f}s)",
+            flush=True,
+        )
         geo.append(v.latency_ms)
         for w in v.workloads:
             per_workload.setdefault(w.uuid, []).append(w.latency_ms)
     if not geo:
-        return {"problem": problem, "incumbent": first.candidate_id, "resubmissions": len(refused),
-                "false_accepts": 0, "false_rejections": refused}
+        return {
+            "problem": problem,
+            "incumbent": first.candidate_id,
+            "resubmissions": len(refused),
+            "false_accepts": 0,
+            "false_rejections": refused,
+        }
     cv = {u: statistics.pstdev(xs) / statistics.fmean(xs) for u, xs in per_workload.items()}
     speedups = [d["speedup_vs_best"] for d in decisions if d["speedup_vs_best"]]
     stored = [d["stored_speedup"] for d in decisions if d["stored_speedup"]]
@@ -148,10 +164,18 @@ def main() -> int:
     ap.add_argument("--warm-runs", type=int, default=3)
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-spread", action="store_true")
-    ap.add_argument("--spread-time-limit", type=float, default=float("inf"),
-                    help="seconds after which no further resubmission starts")
-    ap.add_argument("--latency-problems", nargs="*", default=None,
-                    help="only the latency studies of problems whose name contains one of these")
+    ap.add_argument(
+        "--spread-time-limit",
+        type=float,
+        default=float("inf"),
+        help="seconds after which no further resubmission starts",
+    )
+    ap.add_argument(
+        "--latency-problems",
+        nargs="*",
+        default=None,
+        help="only the latency studies of problems whose name contains one of these",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ws = Workspace.open(Path(tempfile.mkdtemp(prefix="guard-bench-")) / "ws")
@@ -169,8 +193,9 @@ def main() -> int:
         result["device"] = guard.device_info()
         result["config"] = guard.cfg.model_dump()
         if not args.skip_spread:
-            result["spread"] = spread_study(guard, "rmsnorm_h4096", rms_seed, args.resubmissions,
-                                           deadline=time.monotonic() + args.spread_time_limit)
+            result["spread"] = spread_study(
+                guard, "rmsnorm_h4096", rms_seed, args.resubmissions, deadline=time.monotonic() + args.spread_time_limit
+            )
             (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
         if not args.skip_latency:
             result["latency"] = []
@@ -195,8 +220,11 @@ def render(r: dict) -> str:
         rows = [("cold", [s["cold"]])]
         rows += [("warm, trivial change", s["warm_trivial"]), ("warm, new Triton JIT", s["warm_new_jit"])]
         for label, runs in rows:
-            med = {k: statistics.median(x[k] for x in runs if x.get(k) is not None)
-                   for k in PHASES if any(x.get(k) is not None for x in runs)}
+            med = {
+                k: statistics.median(x[k] for x in runs if x.get(k) is not None)
+                for k in PHASES
+                if any(x.get(k) is not None for x in runs)
+            }
             lines.append(f"  {label:<22} " + "  ".join(f"{k} {v:6.2f}s" for k, v in med.items()))
     sp = r.get("spread")
     if sp and "geomean_cv" not in sp:

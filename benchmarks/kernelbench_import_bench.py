@@ -72,18 +72,20 @@ def import_all(files: list[Path], root: Path, progress=None) -> tuple[list[dict]
             d = problem.definition
             cpu = cpu_workloads(d, problem.workloads)[0]
             checked = next((n for n in notes if n.startswith("CPU workload")), None)
-            rows.append({
-                "file": rel,
-                "seconds": seconds,
-                "var_axes": ",".join(a for a, x in d.axes.items() if isinstance(x, VarAxis)),
-                "full_bytes": largest_full_bytes(problem),
-                "cpu_workload": ",".join(f"{k}={v}" for k, v in cpu.axes.items()),
-                "cpu_check": "ok" if checked else ("not run" if "was not run" in " ".join(notes) else "FAILED"),
-                "runs": report.get("runs"),
-                "phases": " ".join(f"{k[:-2]}={v:.2f}" for k, v in (report.get("timings") or {}).items()),
-                "how": next((n.split(";")[0] for n in notes if "meta device" in n), "meta"),
-                "notes": notes,
-            })
+            rows.append(
+                {
+                    "file": rel,
+                    "seconds": seconds,
+                    "var_axes": ",".join(a for a, x in d.axes.items() if isinstance(x, VarAxis)),
+                    "full_bytes": largest_full_bytes(problem),
+                    "cpu_workload": ",".join(f"{k}={v}" for k, v in cpu.axes.items()),
+                    "cpu_check": "ok" if checked else ("not run" if "was not run" in " ".join(notes) else "FAILED"),
+                    "runs": report.get("runs"),
+                    "phases": " ".join(f"{k[:-2]}={v:.2f}" for k, v in (report.get("timings") or {}).items()),
+                    "how": next((n.split(";")[0] for n in notes if "meta device" in n), "meta"),
+                    "notes": notes,
+                }
+            )
             if progress:
                 progress(rows[-1])
     return rows, startup

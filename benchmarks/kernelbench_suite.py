@@ -114,8 +114,14 @@ def judge_file(guard, path: Path, root: Path, prober, device: str) -> dict[str, 
     t = time.monotonic()
     v = guard.evaluate(solution, problem.name, agent="kernelbench-suite")
     row["wall_s"] = round(time.monotonic() - t, 2)
-    row.update(status=v.status, decision=v.decision, reason=(v.reason or "")[:300], score=v.score,
-               peak_memory_bytes=v.peak_memory_bytes, phases_s={k: round(x, 2) for k, x in v.phases_s.items()})
+    row.update(
+        status=v.status,
+        decision=v.decision,
+        reason=(v.reason or "")[:300],
+        score=v.score,
+        peak_memory_bytes=v.peak_memory_bytes,
+        phases_s={k: round(x, 2) for k, x in v.phases_s.items()},
+    )
     peaks = [b for b in (v.peak_memory_bytes or {}).values() if b]
     if peaks and row.get("own_peak_bytes"):
         row["peak_ratio"] = round(max(peaks) / row["own_peak_bytes"], 2)
@@ -155,24 +161,31 @@ def run(args: argparse.Namespace) -> int:
             try:
                 row = judge_file(guard, path, root, prober, args.device)
             except Exception as exc:  # noqa: BLE001 - recorded, and the suite goes on
-                row = {"file": str(path.relative_to(root)), "level": path.parent.name,
-                       "error": f"{type(exc).__name__}: {exc}"[:500]}
+                row = {
+                    "file": str(path.relative_to(root)),
+                    "level": path.parent.name,
+                    "error": f"{type(exc).__name__}: {exc}"[:500],
+                }
             row["date"] = dt.date.today().isoformat()
             with out.open("a") as f:
                 f.write(json.dumps(row) + "\n")
-            print(f"[{i + 1}/{len(todo)}] {row['file']}: {row.get('status', 'ERROR')} "
-                  f"import {row.get('import_s', '-')} s, verdict {row.get('wall_s', '-')} s, "
-                  f"peak ratio {row.get('peak_ratio', '-')} {row.get('reason') or row.get('error') or ''}"[:400],
-                  flush=True)
+            print(
+                f"[{i + 1}/{len(todo)}] {row['file']}: {row.get('status', 'ERROR')} "
+                f"import {row.get('import_s', '-')} s, verdict {row.get('wall_s', '-')} s, "
+                f"peak ratio {row.get('peak_ratio', '-')} {row.get('reason') or row.get('error') or ''}"[:400],
+                flush=True,
+            )
     print(render(load_rows(out)))
     return 0
 
 
 def render(rows: list[dict]) -> str:
     """The summary for docs/kernelbench.md: counts per level and status, times, peaks."""
-    lines = ["| level | judged | PASSED | other verdicts | errors | import s (median / max) | "
-             "verdict s (median / max) | peak ratio (max) | SOL score (median) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| level | judged | PASSED | other verdicts | errors | import s (median / max) | "
+        "verdict s (median / max) | peak ratio (max) | SOL score (median) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for level in ("level1", "level2", "level3"):
         mine = [r for r in rows if r.get("level") == level]
         if not mine:
@@ -188,14 +201,18 @@ def render(rows: list[dict]) -> str:
         ratios = [r["peak_ratio"] for r in mine if isinstance(r.get("peak_ratio"), (int, float))]
         scores = [r["score"] for r in passed if isinstance(r.get("score"), (int, float))]
         score = f"{statistics.median(scores):.3f}" if scores else "-"
-        lines.append(f"| {level[-1]} | {len(mine)} | {len(passed)} | {len(other)} | {len(errors)} | "
-                     f"{med_max('import_s')} | {med_max('wall_s')} | "
-                     f"{max(ratios) if ratios else '-'} | {score} |")
+        lines.append(
+            f"| {level[-1]} | {len(mine)} | {len(passed)} | {len(other)} | {len(errors)} | "
+            f"{med_max('import_s')} | {med_max('wall_s')} | "
+            f"{max(ratios) if ratios else '-'} | {score} |"
+        )
     failing = [r for r in rows if r.get("status") not in ("PASSED",)]
     if failing:
         lines.append("")
-        lines += [f"- `{r['file']}`: {r.get('status', 'ERROR')} {r.get('reason') or r.get('error', '')}"[:300]
-                  for r in failing]
+        lines += [
+            f"- `{r['file']}`: {r.get('status', 'ERROR')} {r.get('reason') or r.get('error', '')}"[:300]
+            for r in failing
+        ]
     over = [r for r in rows if isinstance(r.get("peak_ratio"), (int, float)) and r["peak_ratio"] > PEAK_TARGET]
     lines += [f"- peak over {PEAK_TARGET:g}x: `{r['file']}` {r['peak_ratio']}x" for r in over]
     return "\n".join(lines)
@@ -210,8 +227,7 @@ def main() -> int:
     ap.add_argument("--per-level", type=int, default=25, help="files of levels 2 and 3 (level 1: all)")
     ap.add_argument("--only", help="only files whose path contains this")
     ap.add_argument("--resume", type=Path, help="a JSONL of an earlier call: its files are skipped")
-    ap.add_argument("--time-limit", type=float, default=float("inf"),
-                    help="seconds after which no new file is started")
+    ap.add_argument("--time-limit", type=float, default=float("inf"), help="seconds after which no new file is started")
     ap.add_argument("--render", type=Path, help="print the summary of a results file and stop")
     args = ap.parse_args()
     if args.render:

@@ -27,10 +27,12 @@ sys.path.insert(0, str(REPO))
 from benchmarks import procfs  # noqa: E402
 
 PROBLEMS = ["rmsnorm_llama3_8b", "softmax_lm_vocab_fp32", "matmul_bf16_llm_projections", "layernorm_gpt2_bf16"]
-DOMAIN = ("tile block warp vector load store coalesce fuse epilogue split reduce persistent autotune "
-          "stages pipeline shared memory bank conflict register spill occupancy launch overhead rows "
-          "columns float32 accumulate bfloat16 rounding tail mask stride layout transpose swizzle l2 "
-          "cache prefetch tma wgmma cluster online softmax welford rsqrt exp2 mean variance").split()
+DOMAIN = (
+    "tile block warp vector load store coalesce fuse epilogue split reduce persistent autotune "
+    "stages pipeline shared memory bank conflict register spill occupancy launch overhead rows "
+    "columns float32 accumulate bfloat16 rounding tail mask stride layout transpose swizzle l2 "
+    "cache prefetch tma wgmma cluster online softmax welford rsqrt exp2 mean variance"
+).split()
 # Conclusions are short technical sentences: a vocabulary of a few thousand terms whose
 # frequencies fall off like natural text (Zipf), the domain words most frequent.
 WORDS = DOMAIN + [f"term{i:04d}" for i in range(3000)]
@@ -58,9 +60,16 @@ def populate(ws_path: Path, n_candidates: int, n_conclusions: int, agents: list[
 
     device = resolve("cpu")
     source = (REPO / "seeds" / "rmsnorm_llama3_8b" / "seed_triton.py").read_text()
-    solution = json.dumps({"spec": {"languages": ["triton", "pytorch"], "entry_point": "kernel.py::run",
-                                    "destination_passing_style": False},
-                           "sources": [{"path": "kernel.py", "content": source}]})
+    solution = json.dumps(
+        {
+            "spec": {
+                "languages": ["triton", "pytorch"],
+                "entry_point": "kernel.py::run",
+                "destination_passing_style": False,
+            },
+            "sources": [{"path": "kernel.py", "content": source}],
+        }
+    )
     now = time.time()
     with db.transaction() as c:
         for i in range(n_candidates):
@@ -68,36 +77,84 @@ def populate(ws_path: Path, n_candidates: int, n_conclusions: int, agents: list[
             agent = agents[i % len(agents)]
             decision = rng.choice(["ACCEPT", "KEEP", "REVERT", "REJECT", "REJECT"])
             lat = rng.uniform(0.01, 1.0)
-            wls = [WorkloadResult(uuid=f"w{j}", axes={"n": 2**j}, latency_ms=lat * (j + 1), eager_ms=lat * 2 * (j + 1),
-                                  sol_ms=lat * 0.3, rel_se=0.003) for j in range(8)]
+            wls = [
+                WorkloadResult(
+                    uuid=f"w{j}",
+                    axes={"n": 2**j},
+                    latency_ms=lat * (j + 1),
+                    eager_ms=lat * 2 * (j + 1),
+                    sol_ms=lat * 0.3,
+                    rel_se=0.003,
+                )
+                for j in range(8)
+            ]
             cid = f"c-load{i:06d}"
-            v = Verdict(candidate_id=cid, problem=p, agent=agent, decision=decision,
-                        status="PASSED" if decision != "REJECT" else "INCORRECT_NUMERICAL",
-                        reason="synthetic", advice=Advice(action="continue", message="continue"),
-                        workloads=[] if decision == "REJECT" else wls, score=rng.random(),
-                        speedup_eager=rng.uniform(0.5, 3), sol_fraction=rng.random(), latency_ms=lat)
+            v = Verdict(
+                candidate_id=cid,
+                problem=p,
+                agent=agent,
+                decision=decision,
+                status="PASSED" if decision != "REJECT" else "INCORRECT_NUMERICAL",
+                reason="synthetic",
+                advice=Advice(action="continue", message="continue"),
+                workloads=[] if decision == "REJECT" else wls,
+                score=rng.random(),
+                speedup_eager=rng.uniform(0.5, 3),
+                sol_fraction=rng.random(),
+                latency_ms=lat,
+            )
             c.execute(
                 "INSERT INTO candidates (id, problem, definition_hash, agent, language, source_hash, solution_json,"
                 " device_key, device_kind, state, decision, status, reason, score, speedup_eager, sol_fraction,"
                 " latency_ms, global_best, verdict_json, created_at, finished_at) VALUES"
                 " (?,?,?,?,?,?,?,?,?,'done',?,?,?,?,?,?,?,?,?,?,?)",
-                (cid, p, hashes[p], agent, "triton", f"h{i}", solution, device.key, "cpu", decision, v.status,
-                 "synthetic", v.score, v.speedup_eager, v.sol_fraction, lat, int(decision == "ACCEPT" and i % 97 == 0),
-                 v.model_dump_json(), now - (n_candidates - i), now - (n_candidates - i)),
+                (
+                    cid,
+                    p,
+                    hashes[p],
+                    agent,
+                    "triton",
+                    f"h{i}",
+                    solution,
+                    device.key,
+                    "cpu",
+                    decision,
+                    v.status,
+                    "synthetic",
+                    v.score,
+                    v.speedup_eager,
+                    v.sol_fraction,
+                    lat,
+                    int(decision == "ACCEPT" and i % 97 == 0),
+                    v.model_dump_json(),
+                    now - (n_candidates - i),
+                    now - (n_candidates - i),
+                ),
             )
             if decision != "REJECT":
                 for w in wls:
-                    c.execute("INSERT INTO workload_results (candidate_id, workload, latency_ms, eager_ms, sol_ms,"
-                              " rel_se, result_json) VALUES (?,?,?,?,?,?,?)",
-                              (cid, w.uuid, w.latency_ms, w.eager_ms, w.sol_ms, w.rel_se, w.model_dump_json()))
+                    c.execute(
+                        "INSERT INTO workload_results (candidate_id, workload, latency_ms, eager_ms, sol_ms,"
+                        " rel_se, result_json) VALUES (?,?,?,?,?,?,?)",
+                        (cid, w.uuid, w.latency_ms, w.eager_ms, w.sol_ms, w.rel_se, w.model_dump_json()),
+                    )
         for i in range(n_conclusions):
             p = PROBLEMS[i % len(PROBLEMS)]
             text = " ".join(words(rng, rng.randint(6, 18)))
-            C.insert(c, problem=p, op_family=p.split("_")[0], agent=agents[i % len(agents)],
-                     kind=rng.choice(["insight", "pitfall"]), text=text, tags=words(rng, 1),
-                     evidence=f"c-load{rng.randrange(n_candidates):06d}", evidence_decision="ACCEPT",
-                     strength=rng.random(), created_at=now - rng.uniform(0, 30 * 86400),
-                     updated_at=now - rng.uniform(0, 30 * 86400))
+            C.insert(
+                c,
+                problem=p,
+                op_family=p.split("_")[0],
+                agent=agents[i % len(agents)],
+                kind=rng.choice(["insight", "pitfall"]),
+                text=text,
+                tags=words(rng, 1),
+                evidence=f"c-load{rng.randrange(n_candidates):06d}",
+                evidence_decision="ACCEPT",
+                strength=rng.random(),
+                created_at=now - rng.uniform(0, 30 * 86400),
+                updated_at=now - rng.uniform(0, 30 * 86400),
+            )
 
 
 def client_main(url: str, tok: str, calls: int, seed: int, queue, nodelay: bool = False) -> None:
@@ -115,14 +172,24 @@ def client_main(url: str, tok: str, calls: int, seed: int, queue, nodelay: bool 
     rng = random.Random(seed)
     lat = {"recall": [], "peek_best": []}
     errors = []
-    headers = {"Authorization": f"Bearer {tok}", "accept": "application/json, text/event-stream",
-               "content-type": "application/json"}
+    headers = {
+        "Authorization": f"Bearer {tok}",
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+    }
     cpu0 = time.process_time()
     transport = httpx2.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)] if nodelay else None)
     with httpx2.Client(headers=headers, timeout=60, transport=transport) as http:
-        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
-                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                           "clientInfo": {"name": "load", "version": "1"}}}
+        init = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "load", "version": "1"},
+            },
+        }
         r = http.post(url, json=init)
         session = r.headers.get("mcp-session-id")
         h = {"mcp-session-id": session, "mcp-protocol-version": "2025-06-18"} if session else {}
@@ -130,8 +197,15 @@ def client_main(url: str, tok: str, calls: int, seed: int, queue, nodelay: bool 
         for i in range(calls):
             p = rng.choice(PROBLEMS)
             if i % 2 == 0:
-                tool, args = "recall", {"problem": p, "query": " ".join(words(rng, 3)),
-                                        "scope": rng.choice(["problem", "family", "any"]), "k": 8}
+                tool, args = (
+                    "recall",
+                    {
+                        "problem": p,
+                        "query": " ".join(words(rng, 3)),
+                        "scope": rng.choice(["problem", "family", "any"]),
+                        "k": 8,
+                    },
+                )
             else:
                 tool, args = "peek_best", {"problem": p, "k": 3}
             body = {"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": {"name": tool, "arguments": args}}
@@ -199,9 +273,15 @@ class ProcessWatch:
         self._stop.set()
         self._thread.join()
         cpu1 = cpu_seconds(self.roles)
-        return [{"pid": pid, "role": role, "cpu_s": round(cpu1.get(pid, 0.0) - self._cpu0.get(pid, 0.0), 2),
-                 "connections": len(self.clients[pid])}
-                for pid, role in sorted(self.roles.items())]
+        return [
+            {
+                "pid": pid,
+                "role": role,
+                "cpu_s": round(cpu1.get(pid, 0.0) - self._cpu0.get(pid, 0.0), 2),
+                "connections": len(self.clients[pid]),
+            }
+            for pid, role in sorted(self.roles.items())
+        ]
 
 
 def _spin(seconds: float) -> float:
@@ -237,8 +317,10 @@ def one_round(ws: Path, toks: dict[str, str], args, nodelay: bool) -> dict:
         settle_s = settle(srv.proc.pid, args.workers)
         watch = ProcessWatch(srv.proc.pid, srv.port)
         q = mp.get_context("spawn").Queue()
-        procs = [mp.get_context("spawn").Process(target=client_main, args=(srv.url, tok, args.calls, i, q, nodelay))
-                 for i, tok in enumerate(toks.values())]
+        procs = [
+            mp.get_context("spawn").Process(target=client_main, args=(srv.url, tok, args.calls, i, q, nodelay))
+            for i, tok in enumerate(toks.values())
+        ]
         t0 = time.time()
         for p in procs:
             p.start()
@@ -258,12 +340,18 @@ def one_round(ws: Path, toks: dict[str, str], args, nodelay: bool) -> dict:
     every = lat["recall"] + lat["peek_best"]
     return {
         "client_tcp_nodelay": nodelay,
-        "server_ready_s": srv.ready_s, "workers_settled_s": settle_s, "wall_s": wall,
-        "calls": len(every), "errors": len(errors), "error_samples": errors[:5],
+        "server_ready_s": srv.ready_s,
+        "workers_settled_s": settle_s,
+        "wall_s": wall,
+        "calls": len(every),
+        "errors": len(errors),
+        "error_samples": errors[:5],
         "throughput_per_s": len(every) / wall,
         **{f"{k}_p50_ms": pct(v, 0.5) for k, v in lat.items()},
         **{f"{k}_p99_ms": pct(v, 0.99) for k, v in lat.items()},
-        "all_p50_ms": pct(every, 0.5), "all_p99_ms": pct(every, 0.99), "all_mean_ms": statistics.fmean(every),
+        "all_p50_ms": pct(every, 0.5),
+        "all_p99_ms": pct(every, 0.99),
+        "all_mean_ms": statistics.fmean(every),
         # the clients' own CPU per call (handshake included): their share of the measured latency
         "client_cpu_ms_per_call": 1e3 * sum(r["cpu_s"] for r in results) / max(1, len(every)),
         # per server process: CPU seconds spent while the clients ran, client connections it held
@@ -280,9 +368,13 @@ def main() -> int:
     ap.add_argument("--conclusions", type=int, default=100_000)
     ap.add_argument("--candidates", type=int, default=10_000)
     ap.add_argument("--workers", type=int, default=1, help="HTTP worker processes of the server")
-    ap.add_argument("--nodelay", choices=["off", "on", "both"], default="off",
-                    help="clients set TCP_NODELAY (both: one round each on the same workspace;"
-                         " the second is written to mcp_load_nodelay.json)")
+    ap.add_argument(
+        "--nodelay",
+        choices=["off", "on", "both"],
+        default="off",
+        help="clients set TCP_NODELAY (both: one round each on the same workspace;"
+        " the second is written to mcp_load_nodelay.json)",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     from benchmarks.harness import fast_workspace, token
@@ -303,8 +395,12 @@ def main() -> int:
             "machine": f"{platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
             "cores_usable_at_once": capacity,
             "server_http_stack": uvicorn_speedups(),  # uvloop and httptools when installed
-            "clients": args.clients, "calls_per_client": args.calls, "server_workers": args.workers,
-            "conclusions": args.conclusions, "candidates": args.candidates, "populate_s": populate_s,
+            "clients": args.clients,
+            "calls_per_client": args.calls,
+            "server_workers": args.workers,
+            "conclusions": args.conclusions,
+            "candidates": args.candidates,
+            "populate_s": populate_s,
             **one_round(ws, toks, args, nodelay),
         }
         name = "mcp_load_nodelay.json" if nodelay and args.nodelay == "both" else "mcp_load.json"

@@ -23,8 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 DEVICE = "cuda"  # --device cpu: a dry run of the script here (small models, interpreter)
 
 STEPS = {
-    "profile": [["profile", "llama_block", "--reps", "10", "--top", "6", "--no-import"],
-                ["profile", "gpt2_block", "--reps", "10"]],
+    "profile": [
+        ["profile", "llama_block", "--reps", "10", "--top", "6", "--no-import"],
+        ["profile", "gpt2_block", "--reps", "10"],
+    ],
     "triton": [["verify", "llama_block", "--seeds", "triton", "--diagnose", "--reps", "30"]],
     "cuda": [["verify", "llama_block", "--seeds", "cuda", "--diagnose", "--reps", "30"]],
 }
@@ -33,22 +35,39 @@ STEPS = {
 def _cli(out: Path, scratch: Path, tag: str, args: list[str]) -> dict:
     md = out / f"{tag}.md"
     extra = ["--out", str(scratch / "problems")] if "--top" in args else []
-    cmd = [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(scratch / "ws"), *args, *extra,
-           "--device", DEVICE, "--markdown", str(md)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kernelarc_mcp.cli",
+        "--workspace",
+        str(scratch / "ws"),
+        *args,
+        *extra,
+        "--device",
+        DEVICE,
+        "--markdown",
+        str(md),
+    ]
     t0 = time.time()
     text = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     # one text file for every step: the device machine returns at most 8 files per call
     with (out / "model_bench_output.txt").open("a") as f:
         f.write(f"===== {tag}: {' '.join(cmd[3:])}\n{text.stdout}\n--- stderr ---\n{text.stderr[-8000:]}\n")
-    return {"tag": tag, "command": "kernelarc " + " ".join(args + ["--device", DEVICE]), "rc": text.returncode,
-            "seconds": round(time.time() - t0, 1), "markdown": md.name if md.exists() else None}
+    return {
+        "tag": tag,
+        "command": "kernelarc " + " ".join(args + ["--device", DEVICE]),
+        "rc": text.returncode,
+        "seconds": round(time.time() - t0, 1),
+        "markdown": md.name if md.exists() else None,
+    }
 
 
 def run(out: Path, steps: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True).stdout.strip()
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        ).stdout.strip()
     except FileNotFoundError:
         smi = "none (CPU dry run)"
     log = {"date": dt.date.today().isoformat(), "gpu": smi, "runs": []}
@@ -67,9 +86,13 @@ def run(out: Path, steps: list[str]) -> None:
 
 def render(out: Path) -> str:
     log = json.loads((out / "model_bench.json").read_text())
-    lines = [f"# Whole-model profile and verification on the H200 ({log['date']})", "",
-             f"GPU: {log['gpu']}. Produced by `python -m benchmarks.model_bench OUT` (one device call, "
-             "`benchmarks/gpu_call.sh`); raw output in `docs/results/" + log["date"] + "/model_bench/`.", ""]
+    lines = [
+        f"# Whole-model profile and verification on the H200 ({log['date']})",
+        "",
+        f"GPU: {log['gpu']}. Produced by `python -m benchmarks.model_bench OUT` (one device call, "
+        "`benchmarks/gpu_call.sh`); raw output in `docs/results/" + log["date"] + "/model_bench/`.",
+        "",
+    ]
     for r in log["runs"]:
         lines += [f"## `{r['command']}`", "", f"exit status {r['rc']}, {r['seconds']} s", ""]
         if r["markdown"] and (out / r["markdown"]).exists():

@@ -41,23 +41,48 @@ from seeds import SEEDS_DIR  # noqa: E402
 
 
 def swarm(ws_root: Path, problem: str, agents: int, minutes: float, devices: int, device: str) -> dict:
-    cmd = [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws_root), "launch", "--problem", problem,
-           "--agents", str(agents), "--client", "scripted", "--budget-minutes", str(minutes),
-           "--max-candidates", "1000", "--device", device, "--devices", str(devices), "-q", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kernelarc_mcp.cli",
+        "--workspace",
+        str(ws_root),
+        "launch",
+        "--problem",
+        problem,
+        "--agents",
+        str(agents),
+        "--client",
+        "scripted",
+        "--budget-minutes",
+        str(minutes),
+        "--max-candidates",
+        "1000",
+        "--device",
+        device,
+        "--devices",
+        str(devices),
+        "-q",
+        "--json",
+    ]
     # Every swarm starts cold: its own ceilings/build cache and compiler caches, so the run that
     # goes second does not inherit the first one's measured ceilings and compiled kernels
     caches = ws_root.parent / "caches"
-    env = os.environ | {"KERNELARC_CACHE_DIR": str(caches / "kernelarc"),
-                        "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
-                        "TRITON_CACHE_DIR": str(caches / "triton")}
+    env = os.environ | {
+        "KERNELARC_CACHE_DIR": str(caches / "kernelarc"),
+        "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+        "TRITON_CACHE_DIR": str(caches / "triton"),
+    }
     t0 = time.time()
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         raise SystemExit(f"launch failed ({p.returncode}): {p.stderr[-3000:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])
     db = Database(ws_root / "workspace.db")
-    done = db.query("SELECT j.device, j.finished_at, c.duplicate_of FROM jobs j "
-                    "LEFT JOIN candidates c ON c.id = j.candidate_id WHERE j.state = 'done'")
+    done = db.query(
+        "SELECT j.device, j.finished_at, c.duplicate_of FROM jobs j "
+        "LEFT JOIN candidates c ON c.id = j.candidate_id WHERE j.state = 'done'"
+    )
     # a source submitted before is answered from the archive: no GPU judged it
     jobs = [j for j in done if not j["duplicate_of"]]
     per_device: dict[str, int] = {}
@@ -71,11 +96,21 @@ def swarm(ws_root: Path, problem: str, agents: int, minutes: float, devices: int
     rates = {d: _rate_after_first([j["finished_at"] for j in jobs if j["device"] == d]) for d in per_device}
     steady = sum(rates.values()) if rates and None not in rates.values() else None
     # "judged" in results before 2026-11-29 20:00 counted every finished job, duplicates included
-    return {"devices": devices, "agents": agents, "minutes": minutes, "judged_unique": judged,
-            "finished_jobs": len(done), "duplicates": len(done) - judged,
-            "per_minute": judged / minutes, "per_device": per_device, "run": out["run"],
-            "verdict_times_s": times, "first_verdict_s": times[0] if times else None,
-            "per_minute_after_first": steady, "per_device_after_first": rates}
+    return {
+        "devices": devices,
+        "agents": agents,
+        "minutes": minutes,
+        "judged_unique": judged,
+        "finished_jobs": len(done),
+        "duplicates": len(done) - judged,
+        "per_minute": judged / minutes,
+        "per_device": per_device,
+        "run": out["run"],
+        "verdict_times_s": times,
+        "first_verdict_s": times[0] if times else None,
+        "per_minute_after_first": steady,
+        "per_device_after_first": rates,
+    }
 
 
 def _rate_after_first(finished: list[float]) -> float | None:
@@ -117,12 +152,11 @@ def interference(problem: str, source: str, n: int, device: str, count: int) -> 
             g.close()
 
     def brief(s: dict) -> dict:
-        return {k: s[k] for k in ("geomean_cv", "workload_cv_median", "workload_cv_max", "false_accepts",
-                                  "resubmissions")} | {
-                                  "geomean_latency_us": statistics.median(s["geomean_latency_ms"]) * 1e3}
+        return {
+            k: s[k] for k in ("geomean_cv", "workload_cv_median", "workload_cv_max", "false_accepts", "resubmissions")
+        } | {"geomean_latency_us": statistics.median(s["geomean_latency_ms"]) * 1e3}
 
-    return {"alone": {guards[0].device.key: brief(alone)},
-            "together": {k: brief(v) for k, v in results.items()}}
+    return {"alone": {guards[0].device.key: brief(alone)}, "together": {k: brief(v) for k, v in results.items()}}
 
 
 def main() -> int:
@@ -137,15 +171,25 @@ def main() -> int:
     ap.add_argument("--problem", default="softmax_lm_vocab_fp32")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--skip-swarm", action="store_true")
-    ap.add_argument("--swarm-with", choices=["one", "all", "both"], default="both",
-                    help="which swarms to run: one GPU, all --devices, or both in turn")
-    ap.add_argument("--combine", nargs=2, type=Path, metavar=("ONE_GPU_JSON", "ALL_GPUS_JSON"),
-                    help="no measuring: the throughput ratio of two results written with --swarm-with")
+    ap.add_argument(
+        "--swarm-with",
+        choices=["one", "all", "both"],
+        default="both",
+        help="which swarms to run: one GPU, all --devices, or both in turn",
+    )
+    ap.add_argument(
+        "--combine",
+        nargs=2,
+        type=Path,
+        metavar=("ONE_GPU_JSON", "ALL_GPUS_JSON"),
+        help="no measuring: the throughput ratio of two results written with --swarm-with",
+    )
     ap.add_argument("--skip-spread", action="store_true")
     args = ap.parse_args()
     if args.combine:
-        runs = sorted((s for p in args.combine for s in json.loads(p.read_text()).get("swarm", [])),
-                      key=lambda s: s["devices"])
+        runs = sorted(
+            (s for p in args.combine for s in json.loads(p.read_text()).get("swarm", [])), key=lambda s: s["devices"]
+        )
         if len(runs) != 2 or runs[0]["devices"] == runs[1]["devices"]:
             ap.error("--combine wants two results with one swarm each, on different numbers of GPUs")
         print(json.dumps(ratios(*runs), indent=2))
@@ -153,8 +197,10 @@ def main() -> int:
     if args.out is None:
         ap.error("OUT is needed to measure")
     args.out.mkdir(parents=True, exist_ok=True)
-    result: dict = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                    "devices": [c.key for c in resolve_all(args.device, args.devices)]}
+    result: dict = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "devices": [c.key for c in resolve_all(args.device, args.devices)],
+    }
     path = args.out / "multi_gpu_bench.json"
     if not args.skip_swarm:
         result["swarm"] = []

@@ -16,7 +16,7 @@ def stat_fields(pid: int) -> list[str] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return text[text.rindex(")") + 2:].split()
+    return text[text.rindex(")") + 2 :].split()
 
 
 def descendants(root: int) -> dict[int, str]:

@@ -45,7 +45,9 @@ def main() -> int:
     result = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
-        "conclusions": svc.memory.count(), "candidates": args.candidates, "queries": args.queries,
+        "conclusions": svc.memory.count(),
+        "candidates": args.candidates,
+        "queries": args.queries,
     }
     for scope in ("problem", "family", "any"):
         mem, full = [], []
@@ -58,8 +60,12 @@ def main() -> int:
             t0 = time.perf_counter()
             svc.recall(rng.choice(agents), p.name, q, scope, 8)
             full.append((time.perf_counter() - t0) * 1e3)
-        result[scope] = {"memory_p50_ms": pct(mem, 0.5), "memory_p99_ms": pct(mem, 0.99),
-                         "tool_p50_ms": pct(full, 0.5), "tool_p99_ms": pct(full, 0.99)}
+        result[scope] = {
+            "memory_p50_ms": pct(mem, 0.5),
+            "memory_p99_ms": pct(mem, 0.99),
+            "tool_p50_ms": pct(full, 0.5),
+            "tool_p99_ms": pct(full, 0.99),
+        }
     svc.close()
     (args.out / "recall_bench.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))

@@ -63,8 +63,15 @@ def summarize(v) -> dict:
         "speedup_eager": v.speedup_eager,
         "score": v.score,
         "per_workload": [
-            {"uuid": w.uuid, "axes": w.axes, "ms": w.latency_ms, "eager_ms": w.eager_ms,
-             "compile_ms": w.compile_ms, "sol_ms": w.sol_ms, "bound": w.bound}
+            {
+                "uuid": w.uuid,
+                "axes": w.axes,
+                "ms": w.latency_ms,
+                "eager_ms": w.eager_ms,
+                "compile_ms": w.compile_ms,
+                "sol_ms": w.sol_ms,
+                "bound": w.bound,
+            }
             for w in ws
         ],
     }
@@ -75,13 +82,20 @@ def main() -> int:
     ap.add_argument("out", type=Path, nargs="?")
     ap.add_argument("--budget-s", type=float, default=480)
     ap.add_argument("--only", nargs="*")
-    ap.add_argument("--render", type=Path, nargs="+",
-                    help="result files; a problem measured in a later one replaces it")
+    ap.add_argument(
+        "--render", type=Path, nargs="+", help="result files; a problem measured in a later one replaces it"
+    )
     ap.add_argument("--jobs", type=int, default=4)
-    ap.add_argument("--kinds", nargs="+", choices=list(SEED_FILES), default=list(SEED_FILES),
-                    help="which seeds to evaluate (the baselines come with the first one)")
-    ap.add_argument("--write", type=Path, metavar="DOC",
-                    help=f"put the table into DOC, between the lines {BEGIN!r} and {END!r}")
+    ap.add_argument(
+        "--kinds",
+        nargs="+",
+        choices=list(SEED_FILES),
+        default=list(SEED_FILES),
+        help="which seeds to evaluate (the baselines come with the first one)",
+    )
+    ap.add_argument(
+        "--write", type=Path, metavar="DOC", help=f"put the table into DOC, between the lines {BEGIN!r} and {END!r}"
+    )
     args = ap.parse_args()
     if args.write and not args.render:
         ap.error("--write goes with --render: the document's table is the merge of the runs it names")
@@ -100,15 +114,18 @@ def main() -> int:
     problems = sorted(p.parent for p in SEEDS_DIR.glob("*/definition.json"))
     if args.only:
         problems = [p for p in problems if p.name in args.only]
-    cuda_seeds = [p / SEED_FILES["cuda"] for p in problems
-                  if (p / SEED_FILES["cuda"]).is_file() and "cuda" in args.kinds]
+    cuda_seeds = [
+        p / SEED_FILES["cuda"] for p in problems if (p / SEED_FILES["cuda"]).is_file() and "cuda" in args.kinds
+    ]
     t = time.monotonic()
     build_errors = prebuild(cuda_seeds, args.jobs)
-    result = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-              "prebuild_s": time.monotonic() - t,
-              "prebuild_errors": {Path(k).parent.name: v for k, v in build_errors.items() if v},
-              "prebuilt": sorted(Path(k).parent.name for k, v in build_errors.items() if not v),
-              "problems": {}}
+    result = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "prebuild_s": time.monotonic() - t,
+        "prebuild_errors": {Path(k).parent.name: v for k, v in build_errors.items() if v},
+        "prebuilt": sorted(Path(k).parent.name for k, v in build_errors.items() if not v),
+        "problems": {},
+    }
     from guard.cascade import Guard
 
     ws = Workspace.open(Path(tempfile.mkdtemp(prefix="seeds-bench-")) / "ws")
@@ -140,9 +157,11 @@ def main() -> int:
             result["problems"][folder.name] = entry
             result["device"] = guard.device_info()
             out_json.write_text(json.dumps(result, indent=2, default=str))
-            print(f"{folder.name}: " + ", ".join(
-                f"{k} {entry[k]['status']} {entry[k]['median_ms']}" for k in SEED_FILES if k in entry
-            ), flush=True)
+            print(
+                f"{folder.name}: "
+                + ", ".join(f"{k} {entry[k]['status']} {entry[k]['median_ms']}" for k in SEED_FILES if k in entry),
+                flush=True,
+            )
     result["total_s"] = time.monotonic() - t_start
     out_json.write_text(json.dumps(result, indent=2, default=str))
     print(render(result))
@@ -165,7 +184,7 @@ def write_block(doc: Path, table: str) -> None:
     (the prose around the table) stays as it is."""
     lines = doc.read_text().splitlines()
     i, j = lines.index(BEGIN), lines.index(END)
-    doc.write_text("\n".join(lines[:i + 1] + table.splitlines() + lines[j:]) + "\n")
+    doc.write_text("\n".join(lines[: i + 1] + table.splitlines() + lines[j:]) + "\n")
 
 
 def _baseline_diagnostics(guard, problem: str) -> list[dict]:
@@ -178,14 +197,16 @@ def _baseline_diagnostics(guard, problem: str) -> list[dict]:
     out = []
     for w in workload_set(prob, guard.device.kind, guard._secret).visible:
         base = guard.db.baseline(d.content_hash(), w.uuid, guard.device.key) or {}
-        out.append({
-            "uuid": w.uuid,
-            "eager_ops_per_call": (base.get("eager") or {}).get("device_ops_per_call"),
-            "compiled_ops_per_call": (base.get("compiled") or {}).get("device_ops_per_call"),
-            "compile_counters": base.get("compile_counters"),
-            "compile_checked": base.get("compile_checked", False),
-            "compile_error": base.get("compile_error"),
-        })
+        out.append(
+            {
+                "uuid": w.uuid,
+                "eager_ops_per_call": (base.get("eager") or {}).get("device_ops_per_call"),
+                "compiled_ops_per_call": (base.get("compiled") or {}).get("device_ops_per_call"),
+                "compile_counters": base.get("compile_counters"),
+                "compile_checked": base.get("compile_checked", False),
+                "compile_error": base.get("compile_error"),
+            }
+        )
     return out
 
 
@@ -217,7 +238,6 @@ def merge(results: list[dict]) -> dict:
                 old.pop("diagnostics_run", None)
             out["problems"][name] = dict(old, **entry, measured=old.get("measured", []) + [date])
     return out
-
 
 
 def reference_workloads(e: dict) -> list[dict]:
@@ -271,8 +291,9 @@ def _pct(x):
 
 def _ceilings(c: dict) -> str:
     rates = c.get("matmul_flops_per_s", {})
-    return (f"copy {c.get('copy_bytes_per_s', 0) / 1e12:.2f} TB/s (read + write), dense matmul "
-            + ", ".join(f"{k} {v / 1e12:.0f} TFLOP/s" for k, v in rates.items() if v))
+    return f"copy {c.get('copy_bytes_per_s', 0) / 1e12:.2f} TB/s (read + write), dense matmul " + ", ".join(
+        f"{k} {v / 1e12:.0f} TFLOP/s" for k, v in rates.items() if v
+    )
 
 
 def render(r: dict) -> str:
@@ -287,8 +308,11 @@ def render(r: dict) -> str:
     if len(runs) == 1:
         lines += [f"Ceilings used for speed of light: {_ceilings(c)}", ""]
     else:
-        lines += ["Ceilings used for speed of light, measured by each run (each figure's fraction uses those of the "
-                  "run that measured that figure; the runs of a problem are under `measured` in the merged JSON):", ""]
+        lines += [
+            "Ceilings used for speed of light, measured by each run (each figure's fraction uses those of the "
+            "run that measured that figure; the runs of a problem are under `measured` in the merged JSON):",
+            "",
+        ]
         lines += [f"- {run['date']}: {_ceilings(run['ceilings'])}" for run in runs] + [""]
     lines += [
         "Latency: median over the problem's workloads, in microseconds. Fraction of SOL: geometric mean over",
@@ -330,16 +354,25 @@ def render(r: dict) -> str:
             f"{_pct(e.get('eager_sol_fraction'))} | {comp_sol} | "
             f"{cell(tri, 'sol_fraction', _pct)} | {cell(cu, 'sol_fraction', _pct)} |"
         )
-    lines += ["", "bound: what most workloads are bound by, under the ceilings of the run that measured them "
-              "(mixed: as many of each).",
-              "compile: only workloads whose baseline shows every frame compiled by dynamo (none fell back to eager)."]
+    lines += [
+        "",
+        "bound: what most workloads are bound by, under the ceilings of the run that measured them "
+        "(mixed: as many of each).",
+        "compile: only workloads whose baseline shows every frame compiled by dynamo (none fell back to eager).",
+    ]
     if invalid:
-        lines += [f"\"not valid\" ({', '.join(invalid)}): no such workload in the runs shown (runs without "
-                  "diagnostics, or a compile that fell back to eager)."]
+        lines += [
+            f'"not valid" ({", ".join(invalid)}): no such workload in the runs shown (runs without '
+            "diagnostics, or a compile that fell back to eager)."
+        ]
     if partial:
         lines += [f"(k/n): the median over the k of n workloads that compiled ({', '.join(partial)})."]
-    fails = [(n, k, e[k]) for n, e in r["problems"].items() for k in SEED_FILES
-             if isinstance(e.get(k), dict) and e[k].get("status") != "PASSED"]
+    fails = [
+        (n, k, e[k])
+        for n, e in r["problems"].items()
+        for k in SEED_FILES
+        if isinstance(e.get(k), dict) and e[k].get("status") != "PASSED"
+    ]
     if fails:
         lines += ["", "Seeds that did not pass on this run:", ""]
         lines += [f"- {n} ({k}): {x.get('status')}: {x.get('reason')}" for n, k, x in fails]

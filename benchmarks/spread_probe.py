@@ -48,8 +48,10 @@ def _child(allocations: int) -> dict:
         row: dict = {}
         for b in BATCHES:
             sets = [
-                (torch.randn(b, HIDDEN, device="cuda", dtype=torch.bfloat16),
-                 torch.randn(HIDDEN, device="cuda", dtype=torch.bfloat16))
+                (
+                    torch.randn(b, HIDDEN, device="cuda", dtype=torch.bfloat16),
+                    torch.randn(HIDDEN, device="cuda", dtype=torch.bfloat16),
+                )
                 for _ in range(4)
             ]
 
@@ -65,7 +67,8 @@ def _child(allocations: int) -> dict:
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 timer._graph_loop(graphs, 300, set(), lambda *_: None)
             durations = [
-                e.duration_ns() / 1e6 for e in prof.profiler.kineto_results.events()
+                e.duration_ns() / 1e6
+                for e in prof.profiler.kineto_results.events()
                 if "rmsnorm" in e.name() and e.duration_ns() > 0
             ]
             row[str(b)] = {
@@ -120,7 +123,10 @@ def main() -> int:
     for i in range(args.processes):
         p = subprocess.run(
             [sys.executable, "-m", "benchmarks.spread_probe", "--child", "--allocations", str(args.allocations)],
-            cwd=REPO, capture_output=True, text=True, timeout=300,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         if p.returncode != 0:
             print(p.stderr[-3000:], file=sys.stderr)
@@ -133,8 +139,10 @@ def main() -> int:
         if v["median_ms"] is None:
             print(f"{k:<24} no samples")
             continue
-        print(f"{k:<24} median {v['median_ms'] * 1e3:8.2f} us  between-process CV {v['between_process_cv']:.2%}"
-              f"  within-process CV {v['within_process_cv']:.2%}")
+        print(
+            f"{k:<24} median {v['median_ms'] * 1e3:8.2f} us  between-process CV {v['between_process_cv']:.2%}"
+            f"  within-process CV {v['within_process_cv']:.2%}"
+        )
     return 0
 
 

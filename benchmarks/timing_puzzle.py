@@ -94,17 +94,35 @@ def run_ncu(out_dir: Path) -> dict:
         return {"error": "ncu not on PATH"}
     results = {}
     for cache in ("all", "none"):
-        cmd = [ncu, "--clock-control", "none", "--cache-control", cache, "--metrics",
-               "gpu__time_duration.sum,dram__bytes.sum", "-k", "regex:softmax|SoftMax", "-c", "5",
-               sys.executable, "-m", "benchmarks.timing_puzzle", "--ncu-target"]
+        cmd = [
+            ncu,
+            "--clock-control",
+            "none",
+            "--cache-control",
+            cache,
+            "--metrics",
+            "gpu__time_duration.sum,dram__bytes.sum",
+            "-k",
+            "regex:softmax|SoftMax",
+            "-c",
+            "5",
+            sys.executable,
+            "-m",
+            "benchmarks.timing_puzzle",
+            "--ncu-target",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
         (out_dir / f"ncu_cache_{cache}.txt").write_text(proc.stdout[-20000:] + proc.stderr[-5000:])
         found = re.findall(r"gpu__time_duration\.sum\s+\S+\s+([\d.,]+)", proc.stdout)
         durs = [float(x.replace(",", "")) for x in found]
         unit = re.findall(r"gpu__time_duration\.sum\s+(\S+)", proc.stdout)
         dram = re.findall(r"dram__bytes\.sum\s+(\S+)\s+([\d.,]+)", proc.stdout)
-        results[cache] = {"durations": durs, "unit": unit[0] if unit else None, "dram_bytes": dram[:5],
-                          "returncode": proc.returncode}
+        results[cache] = {
+            "durations": durs,
+            "unit": unit[0] if unit else None,
+            "dram_bytes": dram[:5],
+            "returncode": proc.returncode,
+        }
     return results
 
 
@@ -144,10 +162,13 @@ def main() -> int:
     res["ncu"] = run_ncu(out)
     (out / "timing_puzzle.json").write_text(json.dumps(res, indent=2, default=str))
     g = res["guard_timer"]
-    print(f"do_bench {res['do_bench_median_ms']*1e3:.1f} us | events (no flush) {res['events_no_flush_ms']*1e3:.1f} us"
-          f" | events+flush {res['events_with_flush_ms']*1e3:.1f} us | guard {g['median_ms']*1e3:.1f} us"
-          f" (events {g['event_median_ms']*1e3:.1f}, host {g['host_median_ms']*1e3:.1f})"
-          f" | graph {res['graph_replay_per_call_ms']*1e3:.1f} us")
+    print(
+        f"do_bench {res['do_bench_median_ms'] * 1e3:.1f} us"
+        f" | events (no flush) {res['events_no_flush_ms'] * 1e3:.1f} us"
+        f" | events+flush {res['events_with_flush_ms'] * 1e3:.1f} us | guard {g['median_ms'] * 1e3:.1f} us"
+        f" (events {g['event_median_ms'] * 1e3:.1f}, host {g['host_median_ms'] * 1e3:.1f})"
+        f" | graph {res['graph_replay_per_call_ms'] * 1e3:.1f} us"
+    )
     for k, v in res["profiler_kernels_with_flush"].items():
         print(f"  profiler kernel {k[:70]}: {v['median_us']:.1f} us x{v['calls']}")
     for cache, v in res["ncu"].items():

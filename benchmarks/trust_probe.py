@@ -51,19 +51,35 @@ def summarize_verdict(name: str, v, wall: float) -> dict:
     for w in v.workloads:
         t = w.timing.model_dump() if w.timing is not None else {}
         oc = t.get("outside_clock") or {}
-        rows.append({
-            "workload": w.uuid, "latency_us": (w.latency_ms or 0) * 1e3, "method": t.get("method"),
-            "event_mean_us": (t.get("event_mean_ms") or 0) * 1e3, "outside_us": oc.get("outside_ms", 0) * 1e3,
-            "inside_us": oc.get("inside_ms", 0) * 1e3,
-            "loop_us": oc.get("loop_wall_s", 0) / max(1, oc.get("loop_iters", 1)) * 1e6,
-            "pad_us": (t.get("pad_ms") or 0) * 1e3, "iters": t.get("n"), "graph_error": t.get("graph_error"),
-            "excess_us": (oc.get("outside_ms", 0) - oc.get("inside_ms", 0)) * 1e3,
-            "loop": oc.get("loop"), "confirm_pad_us": (oc.get("pad_ms") or 0) * 1e3,
-            "band_us": (oc.get("inside_ms", 0) * oc.get("rel_band", 0) + oc.get("abs_band_ms", 0)) * 1e3,
-        })
-    return {"name": name, "decision": v.decision, "status": v.status, "gate": v.gate, "reason": v.reason,
-            "diagnostic": (v.diagnostic or "")[:600], "wall_s": wall, "isolation": getattr(v.device, "isolation", None),
-            "workloads": rows}
+        rows.append(
+            {
+                "workload": w.uuid,
+                "latency_us": (w.latency_ms or 0) * 1e3,
+                "method": t.get("method"),
+                "event_mean_us": (t.get("event_mean_ms") or 0) * 1e3,
+                "outside_us": oc.get("outside_ms", 0) * 1e3,
+                "inside_us": oc.get("inside_ms", 0) * 1e3,
+                "loop_us": oc.get("loop_wall_s", 0) / max(1, oc.get("loop_iters", 1)) * 1e6,
+                "pad_us": (t.get("pad_ms") or 0) * 1e3,
+                "iters": t.get("n"),
+                "graph_error": t.get("graph_error"),
+                "excess_us": (oc.get("outside_ms", 0) - oc.get("inside_ms", 0)) * 1e3,
+                "loop": oc.get("loop"),
+                "confirm_pad_us": (oc.get("pad_ms") or 0) * 1e3,
+                "band_us": (oc.get("inside_ms", 0) * oc.get("rel_band", 0) + oc.get("abs_band_ms", 0)) * 1e3,
+            }
+        )
+    return {
+        "name": name,
+        "decision": v.decision,
+        "status": v.status,
+        "gate": v.gate,
+        "reason": v.reason,
+        "diagnostic": (v.diagnostic or "")[:600],
+        "wall_s": wall,
+        "isolation": getattr(v.device, "isolation", None),
+        "workloads": rows,
+    }
 
 
 def submit(guard, name, source, language, problem, filename="kernel.py") -> dict:
@@ -72,22 +88,36 @@ def submit(guard, name, source, language, problem, filename="kernel.py") -> dict
     rec = summarize_verdict(name, v, time.monotonic() - t0)
     print(f"{name:40s} {v.decision:7s} {v.status:20s} {rec['wall_s']:6.1f}s {(v.reason or '')[:160]}", flush=True)
     for r in rec["workloads"]:
-        print(f"    {r['workload']:30s} {r['method'] or '':21s} in {r['latency_us']:8.2f} ev {r['event_mean_us']:8.2f} "
-              f"out {r['outside_us']:8.2f} excess {r['excess_us']:7.2f} loop {r['loop_us']:7.1f} "
-              f"pad {r['confirm_pad_us']:6.1f} band {r['band_us']:6.2f} {r['loop']} n {r['iters']}", flush=True)
+        print(
+            f"    {r['workload']:30s} {r['method'] or '':21s} in {r['latency_us']:8.2f} ev {r['event_mean_us']:8.2f} "
+            f"out {r['outside_us']:8.2f} excess {r['excess_us']:7.2f} loop {r['loop_us']:7.1f} "
+            f"pad {r['confirm_pad_us']:6.1f} band {r['band_us']:6.2f} {r['loop']} n {r['iters']}",
+            flush=True,
+        )
     return rec
 
 
 def honest_part(root: Path, device: str, problems=HONEST_PROBLEMS) -> list[dict]:
-    cfg = fast_config(min_iters=50, max_iters=200, target_time_s=0.05, warmup_time_s=0.05, call_timeout_s=120,
-                      outside_rel_band=100.0, outside_abs_band_ms=100.0, outside_loop_slack=100.0)
+    cfg = fast_config(
+        min_iters=50,
+        max_iters=200,
+        target_time_s=0.05,
+        warmup_time_s=0.05,
+        call_timeout_s=120,
+        outside_rel_band=100.0,
+        outside_abs_band_ms=100.0,
+        outside_loop_slack=100.0,
+    )
     out = []
     with Guard(Workspace.open(root / "ws-honest"), cfg, device=device) as g:
         out.append(submit(g, "torch-rmsnorm", honest_source(), None, RMS))
         cuda_src = (SEEDS_DIR / RMS / "seed_cuda.cu").read_text()
         out.append(submit(g, "cuda-current-stream", unique(cuda_src, "//"), "cuda_cpp", RMS, "kernel.cu"))
-        out.append(submit(g, "cuda-default-stream", unique(default_stream_variant(cuda_src), "//"), "cuda_cpp", RMS,
-                          "kernel.cu"))
+        out.append(
+            submit(
+                g, "cuda-default-stream", unique(default_stream_variant(cuda_src), "//"), "cuda_cpp", RMS, "kernel.cu"
+            )
+        )
         for problem in problems:
             src = (SEEDS_DIR / problem / "seed_triton.py").read_text()
             out.append(submit(g, f"triton-{problem}", unique(src), "triton", problem))
@@ -107,8 +137,10 @@ def cheats_part(root: Path, device: str, patterns=("*",)) -> list[dict]:
                 t0 = time.monotonic()
                 v = submit_cheat(g, path, path.stem)
                 rec = summarize_verdict(path.stem, v, time.monotonic() - t0)
-                print(f"{path.stem:40s} {v.decision:7s} {v.status:20s} {rec['wall_s']:6.1f}s {(v.reason or '')[:160]}",
-                      flush=True)
+                print(
+                    f"{path.stem:40s} {v.decision:7s} {v.status:20s} {rec['wall_s']:6.1f}s {(v.reason or '')[:160]}",
+                    flush=True,
+                )
             except Exception as exc:  # noqa: BLE001 - the probe reports, it does not stop
                 rec = {"name": path.stem, "error": f"{type(exc).__name__}: {exc}"[:500]}
                 print(f"{path.stem:40s} ERROR {rec['error']}", flush=True)

@@ -17,11 +17,17 @@ class GuardConfig(BaseModel):
     noise_floor: float = Field(0.01, ge=0, description="ACCEPT needs at least this speedup")
     noise_sigmas: float = Field(3.0, ge=0, description="threshold in standard errors of the medians")
     pairing_band_gpu: float = Field(
-        1.3, gt=1, description="an ACCEPT or REVERT against a stored measurement with a speedup inside "
-        "[1/band, band] is re-measured side by side with the incumbent (GPU timing)")
+        1.3,
+        gt=1,
+        description="an ACCEPT or REVERT against a stored measurement with a speedup inside "
+        "[1/band, band] is re-measured side by side with the incumbent (GPU timing)",
+    )
     pairing_band_cpu: float = Field(
-        2.5, gt=1, description="the same band for CPU timing, whose windows differ far more "
-        "(1.8x between two windows of one kernel was seen on a 2-core machine)")
+        2.5,
+        gt=1,
+        description="the same band for CPU timing, whose windows differ far more "
+        "(1.8x between two windows of one kernel was seen on a 2-core machine)",
+    )
     redraft_after: int = Field(5, ge=1, description="non-improving evaluations before a redraft")
     stop_sol_fraction: float = Field(0.9, gt=0, le=1.0)
     max_attempts: int | None = Field(None, ge=1, description="per agent and problem")
@@ -35,11 +41,17 @@ class GuardConfig(BaseModel):
     static_screen: bool = True  # tests switch it off to exercise the runtime defences alone
     # Memory (docs/kernelbench.md): how much of a workload's outputs the workers hold at once
     held_rounds_bytes: int = Field(
-        64 << 20, ge=0, description="rounds of one workload judged together while their reference outputs "
-        "fit in this many bytes; a workload whose outputs are larger goes one round at a time")
+        64 << 20,
+        ge=0,
+        description="rounds of one workload judged together while their reference outputs "
+        "fit in this many bytes; a workload whose outputs are larger goes one round at a time",
+    )
     compare_chunk_elements: int = Field(
-        1 << 20, ge=1, description="elements compared (widened to float64) at a time: bounds a "
-        "comparison's working memory whatever the output's size")
+        1 << 20,
+        ge=1,
+        description="elements compared (widened to float64) at a time: bounds a "
+        "comparison's working memory whatever the output's size",
+    )
 
     # Timing
     min_iters: int = Field(50, ge=1)
@@ -48,10 +60,14 @@ class GuardConfig(BaseModel):
     warmup_time_s: float = Field(0.05, ge=0)
     max_timing_s: float = Field(20.0, gt=0, description="cap on one workload's timed loop")
     replay_checks: int = Field(
-        16, ge=1, description="timed calls per workload whose output digests are checked against the "
-        "reference on their own inputs, chosen at random after the loop from every call's digest")
-    audits: int | None = Field(None, description="no longer used (see replay_checks); kept so older "
-                               "config.json files still load")
+        16,
+        ge=1,
+        description="timed calls per workload whose output digests are checked against the "
+        "reference on their own inputs, chosen at random after the loop from every call's digest",
+    )
+    audits: int | None = Field(
+        None, description="no longer used (see replay_checks); kept so older config.json files still load"
+    )
     # The outside clock (guard/outside_clock.py): the guard's own clock around the candidate's
     # loop of calls, less the trusted worker's loop without the call, may exceed the median the
     # candidate's process reported by rel * median + abs + slack * (the loop's own cost per
@@ -59,36 +75,61 @@ class GuardConfig(BaseModel):
     # (docs/guard.md, docs/benchmarks.md).
     outside_rel_band: float = Field(0.10, ge=0, description="relative part of the band, GPU")
     outside_abs_band_ms: float = Field(
-        0.01, ge=0, description="absolute part of the band, GPU, when the loop's draws and digests are "
-        "captured graphs and padding lets the device set the pace")
+        0.01,
+        ge=0,
+        description="absolute part of the band, GPU, when the loop's draws and digests are "
+        "captured graphs and padding lets the device set the pace",
+    )
     outside_loop_slack: float = Field(
-        0.25, ge=0, description="the band's share of the loop's own cost per call (padding, draws, "
+        0.25,
+        ge=0,
+        description="the band's share of the loop's own cost per call (padding, draws, "
         "digests, measured in another window), GPU, captured loop: honest excess reached 0.13 of it on "
-        "the H200 (2026-12-01, run 5)")
+        "the H200 (2026-12-01, run 5)",
+    )
     outside_abs_band_ms_host: float = Field(
-        0.05, ge=0, description="absolute part of the band, GPU, when a custom input generator makes "
-        "the loop eager and host-bound")
+        0.05,
+        ge=0,
+        description="absolute part of the band, GPU, when a custom input generator makes the loop eager and host-bound",
+    )
     outside_loop_slack_host: float = Field(
-        1.5, ge=0, description="the band's share of the loop's own cost per call, GPU, eager loop")
+        1.5, ge=0, description="the band's share of the loop's own cost per call, GPU, eager loop"
+    )
     outside_windows: int = Field(
-        2, ge=1, description="windows of the outside clock per workload on a GPU, each on new data; the "
-        "shortest of the candidate's and of the trusted loop's are compared (pauses only lengthen a window)")
+        2,
+        ge=1,
+        description="windows of the outside clock per workload on a GPU, each on new data; the "
+        "shortest of the candidate's and of the trusted loop's are compared (pauses only lengthen a window)",
+    )
     outside_windows_cpu: int = Field(
-        1, ge=1, description="the same on the CPU, whose band (above) already allows for a busy machine")
+        1, ge=1, description="the same on the CPU, whose band (above) already allows for a busy machine"
+    )
     drain_wait_s: float = Field(
-        10.0, ge=0, description="how long the guard waits for the device to become idle before timing its "
-        "own loop while the candidate's processes are stopped (GPU)")
+        10.0,
+        ge=0,
+        description="how long the guard waits for the device to become idle before timing its "
+        "own loop while the candidate's processes are stopped (GPU)",
+    )
     drain_factor: float = Field(
-        1.3, gt=1, description="a flush pass slower than this many times the trusted worker's idle "
-        "calibration means other work is running on the device")
+        1.3,
+        gt=1,
+        description="a flush pass slower than this many times the trusted worker's idle "
+        "calibration means other work is running on the device",
+    )
     confirm_pad_max_ms: float = Field(
-        0.15, ge=0, description="cap on the device work queued before each iteration of the outside "
-        "clock's loop (1.25 x the host's time to enqueue one, as measured at warm-up)")
+        0.15,
+        ge=0,
+        description="cap on the device work queued before each iteration of the outside "
+        "clock's loop (1.25 x the host's time to enqueue one, as measured at warm-up)",
+    )
     outside_rel_band_cpu: float = Field(1.0, ge=0, description="relative part of the band, CPU")
     outside_abs_band_ms_cpu: float = Field(5.0, ge=0, description="absolute part of the band, CPU")
     outside_loop_slack_cpu: float = Field(
-        2.0, ge=0, description="the band's share of the loop's own cost per call, CPU, where a loaded "
-        "machine made one window up to three times slower than the next")
+        2.0,
+        ge=0,
+        description="the band's share of the loop's own cost per call, CPU, where a loaded "
+        "machine made one window up to three times slower than the next",
+    )
     compile_baseline: bool = True
     compile_mode: str = "default"
 

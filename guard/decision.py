@@ -27,7 +27,9 @@ class Comparison:
     threshold: float
 
 
-def compare(new: dict[str, tuple[float, float]], old: dict[str, tuple[float, float]], cfg: GuardConfig) -> Comparison | None:
+def compare(
+    new: dict[str, tuple[float, float]], old: dict[str, tuple[float, float]], cfg: GuardConfig
+) -> Comparison | None:
     """``new``/``old``: workload -> (median latency, relative standard error)."""
     common = [w for w in new if w in old and new[w][0] > 0 and old[w][0] > 0]
     if not common:
@@ -79,13 +81,21 @@ def advise(
             non_improving=non_improving,
         )
     if cfg.max_attempts is not None and attempts >= cfg.max_attempts:
-        return Advice(action="stop", message=f"stop: attempt budget of {cfg.max_attempts} spent",
-                      attempts=attempts, non_improving=non_improving)
+        return Advice(
+            action="stop",
+            message=f"stop: attempt budget of {cfg.max_attempts} spent",
+            attempts=attempts,
+            non_improving=non_improving,
+        )
     if cfg.time_budget_s is not None and history and now - history[0]["created_at"] >= cfg.time_budget_s:
-        return Advice(action="stop", message=f"stop: time budget of {cfg.time_budget_s:.0f} s spent",
-                      attempts=attempts, non_improving=non_improving)
+        return Advice(
+            action="stop",
+            message=f"stop: time budget of {cfg.time_budget_s:.0f} s spent",
+            attempts=attempts,
+            non_improving=non_improving,
+        )
     if non_improving >= cfg.redraft_after:
-        recent = history[-(cfg.redraft_after - 1):] if cfg.redraft_after > 1 else []
+        recent = history[-(cfg.redraft_after - 1) :] if cfg.redraft_after > 1 else []
         tried = [
             f"{h['id']} [{h.get('language') or '?'}] {h['decision']}: "
             + ((h.get("notes") or h.get("reason") or "")[:120])

@@ -79,15 +79,19 @@ class Stopping(Exception):
 
 def _stopped_reasons(why: str) -> tuple[str, str]:
     """What a running and a queued job say when their server stopped cleanly."""
-    return (f"the server stopped ({why}) while judging it; resubmit to judge",
-            f"the server stopped ({why}) before judging it; resubmit to judge")
+    return (
+        f"the server stopped ({why}) while judging it; resubmit to judge",
+        f"the server stopped ({why}) before judging it; resubmit to judge",
+    )
 
 
 def _gone_reasons(pid: int | None) -> tuple[str, str]:
     """What a running and a queued job say when their server is found gone."""
     who = f"the server (pid {pid})" if pid else "the server"
-    return (f"{who} ended while judging it, without a clean stop (killed or crashed); resubmit to judge",
-            f"{who} ended before judging it, without a clean stop (killed or crashed); resubmit to judge")
+    return (
+        f"{who} ended while judging it, without a clean stop (killed or crashed); resubmit to judge",
+        f"{who} ended before judging it, without a clean stop (killed or crashed); resubmit to judge",
+    )
 
 
 @dataclass
@@ -105,8 +109,9 @@ class JobView:
 
 
 class JobQueue:
-    def __init__(self, guards: Guard | Sequence[Guard], autostart: bool = True, evaluator: bool = True,
-                 server: str | None = None):
+    def __init__(
+        self, guards: Guard | Sequence[Guard], autostart: bool = True, evaluator: bool = True, server: str | None = None
+    ):
         """``evaluator``: this process judges jobs: it is recorded as a server, resolves the jobs
         of servers that are gone, and resolves its own when it stops. Otherwise it only queues,
         for the evaluating ``server`` (an HTTP worker's parent), or for any server when None."""
@@ -142,8 +147,9 @@ class JobQueue:
                 t.start()
 
     # -- API ---------------------------------------------------------------------------------
-    def submit(self, agent: str, problem: str, solution: Solution, notes: str | None = None,
-               parent: str | None = None) -> str:
+    def submit(
+        self, agent: str, problem: str, solution: Solution, notes: str | None = None, parent: str | None = None
+    ) -> str:
         self.guard.store.get(problem)  # unknown problem: fail now, not in the queue
         if self._stop:
             raise Stopping("the server is stopping: submit again to the next one")
@@ -152,8 +158,16 @@ class JobQueue:
             c.execute(
                 "INSERT INTO jobs (id, agent, problem, solution_json, notes, parent, state, created_at, server)"
                 " VALUES (?,?,?,?,?,?, 'queued', ?, ?)",
-                (job_id, agent, problem, solution.model_dump_json(exclude_none=True), notes, parent, time.time(),
-                 self.server),
+                (
+                    job_id,
+                    agent,
+                    problem,
+                    solution.model_dump_json(exclude_none=True),
+                    notes,
+                    parent,
+                    time.time(),
+                    self.server,
+                ),
             )
         with self._cv:
             self._cv.notify_all()
@@ -164,13 +178,14 @@ class JobQueue:
         if not rows:
             return None
         r = rows[0]
-        view = JobView(r["id"], r["agent"], r["problem"], r["state"], r["candidate_id"], r["error"],
-                       device=r["device"])
+        view = JobView(r["id"], r["agent"], r["problem"], r["state"], r["candidate_id"], r["error"], device=r["device"])
         if r["state"] == "queued":
-            view.position = int(self.db.query(
-                "SELECT COUNT(*) AS n FROM jobs WHERE state IN ('queued', 'running') AND created_at < ?",
-                (r["created_at"],),
-            )[0]["n"])
+            view.position = int(
+                self.db.query(
+                    "SELECT COUNT(*) AS n FROM jobs WHERE state IN ('queued', 'running') AND created_at < ?",
+                    (r["created_at"],),
+                )[0]["n"]
+            )
         view.progress = dict(self._progress.get(job_id, {}))
         if r["state"] == "done" and r["candidate_id"]:
             cand = self.db.candidate(r["candidate_id"])
@@ -178,7 +193,9 @@ class JobQueue:
                 view.verdict = Verdict.model_validate_json(cand["verdict_json"])
         return view
 
-    def wait(self, job_id: str, timeout: float, on_progress: Callable[[dict[str, Any]], None] | None = None) -> JobView | None:
+    def wait(
+        self, job_id: str, timeout: float, on_progress: Callable[[dict[str, Any]], None] | None = None
+    ) -> JobView | None:
         """Block until the job is final (done, error, interrupted, cancelled) or ``timeout``
         passes; ``on_progress`` sees each change of the progress while waiting."""
         deadline = time.monotonic() + max(0.0, timeout)
@@ -216,13 +233,22 @@ class JobQueue:
             with self.db.transaction() as c:
                 for sid, pid in gone.items():
                     running, queued = _gone_reasons(pid)
-                    n += c.execute("UPDATE jobs SET state = 'interrupted', error = ?, finished_at = ?"
-                                   " WHERE server = ? AND state = 'running'", (running, now, sid)).rowcount
-                    n += c.execute("UPDATE jobs SET state = 'cancelled', error = ?, finished_at = ?"
-                                   " WHERE server = ? AND state = 'queued'", (queued, now, sid)).rowcount
+                    n += c.execute(
+                        "UPDATE jobs SET state = 'interrupted', error = ?, finished_at = ?"
+                        " WHERE server = ? AND state = 'running'",
+                        (running, now, sid),
+                    ).rowcount
+                    n += c.execute(
+                        "UPDATE jobs SET state = 'cancelled', error = ?, finished_at = ?"
+                        " WHERE server = ? AND state = 'queued'",
+                        (queued, now, sid),
+                    ).rowcount
                     self.servers.mark_stopped(c, sid, "found dead")
-                n += c.execute("UPDATE jobs SET state = 'interrupted', error = ?, finished_at = ?"
-                               " WHERE server IS NULL AND state = 'running'", (_gone_reasons(None)[0], now)).rowcount
+                n += c.execute(
+                    "UPDATE jobs SET state = 'interrupted', error = ?, finished_at = ?"
+                    " WHERE server IS NULL AND state = 'running'",
+                    (_gone_reasons(None)[0], now),
+                ).rowcount
             if n:
                 log.warning("%d job(s) of servers that ended without a clean stop: interrupted or cancelled", n)
             return n
@@ -239,12 +265,18 @@ class JobQueue:
         running, queued = _stopped_reasons(why)
         now = time.time()
         with self.db.transaction() as c:  # a claim is in a transaction too: it sees _stop, or is seen here
-            interrupted = c.execute("SELECT id, agent, problem, started_at FROM jobs"
-                                    " WHERE server = ? AND state = 'running'", (self.server,)).fetchall()
-            c.execute("UPDATE jobs SET state = 'interrupted', error = ?, finished_at = ?"
-                      " WHERE server = ? AND state = 'running'", (running, now, self.server))
-            n = c.execute("UPDATE jobs SET state = 'cancelled', error = ?, finished_at = ?"
-                          " WHERE server = ? AND state = 'queued'", (queued, now, self.server)).rowcount
+            interrupted = c.execute(
+                "SELECT id, agent, problem, started_at FROM jobs WHERE server = ? AND state = 'running'", (self.server,)
+            ).fetchall()
+            c.execute(
+                "UPDATE jobs SET state = 'interrupted', error = ?, finished_at = ?"
+                " WHERE server = ? AND state = 'running'",
+                (running, now, self.server),
+            )
+            n = c.execute(
+                "UPDATE jobs SET state = 'cancelled', error = ?, finished_at = ? WHERE server = ? AND state = 'queued'",
+                (queued, now, self.server),
+            ).rowcount
             self.servers.mark_stopped(c, self.server, why)
         self._stopped = (now, running, [dict(r) for r in interrupted])
         if interrupted or n:
@@ -291,11 +323,14 @@ class JobQueue:
             if self._stop:
                 return None
             row: sqlite3.Row | None = c.execute(
-                "SELECT * FROM jobs WHERE state = 'queued' ORDER BY created_at LIMIT 1").fetchone()
+                "SELECT * FROM jobs WHERE state = 'queued' ORDER BY created_at LIMIT 1"
+            ).fetchone()
             if row is None:
                 return None
-            c.execute("UPDATE jobs SET state = 'running', started_at = ?, device = ?, server = ? WHERE id = ?",
-                      (time.time(), guard.device.key, self.server, row["id"]))
+            c.execute(
+                "UPDATE jobs SET state = 'running', started_at = ?, device = ?, server = ? WHERE id = ?",
+                (time.time(), guard.device.key, self.server, row["id"]),
+            )
         return row
 
     def _loop(self, guard: Guard) -> None:
@@ -325,8 +360,14 @@ class JobQueue:
 
         try:
             solution = Solution.model_validate(json.loads(job["solution_json"]))
-            verdict = guard.evaluate(solution, job["problem"], agent=job["agent"], notes=job["notes"],
-                                     parent=job["parent"], progress=progress)
+            verdict = guard.evaluate(
+                solution,
+                job["problem"],
+                agent=job["agent"],
+                notes=job["notes"],
+                parent=job["parent"],
+                progress=progress,
+            )
             fields: dict[str, object] = {"state": "done", "candidate_id": verdict.candidate_id}
         except (GuardError, ValueError) as exc:
             if not self._stop:
@@ -339,8 +380,10 @@ class JobQueue:
         fields["finished_at"] = time.time()
         sets = ", ".join(f"{k} = ?" for k in fields)
         with guard.db.transaction() as c:  # not over what a stop said of it
-            c.execute(f"UPDATE jobs SET {sets} WHERE id = ? AND state = 'running' AND server IS ?",
-                      (*fields.values(), job_id, self.server))
+            c.execute(
+                f"UPDATE jobs SET {sets} WHERE id = ? AND state = 'running' AND server IS ?",
+                (*fields.values(), job_id, self.server),
+            )
         self._progress.pop(job_id, None)
         with self._cv:
             self._cv.notify_all()

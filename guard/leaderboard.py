@@ -8,7 +8,9 @@ from typing import Any
 from .archive.db import Database
 
 
-def leaderboard(db: Database, problem: str, device_key: str | None = None, definition_hash: str | None = None) -> dict[str, Any]:
+def leaderboard(
+    db: Database, problem: str, device_key: str | None = None, definition_hash: str | None = None
+) -> dict[str, Any]:
     """Rows ordered by SOL score (then speedup), each agent's latest accepted candidate."""
     where = "problem = ? AND decision = 'ACCEPT'"
     params: list[str] = [problem]
@@ -37,25 +39,31 @@ def leaderboard(db: Database, problem: str, device_key: str | None = None, defin
     global_best = dict(g[0]) if g else None
     entries = []
     for agent, r in best_by_agent.items():
-        entries.append({
-            "agent": agent,
-            "candidate_id": r["id"],
-            "language": r["language"],
-            "score": r["score"],
-            "speedup_eager": r["speedup_eager"],
-            "speedup_compile": r["speedup_compile"],
-            "sol_fraction": r["sol_fraction"],
-            "latency_ms": r["latency_ms"],
-            "attempts": counts.get(agent, (0, None))[0],
-            "is_global_best": bool(global_best and global_best["id"] == r["id"]),
-            "device_key": r["device_key"],
-        })
+        entries.append(
+            {
+                "agent": agent,
+                "candidate_id": r["id"],
+                "language": r["language"],
+                "score": r["score"],
+                "speedup_eager": r["speedup_eager"],
+                "speedup_compile": r["speedup_compile"],
+                "sol_fraction": r["sol_fraction"],
+                "latency_ms": r["latency_ms"],
+                "attempts": counts.get(agent, (0, None))[0],
+                "is_global_best": bool(global_best and global_best["id"] == r["id"]),
+                "device_key": r["device_key"],
+            }
+        )
     entries.sort(key=lambda e: (-(e["score"] or 0), -(e["speedup_eager"] or 0)))
     return {
         "problem": problem,
-        "global_best": None if global_best is None else {
-            "candidate_id": global_best["id"], "agent": global_best["agent"],
-            "score": global_best["score"], "speedup_eager": global_best["speedup_eager"],
+        "global_best": None
+        if global_best is None
+        else {
+            "candidate_id": global_best["id"],
+            "agent": global_best["agent"],
+            "score": global_best["score"],
+            "speedup_eager": global_best["speedup_eager"],
             "latency_ms": global_best["latency_ms"],
         },
         "agents": entries,

@@ -41,9 +41,19 @@ class OutsideClock(BaseModel):
     pad_ms: float = 0.0
 
 
-def judge(run_wall_s: float, run_iters: int, loop_wall_s: float, loop_iters: int,
-          inside_ms: float, rel_band: float, abs_band_ms: float, loop_slack: float,
-          loop: str = "captured", pad_ms: float = 0.0, check_short: bool = True) -> OutsideClock:
+def judge(
+    run_wall_s: float,
+    run_iters: int,
+    loop_wall_s: float,
+    loop_iters: int,
+    inside_ms: float,
+    rel_band: float,
+    abs_band_ms: float,
+    loop_slack: float,
+    loop: str = "captured",
+    pad_ms: float = 0.0,
+    check_short: bool = True,
+) -> OutsideClock:
     """The outside figure per call and whether the inside one is within the band of it. An
     outside figure above the inside one counts against a candidate; so does one below minus
     the band (``check_short``: on a GPU), which no call can cost: the candidate's loop skipped
@@ -56,9 +66,18 @@ def judge(run_wall_s: float, run_iters: int, loop_wall_s: float, loop_iters: int
     short_loop = check_short and outside < -abs_band_ms
     agrees = outside <= inside_ms * (1.0 + rel_band) + abs_band_ms and not short_loop
     return OutsideClock(
-        run_wall_s=run_wall_s, run_iters=run_iters, loop_wall_s=loop_wall_s, loop_iters=loop_iters,
-        outside_ms=outside, inside_ms=inside_ms, rel_band=rel_band, abs_band_ms=abs_band_ms,
-        agrees=agrees, short_loop=short_loop, loop=loop, pad_ms=pad_ms,
+        run_wall_s=run_wall_s,
+        run_iters=run_iters,
+        loop_wall_s=loop_wall_s,
+        loop_iters=loop_iters,
+        outside_ms=outside,
+        inside_ms=inside_ms,
+        rel_band=rel_band,
+        abs_band_ms=abs_band_ms,
+        agrees=agrees,
+        short_loop=short_loop,
+        loop=loop,
+        pad_ms=pad_ms,
     )
 
 

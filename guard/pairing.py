@@ -43,9 +43,7 @@ def paired_comparison(samples: dict[str, PairedSamples], cfg: GuardConfig) -> Co
     with the i-th incumbent and challenger measurement taken side by side."""
     logs, variances = [], []
     for s in samples.values():
-        pairs = [
-            (i, c) for i, c in zip(s["incumbent"], s["challenger"]) if i[0] > 0 and c[0] > 0
-        ]
+        pairs = [(i, c) for i, c in zip(s["incumbent"], s["challenger"]) if i[0] > 0 and c[0] > 0]
         if not pairs:
             continue
         lr = [math.log(i[0] / c[0]) for i, c in pairs]

@@ -28,8 +28,11 @@ def normalized_hash(solution: Solution) -> str:
                 for node in ast.walk(tree):  # docstrings are comments too
                     body = getattr(node, "body", None)
                     first = body[0] if isinstance(body, list) and body else None
-                    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                            and isinstance(first.value.value, str)):
+                    if (
+                        isinstance(first, ast.Expr)
+                        and isinstance(first.value, ast.Constant)
+                        and isinstance(first.value.value, str)
+                    ):
                         first.value.value = ""
                 text = ast.dump(tree, annotate_fields=False)
             except (SyntaxError, ValueError):
@@ -51,8 +54,15 @@ def similar_plan(a: str | None, b: str | None) -> bool:
     return len(wa & wb) / len(wa | wb) >= PLAN_SIMILARITY
 
 
-def repeats(conn: sqlite3.Connection, problem: str, agent: str, source_hash: str, norm_hash: str, notes: str | None,
-            exclude: str | None = None) -> list[str]:
+def repeats(
+    conn: sqlite3.Connection,
+    problem: str,
+    agent: str,
+    source_hash: str,
+    norm_hash: str,
+    notes: str | None,
+    exclude: str | None = None,
+) -> list[str]:
     """What an incoming candidate repeats, as sentences for the agent."""
     out: list[str] = []
     same = conn.execute(
@@ -62,8 +72,10 @@ def repeats(conn: sqlite3.Connection, problem: str, agent: str, source_hash: str
     ).fetchone()
     if same is not None:
         who = "you" if same["agent"] == agent else same["agent"]
-        out.append(f"the same code as {same['id']} by {who} ({same['decision']}) apart from comments "
-                   "and layout: it measures the same kernel again")
+        out.append(
+            f"the same code as {same['id']} by {who} ({same['decision']}) apart from comments "
+            "and layout: it measures the same kernel again"
+        )
     if notes and len(words(notes)) >= 3:
         rows = conn.execute(
             "SELECT id, agent, decision, notes FROM candidates WHERE problem = ? AND notes IS NOT NULL"
@@ -73,7 +85,8 @@ def repeats(conn: sqlite3.Connection, problem: str, agent: str, source_hash: str
         for r in rows:
             if similar_plan(notes, r["notes"]):
                 who = "you" if r["agent"] == agent else r["agent"]
-                out.append(f"a plan like this was tried in {r['id']} by {who} ({r['decision']}): "
-                           f"{(r['notes'] or '')[:160]}")
+                out.append(
+                    f"a plan like this was tried in {r['id']} by {who} ({r['decision']}): {(r['notes'] or '')[:160]}"
+                )
                 break
     return out

@@ -17,8 +17,14 @@ from .outside_clock import OutsideClock
 
 Decision = Literal["ACCEPT", "KEEP", "REVERT", "REJECT"]
 TraceStatus = Literal[
-    "PASSED", "INCORRECT_SHAPE", "INCORRECT_DTYPE", "INCORRECT_NUMERICAL", "RUNTIME_ERROR",
-    "COMPILE_ERROR", "TIMEOUT", "REWARD_HACK",
+    "PASSED",
+    "INCORRECT_SHAPE",
+    "INCORRECT_DTYPE",
+    "INCORRECT_NUMERICAL",
+    "RUNTIME_ERROR",
+    "COMPILE_ERROR",
+    "TIMEOUT",
+    "REWARD_HACK",
 ]
 Gate = Literal["screen", "build", "correctness", "benchmark"]
 

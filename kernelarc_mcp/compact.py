@@ -102,20 +102,58 @@ def result(model: BaseModel, summary: str, *, include: Any = None, protocol: str
 
 # -- what a brief answer keeps (allow-lists: a field added to the guard's verdict stays out
 # of per-call results until someone decides an agent needs it) -------------------------------
-WORKLOAD_BRIEF = {"uuid", "axes", "latency_ms", "eager_ms", "compile_ms", "sol_ms", "bound", "speedup_eager",
-                  "speedup_compile", "sol_score", "sol_fraction", "rel_se"}
+WORKLOAD_BRIEF = {
+    "uuid",
+    "axes",
+    "latency_ms",
+    "eager_ms",
+    "compile_ms",
+    "sol_ms",
+    "bound",
+    "speedup_eager",
+    "speedup_compile",
+    "sol_score",
+    "sol_fraction",
+    "rel_se",
+}
 VERDICT_BRIEF: dict[str, Any] = {
-    **dict.fromkeys(("candidate_id", "problem", "agent", "decision", "status", "gate", "reason", "diagnostic",
-                     "first_failing_workload", "score", "speedup_eager", "speedup_compile", "sol_fraction",
-                     "latency_ms", "speedup_vs_best", "threshold", "agent_best_id", "global_best_id",
-                     "is_global_best", "duplicate_of", "parent", "repeats", "advice"), True),
+    **dict.fromkeys(
+        (
+            "candidate_id",
+            "problem",
+            "agent",
+            "decision",
+            "status",
+            "gate",
+            "reason",
+            "diagnostic",
+            "first_failing_workload",
+            "score",
+            "speedup_eager",
+            "speedup_compile",
+            "sol_fraction",
+            "latency_ms",
+            "speedup_vs_best",
+            "threshold",
+            "agent_best_id",
+            "global_best_id",
+            "is_global_best",
+            "duplicate_of",
+            "parent",
+            "repeats",
+            "advice",
+        ),
+        True,
+    ),
     # what was checked, not the per-workload error figures kept for SOL-ExecBench traces
     "checked": {"visible_workloads", "heldout_workloads", "rounds", "rounds_skipped", "determinism"},
     "workloads": {"__all__": WORKLOAD_BRIEF},
     "paired": {"__all__": {"incumbent", "why", "paired_speedup", "threshold", "note"}},
 }
-SUBMIT_BRIEF: dict[str, Any] = {**dict.fromkeys(("state", "job_id", "candidate_id", "message", "position",
-                                                 "progress"), True), "verdict": VERDICT_BRIEF}
+SUBMIT_BRIEF: dict[str, Any] = {
+    **dict.fromkeys(("state", "job_id", "candidate_id", "message", "position", "progress"), True),
+    "verdict": VERDICT_BRIEF,
+}
 METHOD_BRIEF = {"id", "name", "category", "tier", "score", "why", "rationale"}
 TRAJECTORY_BRIEF = 10  # a brief recall shows your last this many submissions
 NOTES_BRIEF = 120  # characters of each one's notes

@@ -89,8 +89,17 @@ def verdict(v, out: TextIO = sys.stdout) -> None:
         table(
             ["workload", "axes", "latency", "eager", "compile", "SOL time", "bound", "speedup", "SOL score"],
             [
-                [w.uuid[-40:], ",".join(f"{k}={x}" for k, x in w.axes.items())[:28], ms(w.latency_ms),
-                 ms(w.eager_ms), ms(w.compile_ms), ms(w.sol_ms), w.bound, w.speedup_eager, w.sol_score]
+                [
+                    w.uuid[-40:],
+                    ",".join(f"{k}={x}" for k, x in w.axes.items())[:28],
+                    ms(w.latency_ms),
+                    ms(w.eager_ms),
+                    ms(w.compile_ms),
+                    ms(w.sol_ms),
+                    w.bound,
+                    w.speedup_eager,
+                    w.sol_score,
+                ]
                 for w in v.workloads
             ],
             out,

@@ -33,8 +33,10 @@ log = logging.getLogger(__name__)
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 Detail = C.Detail
 Language = Literal["pytorch", "triton", "cuda_cpp", "cute_dsl", "cutile", "tilelang"]
-VERDICT_DETAIL = ("brief (default): decision, reason, advice, per-workload latency, speedups and SOL; full: the "
-                  "whole verdict (timing internals, device, phases, paired medians)")
+VERDICT_DETAIL = (
+    "brief (default): decision, reason, advice, per-workload latency, speedups and SOL; full: the "
+    "whole verdict (timing internals, device, phases, paired medians)"
+)
 INSTRUCTIONS = """\
 KernelArc judges GPU kernels. Read a problem (get_problem), write a kernel, submit it
 (submit_candidate; if it answers with a job_id, call get_result), read the verdict and its
@@ -66,8 +68,9 @@ class _Tokens(TokenVerifier):
         return AccessToken(token=token, client_id=agent, scopes=["agent"]) if agent else None
 
 
-def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None = None,
-                 host: str = "127.0.0.1", port: int = 8765) -> MCPServer:
+def build_server(
+    service: Service, *, http_auth: bool, stdio_agent: str | None = None, host: str = "127.0.0.1", port: int = 8765
+) -> MCPServer:
     kwargs: dict[str, Any] = {}
     if http_auth:
         kwargs["token_verifier"] = _Tokens(TokenStore(service.db))
@@ -105,8 +108,9 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
     async def get_problem(
         problem: Annotated[str, Field(max_length=128, description="problem name")],
         ctx: Context,
-        detail: Annotated[Detail, Field(description="brief (default): the seed kernels by name; full: also "
-                                                    "their source")] = "brief",
+        detail: Annotated[
+            Detail, Field(description="brief (default): the seed kernels by name; full: also their source")
+        ] = "brief",
     ) -> Annotated[CallToolResult, V.ProblemView]:
         """Everything needed to write a candidate for one problem: the reference code (your
         run(...) must take the same inputs in the same order and return the same outputs),
@@ -118,26 +122,36 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
         full = detail == "full"
         include = None if full else set(V.ProblemView.model_fields) - {"seed_kernels"}
         seeds = ", ".join(view.seed_files) or "none"
-        summary = (f"{view.name} ({view.op_family}): {len(view.workloads)} visible workloads, "
-                   f"{view.heldout_workloads} held out; seed kernels: {seeds}"
-                   + ("" if full or not view.seed_files else " (source with detail='full')"))
+        summary = (
+            f"{view.name} ({view.op_family}): {len(view.workloads)} visible workloads, "
+            f"{view.heldout_workloads} held out; seed kernels: {seeds}"
+            + ("" if full or not view.seed_files else " (source with detail='full')")
+        )
         return C.result(view, summary, include=include, protocol=ctx.protocol_version)
 
     @mcp.tool()
     async def submit_candidate(
         problem: Annotated[str, Field(max_length=128, description="problem name")],
         ctx: Context,
-        source: Annotated[str | None, Field(
-            max_length=300_000, description="kernel source: Python defining run(...), or CUDA C++")] = None,
-        solution: Annotated[dict[str, Any] | None, Field(
-            description="a SOL-ExecBench solution.json object, instead of source")] = None,
+        source: Annotated[
+            str | None, Field(max_length=300_000, description="kernel source: Python defining run(...), or CUDA C++")
+        ] = None,
+        solution: Annotated[
+            dict[str, Any] | None, Field(description="a SOL-ExecBench solution.json object, instead of source")
+        ] = None,
         language: Annotated[Language | None, Field(description="guessed from source if omitted")] = None,
-        notes: Annotated[str | None, Field(
-            max_length=2000, description="what this candidate tries; kept with it")] = None,
+        notes: Annotated[
+            str | None, Field(max_length=2000, description="what this candidate tries; kept with it")
+        ] = None,
         parent: Annotated[str | None, Field(max_length=40, description="candidate_id this one derives from")] = None,
-        wait_s: Annotated[float, Field(
-            ge=0, le=600,
-            description="seconds to wait for the verdict (capped at the server's limit, 40 s by default)")] = 40.0,
+        wait_s: Annotated[
+            float,
+            Field(
+                ge=0,
+                le=600,
+                description="seconds to wait for the verdict (capped at the server's limit, 40 s by default)",
+            ),
+        ] = 40.0,
         detail: Annotated[Detail, Field(description=VERDICT_DETAIL)] = "brief",
     ) -> Annotated[CallToolResult, V.SubmitResult]:
         """Submit a kernel for judgement. Waits up to wait_s (at most the server's limit)
@@ -152,8 +166,9 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
     async def get_result(
         job_id: Annotated[str, Field(max_length=40, description="the job_id returned by submit_candidate")],
         ctx: Context,
-        wait_s: Annotated[float, Field(
-            ge=0, le=600, description="seconds to wait (capped at the server's limit)")] = 40.0,
+        wait_s: Annotated[
+            float, Field(ge=0, le=600, description="seconds to wait (capped at the server's limit)")
+        ] = 40.0,
         detail: Annotated[Detail, Field(description=VERDICT_DETAIL)] = "brief",
     ) -> Annotated[CallToolResult, V.SubmitResult]:
         """Keep waiting for a submission's verdict (same answer as submit_candidate); with
@@ -191,13 +206,19 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
         problem: Annotated[str, Field(max_length=128)],
         ctx: Context,
         query: Annotated[str, Field(max_length=2000, description="what you want to know, in words")] = "",
-        scope: Annotated[Literal["problem", "family", "any"], Field(
-            description="this problem, its op family, or all problems")] = "problem",
+        scope: Annotated[
+            Literal["problem", "family", "any"], Field(description="this problem, its op family, or all problems")
+        ] = "problem",
         k: Annotated[int, Field(ge=1, le=50, description="how many conclusions")] = 8,
-        detail: Annotated[Detail, Field(description=f"brief (default): each method's rationale, your last "
-                                                    f"{C.TRAJECTORY_BRIEF} submissions; full: also how to apply "
-                                                    f"each method (Triton, CUDA) and its pitfalls, and every "
-                                                    f"submission")] = "brief",
+        detail: Annotated[
+            Detail,
+            Field(
+                description=f"brief (default): each method's rationale, your last "
+                f"{C.TRAJECTORY_BRIEF} submissions; full: also how to apply "
+                f"each method (Triton, CUDA) and its pitfalls, and every "
+                f"submission"
+            ),
+        ] = "brief",
     ) -> Annotated[CallToolResult, V.RecallResult]:
         """What is known: verified conclusions of all agents (each tied to an evaluated
         candidate), optimization methods ranked for your measured bottleneck by a
@@ -206,25 +227,32 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
         res = await call(service.recall, agent(), problem, query, scope, k)
         include = None
         if detail != "full":
-            traj = res.trajectory[-C.TRAJECTORY_BRIEF:]
-            traj = [t if not t.notes or len(t.notes) <= C.NOTES_BRIEF
-                    else t.model_copy(update={"notes": t.notes[: C.NOTES_BRIEF - 1] + "…"}) for t in traj]
-            res = res.model_copy(update={"trajectory": traj,
-                                         "trajectory_omitted": len(res.trajectory) - len(traj)})
+            traj = res.trajectory[-C.TRAJECTORY_BRIEF :]
+            traj = [
+                t
+                if not t.notes or len(t.notes) <= C.NOTES_BRIEF
+                else t.model_copy(update={"notes": t.notes[: C.NOTES_BRIEF - 1] + "…"})
+                for t in traj
+            ]
+            res = res.model_copy(update={"trajectory": traj, "trajectory_omitted": len(res.trajectory) - len(traj)})
             include = {**dict.fromkeys(V.RecallResult.model_fields, True), "methods": {"__all__": C.METHOD_BRIEF}}
         top = res.methods[0].id if res.methods else "none"
-        summary = (f"{len(res.conclusions)} conclusions, {len(res.methods)} methods (first: {top}), "
-                   f"{len(res.trajectory) + res.trajectory_omitted} of your submissions, {len(res.warnings)} warnings")
+        summary = (
+            f"{len(res.conclusions)} conclusions, {len(res.methods)} methods (first: {top}), "
+            f"{len(res.trajectory) + res.trajectory_omitted} of your submissions, {len(res.warnings)} warnings"
+        )
         return C.result(res, summary, include=include, protocol=ctx.protocol_version)
 
     @mcp.tool()
     async def record(
         problem: Annotated[str, Field(max_length=128)],
         text: Annotated[str, Field(max_length=1000, description="one short, specific statement")],
-        kind: Annotated[Literal["insight", "pitfall"], Field(
-            description="insight (what worked) or pitfall (what to avoid)")],
-        evidence: Annotated[str, Field(
-            max_length=40, description="candidate_id of an evaluated submission that shows it")],
+        kind: Annotated[
+            Literal["insight", "pitfall"], Field(description="insight (what worked) or pitfall (what to avoid)")
+        ],
+        evidence: Annotated[
+            str, Field(max_length=40, description="candidate_id of an evaluated submission that shows it")
+        ],
         ctx: Context,
         tags: Annotated[list[str] | None, Field(max_length=10)] = None,
     ) -> Annotated[CallToolResult, V.RecordResult]:
@@ -232,17 +260,23 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
         a candidate the guard has judged on this problem; a near-identical conclusion
         strengthens the existing one instead of adding another."""
         res = await call(service.record, agent(), problem, text, kind, evidence, tags)
-        return C.result(res, f"{res.message}: conclusion {res.id}, support {res.support}",
-                        protocol=ctx.protocol_version)
+        return C.result(
+            res, f"{res.message}: conclusion {res.id}, support {res.support}", protocol=ctx.protocol_version
+        )
 
     @mcp.tool(annotations=READ_ONLY)
     async def peek_best(
         problem: Annotated[str, Field(max_length=128)],
         ctx: Context,
         k: Annotated[int, Field(ge=1, le=20, description="how many agents' bests")] = 3,
-        detail: Annotated[Detail, Field(description="brief (default): the global best with its source and "
-                                                    "per-workload figures, the other agents' bests in figures; "
-                                                    "full: their source and workloads too")] = "brief",
+        detail: Annotated[
+            Detail,
+            Field(
+                description="brief (default): the global best with its source and "
+                "per-workload figures, the other agents' bests in figures; "
+                "full: their source and workloads too"
+            ),
+        ] = "brief",
     ) -> Annotated[CallToolResult, V.PeekResult]:
         """Read-only leaderboard: the global best (with its source code and per-workload
         figures) and each agent's best on a problem."""
@@ -260,8 +294,9 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
     @mcp.tool(annotations=READ_ONLY)
     async def status(
         ctx: Context,
-        detail: Annotated[Detail, Field(description="brief (default): the device by name; full: each device's "
-                                                    "measured ceilings")] = "brief",
+        detail: Annotated[
+            Detail, Field(description="brief (default): the device by name; full: each device's measured ceilings")
+        ] = "brief",
     ) -> Annotated[CallToolResult, V.StatusView]:
         """Who you are to this server, the device, the evaluation queue, every agent's
         attempts, best and latest advice, and the budgets in force."""
@@ -270,8 +305,10 @@ def build_server(service: Service, *, http_auth: bool, stdio_agent: str | None =
             d = res.device
             brief = {k: d[k] for k in ("kind", "name", "group", "isolation") if d.get(k) is not None}
             res = res.model_copy(update={"device": {**brief, "device_count": len(d.get("devices") or [d])}})
-        summary = (f"you are {res.you}; {res.device.get('kind')}: {res.device.get('name')}; "
-                   f"{res.queue} evaluations queued; {len(res.agents)} agent/problem entries")
+        summary = (
+            f"you are {res.you}; {res.device.get('kind')}: {res.device.get('name')}; "
+            f"{res.queue} evaluations queued; {len(res.agents)} agent/problem entries"
+        )
         return C.result(res, summary, protocol=ctx.protocol_version)
 
     # -- resources -------------------------------------------------------------------------

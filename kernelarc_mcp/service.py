@@ -62,10 +62,19 @@ class ServiceError(ValueError):
 
 
 class Service:
-    def __init__(self, workspace: Workspace, config: GuardConfig | None = None, device: str = "auto",
-                 retention: Retention | None = None, max_wait_s: float = MAX_WAIT_S, prestart: bool = True,
-                 evaluator: bool = True, devices: int | None = 1, prepare: Sequence[str] = (),
-                 server: str | None = None):
+    def __init__(
+        self,
+        workspace: Workspace,
+        config: GuardConfig | None = None,
+        device: str = "auto",
+        retention: Retention | None = None,
+        max_wait_s: float = MAX_WAIT_S,
+        prestart: bool = True,
+        evaluator: bool = True,
+        devices: int | None = 1,
+        prepare: Sequence[str] = (),
+        server: str | None = None,
+    ):
         """``evaluator=False``: this process only reads and queues; another one evaluates
         (``server``: its id, ``service.jobs.server`` there, so that the jobs queued here are
         that server's to resolve when it stops).
@@ -83,8 +92,11 @@ class Service:
         choices = resolve_all(device, devices if evaluator else 1)
         if len({c.compare_key for c in choices}) > 1:
             # one queue feeds every device: an agent's bests would split between models
-            raise ValueError("these GPUs are of different models (" + ", ".join(sorted({c.name for c in choices}))
-                             + "): serve one model per server, chosen with CUDA_VISIBLE_DEVICES")
+            raise ValueError(
+                "these GPUs are of different models ("
+                + ", ".join(sorted({c.name for c in choices}))
+                + "): serve one model per server, chosen with CUDA_VISIBLE_DEVICES"
+            )
         self.guards = [Guard(workspace, cfg, device=c, prestart=prestart and evaluator) for c in choices]
         self.guard = self.guards[0]
         self.db: Database = self.guard.db
@@ -117,10 +129,17 @@ class Service:
         out = []
         for p in self.guard.store.list():
             s = summarize(p)
-            out.append(V.ProblemSummary(
-                name=s["name"], origin=s["origin"], op_family=s["op_family"], workloads=s["workloads"],
-                dtypes=s["dtypes"], description=s["description"], seed_kernels=s["seed_kernels"],
-            ))
+            out.append(
+                V.ProblemSummary(
+                    name=s["name"],
+                    origin=s["origin"],
+                    op_family=s["op_family"],
+                    workloads=s["workloads"],
+                    dtypes=s["dtypes"],
+                    description=s["description"],
+                    seed_kernels=s["seed_kernels"],
+                )
+            )
         return V.ProblemList(problems=out, device=self._device_label())
 
     def _device_label(self) -> str:
@@ -142,31 +161,53 @@ class Service:
             sol = bound = None
             if ceilings:
                 flops = d.flops(axes) if d.flops(axes) is not None else base.get("flops")
-                sol, bound = sol_time_ms(flops, d.bytes_moved(axes), flops_rate_for(main_dtype, ceilings),
-                                         ceilings["copy_bytes_per_s"])
-            workloads.append(V.WorkloadView(
-                uuid=w.uuid, axes=w.axes, eager_ms=(base.get("eager") or {}).get("median_ms"),
-                compile_ms=(base.get("compiled") or {}).get("median_ms"), sol_ms=sol, bound=bound,
-            ))
+                sol, bound = sol_time_ms(
+                    flops, d.bytes_moved(axes), flops_rate_for(main_dtype, ceilings), ceilings["copy_bytes_per_s"]
+                )
+            workloads.append(
+                V.WorkloadView(
+                    uuid=w.uuid,
+                    axes=w.axes,
+                    eager_ms=(base.get("eager") or {}).get("median_ms"),
+                    compile_ms=(base.get("compiled") or {}).get("median_ms"),
+                    sol_ms=sol,
+                    bound=bound,
+                )
+            )
         seeds = {}
         for fname, path in p.seed_kernels().items():
             seeds[fname] = path.read_text()
         return V.ProblemView(
-            name=d.name, description=d.description, op_type=d.op_type,
+            name=d.name,
+            description=d.description,
+            op_type=d.op_type,
             op_family=d.kernelarc.op_family or "other",
             axes={k: v.model_dump(exclude_none=True) for k, v in d.axes.items()},
             inputs={k: v.model_dump(exclude_none=True) for k, v in d.inputs.items()},
             outputs={k: v.model_dump(exclude_none=True) for k, v in d.outputs.items()},
             reference=d.reference,
-            tolerances=tolerance_view(d, wset.visible), not_honoured=summarize(p)["not_honoured"],
-            flops_formula=d.kernelarc.flops, bytes_formula=d.kernelarc.bytes, workloads=workloads,
-            heldout_workloads=len(wset.heldout), seed_kernels=seeds, device=self._device_label(),
+            tolerances=tolerance_view(d, wset.visible),
+            not_honoured=summarize(p)["not_honoured"],
+            flops_formula=d.kernelarc.flops,
+            bytes_formula=d.kernelarc.bytes,
+            workloads=workloads,
+            heldout_workloads=len(wset.heldout),
+            seed_kernels=seeds,
+            device=self._device_label(),
             contract=CONTRACT,
         )
 
     # -- submissions ---------------------------------------------------------------------------
-    def submit(self, agent: str, problem: str, source: str | None = None, solution: dict | str | None = None,
-               language: str | None = None, notes: str | None = None, parent: str | None = None) -> str:
+    def submit(
+        self,
+        agent: str,
+        problem: str,
+        source: str | None = None,
+        solution: dict | str | None = None,
+        language: str | None = None,
+        notes: str | None = None,
+        parent: str | None = None,
+    ) -> str:
         self._problem(problem)
         if (source is None) == (solution is None):
             raise ServiceError("give exactly one of source (a kernel file's text) or solution (a solution.json)")
@@ -210,7 +251,10 @@ class Service:
             return V.SubmitResult(state=view.state, job_id=job_id, message=f"no verdict: {view.error}")
         where = f"{view.position} evaluation(s) ahead" if view.state == "queued" else "being evaluated"
         return V.SubmitResult(
-            state=view.state, job_id=job_id, position=view.position, progress=view.progress,
+            state=view.state,
+            job_id=job_id,
+            position=view.position,
+            progress=view.progress,
             message=f"still {where}; call get_result with this job_id to keep waiting",
         )
 
@@ -238,9 +282,15 @@ class Service:
         ranked, fired = rank(State(p.definition.kernelarc.op_family or "other", best, last, lang), k=5)
         methods = [
             V.MethodView(
-                id=r.method.id, name=r.method.name, category=r.method.category, tier=r.method.tier,
-                score=r.score, why=[f"{f.rule}: {f.because} -> {f.signal}" for f in r.rules],
-                rationale=r.method.rationale, how_triton=r.method.how_triton, how_cuda=r.method.how_cuda,
+                id=r.method.id,
+                name=r.method.name,
+                category=r.method.category,
+                tier=r.method.tier,
+                score=r.score,
+                why=[f"{f.rule}: {f.because} -> {f.signal}" for f in r.rules],
+                rationale=r.method.rationale,
+                how_triton=r.method.how_triton,
+                how_cuda=r.method.how_cuda,
                 pitfalls=r.method.pitfalls,
             )
             for r in ranked
@@ -251,15 +301,25 @@ class Service:
             conclusions=[V.ConclusionView(**{k: c[k] for k in V.ConclusionView.model_fields if k in c}) for c in found],
             methods=methods,
             signals=sorted({f.signal for f in fired}),
-            trajectory=[V.TrajectoryEntry(candidate_id=t["id"], language=t["language"], decision=t["decision"],
-                                          status=t["status"], reason=t["reason"], notes=t["notes"],
-                                          speedup_eager=t["speedup_eager"], duplicate_of=t["duplicate_of"])
-                        for t in traj],
+            trajectory=[
+                V.TrajectoryEntry(
+                    candidate_id=t["id"],
+                    language=t["language"],
+                    decision=t["decision"],
+                    status=t["status"],
+                    reason=t["reason"],
+                    notes=t["notes"],
+                    speedup_eager=t["speedup_eager"],
+                    duplicate_of=t["duplicate_of"],
+                )
+                for t in traj
+            ],
             warnings=warnings,
         )
 
-    def record(self, agent: str, problem: str, text: str, kind: str, evidence: str,
-               tags: list[str] | None = None) -> V.RecordResult:
+    def record(
+        self, agent: str, problem: str, text: str, kind: str, evidence: str, tags: list[str] | None = None
+    ) -> V.RecordResult:
         p = self._problem(problem)
         if tags is not None and (not isinstance(tags, list) or not all(isinstance(t, str) for t in tags)):
             raise ServiceError("tags must be a list of strings")
@@ -268,8 +328,9 @@ class Service:
         except MemoryError_ as exc:
             raise ServiceError(str(exc)) from None
         msg = "merged into an existing near-identical conclusion" if c["merged"] else "recorded"
-        return V.RecordResult(id=c["id"], merged=c["merged"], support=c.get("support", 1),
-                              strength=c.get("strength", 0.0), message=msg)
+        return V.RecordResult(
+            id=c["id"], merged=c["merged"], support=c.get("support", 1), strength=c.get("strength", 0.0), message=msg
+        )
 
     # -- leaderboard and status ------------------------------------------------------------------
     def peek_best(self, problem: str, k: int = 3) -> V.PeekResult:
@@ -286,21 +347,32 @@ class Service:
         return result
 
     def _peek(self, p, k: int) -> V.PeekResult:
-        board = leaderboard(self.db, p.name, device_key=self.guard.device.compare_key,
-                            definition_hash=p.definition.content_hash())
+        board = leaderboard(
+            self.db, p.name, device_key=self.guard.device.compare_key, definition_hash=p.definition.content_hash()
+        )
 
         def entry(e: dict, global_best: bool = False) -> V.BestEntry:
             row = self.db.candidate(e["candidate_id"])
             sources = {s["path"]: s["content"] for s in json.loads(row["solution_json"])["sources"]} if row else {}
             ws = [
-                {kk: w.get(kk) for kk in ("uuid", "latency_ms", "eager_ms", "compile_ms", "sol_ms", "sol_score", "speedup_eager")}
+                {
+                    kk: w.get(kk)
+                    for kk in ("uuid", "latency_ms", "eager_ms", "compile_ms", "sol_ms", "sol_score", "speedup_eager")
+                }
                 for w in self.db.workload_results(e["candidate_id"])
             ]
             return V.BestEntry(
-                agent=e["agent"], candidate_id=e["candidate_id"], language=e.get("language"), score=e.get("score"),
-                speedup_eager=e.get("speedup_eager"), speedup_compile=e.get("speedup_compile"),
-                sol_fraction=e.get("sol_fraction"), latency_ms=e.get("latency_ms"),
-                is_global_best=global_best or e.get("is_global_best", False), workloads=ws, source=sources,
+                agent=e["agent"],
+                candidate_id=e["candidate_id"],
+                language=e.get("language"),
+                score=e.get("score"),
+                speedup_eager=e.get("speedup_eager"),
+                speedup_compile=e.get("speedup_compile"),
+                sol_fraction=e.get("sol_fraction"),
+                latency_ms=e.get("latency_ms"),
+                is_global_best=global_best or e.get("is_global_best", False),
+                workloads=ws,
+                source=sources,
             )
 
         gb = board["global_best"]
@@ -308,13 +380,23 @@ class Service:
         if gb:
             match = next((e for e in board["agents"] if e["candidate_id"] == gb["candidate_id"]), None)
             row = self.db.candidate(gb["candidate_id"])
-            base = match or {"agent": gb["agent"], "candidate_id": gb["candidate_id"],
-                             "language": row["language"] if row else None, "score": gb["score"],
-                             "speedup_eager": gb["speedup_eager"], "speedup_compile": row["speedup_compile"] if row else None,
-                             "sol_fraction": row["sol_fraction"] if row else None, "latency_ms": gb["latency_ms"]}
+            base = match or {
+                "agent": gb["agent"],
+                "candidate_id": gb["candidate_id"],
+                "language": row["language"] if row else None,
+                "score": gb["score"],
+                "speedup_eager": gb["speedup_eager"],
+                "speedup_compile": row["speedup_compile"] if row else None,
+                "sol_fraction": row["sol_fraction"] if row else None,
+                "latency_ms": gb["latency_ms"],
+            }
             global_entry = entry(base, True)
-        return V.PeekResult(problem=p.name, global_best=global_entry,
-                            agents=[entry(e) for e in board["agents"][:k]], candidates=board["candidates"])
+        return V.PeekResult(
+            problem=p.name,
+            global_best=global_entry,
+            agents=[entry(e) for e in board["agents"][:k]],
+            candidates=board["candidates"],
+        )
 
     def status(self, agent: str) -> V.StatusView:
         rows = self.db.query(
@@ -324,27 +406,43 @@ class Service:
         for r in rows:
             last = self.db.query(
                 "SELECT decision, verdict_json FROM candidates WHERE agent = ? AND problem = ? AND state = 'done'"
-                " ORDER BY created_at DESC LIMIT 1", (r["agent"], r["problem"]))
+                " ORDER BY created_at DESC LIMIT 1",
+                (r["agent"], r["problem"]),
+            )
             best = self.db.query(
                 "SELECT id, score FROM candidates WHERE agent = ? AND problem = ? AND decision = 'ACCEPT'"
-                " ORDER BY finished_at DESC LIMIT 1", (r["agent"], r["problem"]))
+                " ORDER BY finished_at DESC LIMIT 1",
+                (r["agent"], r["problem"]),
+            )
             advice = None
             if last and last[0]["verdict_json"]:
                 advice = json.loads(last[0]["verdict_json"]).get("advice", {}).get("message")
-            agents.append(V.AgentStatus(
-                agent=r["agent"], problem=r["problem"], attempts=r["n"],
-                best_candidate=best[0]["id"] if best else None, best_score=best[0]["score"] if best else None,
-                last_decision=last[0]["decision"] if last else None, advice=advice,
-            ))
+            agents.append(
+                V.AgentStatus(
+                    agent=r["agent"],
+                    problem=r["problem"],
+                    attempts=r["n"],
+                    best_candidate=best[0]["id"] if best else None,
+                    best_score=best[0]["score"] if best else None,
+                    last_decision=last[0]["decision"] if last else None,
+                    advice=advice,
+                )
+            )
         cfg = self.guard.cfg
         return V.StatusView(
-            version=__version__, you=agent,
+            version=__version__,
+            you=agent,
             device=dict(self.guard.device_info(), devices=[g.device_info() for g in self.guards]),
             queue=self.jobs.pending(),
-            problems=len(self.guard.store.names()), agents=agents,
-            budgets={"max_attempts": cfg.max_attempts, "time_budget_s": cfg.time_budget_s,
-                     "redraft_after": cfg.redraft_after, "stop_sol_fraction": cfg.stop_sol_fraction,
-                     "noise_floor": cfg.noise_floor},
+            problems=len(self.guard.store.names()),
+            agents=agents,
+            budgets={
+                "max_attempts": cfg.max_attempts,
+                "time_budget_s": cfg.time_budget_s,
+                "redraft_after": cfg.redraft_after,
+                "stop_sol_fraction": cfg.stop_sol_fraction,
+                "noise_floor": cfg.noise_floor,
+            },
         )
 
 

@@ -43,28 +43,37 @@ class ProblemView(BaseModel):
     inputs: dict[str, Any]
     outputs: dict[str, Any]
     reference: str = Field(description="the PyTorch reference; your run(...) must match its signature")
-    tolerances: dict[str, dict[str, float]] = Field(description="atol/rtol per output, and the share of "
-                                                    "elements that must be within them")
-    not_honoured: list[str] = Field(default_factory=list, description="fields of the SOL-ExecBench schema "
-                                    "this problem uses that KernelArc does not honour as SOL-ExecBench does")
+    tolerances: dict[str, dict[str, float]] = Field(
+        description="atol/rtol per output, and the share of elements that must be within them"
+    )
+    not_honoured: list[str] = Field(
+        default_factory=list,
+        description="fields of the SOL-ExecBench schema "
+        "this problem uses that KernelArc does not honour as SOL-ExecBench does",
+    )
     flops_formula: str | None = None
     bytes_formula: str | None = None
     workloads: list[WorkloadView] = Field(description="the visible workloads timed on this server's device")
     heldout_workloads: int = Field(description="how many hidden workloads are also checked (never shown)")
     seed_files: list[str] = Field(default_factory=list, description="the shipped seed kernels' file names")
-    seed_kernels: dict[str, str] = Field(default_factory=dict, description="file name -> source of the shipped seed "
-                                         "kernels (with detail='full')")
+    seed_kernels: dict[str, str] = Field(
+        default_factory=dict, description="file name -> source of the shipped seed kernels (with detail='full')"
+    )
     device: str
     contract: str
 
 
 class SubmitResult(BaseModel):
     state: Literal["done", "queued", "running", "error", "interrupted", "cancelled"] = Field(
-        description="interrupted, cancelled: the server stopped before a verdict (message says why); resubmit")
+        description="interrupted, cancelled: the server stopped before a verdict (message says why); resubmit"
+    )
     job_id: str
     candidate_id: str | None = None
-    verdict: Verdict | None = Field(None, description="the verdict: its decision, reason, advice and per-workload "
-                                    "figures (detail='full': also timing internals, device, phases)")
+    verdict: Verdict | None = Field(
+        None,
+        description="the verdict: its decision, reason, advice and per-workload "
+        "figures (detail='full': also timing internals, device, phases)",
+    )
     message: str = Field("", description="what happened, in words (left out when the verdict says it)")
     position: int | None = Field(None, description="evaluations ahead of this one")
     progress: dict[str, Any] = Field(default_factory=dict)

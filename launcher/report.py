@@ -53,13 +53,20 @@ def build_report(workspace_root: Path, run_id: str) -> Path:
         mine = [c for c in cands if c["agent"] == a["name"]]
         accepted = [c for c in mine if c["decision"] == "ACCEPT"]
         best = max(accepted, key=lambda c: _metric(c) or 0, default=None)
-        rows.append({
-            "agent": a["name"], "client": a["client"], "strategy": a["strategy"], "attempts": len(mine),
-            "accepted": len(accepted), "rejected": sum(c["decision"] == "REJECT" for c in mine),
-            "best": best["id"] if best else None, "score": best["score"] if best else None,
-            "speedup_eager": best["speedup_eager"] if best else None,
-            "latency_ms": best["latency_ms"] if best else None,
-        })
+        rows.append(
+            {
+                "agent": a["name"],
+                "client": a["client"],
+                "strategy": a["strategy"],
+                "attempts": len(mine),
+                "accepted": len(accepted),
+                "rejected": sum(c["decision"] == "REJECT" for c in mine),
+                "best": best["id"] if best else None,
+                "score": best["score"] if best else None,
+                "speedup_eager": best["speedup_eager"] if best else None,
+                "latency_ms": best["latency_ms"] if best else None,
+            }
+        )
     rows.sort(key=lambda r: -(r["score"] or r["speedup_eager"] or 0))
     top = max((c for c in cands if c["decision"] == "ACCEPT"), key=lambda c: _metric(c) or 0, default=None)
 
@@ -68,17 +75,23 @@ def build_report(workspace_root: Path, run_id: str) -> Path:
     if top is not None:
         _export(top, out / "best")
 
-    lines = [f"# Swarm run {run_id}", "",
-             f"Problem `{run['problem']}`, {len(agents)} agent(s) with the {run['client']} client, "
-             f"budget {run['budget_minutes']} min"
-             + (f", at most {run['max_candidates']} candidates per agent" if run.get("max_candidates") else "")
-             + f". {len(cands)} candidates judged.", ""]
+    lines = [
+        f"# Swarm run {run_id}",
+        "",
+        f"Problem `{run['problem']}`, {len(agents)} agent(s) with the {run['client']} client, "
+        f"budget {run['budget_minutes']} min"
+        + (f", at most {run['max_candidates']} candidates per agent" if run.get("max_candidates") else "")
+        + f". {len(cands)} candidates judged.",
+        "",
+    ]
     if run.get("ended_reason"):
         lines += [f"Ended: {run['ended_reason']}.", ""]
-    lines += ["## Leaderboard", "",
-              "| rank | agent | client | strategy | attempts | accepted | rejected | best | SOL score | x eager "
-              "| latency |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "## Leaderboard",
+        "",
+        "| rank | agent | client | strategy | attempts | accepted | rejected | best | SOL score | x eager | latency |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for i, r in enumerate(rows, 1):
         lat = f"{r['latency_ms'] * 1e3:.1f} us" if r["latency_ms"] else "-"
         lines.append(
@@ -89,9 +102,13 @@ def build_report(workspace_root: Path, run_id: str) -> Path:
     if plot:
         lines += ["## Score over time", "", f"![best score per agent]({plot.name})", ""]
     if top is not None:
-        lines += ["## Best kernel", "",
-                  f"`{top['id']}` by {top['agent']} ({top['language']}): SOL score {_f(top['score'])}, "
-                  f"{_f(top['speedup_eager'])}x over eager. Exported to `best/solution.json` and `best/`.", ""]
+        lines += [
+            "## Best kernel",
+            "",
+            f"`{top['id']}` by {top['agent']} ({top['language']}): SOL score {_f(top['score'])}, "
+            f"{_f(top['speedup_eager'])}x over eager. Exported to `best/solution.json` and `best/`.",
+            "",
+        ]
     (out / "REPORT.md").write_text("\n".join(lines))
     (out / "leaderboard.json").write_text(json.dumps(rows, indent=2))
     return out / "REPORT.md"

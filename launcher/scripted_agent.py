@@ -61,7 +61,7 @@ def variants(source: str) -> list[tuple[str, str]]:
             current = int(m.group(1))
             for v in values_for(current):
                 if v != current:
-                    new = source[: m.start(1)] + str(v) + source[m.end(1):]
+                    new = source[: m.start(1)] + str(v) + source[m.end(1) :]
                     out.append((new, f"{knob} {current} -> {v}"))
     if tiles:
         out += _tile_tuple_variants(source)
@@ -72,8 +72,9 @@ def _tile_tuple_variants(source: str) -> list[tuple[str, str]]:
     """Tiles set in one assignment and passed on by name (``bm, bn, bk = 64, 64, 32`` then
     ``BM=bm, BN=bn, BK=bk``): each one halved and doubled."""
     out = []
-    for m in re.finditer(r"^[ \t]*(\w+(?:[ \t]*,[ \t]*\w+)+)[ \t]*=[ \t]*(\d+(?:[ \t]*,[ \t]*\d+)+)[ \t]*$",
-                         source, flags=re.M):
+    for m in re.finditer(
+        r"^[ \t]*(\w+(?:[ \t]*,[ \t]*\w+)+)[ \t]*=[ \t]*(\d+(?:[ \t]*,[ \t]*\d+)+)[ \t]*$", source, flags=re.M
+    ):
         names = [n.strip() for n in m.group(1).split(",")]
         values = [int(v) for v in m.group(2).split(",")]
         if len(names) != len(values):
@@ -84,14 +85,15 @@ def _tile_tuple_variants(source: str) -> list[tuple[str, str]]:
                 continue
             for v in _tile_values(current)[:2]:  # half and double
                 new_values = ", ".join(str(v if j == i else x) for j, x in enumerate(values))
-                new = source[: m.start(2)] + new_values + source[m.end(2):]
+                new = source[: m.start(2)] + new_values + source[m.end(2) :]
                 out.append((new, f"{tile.group(1)} {current} -> {v}"))
     return out
 
 
 class Agent:
-    def __init__(self, client, problem: str, strategy: str, name: str, max_candidates: int | None,
-                 budget_s: float | None):
+    def __init__(
+        self, client, problem: str, strategy: str, name: str, max_candidates: int | None, budget_s: float | None
+    ):
         self.c = client
         self.problem = problem
         self.strategy = strategy
@@ -113,8 +115,7 @@ class Agent:
         return self.deadline is not None and time.monotonic() > self.deadline
 
     async def submit(self, source: str, language: str | None, notes: str):
-        res = await self.tool("submit_candidate", problem=self.problem, source=source, language=language,
-                              notes=notes)
+        res = await self.tool("submit_candidate", problem=self.problem, source=source, language=language, notes=notes)
         while res["state"] in ("queued", "running"):
             res = await self.tool("get_result", job_id=res["job_id"], wait_s=40)
         self.submitted += 1
@@ -169,8 +170,10 @@ class Agent:
                 if speed:
                     text = f"{notes}: correct and faster ({speed:.2f}x over my previous best)"
                 else:  # my first correct kernel: nothing of mine to be faster than
-                    text = (f"{notes}: correct, my first working kernel "
-                            f"({v.get('speedup_eager') or 0:.2f}x of eager's speed)")
+                    text = (
+                        f"{notes}: correct, my first working kernel "
+                        f"({v.get('speedup_eager') or 0:.2f}x of eager's speed)"
+                    )
                 await self._record(text, "insight", cid)
             elif v["decision"] == "REJECT":
                 await self._record(f"{notes}: rejected, {v['status']}: {v['reason'][:200]}", "pitfall", cid)
@@ -189,8 +192,9 @@ class Agent:
 
     async def _record(self, text: str, kind: str, evidence: str) -> None:
         try:
-            await self.tool("record", problem=self.problem, text=text[:900], kind=kind, evidence=evidence,
-                            tags=[self.strategy])
+            await self.tool(
+                "record", problem=self.problem, text=text[:900], kind=kind, evidence=evidence, tags=[self.strategy]
+            )
         except RuntimeError as exc:
             log.warning("%s: record refused: %s", self.name, exc)
 

@@ -79,12 +79,23 @@ def assign_strategies(n: int, named: list[str] | None) -> list[str]:
 
 
 class Swarm:
-    def __init__(self, workspace: Workspace, problem: str, agents: int, client: str,
-                 strategies: list[str] | None = None, model: str | None = None, budget_minutes: float = 30.0,
-                 max_candidates: int | None = None, device: str = "auto", devices: str = "1",
-                 server_url: str | None = None,
-                 agent_env: dict[str, str] | None = None, on_update: Callable[..., None] | None = None,
-                 stall_minutes: float = 10.0):
+    def __init__(
+        self,
+        workspace: Workspace,
+        problem: str,
+        agents: int,
+        client: str,
+        strategies: list[str] | None = None,
+        model: str | None = None,
+        budget_minutes: float = 30.0,
+        max_candidates: int | None = None,
+        device: str = "auto",
+        devices: str = "1",
+        server_url: str | None = None,
+        agent_env: dict[str, str] | None = None,
+        on_update: Callable[..., None] | None = None,
+        stall_minutes: float = 10.0,
+    ):
         if agents < 1:
             raise ValueError("--agents must be at least 1")
         workspace.problems().get(problem)  # a clear error for an unknown problem, before anything starts
@@ -94,8 +105,14 @@ class Swarm:
         short = run_id.rsplit("-", 1)[-1]
         names = [check_agent_name(f"{s}-{short}-{i + 1}") for i, s in enumerate(assign_strategies(agents, strategies))]
         self.config = RunConfig(
-            run_id=run_id, problem=problem, client=client, budget_minutes=budget_minutes,
-            max_candidates=max_candidates, device=device, devices=str(devices), server_url=server_url,
+            run_id=run_id,
+            problem=problem,
+            client=client,
+            budget_minutes=budget_minutes,
+            max_candidates=max_candidates,
+            device=device,
+            devices=str(devices),
+            server_url=server_url,
             stall_minutes=stall_minutes,
             agents=[AgentSpec(name=n, strategy=n.rsplit("-", 2)[0], client=client, model=model) for n in names],
         )
@@ -121,10 +138,18 @@ class Swarm:
             add_worktree(self.folder.repo, worktree, spec.name)
             text = strategies[spec.strategy].replace("{problem}", problem.name)
             ctx = AgentContext(
-                name=spec.name, strategy=spec.strategy, strategy_text=text, problem=problem.name,
-                worktree=worktree, folder=adir, server_url="", token=tokens.create(spec.name, replace=True),
-                model=spec.model, max_candidates=self.config.max_candidates,
-                budget_s=self.config.budget_minutes * 60, extra_env=self.agent_env,
+                name=spec.name,
+                strategy=spec.strategy,
+                strategy_text=text,
+                problem=problem.name,
+                worktree=worktree,
+                folder=adir,
+                server_url="",
+                token=tokens.create(spec.name, replace=True),
+                model=spec.model,
+                max_candidates=self.config.max_candidates,
+                budget_s=self.config.budget_minutes * 60,
+                extra_env=self.agent_env,
             )
             (adir / "strategy.md").write_text(text)
             self.runs.append(AgentRun(spec, ctx))
@@ -135,10 +160,28 @@ class Swarm:
         port = _free_port()
         logf = open(self.folder.root / "server.log", "ab")
         self.server = subprocess.Popen(
-            [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(self.ws.root), "serve",
-             "--transport", "http", "--port", str(port), "--device", self.config.device,
-             "--devices", self.config.devices, "--prepare", self.config.problem],
-            stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "kernelarc_mcp.cli",
+                "--workspace",
+                str(self.ws.root),
+                "serve",
+                "--transport",
+                "http",
+                "--port",
+                str(port),
+                "--device",
+                self.config.device,
+                "--devices",
+                self.config.devices,
+                "--prepare",
+                self.config.problem,
+            ],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         logf.close()
         deadline = time.monotonic() + 60
@@ -159,8 +202,15 @@ class Swarm:
         command = {"argv": launch.argv, "cwd": str(launch.cwd)}
         (run.ctx.folder / "command.json").write_text(json.dumps(command, indent=2))
         logf = open(run.ctx.log, "ab")
-        run.proc = subprocess.Popen(launch.argv, cwd=launch.cwd, env=launch.env, stdin=subprocess.DEVNULL,
-                                    stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        run.proc = subprocess.Popen(
+            launch.argv,
+            cwd=launch.cwd,
+            env=launch.env,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         logf.close()
         run.state = "running"
         run.last_attempt_at = time.time()
@@ -186,19 +236,25 @@ class Swarm:
         # judged candidates only: one still being evaluated counts once it has its verdict
         rows = self.db.query(
             "SELECT COUNT(*) AS n, MAX(created_at) AS last FROM candidates WHERE agent = ? AND problem = ?"
-            " AND state = 'done'", (run.spec.name, self.config.problem))
+            " AND state = 'done'",
+            (run.spec.name, self.config.problem),
+        )
         n, last = rows[0]["n"], rows[0]["last"]
         if n != run.attempts and last:
             run.last_attempt_at = max(run.last_attempt_at, last)
         run.attempts = n
         best = self.db.query(
             "SELECT score, speedup_eager FROM candidates WHERE agent = ? AND problem = ? AND decision = 'ACCEPT'"
-            " ORDER BY finished_at DESC LIMIT 1", (run.spec.name, self.config.problem))
+            " ORDER BY finished_at DESC LIMIT 1",
+            (run.spec.name, self.config.problem),
+        )
         if best:
             run.best_score = best[0]["score"] if best[0]["score"] is not None else best[0]["speedup_eager"]
         newest = self.db.query(
             "SELECT verdict_json FROM candidates WHERE agent = ? AND problem = ? AND state = 'done'"
-            " ORDER BY finished_at DESC LIMIT 1", (run.spec.name, self.config.problem))
+            " ORDER BY finished_at DESC LIMIT 1",
+            (run.spec.name, self.config.problem),
+        )
         if not newest or not newest[0]["verdict_json"]:
             return None
         v = json.loads(newest[0]["verdict_json"])
@@ -222,8 +278,12 @@ class Swarm:
             self._kill(run.proc)
             run.state = "done"
             return None
-        if (verdict is not None and verdict["advice"]["action"] == "redraft" and client.restarts_on_redraft
-                and run.attempts >= run.redrafted_at_attempt + 5):
+        if (
+            verdict is not None
+            and verdict["advice"]["action"] == "redraft"
+            and client.restarts_on_redraft
+            and run.attempts >= run.redrafted_at_attempt + 5
+        ):
             run.redrafted_at_attempt = run.attempts
             tried = "\n".join(f"- {t}" for t in verdict["advice"].get("tried", [])) or "- (see recall)"
             resume = client.session_id(run.ctx)
@@ -249,8 +309,9 @@ class Swarm:
             run.restarts += 1
             why = "stalled" if stalled and not exited else "ended early"
             log.info("%s %s; restarting", run.spec.name, why)
-            self._start(run, f"You {why}. Continue: call recall and status, then keep optimizing.",
-                        client.session_id(run.ctx))
+            self._start(
+                run, f"You {why}. Continue: call recall and status, then keep optimizing.", client.session_id(run.ctx)
+            )
         return None
 
     # -- the whole run ---------------------------------------------------------------------------
@@ -268,8 +329,9 @@ class Swarm:
         signal.signal(signal.SIGINT, interrupt)
         try:
             url = self.start_server()
-            self.folder.save(self.config, state="running", server_url=url,
-                             server_pid=self.server.pid if self.server else None)
+            self.folder.save(
+                self.config, state="running", server_url=url, server_pid=self.server.pid if self.server else None
+            )
             for run in self.runs:
                 run.ctx.server_url = url
                 get_client(run.spec.client).prepare(run.ctx)
@@ -316,7 +378,9 @@ class Swarm:
         try:
             rows = self.db.query(
                 f"SELECT COUNT(*) AS n FROM jobs WHERE state IN ('queued', 'running') "
-                f"AND agent IN ({','.join('?' * len(names))})", tuple(names))
+                f"AND agent IN ({','.join('?' * len(names))})",
+                tuple(names),
+            )
         except Exception:  # noqa: BLE001 - no jobs table yet: nothing was submitted
             return 0
         return int(rows[0]["n"]) if rows else 0
@@ -333,8 +397,9 @@ class Swarm:
         end = time.monotonic() + grace
         while (pending := self._pending_jobs()) and time.monotonic() < end:
             if self.on_update:
-                self.on_update(self.runs, f"judging {pending} submitted candidate(s), up to "
-                                          f"{end - time.monotonic():.0f} s more")
+                self.on_update(
+                    self.runs, f"judging {pending} submitted candidate(s), up to {end - time.monotonic():.0f} s more"
+                )
             time.sleep(POLL_S)
         if pending:
             log.warning("%d job(s) still unjudged after a grace period of %.0f s", pending, grace)

@@ -16,15 +16,36 @@ from guard.problems.families import FAMILY_RULES
 FAMILIES = {name for name, _ in FAMILY_RULES}
 
 Category = Literal[
-    "launch", "memory", "compute", "advanced", "architecture", "kernel_specific",
-    "library", "precision", "repair",
+    "launch",
+    "memory",
+    "compute",
+    "advanced",
+    "architecture",
+    "kernel_specific",
+    "library",
+    "precision",
+    "repair",
 ]
 # Measured signals the policy derives from a verdict; a method lists those it answers.
 Signal = Literal[
-    "memory_bound", "compute_bound", "far_from_sol", "near_sol", "small_shapes_lag",
-    "large_shapes_lag", "launch_overhead", "low_parallelism", "compile_error",
-    "incorrect_numerical", "incorrect_shape", "incorrect_dtype", "runtime_error", "timeout",
-    "reward_hack", "nondeterministic", "plateau", "no_correct_candidate",
+    "memory_bound",
+    "compute_bound",
+    "far_from_sol",
+    "near_sol",
+    "small_shapes_lag",
+    "large_shapes_lag",
+    "launch_overhead",
+    "low_parallelism",
+    "compile_error",
+    "incorrect_numerical",
+    "incorrect_shape",
+    "incorrect_dtype",
+    "runtime_error",
+    "timeout",
+    "reward_hack",
+    "nondeterministic",
+    "plateau",
+    "no_correct_candidate",
 ]
 TIER_OF = {"launch": 1, "memory": 2, "compute": 3, "advanced": 4, "architecture": 5, "kernel_specific": 6}
 

@@ -58,8 +58,14 @@ class Ranked:
 
 def rule_no_correct_candidate(s: State) -> list[Fired]:
     if s.best is None:
-        return [Fired("no_correct_candidate", "no_correct_candidate", 3.0,
-                      "no candidate of this agent has passed yet: get a correct one first (start from a seed)")]
+        return [
+            Fired(
+                "no_correct_candidate",
+                "no_correct_candidate",
+                3.0,
+                "no candidate of this agent has passed yet: get a correct one first (start from a seed)",
+            )
+        ]
     return []
 
 
@@ -80,8 +86,14 @@ def rule_bound(s: State) -> list[Fired]:
     if not bounds:
         return []
     major = max(set(bounds), key=bounds.count)
-    return [Fired("bound", f"{major}_bound", 1.0,
-                  f"{bounds.count(major)} of {len(bounds)} workloads are {major}-bound at speed of light")]
+    return [
+        Fired(
+            "bound",
+            f"{major}_bound",
+            1.0,
+            f"{bounds.count(major)} of {len(bounds)} workloads are {major}-bound at speed of light",
+        )
+    ]
 
 
 def rule_distance_to_sol(s: State) -> list[Fired]:
@@ -110,30 +122,50 @@ def rule_lagging_workloads(s: State) -> list[Fired]:
     fl = sum(w.sol_fraction for w in large) / len(large)
     out = []
     if fs < 0.5 * fl:
-        out.append(Fired("lagging_workloads", "small_shapes_lag", 1.5,
-                         f"small workloads reach {fs:.0%} of SOL, large ones {fl:.0%}"))
+        out.append(
+            Fired(
+                "lagging_workloads",
+                "small_shapes_lag",
+                1.5,
+                f"small workloads reach {fs:.0%} of SOL, large ones {fl:.0%}",
+            )
+        )
         if max(w.latency_ms for w in small) < 0.02:
-            out.append(Fired("lagging_workloads", "launch_overhead", 1.0,
-                             "the small workloads take under 20 us: fixed costs dominate"))
-        out.append(Fired("lagging_workloads", "low_parallelism", 1.0,
-                         "small workloads may not give every SM work"))
+            out.append(
+                Fired(
+                    "lagging_workloads",
+                    "launch_overhead",
+                    1.0,
+                    "the small workloads take under 20 us: fixed costs dominate",
+                )
+            )
+        out.append(Fired("lagging_workloads", "low_parallelism", 1.0, "small workloads may not give every SM work"))
     elif fl < 0.5 * fs:
-        out.append(Fired("lagging_workloads", "large_shapes_lag", 1.5,
-                         f"large workloads reach {fl:.0%} of SOL, small ones {fs:.0%}"))
+        out.append(
+            Fired(
+                "lagging_workloads",
+                "large_shapes_lag",
+                1.5,
+                f"large workloads reach {fl:.0%} of SOL, small ones {fs:.0%}",
+            )
+        )
     return out
 
 
 def rule_plateau(s: State) -> list[Fired]:
     verdict = s.last or s.best
     if verdict is not None and verdict.advice.action == "redraft":
-        return [Fired("plateau", "plateau", 2.0,
-                      f"{verdict.advice.non_improving} evaluations without improvement")]
+        return [Fired("plateau", "plateau", 2.0, f"{verdict.advice.non_improving} evaluations without improvement")]
     return []
 
 
 RULES: list[Callable[[State], list[Fired]]] = [
-    rule_no_correct_candidate, rule_failure_class, rule_bound, rule_distance_to_sol,
-    rule_lagging_workloads, rule_plateau,
+    rule_no_correct_candidate,
+    rule_failure_class,
+    rule_bound,
+    rule_distance_to_sol,
+    rule_lagging_workloads,
+    rule_plateau,
 ]
 
 

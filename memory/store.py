@@ -89,9 +89,18 @@ class Memory:
                 merged, cid = True, dup["id"]
             else:
                 cid = C.insert(
-                    conn, problem=problem.name, op_family=family, agent=agent, kind=kind, text=text,
-                    tags=tags, evidence=evidence, evidence_decision=row["decision"],
-                    evidence_status=row["status"], evidence_speedup=row["speedup_eager"], strength=strength,
+                    conn,
+                    problem=problem.name,
+                    op_family=family,
+                    agent=agent,
+                    kind=kind,
+                    text=text,
+                    tags=tags,
+                    evidence=evidence,
+                    evidence_decision=row["decision"],
+                    evidence_status=row["status"],
+                    evidence_speedup=row["speedup_eager"],
+                    strength=strength,
                 )
                 merged = False
             dropped = C.prune(conn, self.retention, problem.name)
@@ -115,8 +124,9 @@ class Memory:
         return None
 
     # -- reading ---------------------------------------------------------------------------
-    def recall(self, problem: Problem, query: str = "", scope: str = "problem", k: int = 10,
-               now: float | None = None) -> list[dict]:
+    def recall(
+        self, problem: Problem, query: str = "", scope: str = "problem", k: int = 10, now: float | None = None
+    ) -> list[dict]:
         """Conclusions ranked by relevance to ``query``, scope, evidence strength and recency.
 
         The search has a bounded cost whatever the workspace holds: full-text matching of the
@@ -137,9 +147,11 @@ class Memory:
         words = C.query_words(query)
         idf: dict[str, float] = {}
         if words:
-            scope_fts = {"problem": f" AND pkey : {C.key(problem.name)}",
-                         "family": f" AND (pkey : {C.key(problem.name)} OR fkey : {C.key(family)})",
-                         "any": ""}[scope]
+            scope_fts = {
+                "problem": f" AND pkey : {C.key(problem.name)}",
+                "family": f" AND (pkey : {C.key(problem.name)} OR fkey : {C.key(family)})",
+                "any": "",
+            }[scope]
             df = self._frequencies(conn, words)
             n_docs = max(1, df["\0docs"])
             for w in words:
@@ -150,8 +162,9 @@ class Memory:
                 (C.fts_query(words) + scope_fts, *params),
             ).fetchall()
         else:
-            where = {"problem": " AND c.problem = ?", "family": " AND (c.problem = ? OR c.op_family = ?)",
-                     "any": ""}[scope]
+            where = {"problem": " AND c.problem = ?", "family": " AND (c.problem = ? OR c.op_family = ?)", "any": ""}[
+                scope
+            ]
             sparams = {"problem": [problem.name], "family": [problem.name, family], "any": []}[scope]
             rows = conn.execute(
                 f"SELECT c.* FROM conclusions c WHERE 1 = 1{where}{age} ORDER BY c.id DESC LIMIT {SEARCH_WINDOW}",
@@ -194,7 +207,7 @@ class Memory:
             # the newest conclusions are the ones recall reads (it ranks the newest matches):
             # keep the newer half; replaced, not changed in place, for threads reading it
             old = self._words
-            self._words = {k: old[k] for k in sorted(old)[len(old) // 2:]}
+            self._words = {k: old[k] for k in sorted(old)[len(old) // 2 :]}
         self._words[cid] = (fingerprint, present, stems)
         return present, stems
 

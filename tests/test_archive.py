@@ -38,15 +38,29 @@ def _alive(pid: int) -> bool:
 
 def test_kill_9_loses_no_finished_result(tmp_path):
     ws = fast_workspace(tmp_path / "ws", correctness_rounds=1, call_timeout_s=300)
-    base = [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), "submit", "--problem", RMS,
-            "--device", "cpu", "--json", "-q"]
-    done = subprocess.run(base + [str(CHEATS / "honest_torch.py")], capture_output=True, text=True, cwd=REPO,
-                          timeout=300)
+    base = [
+        sys.executable,
+        "-m",
+        "kernelarc_mcp.cli",
+        "--workspace",
+        str(ws),
+        "submit",
+        "--problem",
+        RMS,
+        "--device",
+        "cpu",
+        "--json",
+        "-q",
+    ]
+    done = subprocess.run(
+        base + [str(CHEATS / "honest_torch.py")], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     finished = json.loads(done.stdout.strip().splitlines()[-1])
 
-    proc = subprocess.Popen(base + [str(CHEATS / "infinite_loop.py")], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        base + [str(CHEATS / "infinite_loop.py")], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     db = Database(ws / "workspace.db")
     deadline = time.time() + 120
     running = None

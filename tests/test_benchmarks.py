@@ -16,12 +16,15 @@ def test_seeds_table_trusts_compile_times_the_guard_checked():
 
     failed_before = {"frames_ok": 8, "frames_total": 9}
     clean = {"frames_ok": 3, "frames_total": 3}
-    entry = {"triton": {"per_workload": [w("a"), w("b"), w("c"), w("d")]}, "baseline_diagnostics": [
-        {"uuid": "a", "compile_counters": failed_before, "compile_checked": True},
-        {"uuid": "b", "compile_counters": failed_before},
-        {"uuid": "c", "compile_counters": clean},
-        {"uuid": "d", "compile_counters": clean, "compile_checked": True, "compile_error": "fell back"},
-    ]}
+    entry = {
+        "triton": {"per_workload": [w("a"), w("b"), w("c"), w("d")]},
+        "baseline_diagnostics": [
+            {"uuid": "a", "compile_counters": failed_before, "compile_checked": True},
+            {"uuid": "b", "compile_counters": failed_before},
+            {"uuid": "c", "compile_counters": clean},
+            {"uuid": "d", "compile_counters": clean, "compile_checked": True, "compile_error": "fell back"},
+        ],
+    }
     valid, total = compile_check(entry)
     assert [x["uuid"] for x in valid] == ["a", "c"] and total == 4
 
@@ -33,19 +36,30 @@ def test_seeds_table_merges_runs_and_names_their_ceilings():
     from benchmarks.seeds_bench import merge, render
 
     def run(date, copy, problems):
-        return {"date": date, "device": {"name": "GPU", "ceilings": {"copy_bytes_per_s": copy}},
-                "problems": problems}
+        return {"date": date, "device": {"name": "GPU", "ceilings": {"copy_bytes_per_s": copy}}, "problems": problems}
 
     def seed(ms):
-        return {"status": "PASSED", "median_ms": ms, "sol_fraction": 0.5,
-                "per_workload": [{"uuid": "a", "compile_ms": 0.004, "sol_ms": 0.001}]}
+        return {
+            "status": "PASSED",
+            "median_ms": ms,
+            "sol_fraction": 0.5,
+            "per_workload": [{"uuid": "a", "compile_ms": 0.004, "sol_ms": 0.001}],
+        }
 
     checked = [{"uuid": "a", "compile_counters": {"frames_ok": 1, "frames_total": 1}, "compile_checked": True}]
-    first = run("2026-01-01T10:00", 4e12, {
-        "p": {"eager_median_ms": 0.05, "triton": seed(0.010), "cuda": seed(0.020)},
-        "q": {"eager_median_ms": 0.07, "triton": seed(0.030)}})
-    later = run("2026-01-01T12:00", 3e12, {"p": {"eager_median_ms": 0.04, "triton": seed(0.009),
-                                                  "baseline_diagnostics": checked}})
+    first = run(
+        "2026-01-01T10:00",
+        4e12,
+        {
+            "p": {"eager_median_ms": 0.05, "triton": seed(0.010), "cuda": seed(0.020)},
+            "q": {"eager_median_ms": 0.07, "triton": seed(0.030)},
+        },
+    )
+    later = run(
+        "2026-01-01T12:00",
+        3e12,
+        {"p": {"eager_median_ms": 0.04, "triton": seed(0.009), "baseline_diagnostics": checked}},
+    )
     merged = merge([first, later])
     assert merged["problems"]["p"]["cuda"]["median_ms"] == 0.020
     assert merged["problems"]["p"]["triton"]["median_ms"] == 0.009
@@ -65,22 +79,38 @@ def test_seeds_table_diagnostics_vouch_only_for_times_of_their_own_run():
     from benchmarks.seeds_bench import merge, render
 
     def seed(compile_ms, bounds):
-        return {"status": "PASSED", "median_ms": 0.01, "sol_fraction": 0.5,
-                "per_workload": [{"uuid": u, "compile_ms": compile_ms, "sol_ms": 0.001, "bound": b}
-                                 for u, b in zip("ab", bounds)]}
+        return {
+            "status": "PASSED",
+            "median_ms": 0.01,
+            "sol_fraction": 0.5,
+            "per_workload": [
+                {"uuid": u, "compile_ms": compile_ms, "sol_ms": 0.001, "bound": b} for u, b in zip("ab", bounds)
+            ],
+        }
 
-    old = {"date": "2026-01-01T10:00", "device": {"ceilings": {}},
-           "problems": {"p": {"eager_median_ms": 0.05, "triton": seed(0.050, ["memory", "memory"])}}}
-    checked = [{"uuid": u, "compile_counters": {"frames_ok": 1, "frames_total": 1}, "compile_checked": True}
-               for u in "ab"]
-    new = {"date": "2026-01-02T10:00", "device": {"ceilings": {}},
-           "problems": {"p": {"eager_median_ms": 0.05, "cuda": seed(0.004, ["memory", "compute"]),
-                              "baseline_diagnostics": checked}}}
+    old = {
+        "date": "2026-01-01T10:00",
+        "device": {"ceilings": {}},
+        "problems": {"p": {"eager_median_ms": 0.05, "triton": seed(0.050, ["memory", "memory"])}},
+    }
+    checked = [
+        {"uuid": u, "compile_counters": {"frames_ok": 1, "frames_total": 1}, "compile_checked": True} for u in "ab"
+    ]
+    new = {
+        "date": "2026-01-02T10:00",
+        "device": {"ceilings": {}},
+        "problems": {
+            "p": {"eager_median_ms": 0.05, "cuda": seed(0.004, ["memory", "compute"]), "baseline_diagnostics": checked}
+        },
+    }
     row = next(line for line in render(merge([old, new])).splitlines() if line.startswith("| p |"))
     assert row.startswith("| p | - | mixed | 50.0 | 4.0 |"), row
     # the other order: the older run's diagnostics do not vouch for the newer Triton times either
-    newer_triton = {"date": "2026-01-03T10:00", "device": {"ceilings": {}},
-                    "problems": {"p": {"eager_median_ms": 0.05, "triton": seed(0.050, ["memory", "memory"])}}}
+    newer_triton = {
+        "date": "2026-01-03T10:00",
+        "device": {"ceilings": {}},
+        "problems": {"p": {"eager_median_ms": 0.05, "triton": seed(0.050, ["memory", "memory"])}},
+    }
     row = next(line for line in render(merge([new, newer_triton])).splitlines() if line.startswith("| p |"))
     assert "| not valid |" in row and "| memory |" in row, row
 
@@ -106,14 +136,37 @@ def test_ceilings_probe_runs_and_compares_with_the_guards_measurement(tmp_path):
 
     from helpers import REPO
 
-    out = subprocess.run([sys.executable, "-m", "benchmarks.ceilings_probe", str(tmp_path), "--device", "cpu",
-                          "--repeats", "2", "--ramp-s", "0.05", "--reps", "2", "--batch", "1"],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.ceilings_probe",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--repeats",
+            "2",
+            "--ramp-s",
+            "0.05",
+            "--reps",
+            "2",
+            "--batch",
+            "1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads((tmp_path / "ceilings_probe.json").read_text())
     assert len(r["guard"]) == 2 and all(g["copy_bytes_per_s"] > 0 for g in r["guard"])
     assert [s["ceiling"] for s in r["summary"]] == [
-        "copy (read + write)", "matmul bfloat16", "matmul float16", "matmul float32"]
+        "copy (read + write)",
+        "matmul bfloat16",
+        "matmul float16",
+        "matmul float32",
+    ]
     for s in r["summary"]:
         assert s["ramped"] > 0 and len(s["guard_to_ramped"]) == 2 and s["ramped_median"] <= s["ramped"]
     # the ramped ceiling is the best over every shape of its dtype, not one shape's
@@ -131,8 +184,11 @@ def test_kernelbench_suite_chooses_files_renames_the_model_and_resumes(tmp_path)
 
     from benchmarks import kernelbench_suite as suite
 
-    for level, names in (("level1", ["1_A.py", "2_B.py"]), ("level2", ["10_C.py", "9_D.py", "2_E.py"]),
-                         ("level3", ["3_F.py"])):
+    for level, names in (
+        ("level1", ["1_A.py", "2_B.py"]),
+        ("level2", ["10_C.py", "9_D.py", "2_E.py"]),
+        ("level3", ["3_F.py"]),
+    ):
         (tmp_path / level).mkdir()
         for n in names:
             (tmp_path / level / n).write_text("x = 1\n")
@@ -142,11 +198,27 @@ def test_kernelbench_suite_chooses_files_renames_the_model_and_resumes(tmp_path)
     src = "class Model(nn.Module):\n    def __init__(self):\n        super(Model, self).__init__()\n"
     assert suite.modelnew_source(src).count("ModelNew") == 2 and "Model(" not in suite.modelnew_source(src)
 
-    rows = [{"file": "level1/1_A.py", "level": "level1", "status": "PASSED", "import_s": 0.5, "wall_s": 10.0,
-             "peak_ratio": 1.5, "score": 0.25},
-            {"file": "level1/2_B.py", "level": "level1", "status": "REJECT", "reason": "too slow", "import_s": 0.7,
-             "wall_s": 20.0, "peak_ratio": 3.5},
-            {"file": "level2/2_E.py", "level": "level2", "error": "OutOfMemoryError"}]
+    rows = [
+        {
+            "file": "level1/1_A.py",
+            "level": "level1",
+            "status": "PASSED",
+            "import_s": 0.5,
+            "wall_s": 10.0,
+            "peak_ratio": 1.5,
+            "score": 0.25,
+        },
+        {
+            "file": "level1/2_B.py",
+            "level": "level1",
+            "status": "REJECT",
+            "reason": "too slow",
+            "import_s": 0.7,
+            "wall_s": 20.0,
+            "peak_ratio": 3.5,
+        },
+        {"file": "level2/2_E.py", "level": "level2", "error": "OutOfMemoryError"},
+    ]
     saved = tmp_path / "prior.jsonl"
     saved.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert suite.load_rows(saved) == rows

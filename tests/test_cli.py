@@ -21,8 +21,9 @@ def test_submit_json_and_forged_verdict(tmp_path):
 
 def test_submit_table_progress_and_leaderboard(tmp_path):
     ws = fast_workspace(tmp_path / "ws")
-    proc = kernelarc(ws, "submit", str(CHEATS / "honest_torch.py"), "--problem", RMS, "--device", "cpu",
-                     "--agent", "me")
+    proc = kernelarc(
+        ws, "submit", str(CHEATS / "honest_torch.py"), "--problem", RMS, "--device", "cpu", "--agent", "me"
+    )
     assert "decision   ACCEPT" in proc.stdout
     assert "workload" in proc.stdout and "SOL time" in proc.stdout
     assert "correctness:" in proc.stderr and "benchmark:" in proc.stderr  # progress, not on stdout

@@ -24,8 +24,9 @@ from helpers import RMS, fast_config, honest_source, unique
 def two_fake_gpus(monkeypatch):
     ids = {0: "GPU-aaaa0000-0000-0000-0000-000000000000", 1: "GPU-bbbb1111-1111-1111-1111-111111111111"}
     monkeypatch.setattr(nvml, "gpu_count", lambda: 2)
-    monkeypatch.setattr(nvml, "gpu_identity", lambda i=0: {"name": "NVIDIA H200", "uuid": ids[i], "driver": "x"}
-                        if i in ids else None)
+    monkeypatch.setattr(
+        nvml, "gpu_identity", lambda i=0: {"name": "NVIDIA H200", "uuid": ids[i], "driver": "x"} if i in ids else None
+    )
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return ids
 
@@ -64,8 +65,15 @@ def test_device_counts_and_simulated_cpu_devices():
 
 def test_rows_from_before_groups_are_adopted(tmp_path):
     db = Database(tmp_path / "w.db")
-    common = dict(problem="p", definition_hash="h", agent="a", source_hash="s", solution_json="{}",
-                  device_kind="cuda", state="done")
+    common = dict(
+        problem="p",
+        definition_hash="h",
+        agent="a",
+        source_hash="s",
+        solution_json="{}",
+        device_kind="cuda",
+        state="done",
+    )
     old = db.insert_candidate(device_key="cuda-GPU-1", **common)
     other = db.insert_candidate(device_key="cuda-GPU-2", **common)
     db.adopt_device("cuda-GPU-1", "cuda-nvidia-h200")
@@ -147,8 +155,10 @@ def test_a_best_changed_on_another_device_mid_evaluation_gives_no_accept(tmp_pat
         first = g0.evaluate(from_source(source, None, "k.py"), RMS, agent="x")
         assert first.decision == "ACCEPT", first.reason
         with g0.db.transaction() as c:  # its stored figures 20% slow: alone they would say ACCEPT
-            c.execute("UPDATE workload_results SET latency_ms = latency_ms * 1.2, rel_se = 0 WHERE candidate_id = ?",
-                      (first.candidate_id,))
+            c.execute(
+                "UPDATE workload_results SET latency_ms = latency_ms * 1.2, rel_se = 0 WHERE candidate_id = ?",
+                (first.candidate_id,),
+            )
         # as if paired against a best since replaced
         monkeypatch.setattr(pairing_gate, "pairings", lambda *a, **k: {})
         other = g1.evaluate(from_source(unique(source), None, "k.py"), RMS, agent="x")

@@ -20,8 +20,9 @@ from guard.export.sol_solution import export_solution
 from helpers import RMS, make_guard
 
 PACKAGES = {"cute_dsl": "nvidia-cutlass-dsl", "cutile": "cuda-tile", "tilelang": "tilelang"}
-MISSING = Requirement(language="fakedsl", title="FakeDSL", package="kernelarc-no-such-package",
-                      module="kernelarc_no_such_module")
+MISSING = Requirement(
+    language="fakedsl", title="FakeDSL", package="kernelarc-no-such-package", module="kernelarc_no_such_module"
+)
 PRESENT = Requirement(language="fakedsl", title="FakeDSL", package="pydantic", module="pydantic")
 
 
@@ -47,9 +48,15 @@ def test_languages_normalize_and_are_detected_from_imports():
     assert guess_language("from cuda import tile\n", "k.py") == "cutile"
     assert guess_language("import tilelang\nimport tilelang.language as T\n", "k.py") == "tilelang"
     assert guess_language("import triton\n# cutlass in a comment\n", "k.py") == "triton"
-    sol = from_solution_json(json.dumps({
-        "name": "jamba", "spec": {"languages": ["cute_dsl"], "entry_point": "kernel.py::run"},
-        "sources": [{"path": "kernel.py", "content": "import cutlass\n\ndef run(x, out):\n    pass\n"}]}))
+    sol = from_solution_json(
+        json.dumps(
+            {
+                "name": "jamba",
+                "spec": {"languages": ["cute_dsl"], "entry_point": "kernel.py::run"},
+                "sources": [{"path": "kernel.py", "content": "import cutlass\n\ndef run(x, out):\n    pass\n"}],
+            }
+        )
+    )
     assert sol.spec.primary_language == "cute_dsl"
     assert from_source("import cuda.tile as ct\n\ndef run(x):\n    return x\n").spec.primary_language == "cutile"
 
@@ -81,12 +88,15 @@ def test_a_device_the_dsl_cannot_run_on_is_said_so():
 
 def test_a_supported_setup_builds_through_the_python_builder(tmp_path, monkeypatch):
     monkeypatch.setattr(dsl, "_capability", lambda device: (9, 0))
-    solution = {"spec": {"entry_point": "k.py::run"},
-                "sources": [{"path": "k.py", "content": "def run(x):\n    return x + 1\n"}]}
+    solution = {
+        "spec": {"entry_point": "k.py::run"},
+        "sources": [{"path": "k.py", "content": "def run(x):\n    return x + 1\n"}],
+    }
     fn = _Fake(PRESENT).build(solution, tmp_path / "src", tmp_path / "build", "cuda:0")
     assert fn(1) == 2
-    only_blackwell = Requirement(language="fakedsl", title="FakeDSL", package="pydantic", module="pydantic",
-                                 capability_majors=(10,))
+    only_blackwell = Requirement(
+        language="fakedsl", title="FakeDSL", package="pydantic", module="pydantic", capability_majors=(10,)
+    )
     with pytest.raises(BuildError, match="does not run on this GPU"):
         _Fake(only_blackwell).build(solution, tmp_path / "src2", tmp_path / "build", "cuda:0")
 
@@ -141,20 +151,47 @@ def test_dsl_seeds_are_found_and_pass_the_screen_without_the_dsls():
 def test_dsl_seeds_table_says_what_ran_and_what_did_not():
     from benchmarks import dsl_seeds
 
-    result = {"date": "2026-12-01T00:00:00+00:00", "problem": dsl_seeds.PROBLEM, "device": {"name": "GPU"},
-              "languages": {
-                  "triton": {"seed": "seed_triton.py", "status": "PASSED", "median_ms": 0.0123,
-                             "eager_median_ms": 0.05, "speedup_eager": 4.0, "wall_s": 20},
-                  "tilelang": {"seed": "seed_tilelang.py", "versions": {"tilelang": "0.1.15"}, "status": "PASSED",
-                               "median_ms": 0.0101, "eager_median_ms": 0.05, "speedup_eager": 4.9, "wall_s": 40},
-                  "cute_dsl": {"seed": "seed_cute_dsl.py", "versions": {"nvidia-cutlass-dsl": None},
-                               "status": "NOT_INSTALLED", "reason": "need the package nvidia-cutlass-dsl"}}}
+    result = {
+        "date": "2026-12-01T00:00:00+00:00",
+        "problem": dsl_seeds.PROBLEM,
+        "device": {"name": "GPU"},
+        "languages": {
+            "triton": {
+                "seed": "seed_triton.py",
+                "status": "PASSED",
+                "median_ms": 0.0123,
+                "eager_median_ms": 0.05,
+                "speedup_eager": 4.0,
+                "wall_s": 20,
+            },
+            "tilelang": {
+                "seed": "seed_tilelang.py",
+                "versions": {"tilelang": "0.1.15"},
+                "status": "PASSED",
+                "median_ms": 0.0101,
+                "eager_median_ms": 0.05,
+                "speedup_eager": 4.9,
+                "wall_s": 40,
+            },
+            "cute_dsl": {
+                "seed": "seed_cute_dsl.py",
+                "versions": {"nvidia-cutlass-dsl": None},
+                "status": "NOT_INSTALLED",
+                "reason": "need the package nvidia-cutlass-dsl",
+            },
+        },
+    }
     table = dsl_seeds.render(result)
     assert "| TileLang | seed_tilelang.py | tilelang 0.1.15 | PASSED | 10.1 | 50.0 | 4.90x | 40 |" in table
     assert "- CuTe DSL: NOT_INSTALLED: need the package nvidia-cutlass-dsl" in table
     assert dsl_seeds.line("tilelang", result["languages"]["tilelang"]) == "tilelang: PASSED 10.1 us/call (40 s)"
-    later = {"date": "2026-12-01T01:00:00+00:00", "problem": dsl_seeds.PROBLEM, "languages": {
-        "tilelang": {"status": "NOT_INSTALLED", "reason": "not carried in this call"},
-        "cute_dsl": {"seed": "seed_cute_dsl.py", "status": "PASSED", "median_ms": 0.009, "wall_s": 30}}}
+    later = {
+        "date": "2026-12-01T01:00:00+00:00",
+        "problem": dsl_seeds.PROBLEM,
+        "languages": {
+            "tilelang": {"status": "NOT_INSTALLED", "reason": "not carried in this call"},
+            "cute_dsl": {"seed": "seed_cute_dsl.py", "status": "PASSED", "median_ms": 0.009, "wall_s": 30},
+        },
+    }
     merged = dsl_seeds.merge([result, later])["languages"]
     assert merged["tilelang"]["status"] == "PASSED" and merged["cute_dsl"]["status"] == "PASSED"

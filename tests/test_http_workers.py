@@ -32,13 +32,18 @@ from helpers import REPO, HttpServer, fast_workspace, free_port, token
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
-INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
 
 
 def alive(procs: dict[int, str]) -> list[int]:
-    return [pid for pid, start in procs.items()
-            if (f := stat_fields(pid)) is not None and f[19] == start and f[0] != "Z"]
+    return [
+        pid for pid, start in procs.items() if (f := stat_fields(pid)) is not None and f[19] == start and f[0] != "Z"
+    ]
 
 
 def http_workers(srv: HttpServer, n: int, timeout: float = 60) -> list[int]:
@@ -53,9 +58,16 @@ def http_workers(srv: HttpServer, n: int, timeout: float = 60) -> list[int]:
 
 def send_initialize(conn: http.client.HTTPConnection, tok: str) -> None:
     """The MCP handshake's first request, as an agent with token ``tok`` sends it."""
-    conn.request("POST", "/mcp", json.dumps(INIT), {"Authorization": f"Bearer {tok}",
-                                                    "Content-Type": "application/json",
-                                                    "Accept": "application/json, text/event-stream"})
+    conn.request(
+        "POST",
+        "/mcp",
+        json.dumps(INIT),
+        {
+            "Authorization": f"Bearer {tok}",
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        },
+    )
 
 
 def stop(srv: HttpServer, sig: int) -> int:
@@ -129,7 +141,8 @@ def test_keep_alive_connections_spread_over_workers_and_stop_cleanly(ws_token, s
             c.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and closed_ports & {
-                port for inode, port in tcp_sockets(srv.port, ESTABLISHED).items() if inode in socket_inodes(first)}:
+            port for inode, port in tcp_sockets(srv.port, ESTABLISHED).items() if inode in socket_inodes(first)
+        }:
             time.sleep(0.1)
         time.sleep(0.5)
         fresh = [http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120) for _ in range(4)]
@@ -179,8 +192,10 @@ def test_a_port_in_use_is_refused_even_by_a_reuseport_listener(tmp_path):
     db = Database(ws / "workspace.db")
     db.reader().executescript(JOBS_SCHEMA)
     with db.transaction() as c:
-        c.execute("INSERT INTO jobs (id, agent, problem, solution_json, state, created_at)"
-                  " VALUES ('j-running', 'alice', 'rmsnorm_llama3_8b', '{}', 'running', 0)")
+        c.execute(
+            "INSERT INTO jobs (id, agent, problem, solution_json, state, created_at)"
+            " VALUES ('j-running', 'alice', 'rmsnorm_llama3_8b', '{}', 'running', 0)"
+        )
     port = free_port()
     with socket.socket() as other:
         other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -233,10 +248,30 @@ def _wait_all_serving(port: int, tok: str, pids: set[int], timeout: float = 90) 
         finally:
             conn.close()
 
+
 def _serve(ws: Path, port: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), "serve", "--transport",
-                           "http", "--port", str(port), "--device", "cpu", "--workers", "2"],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelarc_mcp.cli",
+            "--workspace",
+            str(ws),
+            "serve",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+            "--workers",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
 
 
 def test_one_process_server_stopped_by_sigterm_exits_cleanly(ws_token):

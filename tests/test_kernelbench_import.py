@@ -125,7 +125,10 @@ def test_tens_of_gigabytes_import_small(prober, tmp_path):
     (run once by the import) is within the element budget; the generated reference makes
     CPU-sized inputs, also for constants given as ``a = b = ...``, ``a, b = (...)``, tuple
     elements, and constants computed from others."""
-    path = _write(tmp_path, "huge_conv.py", """
+    path = _write(
+        tmp_path,
+        "huge_conv.py",
+        """
         import torch
         import torch.nn as nn
 
@@ -154,7 +157,8 @@ def test_tens_of_gigabytes_import_small(prober, tmp_path):
 
         def get_init_inputs():
             return [in_channels, out_channels, kernel_size, bias_shape]
-    """)
+    """,
+    )
     problem, notes = import_kernelbench_file(path, prober)
     d = problem.definition
     assert d.inputs["x"].shape == ["batch_size", "in_channels", "height", "width"]
@@ -176,7 +180,10 @@ def test_tens_of_gigabytes_import_small(prober, tmp_path):
 def test_equal_constants_that_must_stay_equal_are_tied(prober, tmp_path):
     """predictions (n, n) times targets (n,) only broadcast when both sizes are equal: the
     second constant follows the first (an expression axis) and the CPU workload shrinks both."""
-    path = _write(tmp_path, "hinge.py", """
+    path = _write(
+        tmp_path,
+        "hinge.py",
+        """
         import torch
         import torch.nn as nn
 
@@ -196,7 +203,8 @@ def test_equal_constants_that_must_stay_equal_are_tied(prober, tmp_path):
 
         def get_init_inputs():
             return []
-    """)
+    """,
+    )
     problem, notes = import_kernelbench_file(path, prober)
     d = problem.definition
     assert d.axes["input_shape_0"].expression == "batch_size"
@@ -206,7 +214,10 @@ def test_equal_constants_that_must_stay_equal_are_tied(prober, tmp_path):
 
 
 def test_forward_the_meta_device_cannot_run_imports_from_a_reduced_run(prober, tmp_path):
-    path = _write(tmp_path, "reads_a_value.py", """
+    path = _write(
+        tmp_path,
+        "reads_a_value.py",
+        """
         import torch
         import torch.nn as nn
 
@@ -231,7 +242,8 @@ def test_forward_the_meta_device_cannot_run_imports_from_a_reduced_run(prober, t
 
         def get_init_inputs():
             return [dim]
-    """)
+    """,
+    )
     problem, notes = import_kernelbench_file(path, prober)
     d = problem.definition
     assert d.inputs["x"].shape == ["batch_size", "dim"]
@@ -246,7 +258,10 @@ def test_forward_the_meta_device_cannot_run_imports_from_a_reduced_run(prober, t
 
 
 def test_syntax_error_shows_the_line(tmp_path):
-    path = _write(tmp_path, "broken.py", """
+    path = _write(
+        tmp_path,
+        "broken.py",
+        """
         import torch
         import torch.nn as nn
 
@@ -262,7 +277,8 @@ def test_syntax_error_shows_the_line(tmp_path):
 
         def get_init_inputs():
             return []
-    """)
+    """,
+    )
     for attempt in (
         lambda: import_kernelbench_file(path),
         lambda: ProblemStore(tmp_path / "ws", tmp_path / "no-seeds").import_path(path),
@@ -274,7 +290,10 @@ def test_syntax_error_shows_the_line(tmp_path):
 
 
 def test_meta_and_reduced_probe_failing_name_the_construct(prober, tmp_path):
-    path = _write(tmp_path, "never_runs.py", """
+    path = _write(
+        tmp_path,
+        "never_runs.py",
+        """
         import torch
         import torch.nn as nn
 
@@ -295,7 +314,8 @@ def test_meta_and_reduced_probe_failing_name_the_construct(prober, tmp_path):
 
         def get_init_inputs():
             return []
-    """)
+    """,
+    )
     with pytest.raises(ProblemError) as err:
         import_kernelbench_file(path, prober)
     msg = str(err.value)
@@ -305,10 +325,14 @@ def test_meta_and_reduced_probe_failing_name_the_construct(prober, tmp_path):
     assert "shape '[-1, 7]' is invalid" in msg
 
 
-@pytest.mark.parametrize("body, expected", [
-    ("import not_a_module_kernelarc\n", "No module named 'not_a_module_kernelarc' (install"),
-    ("", "died of SIGKILL"),
-], ids=["missing-module", "killed"])
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ("import not_a_module_kernelarc\n", "No module named 'not_a_module_kernelarc' (install"),
+        ("", "died of SIGKILL"),
+    ],
+    ids=["missing-module", "killed"],
+)
 def test_other_failures_are_never_silent(prober, tmp_path, body, expected):
     kill = "" if body else "    os.kill(os.getpid(), signal.SIGKILL)\n"
     source = (

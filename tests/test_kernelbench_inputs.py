@@ -15,8 +15,7 @@ from guard.problems.kernelbench_import import import_kernelbench_file
 from guard.runner.common import load_module_from_source, peak_memory
 
 KERNELBENCH = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "kernelbench"
-FILES = [KERNELBENCH / "level1" / "23_Softmax.py",
-         KERNELBENCH / "level2" / "100_ConvTranspose3d_Clamp_Min_Divide.py"]
+FILES = [KERNELBENCH / "level1" / "23_Softmax.py", KERNELBENCH / "level2" / "100_ConvTranspose3d_Clamp_Min_Divide.py"]
 HOST_SLACK = 64 << 20  # what the Python objects of a call may take; the softmax's input is 6 GiB
 
 
@@ -29,7 +28,8 @@ def test_full_size_inputs_are_made_on_the_device_not_the_host(path, tmp_path):
     axes = d.resolve_axes(problem.workloads[0].axes)
     full = sum(
         torch.empty(d.shape_of(s, axes), dtype=getattr(torch, s.dtype), device="meta").nbytes
-        for s in d.inputs.values() if s.shape is not None
+        for s in d.inputs.values()
+        if s.shape is not None
     )
     peak_memory("cpu", reset=True)
     before = peak_memory("cpu", reset=False)

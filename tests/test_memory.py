@@ -30,19 +30,41 @@ def problem():
 
 
 def add_candidate(db, cid, problem=RMS, decision="ACCEPT", status="PASSED", speedup=2.0, agent="a"):
-    db.insert_candidate(id=cid, problem=problem, definition_hash="h", agent=agent, language="triton",
-                        source_hash=cid, solution_json="{}", device_key="cpu", device_kind="cpu", state="running")
+    db.insert_candidate(
+        id=cid,
+        problem=problem,
+        definition_hash="h",
+        agent=agent,
+        language="triton",
+        source_hash=cid,
+        solution_json="{}",
+        device_key="cpu",
+        device_kind="cpu",
+        state="running",
+    )
     with db.transaction() as c:
-        c.execute("UPDATE candidates SET state='done', decision=?, status=?, speedup_eager=?, finished_at=? WHERE id=?",
-                  (decision, status, speedup, time.time(), cid))
+        c.execute(
+            "UPDATE candidates SET state='done', decision=?, status=?, speedup_eager=?, finished_at=? WHERE id=?",
+            (decision, status, speedup, time.time(), cid),
+        )
 
 
 def test_record_needs_evaluated_evidence_on_the_problem(db, problem):
     m = Memory(db)
     with pytest.raises(C.MemoryError_, match="not a candidate"):
         m.record("a", problem, "text", "insight", "c-none")
-    db.insert_candidate(id="c-run", problem=RMS, definition_hash="h", agent="a", language="triton",
-                        source_hash="x", solution_json="{}", device_key="cpu", device_kind="cpu", state="running")
+    db.insert_candidate(
+        id="c-run",
+        problem=RMS,
+        definition_hash="h",
+        agent="a",
+        language="triton",
+        source_hash="x",
+        solution_json="{}",
+        device_key="cpu",
+        device_kind="cpu",
+        state="running",
+    )
     with pytest.raises(C.MemoryError_, match="no verdict yet"):
         m.record("a", problem, "text", "insight", "c-run")
     add_candidate(db, "c-other", problem="softmax_lm_vocab_fp32")
@@ -70,8 +92,9 @@ def test_near_duplicates_merge(db, problem):
     add_candidate(db, "c1")
     add_candidate(db, "c2")
     a = m.record("a", problem, "vectorized 16-byte loads of each row double the bandwidth", "insight", "c1")
-    b = m.record("b", problem, "Vectorized 16-byte loads of each row double the bandwidth.", "insight", "c2",
-                 ["memory"])
+    b = m.record(
+        "b", problem, "Vectorized 16-byte loads of each row double the bandwidth.", "insight", "c2", ["memory"]
+    )
     assert b["merged"] and b["id"] == a["id"] and b["support"] == 2 and "memory" in b["tags"]
     c = m.record("b", problem, "vectorized loads of each row hurt on small batches", "pitfall", "c2")
     assert not c["merged"]
@@ -118,8 +141,13 @@ def test_recall_relevance_follows_a_conclusions_current_text(db, problem):
 
 def test_retention_by_count_and_age(db, problem):
     m = Memory(db, C.Retention(per_problem=3))
-    texts = ["wide tiles help prefill", "narrow rows hurt decode", "stages three beat two",
-             "warps eight suit hidden sizes", "vector loads need alignment"]
+    texts = [
+        "wide tiles help prefill",
+        "narrow rows hurt decode",
+        "stages three beat two",
+        "warps eight suit hidden sizes",
+        "vector loads need alignment",
+    ]
     for i, text in enumerate(texts):
         add_candidate(db, f"c{i}")
         m.record("a", problem, text, "insight", f"c{i}")
@@ -135,9 +163,18 @@ def test_retention_by_count_and_age(db, problem):
 
 
 def verdict(decision="ACCEPT", status="PASSED", workloads=(), sol=None, advice="continue", reason="", diag=None):
-    return Verdict(candidate_id="c", problem=RMS, agent="a", decision=decision, status=status, reason=reason,
-                   diagnostic=diag, sol_fraction=sol, workloads=list(workloads),
-                   advice=Advice(action=advice, message=advice, non_improving=5 if advice == "redraft" else 0))
+    return Verdict(
+        candidate_id="c",
+        problem=RMS,
+        agent="a",
+        decision=decision,
+        status=status,
+        reason=reason,
+        diagnostic=diag,
+        sol_fraction=sol,
+        workloads=list(workloads),
+        advice=Advice(action=advice, message=advice, non_improving=5 if advice == "redraft" else 0),
+    )
 
 
 def wl(lat, frac, bound="memory"):
@@ -152,19 +189,28 @@ def test_rule_no_correct_candidate():
     assert "no_correct_candidate" in signals_of(P.State("rmsnorm"))
 
 
-@pytest.mark.parametrize("status,signal", [
-    ("COMPILE_ERROR", "compile_error"), ("INCORRECT_NUMERICAL", "incorrect_numerical"),
-    ("INCORRECT_SHAPE", "incorrect_shape"), ("INCORRECT_DTYPE", "incorrect_dtype"),
-    ("RUNTIME_ERROR", "runtime_error"), ("TIMEOUT", "timeout"), ("REWARD_HACK", "reward_hack"),
-])
+@pytest.mark.parametrize(
+    "status,signal",
+    [
+        ("COMPILE_ERROR", "compile_error"),
+        ("INCORRECT_NUMERICAL", "incorrect_numerical"),
+        ("INCORRECT_SHAPE", "incorrect_shape"),
+        ("INCORRECT_DTYPE", "incorrect_dtype"),
+        ("RUNTIME_ERROR", "runtime_error"),
+        ("TIMEOUT", "timeout"),
+        ("REWARD_HACK", "reward_hack"),
+    ],
+)
 def test_rule_failure_class(status, signal):
     s = P.State("rmsnorm", last=verdict("REJECT", status))
     assert signal in signals_of(s)
 
 
 def test_rule_failure_class_nondeterminism():
-    s = P.State("rmsnorm", last=verdict("REJECT", "INCORRECT_NUMERICAL",
-                                        diag="differs between two calls (non-deterministic: atomics)"))
+    s = P.State(
+        "rmsnorm",
+        last=verdict("REJECT", "INCORRECT_NUMERICAL", diag="differs between two calls (non-deterministic: atomics)"),
+    )
     assert "nondeterministic" in signals_of(s)
 
 
@@ -193,9 +239,17 @@ def test_rule_plateau():
 
 
 def _m(mid, signals, families=(), backends=("triton",)):
-    return Method(id=mid, name=mid, category="memory", op_families=list(families), signals=list(signals),
-                  backends=list(backends), rationale="a rationale long enough to pass", how_triton="do it",
-                  how_cuda="do it in C++")
+    return Method(
+        id=mid,
+        name=mid,
+        category="memory",
+        op_families=list(families),
+        signals=list(signals),
+        backends=list(backends),
+        rationale="a rationale long enough to pass",
+        how_triton="do it",
+        how_cuda="do it in C++",
+    )
 
 
 def test_rank_orders_by_fired_rules_family_and_backend():
@@ -206,8 +260,12 @@ def test_rank_orders_by_fired_rules_family_and_backend():
         _m("other_family", ["memory_bound"], ["matmul"]),
         _m("cuda_only", ["memory_bound"], backends=("cuda_cpp",)),
     )
-    state = P.State("rmsnorm", best=verdict(workloads=[wl(1, 0.5)] * 4, sol=0.5),
-                    last=verdict("REJECT", "INCORRECT_NUMERICAL"), language="triton")
+    state = P.State(
+        "rmsnorm",
+        best=verdict(workloads=[wl(1, 0.5)] * 4, sol=0.5),
+        last=verdict("REJECT", "INCORRECT_NUMERICAL"),
+        language="triton",
+    )
     ranked, fired = P.rank(state, k=10, methods=methods)
     ids = [r.method.id for r in ranked]
     assert ids[0] == "fix_numerics"  # the failure of the last candidate comes first

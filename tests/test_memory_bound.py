@@ -36,7 +36,8 @@ CANDIDATE = (
 
 # One call of each source alone, in a fresh process: the peak resident set over what it was
 # just before (the inputs, the call's own allocations, its outputs).
-ALONE = textwrap.dedent("""
+ALONE = textwrap.dedent(
+    """
     import json, sys
     import torch
     from pathlib import Path
@@ -53,31 +54,39 @@ ALONE = textwrap.dedent("""
             out = module.run(*maker.make(workload, {**workload["axes"], "n": COLS}, 1))
         print(peak_memory("cpu", reset=False) - before)
         del out
-""".replace("COLS", str(COLS)))
+""".replace("COLS", str(COLS))
+)
 
 
 def _definition() -> dict:
     visible = {"uuid": "big", "axes": {"m": ROWS}, "inputs": {"x": {"type": "random"}}}
     small = {"uuid": "small", "axes": {"m": 64}, "inputs": {"x": {"type": "random"}}}  # held-out rows between
     return {
-        "name": "softmax_memory_bound", "op_type": "softmax", "reference": REFERENCE,
+        "name": "softmax_memory_bound",
+        "op_type": "softmax",
+        "reference": REFERENCE,
         "axes": {"m": {"type": "var"}, "n": {"type": "const", "value": COLS}},
         "inputs": {"x": {"shape": ["m", "n"], "dtype": "float32"}},
         "outputs": {"y": {"shape": ["m", "n"], "dtype": "float32"}},
         # FLOPs stated, so that the baseline imports no FLOP counter: what the idle figure
         # leaves out is the round's data, not torch's modules
-        "kernelarc": {"cpu_element_budget": ROWS * COLS, "heldout_count": 1, "adversarial": False,
-                      "flops": "5 * m * n",
-                      "cpu_workloads": [visible, small]},
+        "kernelarc": {
+            "cpu_element_budget": ROWS * COLS,
+            "heldout_count": 1,
+            "adversarial": False,
+            "flops": "5 * m * n",
+            "cpu_workloads": [visible, small],
+        },
     }, visible
 
 
 def _alone(d: dict, workload: dict, sources: list[str], folder: Path) -> list[int]:
     """Bytes one call of each source's ``run`` needs on its own."""
     args = json.dumps([d, workload, sources, str(folder)])
-    done = subprocess.run([sys.executable, "-c", ALONE, args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, check=True)
-    return [int(x) for x in done.stdout.split()[-len(sources):]]
+    done = subprocess.run(
+        [sys.executable, "-c", ALONE, args], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+    )
+    return [int(x) for x in done.stdout.split()[-len(sources) :]]
 
 
 def test_the_trusted_workers_peak_is_within_the_stated_multiple(session_tmp):

@@ -12,12 +12,16 @@ from guard.problems.schema import Definition, Workload
 
 from helpers import RMS, honest_source, make_guard
 
-BIG = Definition.model_validate({
-    "name": "big_copy", "op_type": "copy", "reference": "def run(x):\n    return x.clone()\n",
-    "axes": {"n": {"type": "var"}},
-    "inputs": {"x": {"shape": ["n", 4096], "dtype": "float32"}},
-    "outputs": {"y": {"shape": ["n", 4096], "dtype": "float32"}},
-})
+BIG = Definition.model_validate(
+    {
+        "name": "big_copy",
+        "op_type": "copy",
+        "reference": "def run(x):\n    return x.clone()\n",
+        "axes": {"n": {"type": "var"}},
+        "inputs": {"x": {"shape": ["n", 4096], "dtype": "float32"}},
+        "outputs": {"y": {"shape": ["n", 4096], "dtype": "float32"}},
+    }
+)
 
 
 def test_the_need_of_a_workload_counts_inputs_outputs_and_sets():

@@ -192,8 +192,7 @@ def test_a_modelnew_file_is_a_candidate_as_written(tmp_path):
 def test_screen_reads_the_cpp_inside_load_inline():
     """load_inline is allowed (the sandbox contains its build); its literal C++ gets the
     rules of a .cu candidate, reported at the Python file's line."""
-    bad = LOAD_INLINE.replace("auto xc = x.contiguous();",
-                              "auto xc = x.contiguous(); std::thread t([]{}); t.detach();")
+    bad = LOAD_INLINE.replace("auto xc = x.contiguous();", "auto xc = x.contiguous(); std::thread t([]{}); t.detach();")
     result = screen_solution(from_source(_src(bad), None, "model_new.py"), 256_000, 16)
     assert not result.ok and result.status == "REWARD_HACK"
     (finding,) = result.findings
@@ -201,16 +200,24 @@ def test_screen_reads_the_cpp_inside_load_inline():
     assert "std::thread" in line and finding.rule == "thread", finding
     assert finding.message.startswith("load_inline C++: std::thread")
     inline = _src(LOAD_INLINE).replace("cpp_sources=relu_cpp_source", "cpp_sources=[relu_cpp_source]")
-    assert screen_solution(from_source(inline.replace("int64_t n", "int64_t n = getenv(0) ? 1 : 0; int64_t m"),
-                                       None), 256_000, 16).findings[0].rule == "environment"
+    assert (
+        screen_solution(
+            from_source(inline.replace("int64_t n", "int64_t n = getenv(0) ? 1 : 0; int64_t m"), None), 256_000, 16
+        )
+        .findings[0]
+        .rule
+        == "environment"
+    )
 
 
 # --------------------------------------------------------------------- PASSED, each level
 
 
-@pytest.mark.parametrize("key, source", [("relu", RELU), ("conv", CONV), ("bn", BN), ("mlp", MLP)],
-                         ids=["level1-relu", "level2-conv-relu-bias", "level2-gemm-batchnorm",
-                              "level3-mlp-renamed"])
+@pytest.mark.parametrize(
+    "key, source",
+    [("relu", RELU), ("conv", CONV), ("bn", BN), ("mlp", MLP)],
+    ids=["level1-relu", "level2-conv-relu-bias", "level2-gemm-batchnorm", "level3-mlp-renamed"],
+)
 def test_modelnew_of_each_level_passes(kb, key, source):
     _passed(_judge(kb, key, source))
 
@@ -246,8 +253,10 @@ def test_modelnew_for_a_problem_not_from_kernelbench(tmp_path):
 
 
 def test_constructor_that_refuses_the_init_inputs(kb):
-    source = CONV.replace("def __init__(self, in_channels, out_channels, kernel_size, bias_shape)",
-                          "def __init__(self, in_channels, out_channels)")
+    source = CONV.replace(
+        "def __init__(self, in_channels, out_channels, kernel_size, bias_shape)",
+        "def __init__(self, in_channels, out_channels)",
+    )
     v = _judge(kb, "conv", source)
     assert v.status == "COMPILE_ERROR", v.diagnostic
     assert "does not accept the Model's constructor arguments" in v.diagnostic
@@ -255,8 +264,10 @@ def test_constructor_that_refuses_the_init_inputs(kb):
 
 
 def test_unmatched_weights_are_named(kb):
-    source = CONV.replace("nn.Conv2d(in_channels, out_channels, kernel_size)",
-                          "nn.Conv2d(in_channels, out_channels, kernel_size, bias=False)")
+    source = CONV.replace(
+        "nn.Conv2d(in_channels, out_channels, kernel_size)",
+        "nn.Conv2d(in_channels, out_channels, kernel_size, bias=False)",
+    )
     source = source.replace("self.conv.bias)", "None)")
     v = _judge(kb, "conv", source)
     assert v.status == "COMPILE_ERROR", v.diagnostic

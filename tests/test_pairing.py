@@ -28,12 +28,16 @@ def test_only_unclear_accepts_and_reverts_are_remeasured():
 
 def test_paired_arithmetic():
     cfg = GuardConfig()
-    same = {f"w{i}": {"incumbent": [(1.0, 0.002), (1.02, 0.002)], "challenger": [(1.01, 0.002), (1.01, 0.002)]}
-            for i in range(4)}
+    same = {
+        f"w{i}": {"incumbent": [(1.0, 0.002), (1.02, 0.002)], "challenger": [(1.01, 0.002), (1.01, 0.002)]}
+        for i in range(4)
+    }
     cmp = paired_comparison(same, cfg)
     assert abs(cmp.speedup - 1) < 0.01 and cmp.threshold >= cfg.noise_floor
-    faster = {f"w{i}": {"incumbent": [(1.0, 0.001), (1.0, 0.001)], "challenger": [(0.8, 0.001), (0.8, 0.001)]}
-              for i in range(4)}
+    faster = {
+        f"w{i}": {"incumbent": [(1.0, 0.001), (1.0, 0.001)], "challenger": [(0.8, 0.001), (0.8, 0.001)]}
+        for i in range(4)
+    }
     cmp = paired_comparison(faster, cfg)
     assert math.isclose(cmp.speedup, 1.25) and cmp.threshold == cfg.noise_floor
     # repetitions that disagree widen the threshold
@@ -76,8 +80,9 @@ def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(se
     # 5 standard errors rather than 3: on 2 shared cores even two kernels timed turn about can
     # differ by 10%; the stored figures (40% off, no error) still say ACCEPT on their own
     paired_timings = _watch_pairing(monkeypatch)
-    guard = make_guard(session_tmp / f"ws-pairing-{band}", min_iters=40, max_iters=80, pairing_band_cpu=band,
-                       noise_sigmas=5)
+    guard = make_guard(
+        session_tmp / f"ws-pairing-{band}", min_iters=40, max_iters=80, pairing_band_cpu=band, noise_sigmas=5
+    )
     try:
         # a first verdict in a fresh guard runs cold (and slower on a CPU): keep it out of the comparison
         guard.evaluate(from_source(honest_source(), None, "kernel.py"), RMS, agent="warm-up")
@@ -86,8 +91,10 @@ def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(se
         assert first.decision == "ACCEPT", first.reason
         # The incumbent's stored figures as a slow window would have left them: 40% slower.
         with guard.db.transaction() as c:
-            c.execute("UPDATE workload_results SET latency_ms = latency_ms * 1.4, rel_se = 0 WHERE candidate_id = ?",
-                      (first.candidate_id,))
+            c.execute(
+                "UPDATE workload_results SET latency_ms = latency_ms * 1.4, rel_se = 0 WHERE candidate_id = ?",
+                (first.candidate_id,),
+            )
         again = guard.evaluate(from_source(source + "\n# a comment\n", None, "kernel.py"), RMS, agent="agent-p")
         assert again.status == "PASSED", again.reason
         # The same kernel against itself must never be an ACCEPT. On this machine's noise the

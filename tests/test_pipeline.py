@@ -59,9 +59,7 @@ def _decisions(guard):
     assert slow.speedup_vs_best < 1
 
     # The identical source again: judged from the stored measurement, not re-run.
-    again = guard.evaluate(
-        from_source(slow_source_text := slow_source(), None, "kernel.py"), RMS, agent="agent-b"
-    )
+    again = guard.evaluate(from_source(slow_source_text := slow_source(), None, "kernel.py"), RMS, agent="agent-b")
     dup = guard.evaluate(from_source(slow_source_text, None, "kernel.py"), RMS, agent="agent-c")
     assert dup.duplicate_of == again.candidate_id
     assert "not measured again" in dup.reason
@@ -130,8 +128,9 @@ def test_compile_error_is_trimmed(guard):
     assert v.status == "COMPILE_ERROR" and v.gate == "screen"
     assert "kernel.py:3" in v.reason
 
-    import_error = ("import torch\nimport no_such_module_anywhere\n\n"
-                    "def run(hidden_states, weight):\n    return hidden_states\n")
+    import_error = (
+        "import torch\nimport no_such_module_anywhere\n\ndef run(hidden_states, weight):\n    return hidden_states\n"
+    )
     v = submit(guard, import_error, "import")
     assert v.status == "COMPILE_ERROR" and v.gate == "build"
     assert "no_such_module_anywhere" in v.diagnostic
@@ -199,8 +198,9 @@ def test_repetition_is_noticed(session_tmp):
         again = submit(g, commented, "rita", notes="something else entirely different words")
         assert any("same code as " + first.candidate_id in r for r in again.repeats), again.repeats
         plan = submit(g, slow_source(), "sam", notes="plain float32 torch with rsqrt and weight multiply")
-        assert any("plan like this" in r and first.candidate_id in r and "rita" in r
-                   for r in plan.repeats), plan.repeats
+        assert any("plan like this" in r and first.candidate_id in r and "rita" in r for r in plan.repeats), (
+            plan.repeats
+        )
     finally:
         g.close()
 
@@ -210,11 +210,15 @@ def _dps_solution(body: str):
 
     from guard.candidates.load import from_solution_json
 
-    return from_solution_json(json.dumps({
-        "name": "rms-dps", "spec": {"languages": ["pytorch"], "entry_point": "k.py::run",
-                                    "destination_passing_style": True},
-        "sources": [{"path": "k.py", "content": unique(body)}],
-    }))
+    return from_solution_json(
+        json.dumps(
+            {
+                "name": "rms-dps",
+                "spec": {"languages": ["pytorch"], "entry_point": "k.py::run", "destination_passing_style": True},
+                "sources": [{"path": "k.py", "content": unique(body)}],
+            }
+        )
+    )
 
 
 DPS_HONEST = (
@@ -263,10 +267,15 @@ def test_a_candidate_waiting_for_a_busy_guard_says_so(guard):
 
     events: list[tuple[str, str]] = []
     result: dict = {}
+
     def judge():
         try:
-            result["v"] = guard.evaluate(from_source(unique(honest_source()), None, "k.py"), RMS, agent="waiter",
-                                         progress=lambda phase, done, total, msg="": events.append((phase, msg)))
+            result["v"] = guard.evaluate(
+                from_source(unique(honest_source()), None, "k.py"),
+                RMS,
+                agent="waiter",
+                progress=lambda phase, done, total, msg="": events.append((phase, msg)),
+            )
         except BaseException as exc:  # noqa: BLE001 - reported by the assertions below
             result["error"] = exc
 
@@ -278,7 +287,8 @@ def test_a_candidate_waiting_for_a_busy_guard_says_so(guard):
         while time.monotonic() < deadline and not any(p == "waiting" for p, _ in events):
             time.sleep(0.05)
         assert [m for p, m in events if p == "waiting"] == [
-            "this device's guard is busy (another evaluation, or baselines being measured)"]
+            "this device's guard is busy (another evaluation, or baselines being measured)"
+        ]
         assert not result  # still waiting: judged only once the guard is free
     finally:
         guard._lock.release()

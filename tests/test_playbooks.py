@@ -14,12 +14,28 @@ import playbooks
 from memory.playbook import TIER_OF, Category, Method, Signal, load_methods
 
 FAMILIES = {
-    "rmsnorm", "layernorm", "softmax", "cross_entropy", "rope", "decoder_block",
-    "attn_out_proj_residual", "swiglu_mlp", "matmul", "attention", "reduce", "elementwise",
+    "rmsnorm",
+    "layernorm",
+    "softmax",
+    "cross_entropy",
+    "rope",
+    "decoder_block",
+    "attn_out_proj_residual",
+    "swiglu_mlp",
+    "matmul",
+    "attention",
+    "reduce",
+    "elementwise",
 }
 FAILURE_SIGNALS = (
-    "compile_error", "incorrect_numerical", "incorrect_shape", "incorrect_dtype",
-    "runtime_error", "timeout", "nondeterministic", "reward_hack",
+    "compile_error",
+    "incorrect_numerical",
+    "incorrect_shape",
+    "incorrect_dtype",
+    "runtime_error",
+    "timeout",
+    "nondeterministic",
+    "reward_hack",
 )
 BACKENDS = {"triton", "cuda_cpp", "pytorch"}
 
@@ -75,9 +91,7 @@ def test_signals_and_backends_not_repeated(methods):
 @pytest.mark.parametrize("signal", FAILURE_SIGNALS)
 def test_repair_method_for_each_failure(methods, signal):
     assert signal in get_args(Signal)
-    assert any(m.category == "repair" and signal in m.signals for m in methods), (
-        f"no repair method answers {signal}"
-    )
+    assert any(m.category == "repair" and signal in m.signals for m in methods), f"no repair method answers {signal}"
 
 
 def test_every_signal_is_answered(methods):

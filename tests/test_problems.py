@@ -86,8 +86,9 @@ def test_kernelbench_import_with_weights(session_tmp):
 
         problem, _ = g.store.import_path(DATA / "kernelbench" / "1_Square_matmul.py")
         assert list(problem.definition.inputs) == ["A", "B"]
-        v = g.evaluate(from_source("import torch\n\ndef run(A, B):\n    return A @ B\n", "pytorch"),
-                       problem.name, agent="kb")
+        v = g.evaluate(
+            from_source("import torch\n\ndef run(A, B):\n    return A @ B\n", "pytorch"), problem.name, agent="kb"
+        )
         assert v.status == "PASSED", f"{v.reason}\n{v.diagnostic}"
     finally:
         g.close()

@@ -82,17 +82,22 @@ def test_workspace_and_secret_are_out_of_sight(tmp_path, needs_bwrap):
     ws = fake_workspace(shown)
     lone_secret = tmp_path / "secret.key"  # outside every bound path
     lone_secret.write_text("cd" * 32)
-    got = run_sandboxed(tmp_path / "scratch", f"""
+    got = run_sandboxed(
+        tmp_path / "scratch",
+        f"""
     print(json.dumps({{
-        "visible": attempt(lambda: open({str(shown / 'visible.txt')!r}).read()),
+        "visible": attempt(lambda: open({str(shown / "visible.txt")!r}).read()),
         "shown": attempt(os.listdir, {str(shown)!r}),
         "ws": attempt(os.listdir, {str(ws)!r}),
-        "secret": attempt(lambda: open({str(ws / 'secret.key')!r}).read()),
-        "db": attempt(lambda: open({str(ws / 'workspace.db')!r}).read()),
+        "secret": attempt(lambda: open({str(ws / "secret.key")!r}).read()),
+        "db": attempt(lambda: open({str(ws / "workspace.db")!r}).read()),
         "lone": attempt(lambda: open({str(lone_secret)!r}).read()),
         "tmp": attempt(os.listdir, {str(tmp_path)!r}),
     }}))
-    """, protect=[ws], readonly=[shown])
+    """,
+        protect=[ws],
+        readonly=[shown],
+    )
     assert got["visible"] == "fine"  # the bind works, so what follows is the mask's doing
     assert "ab" * 32 not in json.dumps(got) and "cd" * 32 not in json.dumps(got)
     assert got["secret"].startswith("denied") and got["db"].startswith("denied")
@@ -107,8 +112,12 @@ def test_policy_masks_and_leaves_out_protected_paths(tmp_path):
     inner = ws / "lib"  # e.g. a PYTHONPATH entry inside the workspace: never bound
     inner.mkdir()
     policy = SandboxPolicy.for_worker(
-        tmp_path / "scratch", "cpu", protect=[ws], readonly=[shown, inner],
-        expose=[ws / "problems"], env={"PYTHONPATH": str(inner)},
+        tmp_path / "scratch",
+        "cpu",
+        protect=[ws],
+        readonly=[shown, inner],
+        expose=[ws / "problems"],
+        env={"PYTHONPATH": str(inner)},
     )
     assert shown in policy.readonly and ws in policy.masks
     assert not any(p == inner or inner in p.parents for p in policy.readonly)
@@ -121,12 +130,18 @@ def test_policy_masks_and_leaves_out_protected_paths(tmp_path):
 def test_exposed_problem_folder_inside_a_masked_workspace(tmp_path, needs_bwrap):
     shown = tmp_path / "shown"
     ws = fake_workspace(shown)
-    got = run_sandboxed(tmp_path / "scratch", f"""
+    got = run_sandboxed(
+        tmp_path / "scratch",
+        f"""
     print(json.dumps({{
-        "problem": attempt(lambda: open({str(ws / 'problems' / 'p' / 'definition.json')!r}).read()),
-        "secret": attempt(lambda: open({str(ws / 'secret.key')!r}).read()),
+        "problem": attempt(lambda: open({str(ws / "problems" / "p" / "definition.json")!r}).read()),
+        "secret": attempt(lambda: open({str(ws / "secret.key")!r}).read()),
     }}))
-    """, protect=[ws], readonly=[shown], expose=[ws / "problems"])
+    """,
+        protect=[ws],
+        readonly=[shown],
+        expose=[ws / "problems"],
+    )
     assert got["problem"] == "{}" and got["secret"].startswith("denied")
 
 
@@ -163,7 +178,9 @@ def test_writes_only_in_its_own_folder(tmp_path, needs_bwrap):
 # -- processes and network --------------------------------------------------------------------------
 def test_proc_shows_only_the_sandbox(tmp_path, needs_bwrap):
     me = os.getpid()
-    got = run_sandboxed(tmp_path / "scratch", f"""
+    got = run_sandboxed(
+        tmp_path / "scratch",
+        f"""
     pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
     print(json.dumps({{
         "pids": pids,
@@ -171,7 +188,8 @@ def test_proc_shows_only_the_sandbox(tmp_path, needs_bwrap):
         "init": open("/proc/1/cmdline", "rb").read().split(b"\\0")[0].decode(),
         "me": os.getpid(),
     }}))
-    """)
+    """,
+    )
     assert got["host_environ"].startswith("denied")
     assert me not in got["pids"]  # the sandbox's pids are 1 (its init), 2, ...
     assert len(got["pids"]) <= 4 and got["me"] in got["pids"]
@@ -184,7 +202,9 @@ def test_no_network(tmp_path, needs_bwrap):
         listener.listen(1)
         listener.settimeout(0.5)
         port = listener.getsockname()[1]
-        got = run_sandboxed(tmp_path / "scratch", f"""
+        got = run_sandboxed(
+            tmp_path / "scratch",
+            f"""
         import socket
         def connect():
             with socket.create_connection(("127.0.0.1", {port}), timeout=2):
@@ -193,7 +213,8 @@ def test_no_network(tmp_path, needs_bwrap):
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 s.sendto(b"x", ("8.8.8.8", 53))
         print(json.dumps({{"tcp": attempt(connect), "udp": attempt(udp)}}))
-        """)
+        """,
+        )
         assert got["tcp"].startswith("denied") and got["udp"].startswith("denied")
         with pytest.raises(socket.timeout):
             listener.accept()
@@ -227,10 +248,17 @@ def _prepare(worker, source: str, build_cache: Path) -> dict:
 
     problem, d, _ = _definition_and_workload()
     solution = from_source(source, "pytorch", "kernel.py").model_dump(mode="json", exclude_none=True)
-    return worker.request({
-        "op": "prepare", "definition": d.to_json(), "solution": solution, "language": "pytorch",
-        "blob_root": str(problem.root) if problem.root else None, "build_cache": str(build_cache),
-    }, 60)
+    return worker.request(
+        {
+            "op": "prepare",
+            "definition": d.to_json(),
+            "solution": solution,
+            "language": "pytorch",
+            "blob_root": str(problem.root) if problem.root else None,
+            "build_cache": str(build_cache),
+        },
+        60,
+    )
 
 
 def test_kill_leaves_no_grandchild(tmp_path, needs_bwrap):
@@ -273,11 +301,17 @@ def test_honest_candidate_builds_and_runs_in_the_sandbox(tmp_path, needs_bwrap):
         reply = _prepare(worker, honest_source(), tmp_path / "cache")
         assert reply.get("ok"), reply
         _, d, w = _definition_and_workload()
-        reply = worker.request({
-            "op": "check", "workload": w.model_dump(mode="json"), "axes": d.resolve_axes(w.axes),
-            "rounds": [{"seed": 7, "kind": "normal", "tag": "r0"}], "determinism": True,
-            "outdir": str(worker.outdir),
-        }, 60)
+        reply = worker.request(
+            {
+                "op": "check",
+                "workload": w.model_dump(mode="json"),
+                "axes": d.resolve_axes(w.axes),
+                "rounds": [{"seed": 7, "kind": "normal", "tag": "r0"}],
+                "determinism": True,
+                "outdir": str(worker.outdir),
+            },
+            60,
+        )
         assert reply.get("ok"), reply
         files = [o["file"] for r in reply["rounds"] for o in r["outputs"]]
         assert files and all(Path(f).parent == worker.outdir and Path(f).stat().st_size for f in files)
@@ -316,8 +350,10 @@ def test_isolation_line_names_the_mechanism(needs_bwrap):
 
 # -- built extensions ------------------------------------------------------------------------------
 def _cuda_solution(body: str) -> dict:
-    return {"sources": [{"path": "kernel.cu", "content": body}],
-            "spec": {"entry_point": "kernel.cu::run", "language": "cuda_cpp"}}
+    return {
+        "sources": [{"path": "kernel.cu", "content": body}],
+        "spec": {"entry_point": "kernel.cu::run", "language": "cuda_cpp"},
+    }
 
 
 def test_publish_build_copies_only_the_worker_s_own_library(tmp_path):

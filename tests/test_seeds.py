@@ -41,8 +41,18 @@ def problem(request):
 
 def test_there_are_seed_problems():
     names = {p.name for p in FOLDERS}
-    for family in ("matmul", "softmax", "layernorm", "rmsnorm", "attention", "swiglu_mlp",
-                   "cross_entropy", "rope", "reduce_sum", "attn_out_proj_residual"):
+    for family in (
+        "matmul",
+        "softmax",
+        "layernorm",
+        "rmsnorm",
+        "attention",
+        "swiglu_mlp",
+        "cross_entropy",
+        "rope",
+        "reduce_sum",
+        "attn_out_proj_residual",
+    ):
         assert any(n.startswith(family + "_") for n in names), f"no seed problem for {family}"
     assert any(n.startswith(("decoder_block_", "moe_expert_")) for n in names)
 

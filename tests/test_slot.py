@@ -18,9 +18,24 @@ def test_submit_waits_for_the_timing_slot(tmp_path):
     slot = TimingSlot(resolve("cpu").key)
     with slot.hold(exclusive=True):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), "submit",
-             str(CHEATS / "honest_torch.py"), "--problem", RMS, "--device", "cpu", "--json"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "kernelarc_mcp.cli",
+                "--workspace",
+                str(ws),
+                "submit",
+                str(CHEATS / "honest_torch.py"),
+                "--problem",
+                RMS,
+                "--device",
+                "cpu",
+                "--json",
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         time.sleep(15)
         assert proc.poll() is None, "the submission finished while another process held the slot"

@@ -21,14 +21,22 @@ from kernelarc_mcp.cli import main
 from helpers import SOL_EXAMPLES, make_guard, unique
 
 ENV = {"hardware": "NVIDIA_H200", "libs": {"torch": "2.9.0"}}
-WORKLOAD = {"uuid": "w1", "axes": {"batch_size": 4},
-            "inputs": {"x": {"type": "random"}, "eps": {"type": "scalar", "value": 1e-6}}}
+WORKLOAD = {
+    "uuid": "w1",
+    "axes": {"batch_size": 4},
+    "inputs": {"x": {"type": "random"}, "eps": {"type": "scalar", "value": 1e-6}},
+}
 
 
 def _trace(**evaluation):
-    return T.Trace.model_validate({"definition": "rmsnorm", "solution": "s1", "workload": WORKLOAD,
-                                   "evaluation": {"environment": ENV, "timestamp": "2026-12-01T00:00:00Z",
-                                                  **evaluation}})
+    return T.Trace.model_validate(
+        {
+            "definition": "rmsnorm",
+            "solution": "s1",
+            "workload": WORKLOAD,
+            "evaluation": {"environment": ENV, "timestamp": "2026-12-01T00:00:00Z", **evaluation},
+        }
+    )
 
 
 def test_trace_models_follow_the_published_nullable_table():
@@ -39,11 +47,13 @@ def test_trace_models_follow_the_published_nullable_table():
     assert json.loads(ok.to_line())["evaluation"]["performance"]["speedup_factor"] == 2.0
     _trace(status="INCORRECT_NUMERICAL", correctness=corr)
     _trace(status="COMPILE_ERROR", log="nvcc: error")
-    for bad in (dict(status="PASSED", correctness=corr),  # performance missing
-                dict(status="INCORRECT_NUMERICAL", correctness=corr, performance=perf),
-                dict(status="REWARD_HACK", correctness=corr),
-                dict(status="SKIPPED"),
-                dict(status="TIMEOUT", surplus=1)):
+    for bad in (
+        dict(status="PASSED", correctness=corr),  # performance missing
+        dict(status="INCORRECT_NUMERICAL", correctness=corr, performance=perf),
+        dict(status="REWARD_HACK", correctness=corr),
+        dict(status="SKIPPED"),
+        dict(status="TIMEOUT", surplus=1),
+    ):
         with pytest.raises(ValidationError):
             _trace(**bad)
     with pytest.raises(ValidationError):  # custom inputs are all or nothing
@@ -55,15 +65,28 @@ def test_trace_models_follow_the_published_nullable_table():
 SOLUTIONS = [
     from_source("import torch\n\ndef run(x):\n    return x\n", "pytorch", "k.py"),
     from_source("import triton\nimport torch\n\ndef run(x):\n    return x\n", None, "k.py"),
-    from_source('#include <torch/extension.h>\ntorch::Tensor run(torch::Tensor x) { return x; }\n',
-                "cuda_cpp", "k.cu"),
-    from_solution_json(json.dumps({
-        "name": "dps", "author": "me", "spec": {
-            "languages": ["cuda_cpp"], "entry_point": "main.cu::run", "destination_passing_style": True,
-            "binding": "torch", "target_hardware": ["B200"], "dependencies": ["cublas"],
-            "compile_options": {"cuda_cflags": ["-O3", "-std=c++17"], "ld_flags": ["-lcublas"]}},
-        "sources": [{"path": "main.cu", "content": "void run(torch::Tensor x, torch::Tensor y) {}\n"},
-                    {"path": "inc/k.cuh", "content": "#pragma once\n"}]})),
+    from_source("#include <torch/extension.h>\ntorch::Tensor run(torch::Tensor x) { return x; }\n", "cuda_cpp", "k.cu"),
+    from_solution_json(
+        json.dumps(
+            {
+                "name": "dps",
+                "author": "me",
+                "spec": {
+                    "languages": ["cuda_cpp"],
+                    "entry_point": "main.cu::run",
+                    "destination_passing_style": True,
+                    "binding": "torch",
+                    "target_hardware": ["B200"],
+                    "dependencies": ["cublas"],
+                    "compile_options": {"cuda_cflags": ["-O3", "-std=c++17"], "ld_flags": ["-lcublas"]},
+                },
+                "sources": [
+                    {"path": "main.cu", "content": "void run(torch::Tensor x, torch::Tensor y) {}\n"},
+                    {"path": "inc/k.cuh", "content": "#pragma once\n"},
+                ],
+            }
+        )
+    ),
 ]
 
 
@@ -80,17 +103,23 @@ def test_exported_solutions_load_back_unchanged(solution):
 
 
 def test_published_solution_schema_refuses_what_its_loader_refuses():
-    base = {"name": "n", "definition": "d", "author": "a",
-            "spec": {"languages": ["triton"], "target_hardware": ["LOCAL"], "entry_point": "k.py::run"},
-            "sources": [{"path": "k.py", "content": "x = 1\n"}]}
+    base = {
+        "name": "n",
+        "definition": "d",
+        "author": "a",
+        "spec": {"languages": ["triton"], "target_hardware": ["LOCAL"], "entry_point": "k.py::run"},
+        "sources": [{"path": "k.py", "content": "x = 1\n"}],
+    }
     SolSolution.model_validate(base)
-    for change in ({"spec": {**base["spec"], "languages": ["triton", "cuda_cpp"]}},
-                   {"spec": {**base["spec"], "entry_point": "k.cu::run"}},
-                   {"spec": {**base["spec"], "target_hardware": []}},
-                   {"spec": {**base["spec"], "languages": ["tilelang"]}},
-                   {"sources": [{"path": "other.py", "content": "x = 1\n"}]},
-                   {"sources": [{"path": "../k.py", "content": "x = 1\n"}]},
-                   {"author": ""}):
+    for change in (
+        {"spec": {**base["spec"], "languages": ["triton", "cuda_cpp"]}},
+        {"spec": {**base["spec"], "entry_point": "k.cu::run"}},
+        {"spec": {**base["spec"], "target_hardware": []}},
+        {"spec": {**base["spec"], "languages": ["tilelang"]}},
+        {"sources": [{"path": "other.py", "content": "x = 1\n"}]},
+        {"sources": [{"path": "../k.py", "content": "x = 1\n"}]},
+        {"author": ""},
+    ):
         with pytest.raises(ValidationError):
             SolSolution.model_validate({**base, **change})
 
@@ -109,8 +138,9 @@ def test_verdicts_export_as_traces_the_schema_accepts(tmp_path):
         ref = problem.definition.reference
         good = g.evaluate(from_source(unique(ref), "pytorch", "kernel.py"), problem.name, agent="a")
         bad = g.evaluate(from_source(unique(WRONG), "pytorch", "kernel.py"), problem.name, agent="b")
-        broken = g.evaluate(from_source(unique("def run(input):\n    return (\n"), "pytorch", "kernel.py"),
-                            problem.name, agent="b")
+        broken = g.evaluate(
+            from_source(unique("def run(input):\n    return (\n"), "pytorch", "kernel.py"), problem.name, agent="b"
+        )
         assert (good.status, bad.status) == ("PASSED", "INCORRECT_NUMERICAL")
         out = tmp_path / "export"
         summary = export_problem(g.db, g.store.get(problem.name), out)
@@ -147,6 +177,23 @@ def test_verdicts_export_as_traces_the_schema_accepts(tmp_path):
     assert len(lines) == n and all(T.Trace.model_validate_json(x).solution == good.candidate_id for x in lines)
     buf = io.StringIO()
     with redirect_stdout(buf):
-        assert main(["--workspace", str(tmp_path / "ws"), "export", "--problem", problem.name,
-                     "--format", "sol-execbench", "--out", str(tmp_path / "cli"), "--agent", "a", "--json"]) == 0
+        assert (
+            main(
+                [
+                    "--workspace",
+                    str(tmp_path / "ws"),
+                    "export",
+                    "--problem",
+                    problem.name,
+                    "--format",
+                    "sol-execbench",
+                    "--out",
+                    str(tmp_path / "cli"),
+                    "--agent",
+                    "a",
+                    "--json",
+                ]
+            )
+            == 0
+        )
     assert json.loads(buf.getvalue().splitlines()[-1])["traces"] == n

@@ -81,12 +81,16 @@ def test_error_cap_and_non_finite_values_fail_within_the_ratio():
 
 
 def _definition(out_dtype: str = "bfloat16", **ka) -> Definition:
-    return Definition.model_validate(dict(
-        name="t", axes={"n": {"type": "var"}},
-        inputs={"x": {"shape": ["n"], "dtype": "bfloat16"}},
-        outputs={"y": {"shape": ["n"], "dtype": out_dtype}},
-        reference="def run(x):\n    return x\n", kernelarc=ka,
-    ))
+    return Definition.model_validate(
+        dict(
+            name="t",
+            axes={"n": {"type": "var"}},
+            inputs={"x": {"shape": ["n"], "dtype": "bfloat16"}},
+            outputs={"y": {"shape": ["n"], "dtype": out_dtype}},
+            reference="def run(x):\n    return x\n",
+            kernelarc=ka,
+        )
+    )
 
 
 def test_tolerance_comes_from_the_workload_else_sol_defaults_with_our_dtype_bounds():
@@ -103,17 +107,20 @@ def test_tolerance_comes_from_the_workload_else_sol_defaults_with_our_dtype_boun
     assert "stricter than SOL-ExecBench's default 0.01" in f32.stricter and "every element" in f32.stricter
     fp8 = tol_mod.for_output(_definition("float8_e4m3fn"), bare, "float8_e4m3fn")
     assert fp8.required_matched_ratio == 0.99 and fp8.stricter is None
-    own = tol_mod.for_output(_definition("float32", tolerance={"float32": {"atol": 1e-3, "rtol": 1e-3}}),
-                             bare, "float32")
+    own = tol_mod.for_output(
+        _definition("float32", tolerance={"float32": {"atol": 1e-3, "rtol": 1e-3}}), bare, "float32"
+    )
     assert own.origin == "kernelarc" and own.stricter.startswith("this problem's float32 tolerance")
     assert "match exactly" in tol_mod.for_output(_definition("int32"), bare, "int32").stricter
     assert tol_mod.view(_definition(), [w]) == {
-        "y": {"atol": 1e-3, "rtol": 2e-3, "required_matched_ratio": 0.95, "max_error_cap": 0.5}}
+        "y": {"atol": 1e-3, "rtol": 2e-3, "required_matched_ratio": 0.95, "max_error_cap": 0.5}
+    }
 
 
 def test_workload_tolerance_validates_and_round_trips(tmp_path):
-    w = Workload.model_validate({"uuid": "a", "axes": {}, "inputs": {},
-                                 "tolerance": {"max_atol": 1e-3, "required_matched_ratio": 0.9}})
+    w = Workload.model_validate(
+        {"uuid": "a", "axes": {}, "inputs": {}, "tolerance": {"max_atol": 1e-3, "required_matched_ratio": 0.9}}
+    )
     assert w.tolerance.max_rtol == 1e-2 and w.tolerance.max_error_cap is None
     with pytest.raises(ValueError):
         Workload.model_validate({"uuid": "a", "tolerance": {"required_matched_ratio": 1.5}})
@@ -181,16 +188,26 @@ def run(x):
 def test_guard_honours_the_matched_ratio_end_to_end(tmp_path):
     folder = tmp_path / "double_rows"
     folder.mkdir()
-    (folder / "definition.json").write_text(json.dumps({
-        "name": "double_rows", "axes": {"n": {"type": "var"}, "h": {"type": "const", "value": 1000}},
-        "inputs": {"x": {"shape": ["n", "h"], "dtype": "float32"}},
-        "outputs": {"y": {"shape": ["n", "h"], "dtype": "float32"}},
-        "reference": DOUBLE, "kernelarc": {"heldout_count": 1},
-    }))
+    (folder / "definition.json").write_text(
+        json.dumps(
+            {
+                "name": "double_rows",
+                "axes": {"n": {"type": "var"}, "h": {"type": "const", "value": 1000}},
+                "inputs": {"x": {"shape": ["n", "h"], "dtype": "float32"}},
+                "outputs": {"y": {"shape": ["n", "h"], "dtype": "float32"}},
+                "reference": DOUBLE,
+                "kernelarc": {"heldout_count": 1},
+            }
+        )
+    )
     tol = {"max_atol": 1e-3, "max_rtol": 1e-3, "required_matched_ratio": 0.99}
-    (folder / "workload.jsonl").write_text("\n".join(json.dumps(
-        {"uuid": f"w{n}", "axes": {"n": n}, "inputs": {"x": {"type": "random"}}, "tolerance": tol})
-        for n in (16, 33)) + "\n")
+    (folder / "workload.jsonl").write_text(
+        "\n".join(
+            json.dumps({"uuid": f"w{n}", "axes": {"n": n}, "inputs": {"x": {"type": "random"}}, "tolerance": tol})
+            for n in (16, 33)
+        )
+        + "\n"
+    )
     g = make_guard(tmp_path / "ws", correctness_rounds=1, heldout_rounds=1)
     try:
         g.store.import_path(folder)

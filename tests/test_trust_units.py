@@ -22,7 +22,8 @@ from guard.runner.freeze import descendants, frozen  # noqa: E402
 from guard.runner.inputs import InputMaker  # noqa: E402
 
 DEF = {
-    "name": "scale", "reference": "def run(x, idx):\n    return x * 2\n",
+    "name": "scale",
+    "reference": "def run(x, idx):\n    return x * 2\n",
     "inputs": {"x": {"shape": ["n", 64], "dtype": "bfloat16"}, "idx": {"shape": ["n"], "dtype": "int64"}},
     "outputs": {"y": {"shape": ["n", 64], "dtype": "bfloat16"}},
 }
@@ -50,7 +51,8 @@ def test_refill_redraws_floats_in_place_and_keeps_indices():
 
 
 INT_ONLY = {
-    "name": "histogram", "reference": "def run(codes):\n    return codes.sum(-1)\n",
+    "name": "histogram",
+    "reference": "def run(codes):\n    return codes.sum(-1)\n",
     "inputs": {"codes": {"shape": ["n", 64], "dtype": "int32"}},
     "outputs": {"y": {"shape": ["n"], "dtype": "int64"}},
 }
@@ -78,8 +80,16 @@ def _confirm_loop(sets, static=None, rows=8, mirror=None):
     from guard.runner.confirm import ConfirmLoop
 
     maker = _maker()
-    return ConfirmLoop("cpu", sets, replays.Refiller(maker, {}, {"n": 4}), static, rows, lambda ms: None,
-                       mirror=mirror, projection_seed=PROJECTION_SEED)
+    return ConfirmLoop(
+        "cpu",
+        sets,
+        replays.Refiller(maker, {}, {"n": 4}),
+        static,
+        rows,
+        lambda ms: None,
+        mirror=mirror,
+        projection_seed=PROJECTION_SEED,
+    )
 
 
 PROJECTION_SEED = 77
@@ -211,11 +221,9 @@ def test_projection_is_the_same_in_every_worker():
 
 def test_outside_clock_judges_a_slower_figure_and_a_short_loop():
     # 100 calls of 1 ms by the outside clock; the loop alone 5 ms a call
-    honest = outside_clock.judge(0.6, 100, 0.5, 100, inside_ms=0.98, rel_band=0.1, abs_band_ms=0.004,
-                                 loop_slack=0.0)
+    honest = outside_clock.judge(0.6, 100, 0.5, 100, inside_ms=0.98, rel_band=0.1, abs_band_ms=0.004, loop_slack=0.0)
     assert honest.agrees and abs(honest.outside_ms - 1.0) < 1e-9
-    forged = outside_clock.judge(0.6, 100, 0.5, 100, inside_ms=0.3, rel_band=0.1, abs_band_ms=0.004,
-                                 loop_slack=0.0)
+    forged = outside_clock.judge(0.6, 100, 0.5, 100, inside_ms=0.3, rel_band=0.1, abs_band_ms=0.004, loop_slack=0.0)
     assert not forged.agrees
     # the loop's own cost varies between windows: its slack widens the band
     assert outside_clock.judge(0.6, 100, 0.5, 100, 0.3, 0.1, 0.004, loop_slack=0.2).agrees
@@ -232,8 +240,13 @@ def test_outside_clock_judges_a_slower_figure_and_a_short_loop():
 
 def test_the_outside_clock_checks_the_median_that_decides():
     # a median forged while the mean and the event windows were kept is judged by the median
-    stats = {"method": "cuda-graph+cupti", "event_median_ms": 0.02, "event_mean_ms": 0.02,
-             "mean_ms": 0.01, "median_ms": 0.001}
+    stats = {
+        "method": "cuda-graph+cupti",
+        "event_median_ms": 0.02,
+        "event_mean_ms": 0.02,
+        "mean_ms": 0.01,
+        "median_ms": 0.001,
+    }
     assert outside_clock.inside_figure_ms(stats) == 0.001
 
 
@@ -256,9 +269,16 @@ def test_messages_are_validated_at_both_ends():
 
 def test_frozen_stops_a_whole_tree_and_resumes_it():
     # the child spins (running, not sleeping): it must be seen stopped as soon as the block starts
-    proc = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                             "subprocess.Popen([sys.executable, '-c', 'while True: pass']); "
-                             "time.sleep(60)"], start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            "subprocess.Popen([sys.executable, '-c', 'while True: pass']); "
+            "time.sleep(60)",
+        ],
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 10
         while len(descendants(proc.pid)) < 2 and time.monotonic() < deadline:
@@ -372,9 +392,11 @@ def test_counts_from_the_candidates_process_are_bounded():
     timing = m.TimingConfig(min_iters=50, max_iters=500, target_time_s=0.2, warmup_time_s=0.05)
     _check_counts(m.Plan(method="cuda-graph", iters=200, n_sets=2), 200, 0.3, timing, 20.0, w)
     _check_counts(m.Plan(method="host-clock", iters=200, n_sets=2), 7, 19.5, timing, 20.0, w)  # time limit
-    for plan, n, run_s in ((m.Plan(method="cuda-graph", iters=2, n_sets=2), 2, 0.1),
-                           (m.Plan(method="host-clock", iters=200, n_sets=2), 7, 0.5),
-                           (m.Plan(method="cuda-graph", iters=200, n_sets=2), 150, 30.0)):
+    for plan, n, run_s in (
+        (m.Plan(method="cuda-graph", iters=2, n_sets=2), 2, 0.1),
+        (m.Plan(method="host-clock", iters=200, n_sets=2), 7, 0.5),
+        (m.Plan(method="cuda-graph", iters=200, n_sets=2), 150, 30.0),
+    ):
         with pytest.raises(Rejection) as err:
             _check_counts(plan, n, run_s, timing, 20.0, w)
         assert err.value.status == "REWARD_HACK"

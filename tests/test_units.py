@@ -28,8 +28,8 @@ def test_formulas_are_safe_arithmetic():
 
 def _definition(**kw):
     base = dict(
-        name="t", axes={"n": {"type": "var"}, "h": {"type": "const", "value": 8},
-                        "h2": {"type": "expr", "expression": "h // 2"}},
+        name="t",
+        axes={"n": {"type": "var"}, "h": {"type": "const", "value": 8}, "h2": {"type": "expr", "expression": "h // 2"}},
         inputs={"x": {"shape": ["n", "h"], "dtype": "bfloat16"}},
         outputs={"y": {"shape": ["n", "h2"], "dtype": "float32"}},
         reference="def run(x):\n    return x\n",
@@ -47,13 +47,16 @@ def test_definition_resolves_axes_and_costs():
     assert d.tolerance_for("float32").atol == 1e-4 and d.tolerance_for("bfloat16").rtol == 1e-2
 
 
-@pytest.mark.parametrize("change,msg", [
-    ({"name": "../x"}, "invalid problem name"),
-    ({"inputs": {"x": {"shape": ["m"], "dtype": "float32"}}}, "undeclared axis"),
-    ({"inputs": {"x": {"shape": ["n"], "dtype": "float13"}}}, "unknown dtype"),
-    ({"reference": "x = 1"}, "run"),
-    ({"kernelarc": {"flops": "import os"}}, "cannot parse"),
-])
+@pytest.mark.parametrize(
+    "change,msg",
+    [
+        ({"name": "../x"}, "invalid problem name"),
+        ({"inputs": {"x": {"shape": ["m"], "dtype": "float32"}}}, "undeclared axis"),
+        ({"inputs": {"x": {"shape": ["n"], "dtype": "float13"}}}, "unknown dtype"),
+        ({"reference": "x = 1"}, "run"),
+        ({"kernelarc": {"flops": "import os"}}, "cannot parse"),
+    ],
+)
 def test_definition_rejects_bad_input(change, msg):
     with pytest.raises(ValueError, match=msg):
         _definition(**change)
@@ -273,9 +276,20 @@ def test_a_compile_baseline_that_fell_back_is_reported_by_the_worker(tmp_path, m
     key = d.content_hash()
     assert role.handle({"op": "problem", "key": key, "definition": d.to_json(), "blob_root": None})["ok"]
     cfg = {"min_iters": 3, "max_iters": 5, "max_timing_s": 5.0, "target_time_s": 0.01, "warmup_time_s": 0.0}
-    replies = [role.handle({"op": "baseline", "key": key, "workload": w.model_dump(mode="json"),
-                            "axes": d.resolve_axes(w.axes), "sets": [1, 2], "config": cfg, "compile": True})
-               for w in visible]
+    replies = [
+        role.handle(
+            {
+                "op": "baseline",
+                "key": key,
+                "workload": w.model_dump(mode="json"),
+                "axes": d.resolve_axes(w.axes),
+                "sets": [1, 2],
+                "config": cfg,
+                "compile": True,
+            }
+        )
+        for w in visible
+    ]
     assert all(r["ok"] and r["compile_checked"] for r in replies), replies
     assert replies[0]["compiled"] is not None and not replies[0].get("compile_error")
     assert not replies[0].get("compile_fell_back")
@@ -298,21 +312,33 @@ def test_the_guard_asks_no_compile_time_after_a_fall_back_and_remeasures_uncheck
         d = problem.definition
         visible = workload_set(problem, "cpu", g._secret).visible[:4]
         # an old baseline of the first workload: a compile time nobody checked
-        g.db.put_baseline(d.content_hash(), visible[0].uuid, g.device.key, {"eager": {"median_ms": 1.0},
-                                                                             "compiled": {"median_ms": 1.0}})
+        g.db.put_baseline(
+            d.content_hash(),
+            visible[0].uuid,
+            g.device.key,
+            {"eager": {"median_ms": 1.0}, "compiled": {"median_ms": 1.0}},
+        )
         asked = []
 
         def fake_request(trusted, msg, timeout):
             asked.append((msg["workload"]["uuid"], msg["compile"]))
             fell = len(asked) == 2
-            return {"ok": True, "eager": {"median_ms": 2.0}, "compile_checked": msg["compile"],
-                    "compiled": None if fell or not msg["compile"] else {"median_ms": 1.0},
-                    "compile_fell_back": fell or None}
+            return {
+                "ok": True,
+                "eager": {"median_ms": 2.0},
+                "compile_checked": msg["compile"],
+                "compiled": None if fell or not msg["compile"] else {"median_ms": 1.0},
+                "compile_fell_back": fell or None,
+            }
 
         monkeypatch.setattr(g.reference, "request", fake_request)
         out = g.reference.ensure_baselines(None, problem, "key", visible, lambda *a: None)
-        assert asked == [(visible[0].uuid, True), (visible[1].uuid, True),
-                         (visible[2].uuid, False), (visible[3].uuid, False)]
+        assert asked == [
+            (visible[0].uuid, True),
+            (visible[1].uuid, True),
+            (visible[2].uuid, False),
+            (visible[3].uuid, False),
+        ]
         assert out[visible[0].uuid]["compiled"] is not None  # re-measured with the check
         later = out[visible[3].uuid]
         assert later["compiled"] is None and later["compile_fell_back"] and "earlier workload" in later["compile_error"]
@@ -340,6 +366,7 @@ def test_only_grad_mode_wrappers_are_removed_before_compiling():
         @functools.wraps(fn)
         def wrapper(x):
             return 2 * fn(x)
+
         return wrapper
 
     @doubles

@@ -29,8 +29,11 @@ WORKSPACE_CHEATS = sorted(CHEATS.glob("workspace_*.py"))
 SOFTMAX = "softmax_h4096"
 HONEST_SOFTMAX = "import torch\n\n\ndef run(input):\n    return torch.softmax(input, dim=-1)\n"
 # table -> the columns that identify a row
-TABLES = {"candidates": ("id",), "workload_results": ("candidate_id", "workload"),
-          "baselines": ("definition_hash", "workload", "device_key")}
+TABLES = {
+    "candidates": ("id",),
+    "workload_results": ("candidate_id", "workload"),
+    "baselines": ("definition_hash", "workload", "device_key"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -76,14 +79,16 @@ def test_workspace_untouched_and_secret_unknown(reach_guard, path):
     before_inode = os.stat(db_file).st_ino
     exp = expectation(path)
     try:
-        v = g.evaluate(from_source(cheat_source(path, g), None, "kernel.py"), exp.get("PROBLEM", RMS),
-                       agent=f"reach-{path.stem}")
+        v = g.evaluate(
+            from_source(cheat_source(path, g), None, "kernel.py"), exp.get("PROBLEM", RMS), agent=f"reach-{path.stem}"
+        )
 
         # the workspace: the secret byte for byte, the database the same file with its earlier rows
         assert secret_file.exists(), f"{path.name}: secret.key was deleted"
         assert _sha(secret_file) == hashlib.sha256(secret_bytes).hexdigest(), f"{path.name}: secret.key changed"
-        assert db_file.exists() and os.stat(db_file).st_ino == before_inode, \
+        assert db_file.exists() and os.stat(db_file).st_ino == before_inode, (
             f"{path.name}: workspace.db was deleted or replaced"
+        )
         after_rows = _rows(db_file)
         changed = sorted(k for k, row in before_rows.items() if after_rows.get(k) != row)
         assert not changed, f"{path.name}: earlier rows rewritten or removed: {changed[:5]}"
@@ -91,9 +96,13 @@ def test_workspace_untouched_and_secret_unknown(reach_guard, path):
         # the secret: nowhere in what comes back to the agent or is stored of this verdict
         con = sqlite3.connect(f"file:{db_file}?mode=ro", uri=True)
         try:
-            stored = " ".join(str(x) for row in con.execute(
-                "SELECT reason, diagnostic, verdict_json FROM candidates WHERE id = ?", (v.candidate_id,))
-                for x in row)
+            stored = " ".join(
+                str(x)
+                for row in con.execute(
+                    "SELECT reason, diagnostic, verdict_json FROM candidates WHERE id = ?", (v.candidate_id,)
+                )
+                for x in row
+            )
         finally:
             con.close()
         for text, where in ((v.model_dump_json(), "the verdict"), (stored, "the stored verdict")):

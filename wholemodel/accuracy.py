@@ -66,12 +66,19 @@ class Check:
         return "PASSED" if self.ok else "FAILED"
 
 
-def check(out: torch.Tensor, own: torch.Tensor, ref_hi: torch.Tensor, dtype: torch.dtype,
-          factor: float = DEFAULT_FACTOR) -> Check:
+def check(
+    out: torch.Tensor, own: torch.Tensor, ref_hi: torch.Tensor, dtype: torch.dtype, factor: float = DEFAULT_FACTOR
+) -> Check:
     if out.shape != own.shape or out.dtype != own.dtype:
         e = Errors(float("inf"), float("inf"), 0)
-        return Check(False, e, Errors.of(own, ref_hi), 0.0, 0.0,
-                     f"output is {out.dtype} {list(out.shape)}, the model's is {own.dtype} {list(own.shape)}")
+        return Check(
+            False,
+            e,
+            Errors.of(own, ref_hi),
+            0.0,
+            0.0,
+            f"output is {out.dtype} {list(out.shape)}, the model's is {own.dtype} {list(own.shape)}",
+        )
     unit = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
     mine, base = Errors.of(out, ref_hi), Errors.of(own, ref_hi)
     rms = float(ref_hi.pow(2).mean().sqrt().item()) if ref_hi.numel() else 0.0

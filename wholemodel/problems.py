@@ -80,8 +80,10 @@ def build_problem(p: Planned, profile: Profile, name: str) -> Problem:
     d = copy.deepcopy(t)
     d["name"] = name
     modules = sorted({m for e in p.entries for m in e.modules})
-    d["description"] = (site.summary.format(dtype=dtype, **p.constants)
-                        + f" From profiling {profile.model} ({', '.join(modules)}) on {profile.device}.")
+    d["description"] = (
+        site.summary.format(dtype=dtype, **p.constants)
+        + f" From profiling {profile.model} ({', '.join(modules)}) on {profile.device}."
+    )
     for axis, value in const_axes.items():
         d["axes"][axis]["value"] = value
         d["axes"][axis]["description"] = f"{profile.model}'s value"
@@ -94,9 +96,15 @@ def build_problem(p: Planned, profile: Profile, name: str) -> Problem:
         ka["bytes"] = f"({ka['bytes']}) * {elem} / 2"
     ka["cpu_workloads"] = None  # derived from the model's shapes by the guard
     ka["models"] = [f"{profile.model}: {', '.join(modules)}"]
-    ka["source"] = {"format": "kernelarc-profile", "model": profile.model, "device": profile.device,
-                    "dtype": dtype, "template": site.template, "share": round(p.share, 4),
-                    "constants": p.constants}
+    ka["source"] = {
+        "format": "kernelarc-profile",
+        "model": profile.model,
+        "device": profile.device,
+        "dtype": dtype,
+        "template": site.template,
+        "share": round(p.share, 4),
+        "constants": p.constants,
+    }
     definition = Definition.model_validate(d)
 
     input_types = template.workloads[0].inputs
@@ -126,8 +134,9 @@ def _reference(text: str, dtype: str, p: Planned) -> str:
     return out
 
 
-def write_problems(profile: Profile, top: int, out_dir: Path,
-                   prefix: str | None = None) -> tuple[list[Path], list[Entry]]:
+def write_problems(
+    profile: Profile, top: int, out_dir: Path, prefix: str | None = None
+) -> tuple[list[Path], list[Entry]]:
     """Write the planned problems under ``out_dir``; returns their folders and the skipped kernels."""
     planned, skipped = plan(profile, top)
     prefix = _safe(prefix or profile.model)

@@ -75,8 +75,12 @@ class Profile:
 
     def to_json(self) -> dict:
         return {
-            "model": self.model, "device": self.device, "dtype": self.dtype, "reps": self.reps,
-            "forward_ms": self.forward_ms, "profiled_ms": self.profiled_ms,
+            "model": self.model,
+            "device": self.device,
+            "dtype": self.dtype,
+            "reps": self.reps,
+            "forward_ms": self.forward_ms,
+            "profiled_ms": self.profiled_ms,
             "entries": [{**e.__dict__, "amdahl": {f"x{f:g}": e.amdahl(f) for f in FACTORS}} for e in self.entries],
             "families": [{"family": f, "ms": t, "share": s} for f, t, s in self.by_family()],
         }
@@ -196,7 +200,7 @@ def profile_model(m: LoadedModel, warmup: int = 3, reps: int = 5) -> Profile:
                 if owner == p.qual:
                     break
             elif parent.name.startswith(MODULE_SCOPE) and module_qual is None:
-                qual = parent.name[len(MODULE_SCOPE):].rsplit("::", 1)[0]
+                qual = parent.name[len(MODULE_SCOPE) :].rsplit("::", 1)[0]
                 if families.get(qual, "other") != "other":
                     module_qual = qual
             parent = parent.cpu_parent
@@ -204,8 +208,10 @@ def profile_model(m: LoadedModel, warmup: int = 3, reps: int = 5) -> Profile:
             p, axes = scopes.site_calls[site_ev.name]
             consts = p.site.constants(p.module)
             key = (p.site.family, type(p.module).__name__, axes, tuple(consts.items()))
-            entry = groups.get(key) or groups.setdefault(key, Entry(
-                p.site.family, key[1], None if axes is None else dict(axes), consts, p.site.scalars(p.module)))
+            entry = groups.get(key) or groups.setdefault(
+                key,
+                Entry(p.site.family, key[1], None if axes is None else dict(axes), consts, p.site.scalars(p.module)),
+            )
             qual = p.qual
             site_events[key].add(site_ev.id)
         elif module_qual is not None:

@@ -89,12 +89,18 @@ class RMSNormSite(Site):
 
 class LayerNormSite(Site):
     family, template = "layernorm", "layernorm_gpt2_bf16"
-    summary = ("LayerNorm over the last dimension with weight and bias (eps is an input), float32 arithmetic, "
-               "{dtype} in and out.")
+    summary = (
+        "LayerNorm over the last dimension with weight and bias (eps is an input), float32 arithmetic, "
+        "{dtype} in and out."
+    )
 
     def matches(self, module):
-        return (isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1
-                and module.weight is not None and module.bias is not None)
+        return (
+            isinstance(module, nn.LayerNorm)
+            and len(module.normalized_shape) == 1
+            and module.weight is not None
+            and module.bias is not None
+        )
 
     def axes(self, module, args):
         x = args[0]
@@ -110,8 +116,10 @@ class LayerNormSite(Site):
 
 class LinearSite(Site):
     family, template = "matmul", "matmul_bf16_llm_projections"
-    summary = ("y = x @ weight.T, a linear layer's product (its bias, if any, is added outside the kernel), "
-               "{dtype} in and out.")
+    summary = (
+        "y = x @ weight.T, a linear layer's product (its bias, if any, is added outside the kernel), "
+        "{dtype} in and out."
+    )
 
     def matches(self, module):
         return isinstance(module, nn.Linear)
@@ -129,8 +137,10 @@ class LinearSite(Site):
 class SwiGLUSite(Site):
     family, template = "swiglu_mlp", "swiglu_mlp_gate_up_bf16"
     absorbs = ("gate_proj", "up_proj")
-    summary = ("silu(x @ gate_proj.T) * (x @ up_proj.T): a SwiGLU MLP's gate and up projections with the "
-               "activation, {dtype} in and out.")
+    summary = (
+        "silu(x @ gate_proj.T) * (x @ up_proj.T): a SwiGLU MLP's gate and up projections with the "
+        "activation, {dtype} in and out."
+    )
 
     def matches(self, module):
         parts = [getattr(module, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
@@ -141,8 +151,11 @@ class SwiGLUSite(Site):
 
     def axes(self, module, args):
         x = args[0]
-        return {"num_tokens": _tokens(x), "hidden_size": x.shape[-1],
-                "intermediate_size": module.gate_proj.out_features}
+        return {
+            "num_tokens": _tokens(x),
+            "hidden_size": x.shape[-1],
+            "intermediate_size": module.gate_proj.out_features,
+        }
 
     def call(self, module, run, args):
         x = args[0]
@@ -162,8 +175,13 @@ class AttentionSite(Site):
         q, k, v = args[:3]
         if q.dim() != 4 or k.shape != v.shape or q.shape[2] != k.shape[2] or q.shape[1] % k.shape[1]:
             return None  # only the prefill shape the template covers
-        return {"batch_size": q.shape[0], "seq_len": q.shape[2], "num_kv_heads": k.shape[1],
-                "gqa_group": q.shape[1] // k.shape[1], "head_dim": q.shape[3]}
+        return {
+            "batch_size": q.shape[0],
+            "seq_len": q.shape[2],
+            "num_kv_heads": k.shape[1],
+            "gqa_group": q.shape[1] // k.shape[1],
+            "head_dim": q.shape[3],
+        }
 
     def call(self, module, run, args):
         return run(*(t.contiguous() for t in args[:3]))

@@ -1,9 +1,9 @@
 """Where the kernels ``kernelarc verify`` plugs in come from.
 
-  --run RUN          the best accepted kernel of a swarm run (on the run's problem)
-  --candidate ID     a candidate the guard judged, by id
-  --kernel P=FILE    a kernel file for problem P (judged or not: verify checks the model)
-  --seeds            the seed kernels of each family, on problems for this model's shapes
+--run RUN          the best accepted kernel of a swarm run (on the run's problem)
+--candidate ID     a candidate the guard judged, by id
+--kernel P=FILE    a kernel file for problem P (judged or not: verify checks the model)
+--seeds            the seed kernels of each family, on problems for this model's shapes
 """
 
 from __future__ import annotations
@@ -42,10 +42,15 @@ def from_candidate(ws: Workspace, cid: str) -> KernelSource:
     db = Database(ws.db_path)
     row = _accepted(db, cid)
     if row["decision"] != "ACCEPT":
-        raise ValueError(f"candidate {cid} was not accepted ({row['decision'] or row['state']}); "
-                         "plug a file with --kernel PROBLEM=FILE to try it anyway")
-    return KernelSource(ws.problems().get(row["problem"]), Solution.model_validate(json.loads(row["solution_json"])),
-                        f"candidate {cid} by {row['agent']}")
+        raise ValueError(
+            f"candidate {cid} was not accepted ({row['decision'] or row['state']}); "
+            "plug a file with --kernel PROBLEM=FILE to try it anyway"
+        )
+    return KernelSource(
+        ws.problems().get(row["problem"]),
+        Solution.model_validate(json.loads(row["solution_json"])),
+        f"candidate {cid} by {row['agent']}",
+    )
 
 
 def from_run(ws: Workspace, run_id: str) -> KernelSource:

@@ -22,9 +22,11 @@ def _calls(n: float):
 
 
 def profile_heading(p: Profile) -> str:
-    return (f"{p.model} on {p.device}, {p.dtype}: one forward takes {p.forward_ms:.3f} ms (median, outside the "
-            f"profiler); the profiler saw {p.profiled_ms:.3f} ms of op time per forward "
-            f"({'device' if p.device == 'cuda' else 'CPU'} time, mean of {p.reps})")
+    return (
+        f"{p.model} on {p.device}, {p.dtype}: one forward takes {p.forward_ms:.3f} ms (median, outside the "
+        f"profiler); the profiler saw {p.profiled_ms:.3f} ms of op time per forward "
+        f"({'device' if p.device == 'cuda' else 'CPU'} time, mean of {p.reps})"
+    )
 
 
 def kernel_table(p: Profile, limit: int = 15) -> Table:
@@ -36,8 +38,16 @@ def kernel_table(p: Profile, limit: int = 15) -> Table:
         where = e.where
         if not (e.pluggable or where.startswith("aten::") or "(outside" in where):
             where += " (no kernel site)"
-        row = [i, e.family, where, _shape(e.axes), _calls(e.calls), round(e.time_ms, 4), f"{e.share:.1%}",
-               *(f"{e.amdahl(f):.3f}" for f in FACTORS)]
+        row = [
+            i,
+            e.family,
+            where,
+            _shape(e.axes),
+            _calls(e.calls),
+            round(e.time_ms, 4),
+            f"{e.share:.1%}",
+            *(f"{e.amdahl(f):.3f}" for f in FACTORS),
+        ]
         if gpu:
             main = max(e.kernels, key=e.kernels.get, default="-")
             row.append(main if len(main) <= 48 else main[:45] + "...")
@@ -67,12 +77,14 @@ def verify_summary(v: Verification) -> list[str]:
     t = v.total
     check = t.check
     hi = "float64" if v.dtype in ("float32", "float64") else "float32"
-    lines = [f"{v.model} on {v.device}, {v.dtype}, {len(t.kernels)} kernel(s) plugged in:",
-             f"  output error vs the model in {hi}: {check.status}: relative L2 {check.plugged.rel_l2:.3g} "
-             f"(the model's own {check.own.rel_l2:.3g}, limit {check.limit_rel_l2:.3g}), max abs "
-             f"{check.plugged.max_abs:.3g} (own {check.own.max_abs:.3g}, limit {check.limit_max_abs:.3g})",
-             f"  forward: model {t.own_ms:.3f} ms, with the kernels {t.plugged_ms:.3f} ms: "
-             f"x{t.speedup:.3f} (medians of {v.reps}, measured in alternation)"]
+    lines = [
+        f"{v.model} on {v.device}, {v.dtype}, {len(t.kernels)} kernel(s) plugged in:",
+        f"  output error vs the model in {hi}: {check.status}: relative L2 {check.plugged.rel_l2:.3g} "
+        f"(the model's own {check.own.rel_l2:.3g}, limit {check.limit_rel_l2:.3g}), max abs "
+        f"{check.plugged.max_abs:.3g} (own {check.own.max_abs:.3g}, limit {check.limit_max_abs:.3g})",
+        f"  forward: model {t.own_ms:.3f} ms, with the kernels {t.plugged_ms:.3f} ms: "
+        f"x{t.speedup:.3f} (medians of {v.reps}, measured in alternation)",
+    ]
     if not check.ok:
         lines.append(f"  FAILED: {check.message}")
     unused = [n for n, u in t.use.items() if u.served == 0]
@@ -82,17 +94,37 @@ def verify_summary(v: Verification) -> list[str]:
 
 
 def diagnose_table(v: Verification) -> Table:
-    headers = ["kernel alone", "calls served", "output", "rel L2 error", "max abs error", "model ms", "plugged ms",
-               "model x"]
-    rows = [[t.kernels[0], next(iter(t.use.values())).served, t.check.status, t.check.plugged.rel_l2,
-             t.check.plugged.max_abs,
-             round(t.own_ms, 4), round(t.plugged_ms, 4), f"{t.speedup:.3f}"] for t in v.alone]
+    headers = [
+        "kernel alone",
+        "calls served",
+        "output",
+        "rel L2 error",
+        "max abs error",
+        "model ms",
+        "plugged ms",
+        "model x",
+    ]
+    rows = [
+        [
+            t.kernels[0],
+            next(iter(t.use.values())).served,
+            t.check.status,
+            t.check.plugged.rel_l2,
+            t.check.plugged.max_abs,
+            round(t.own_ms, 4),
+            round(t.plugged_ms, 4),
+            f"{t.speedup:.3f}",
+        ]
+        for t in v.alone
+    ]
     return headers, rows
 
 
 def markdown(table: Table) -> str:
     headers, rows = table
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join("-" if c is None else (f"{c:.4g}" if isinstance(c, float) else str(c)) for c in r) + " |"
-            for r in rows]
+    out += [
+        "| " + " | ".join("-" if c is None else (f"{c:.4g}" if isinstance(c, float) else str(c)) for c in r) + " |"
+        for r in rows
+    ]
     return "\n".join(out)

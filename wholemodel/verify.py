@@ -83,8 +83,10 @@ def use_triton_interpreter() -> None:
     if os.environ.get("TRITON_INTERPRET") == "1":
         return
     if "triton" in sys.modules:
-        raise ValueError("triton was imported before TRITON_INTERPRET=1 was set; Triton kernels cannot run on "
-                         "the CPU in this process (set TRITON_INTERPRET=1 in the environment)")
+        raise ValueError(
+            "triton was imported before TRITON_INTERPRET=1 was set; Triton kernels cannot run on "
+            "the CPU in this process (set TRITON_INTERPRET=1 in the environment)"
+        )
     os.environ["TRITON_INTERPRET"] = "1"
 
 
@@ -92,8 +94,7 @@ def build_kernel(problem: Problem, solution: Solution, origin: str, device: str,
     """Build a solution with the guard's builder for its language (CUDA needs a GPU here)."""
     family = problem.definition.kernelarc.op_family
     if family not in BY_FAMILY:
-        raise ValueError(f"{problem.name}: no site for op family {family!r} "
-                         f"(sites: {', '.join(BY_FAMILY)})")
+        raise ValueError(f"{problem.name}: no site for op family {family!r} (sites: {', '.join(BY_FAMILY)})")
     if device == "cpu":
         use_triton_interpreter()
     folder = Path(tempfile.mkdtemp(prefix=f"{problem.name[:40]}-", dir=build_root))
@@ -106,8 +107,9 @@ def build_kernel(problem: Problem, solution: Solution, origin: str, device: str,
         fn = get_builder(solution.spec.primary_language).build(solution.model_dump(mode="json"), src, build, device)
     except BuildError as exc:
         raise ValueError(f"{problem.name} ({origin}) did not build: {exc}") from None
-    return Kernel(problem.name, problem,
-                  _returning(problem.definition, fn, solution.spec.destination_passing_style), origin)
+    return Kernel(
+        problem.name, problem, _returning(problem.definition, fn, solution.spec.destination_passing_style), origin
+    )
 
 
 def _returning(d: Definition, fn: Callable, dps: bool) -> Callable:
@@ -237,8 +239,15 @@ def _first_tensor(out):
     raise ValueError("the model's forward returns no tensor to compare (expected a tensor or a tuple)")
 
 
-def trial(lm: LoadedModel, kernels: list[Kernel], own: torch.Tensor, ref_hi: torch.Tensor, reps: int, warmup: int,
-          factor: float) -> Trial:
+def trial(
+    lm: LoadedModel,
+    kernels: list[Kernel],
+    own: torch.Tensor,
+    ref_hi: torch.Tensor,
+    reps: int,
+    warmup: int,
+    factor: float,
+) -> Trial:
     with Plugged(lm, kernels) as plug:
         out, _ = plug.forward(active=True)
         check = accuracy.check(_first_tensor(out), own, ref_hi, lm.dtype, factor)
@@ -252,8 +261,9 @@ def trial(lm: LoadedModel, kernels: list[Kernel], own: torch.Tensor, ref_hi: tor
         for _ in range(max(3, reps // 2)):
             plug.forward(active=True, time_calls=True)
             plug.forward(active=False, time_calls=True)
-    return Trial([k.name for k in kernels], check, statistics.median(own) * 1e3, statistics.median(plugged) * 1e3,
-                 plug.use)
+    return Trial(
+        [k.name for k in kernels], check, statistics.median(own) * 1e3, statistics.median(plugged) * 1e3, plug.use
+    )
 
 
 @dataclass
@@ -272,8 +282,15 @@ class Verification:
         return self.total.check.ok and all(u.served > 0 for u in self.total.use.values())
 
 
-def verify(lm: LoadedModel, kernels: list[Kernel], reps: int = 20, warmup: int = 3, diagnose: bool = False,
-           factor: float = accuracy.DEFAULT_FACTOR, on_progress: Callable[[str], None] | None = None) -> Verification:
+def verify(
+    lm: LoadedModel,
+    kernels: list[Kernel],
+    reps: int = 20,
+    warmup: int = 3,
+    diagnose: bool = False,
+    factor: float = accuracy.DEFAULT_FACTOR,
+    on_progress: Callable[[str], None] | None = None,
+) -> Verification:
     if not kernels:
         raise ValueError("no kernels to plug in")
     names = [k.name for k in kernels]
@@ -291,5 +308,13 @@ def verify(lm: LoadedModel, kernels: list[Kernel], reps: int = 20, warmup: int =
         for i, k in enumerate(kernels, 1):
             say(f"diagnose {i}/{len(kernels)}: {k.name} alone")
             alone.append(trial(lm, [k], own, ref_hi, reps, warmup, factor))
-    return Verification(lm.name, lm.device, str(lm.dtype).removeprefix("torch."), factor, reps, total, alone,
-                        {k.name: k.origin for k in kernels})
+    return Verification(
+        lm.name,
+        lm.device,
+        str(lm.dtype).removeprefix("torch."),
+        factor,
+        reps,
+        total,
+        alone,
+        {k.name: k.origin for k in kernels},
+    )

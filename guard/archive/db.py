@@ -70,9 +70,22 @@ CREATE TABLE IF NOT EXISTS baselines (
 """
 
 RESULT_COLUMNS = (
-    "decision", "status", "gate", "reason", "diagnostic", "first_failing_workload", "score",
-    "speedup_eager", "speedup_compile", "sol_fraction", "latency_ms", "speedup_vs_best",
-    "threshold", "global_best", "duplicate_of", "verdict_json",
+    "decision",
+    "status",
+    "gate",
+    "reason",
+    "diagnostic",
+    "first_failing_workload",
+    "score",
+    "speedup_eager",
+    "speedup_compile",
+    "sol_fraction",
+    "latency_ms",
+    "speedup_vs_best",
+    "threshold",
+    "global_best",
+    "duplicate_of",
+    "verdict_json",
 )
 
 
@@ -156,14 +169,13 @@ class Database:
         if not self._conn().execute("SELECT 1 FROM candidates WHERE device_key = ? LIMIT 1", (key,)).fetchone():
             return
         with self.transaction() as c:
-            c.execute("UPDATE candidates SET measured_on = device_key, device_key = ? WHERE device_key = ?",
-                      (group, key))
+            c.execute(
+                "UPDATE candidates SET measured_on = device_key, device_key = ? WHERE device_key = ?", (group, key)
+            )
 
     def insert_candidate(self, **fields: Any) -> str:
         cid = fields.pop("id", None) or new_candidate_id()
-        fields.update(
-            id=cid, created_at=time.time(), pid=os.getpid(), host=socket.gethostname()
-        )
+        fields.update(id=cid, created_at=time.time(), pid=os.getpid(), host=socket.gethostname())
         cols = ", ".join(fields)
         marks = ", ".join("?" for _ in fields)
         with self.transaction() as c:
@@ -178,9 +190,7 @@ class Database:
         with self.transaction() as c:
             c.execute(f"UPDATE candidates SET {sets} WHERE id = ?", (*fields.values(), cid))
 
-    def finish(
-        self, c: sqlite3.Connection, cid: str, result: dict[str, Any], workloads: list[dict[str, Any]]
-    ) -> None:
+    def finish(self, c: sqlite3.Connection, cid: str, result: dict[str, Any], workloads: list[dict[str, Any]]) -> None:
         """Record a verdict inside the caller's transaction."""
         fields = {k: result.get(k) for k in RESULT_COLUMNS}
         fields.update(state="done", finished_at=time.time())
@@ -192,9 +202,17 @@ class Database:
                 " eager_ms, compile_ms, sol_ms, speedup_eager, speedup_compile, sol_score,"
                 " rel_se, result_json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
-                    cid, w["uuid"], w.get("latency_ms"), w.get("eager_ms"), w.get("compile_ms"),
-                    w.get("sol_ms"), w.get("speedup_eager"), w.get("speedup_compile"),
-                    w.get("sol_score"), w.get("rel_se"), json.dumps(w),
+                    cid,
+                    w["uuid"],
+                    w.get("latency_ms"),
+                    w.get("eager_ms"),
+                    w.get("compile_ms"),
+                    w.get("sol_ms"),
+                    w.get("speedup_eager"),
+                    w.get("speedup_compile"),
+                    w.get("sol_score"),
+                    w.get("rel_se"),
+                    json.dumps(w),
                 ),
             )
 
@@ -203,9 +221,7 @@ class Database:
         return rows[0] if rows else None
 
     def workload_results(self, cid: str) -> list[dict[str, Any]]:
-        rows = self.query(
-            "SELECT result_json FROM workload_results WHERE candidate_id = ? ORDER BY rowid", (cid,)
-        )
+        rows = self.query("SELECT result_json FROM workload_results WHERE candidate_id = ? ORDER BY rowid", (cid,))
         return [json.loads(r["result_json"]) for r in rows]
 
     def find_evaluated(
@@ -246,8 +262,7 @@ class Database:
 
     def agent_history(self, c: sqlite3.Connection, problem: str, agent: str) -> list[sqlite3.Row]:
         return c.execute(
-            "SELECT * FROM candidates WHERE problem = ? AND agent = ? AND state = 'done'"
-            " ORDER BY created_at",
+            "SELECT * FROM candidates WHERE problem = ? AND agent = ? AND state = 'done' ORDER BY created_at",
             (problem, agent),
         ).fetchall()
 
@@ -263,9 +278,7 @@ class Database:
         """Candidates left 'running' by a process that no longer exists on this host."""
         host = socket.gethostname()
         stale = []
-        for row in self.query(
-            "SELECT id, pid, host FROM candidates WHERE state IN ('running', 'queued')"
-        ):
+        for row in self.query("SELECT id, pid, host FROM candidates WHERE state IN ('running', 'queued')"):
             if row["host"] == host and row["pid"] and not _pid_alive(row["pid"]):
                 stale.append(row["id"])
         if stale:

@@ -35,7 +35,9 @@ class GitArchive:
         repo.index.commit("archive created")
         return repo
 
-    def commit(self, problem: str, agent: str, candidate_id: str, solution: dict[str, Any], summary: dict[str, Any]) -> str | None:
+    def commit(
+        self, problem: str, agent: str, candidate_id: str, solution: dict[str, Any], summary: dict[str, Any]
+    ) -> str | None:
         """Write the candidate's sources and verdict summary and commit them; returns the sha."""
         lock = open(self.path.parent / ".archive.lock", "w")
         try:

@@ -36,9 +36,7 @@ COMPILE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 MAX_LIBRARY_BYTES = 1 << 30
 _DIGEST = re.compile(r"[0-9a-f]{16}")
 
-_SIGNATURE = re.compile(
-    r"^[ \t]*((?:[\w:]+(?:<[^;{}()]*>)?[\s\*&]+)+?)(\w+)\s*\(([^;{}]*?)\)\s*\{", re.M
-)
+_SIGNATURE = re.compile(r"^[ \t]*((?:[\w:]+(?:<[^;{}()]*>)?[\s\*&]+)+?)(\w+)\s*\(([^;{}]*?)\)\s*\{", re.M)
 
 
 def _binding_source(texts: list[str], symbol: str) -> str:
@@ -75,10 +73,13 @@ def _plan(solution: dict[str, Any]) -> _Plan:
     for src in solution["sources"]:
         files[posixpath.normpath(src["path"])] = src["content"]  # as write_sources lays them out
     symbol = solution["spec"]["entry_point"].split("::")[1]
-    units = list(dict.fromkeys(
-        posixpath.normpath(s["path"]) for s in solution["sources"]
-        if posixpath.splitext(s["path"])[1] in COMPILE_SUFFIXES
-    ))
+    units = list(
+        dict.fromkeys(
+            posixpath.normpath(s["path"])
+            for s in solution["sources"]
+            if posixpath.splitext(s["path"])[1] in COMPILE_SUFFIXES
+        )
+    )
     if not units:
         raise BuildError("no .cu/.cpp source to compile")
     binding = None
@@ -88,8 +89,7 @@ def _plan(solution: dict[str, Any]) -> _Plan:
         units.append(BINDING_NAME)
     opts = solution["spec"].get("compile_options") or {}
     digest = hashlib.sha256(
-        b"".join(rel.encode() + b"\0" + files[rel].encode() for rel in sorted(files))
-        + repr(opts).encode()
+        b"".join(rel.encode() + b"\0" + files[rel].encode() for rel in sorted(files)) + repr(opts).encode()
     ).hexdigest()[:16]
     return _Plan(units, binding, digest)
 
@@ -190,7 +190,10 @@ class CudaCppBuilder:
                 continue
             proc = subprocess.run(
                 [nvcc, "-std=c++17", "-c", "-o", "/dev/null", *includes, str(unit)],
-                capture_output=True, text=True, timeout=300, cwd=srcdir,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                cwd=srcdir,
             )
             if proc.returncode != 0:
                 text = proc.stdout + proc.stderr

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from .dsl import DslBuilder, Requirement
 
-REQUIREMENT = Requirement(language="cute_dsl", title="CuTe DSL", package="nvidia-cutlass-dsl",
-                          module="cutlass")
+REQUIREMENT = Requirement(language="cute_dsl", title="CuTe DSL", package="nvidia-cutlass-dsl", module="cutlass")
 
 
 class CuteDslBuilder(DslBuilder):

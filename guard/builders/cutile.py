@@ -11,7 +11,10 @@ from __future__ import annotations
 from .dsl import DslBuilder, Requirement
 
 REQUIREMENT = Requirement(
-    language="cutile", title="cuTile", package="cuda-tile", module="cuda.tile",
+    language="cutile",
+    title="cuTile",
+    package="cuda-tile",
+    module="cuda.tile",
     capability_majors=(8, 9, 10, 11, 12),
     device_note="(cuTile Python's documentation; Hopper, 9.x, needs tileiras 13.3 or later)",
 )

@@ -55,20 +55,25 @@ def package_installed(package: str, module: str) -> bool:
 def missing_package(req: Requirement) -> str | None:
     if package_installed(req.package, req.module):
         return None
-    return (f"{req.title} candidates (language {req.language!r}) need the package {req.package}, which is "
-            f"not installed where this guard runs; install the optional extra: {INSTALL_HINT}")
+    return (
+        f"{req.title} candidates (language {req.language!r}) need the package {req.package}, which is "
+        f"not installed where this guard runs; install the optional extra: {INSTALL_HINT}"
+    )
 
 
 def unsupported_device(req: Requirement, device_kind: str, capability: tuple[int, int] | None) -> str | None:
     """Why the device cannot run the DSL, or None. ``capability``: the GPU's (major, minor)."""
     if device_kind != "cuda":
-        return (f"{req.title} candidates (language {req.language!r}) run on an NVIDIA GPU only; this guard "
-                "evaluates on the CPU")
-    if capability is not None and req.capability_majors is not None \
-            and capability[0] not in req.capability_majors:
+        return (
+            f"{req.title} candidates (language {req.language!r}) run on an NVIDIA GPU only; this guard "
+            "evaluates on the CPU"
+        )
+    if capability is not None and req.capability_majors is not None and capability[0] not in req.capability_majors:
         majors = ", ".join(f"{m}.x" for m in req.capability_majors)
-        return (f"{req.title} does not run on this GPU (compute capability {capability[0]}.{capability[1]}): "
-                f"it supports compute capability {majors}{' ' + req.device_note if req.device_note else ''}")
+        return (
+            f"{req.title} does not run on this GPU (compute capability {capability[0]}.{capability[1]}): "
+            f"it supports compute capability {majors}{' ' + req.device_note if req.device_note else ''}"
+        )
     return None
 
 

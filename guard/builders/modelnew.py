@@ -47,7 +47,8 @@ def kernelbench_reference(srcdir: Path) -> ModuleType | None:
     """The KernelBench reference module this worker loaded to make inputs, or None (the
     problem was not imported from KernelBench)."""
     found = [
-        m for name, m in list(sys.modules.items())
+        m
+        for name, m in list(sys.modules.items())
         if name.startswith("reference_") and all(hasattr(m, a) for a in REFERENCE_ATTRS)
     ]
     if len(found) > 1:  # one per worker; prefer the one beside the candidate's sources
@@ -96,13 +97,14 @@ def match_weights(ref_state: list[tuple[str, tuple[int, ...]]], new_module: Any)
     missing = [(k, s) for k, s in ref_state if k not in out]
     extra = [(k, s) for k, s in new_state.items() if k not in taken and k in params]
     if missing or extra:
+
         def fmt(items: list[tuple[str, tuple[int, ...]]]) -> str:
             return ", ".join(f"{k} {list(s)}" for k, s in items)
+
         parts = []
         if missing:
             parts.append(
-                f"the Model's weight(s) {fmt(missing)} match no parameter or buffer of ModelNew "
-                "by name and shape"
+                f"the Model's weight(s) {fmt(missing)} match no parameter or buffer of ModelNew by name and shape"
             )
         if extra:
             parts.append(

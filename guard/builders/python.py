@@ -45,11 +45,15 @@ class PythonBuilder:
     @staticmethod
     def _missing(module: ModuleType, entry_file: str, symbol: str, srcdir: Path) -> str:
         if symbol == "run" and isinstance(getattr(module, "ModelNew", None), type):
-            return (f"{entry_file} defines no function 'run' but a class ModelNew: give the entry "
-                    f"point as '{entry_file}::ModelNew' (a file submitted alone is taken so)")
+            return (
+                f"{entry_file} defines no function 'run' but a class ModelNew: give the entry "
+                f"point as '{entry_file}::ModelNew' (a file submitted alone is taken so)"
+            )
         if kernelbench_reference(srcdir) is not None:
-            return (f"{entry_file} defines neither class ModelNew nor a function {symbol!r}: a "
-                    "candidate for a KernelBench problem is a class ModelNew(nn.Module) taking the "
-                    "Model's constructor arguments, or run(...) taking the problem's inputs "
-                    "(the forward arguments, then the Model's parameters and buffers)")
+            return (
+                f"{entry_file} defines neither class ModelNew nor a function {symbol!r}: a "
+                "candidate for a KernelBench problem is a class ModelNew(nn.Module) taking the "
+                "Model's constructor arguments, or run(...) taking the problem's inputs "
+                "(the forward arguments, then the Model's parameters and buffers)"
+            )
         return f"{entry_file} defines no function {symbol!r}"

@@ -86,8 +86,11 @@ def from_source(
         raise CandidateError("the source is empty")
     if language:
         lang = normalize_language(language)
-        if lang == "cuda_cpp" and PurePosixPath(filename or "kernel.py").suffix not in CPP_SUFFIXES \
-                and is_modelnew_source(source):
+        if (
+            lang == "cuda_cpp"
+            and PurePosixPath(filename or "kernel.py").suffix not in CPP_SUFFIXES
+            and is_modelnew_source(source)
+        ):
             lang = "pytorch"  # a ModelNew whose kernel is CUDA through load_inline is Python
     else:
         lang = guess_language(source, filename or "kernel.py")
@@ -101,17 +104,19 @@ def from_source(
     languages = [lang] if lang != "triton" else ["triton", "pytorch"]
     symbol = "ModelNew" if lang != "cuda_cpp" and is_modelnew_source(source) else "run"
     try:
-        return Solution.model_validate({
-            "name": name,
-            "author": author,
-            "spec": {
-                "languages": languages,
-                "entry_point": f"{filename}::{symbol}",
-                "destination_passing_style": False,
-                "binding": "torch" if lang == "cuda_cpp" else None,
-            },
-            "sources": [{"path": filename, "content": source}],
-        })
+        return Solution.model_validate(
+            {
+                "name": name,
+                "author": author,
+                "spec": {
+                    "languages": languages,
+                    "entry_point": f"{filename}::{symbol}",
+                    "destination_passing_style": False,
+                    "binding": "torch" if lang == "cuda_cpp" else None,
+                },
+                "sources": [{"path": filename, "content": source}],
+            }
+        )
     except ValidationError as exc:
         raise CandidateError(str(exc.errors()[0]["msg"])) from None
 

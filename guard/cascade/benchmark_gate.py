@@ -35,15 +35,12 @@ def benchmark(ctx: EvalContext) -> dict[str, dict[str, Any]]:
             progress("benchmark", i, len(visible), w.uuid)
             sets = ref.set_seeds(d, w, "timing", ctx.eval_seed)
             run_seed = ref.seed("run", ctx.eval_seed, w.uuid)
-            results[w.uuid] = time_workload(ref, ctx.cand, ctx.trusted, ctx.key, d, w, sets, run_seed,
-                                            ctx.dps, rng)
+            results[w.uuid] = time_workload(ref, ctx.cand, ctx.trusted, ctx.key, d, w, sets, run_seed, ctx.dps, rng)
     progress("benchmark", len(visible), len(visible), "timed")
     return results
 
 
-def remeasure(
-    ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row, rounds: int = 2
-) -> dict[str, PairedSamples]:
+def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row, rounds: int = 2) -> dict[str, PairedSamples]:
     """Time the incumbent (a stored candidate row) and the challenger turn about (I C C I ...)
     on the same inputs, each worker writing to its own folder. Returns workload -> paired
     samples, or raises Unpaired when the incumbent cannot be run again (then the stored
@@ -66,11 +63,12 @@ def remeasure(
                 s = samples[w.uuid] = {"incumbent": [], "challenger": []}
                 for rep in range(rounds):
                     order: list[tuple[Literal["incumbent", "challenger"], WorkerProcess]] = [
-                        ("incumbent", inc), ("challenger", ctx.cand)
+                        ("incumbent", inc),
+                        ("challenger", ctx.cand),
                     ]
                     # both on the same data: the same seeds for the sets and the timed calls
                     run_seed = ref.seed("pairing-run", ctx.eval_seed, w.uuid, rep)
-                    for role, worker in (order if rep % 2 == 0 else order[::-1]):
+                    for role, worker in order if rep % 2 == 0 else order[::-1]:
                         other = inc if worker is ctx.cand else ctx.cand
                         # the other candidate stopped, and its queued device work drained, while
                         # this one is timed: neither can slow what it is compared with
@@ -82,8 +80,9 @@ def remeasure(
                                     raise Unpaired(f"the incumbent left work on the device: {rej.reason}") from None
                                 raise
                             try:
-                                t = time_workload(ref, worker, ctx.trusted, ctx.key, d, w, sets, run_seed,
-                                                  dps[role], rng)
+                                t = time_workload(
+                                    ref, worker, ctx.trusted, ctx.key, d, w, sets, run_seed, dps[role], rng
+                                )
                             except Rejection as rej:
                                 if role == "challenger":
                                     raise

@@ -20,12 +20,18 @@ def extension_cache() -> Path:
     return cache_dir() / "torch_extensions"
 
 
-def build(worker: WorkerProcess, problem: Problem, solution: dict[str, Any], language: str, cfg: GuardConfig) -> m.Reply:
+def build(
+    worker: WorkerProcess, problem: Problem, solution: dict[str, Any], language: str, cfg: GuardConfig
+) -> m.Reply:
     """The worker's reply to ``prepare`` (``ok`` False with a status and message when the build
     failed); a successful CUDA C++ build is published to the cache."""
-    request = m.Prepare(definition=problem.definition.to_json(), solution=solution, language=language,
-                        blob_root=str(problem.root) if problem.root else None,
-                        build_cache=str(extension_cache()))
+    request = m.Prepare(
+        definition=problem.definition.to_json(),
+        solution=solution,
+        language=language,
+        blob_root=str(problem.root) if problem.root else None,
+        build_cache=str(extension_cache()),
+    )
     raw = worker.request(request.model_dump(mode="json"), cfg.build_timeout_s)
     try:
         reply = m.parse_reply(raw, m.PrepareReply)

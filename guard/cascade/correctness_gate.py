@@ -34,11 +34,11 @@ ROUND_LABEL = {
 # it passes is refused here.
 ROUND_WHY = {
     "mixed": "KernelArc's mixed-scale round, stricter than SOL-ExecBench (random inputs only): "
-             "rows of very different magnitude must each be right",
+    "rows of very different magnitude must each be right",
     "large": "KernelArc's large-magnitude round, stricter than SOL-ExecBench (random inputs only): "
-             "no overflow where the reference stays finite",
+    "no overflow where the reference stays finite",
     "tiny": "KernelArc's near-zero round, stricter than SOL-ExecBench (random inputs only): "
-            "constants such as eps and small values must match the reference",
+    "constants such as eps and small values must match the reference",
 }
 
 ADVERSARIAL_MAX_ELEMENTS = 1 << 24
@@ -68,15 +68,14 @@ def batches(cfg: GuardConfig, d: Definition, w: Workload, planned: list[PlannedR
     ``held_rounds_bytes`` of outputs, and at least one: a large workload goes a round at a time."""
     per_round = max(1, memory_plan.tensor_bytes(d, w)[1])
     size = max(1, cfg.held_rounds_bytes // per_round)
-    return [planned[i:i + size] for i in range(0, len(planned), size)]
+    return [planned[i : i + size] for i in range(0, len(planned), size)]
 
 
 def check(ctx: EvalContext) -> Checked:
     """Run the rounds; the verdict's ``checked`` on success, a ``Rejection`` otherwise."""
     ref, cfg, d, wset, progress = ctx.ref, ctx.cfg, ctx.definition, ctx.wset, ctx.progress
     plan = [(w, True, w.uuid) for w in wset.visible] + [
-        (w, False, f"held-out workload {i + 1} of {len(wset.heldout)}")
-        for i, w in enumerate(wset.heldout)
+        (w, False, f"held-out workload {i + 1} of {len(wset.heldout)}") for i, w in enumerate(wset.heldout)
     ]
     tally = {"rounds": 0, "skipped": 0}
     errors: dict[str, dict[str, Any]] = {}
@@ -92,13 +91,26 @@ def check(ctx: EvalContext) -> Checked:
             if judge_rounds(ctx, w, visible, label, group, determinism, tally, errors):
                 determinism = False
     progress("correctness", len(plan), len(plan), "all workloads passed")
-    return Checked(visible_workloads=len(wset.visible), heldout_workloads=len(wset.heldout),
-                   rounds=tally["rounds"], rounds_skipped=tally["skipped"], determinism=cfg.check_determinism,
-                   errors=errors)
+    return Checked(
+        visible_workloads=len(wset.visible),
+        heldout_workloads=len(wset.heldout),
+        rounds=tally["rounds"],
+        rounds_skipped=tally["skipped"],
+        determinism=cfg.check_determinism,
+        errors=errors,
+    )
 
 
-def judge_rounds(ctx: EvalContext, w: Workload, visible: bool, label: str, planned: list[PlannedRound],
-                 determinism: bool, tally: dict[str, int], errors: dict[str, dict[str, Any]]) -> bool:
+def judge_rounds(
+    ctx: EvalContext,
+    w: Workload,
+    visible: bool,
+    label: str,
+    planned: list[PlannedRound],
+    determinism: bool,
+    tally: dict[str, int],
+    errors: dict[str, dict[str, Any]],
+) -> bool:
     """One group of rounds of ``w``: the reference's outputs made (and held by the trusted
     worker), the candidate's made and written, each round compared and its reference outputs
     let go. Whether any round was judged; a ``Rejection`` when one fails."""
@@ -107,10 +119,17 @@ def judge_rounds(ctx: EvalContext, w: Workload, visible: bool, label: str, plann
     axes = d.resolve_axes(w.axes)
     per_output = list(tolerance_mod.for_workload(d, w).values())
     tolerances = [t.message() for t in per_output]
-    made = ref.request(trusted, {
-        "op": "reference", "key": ctx.key, "workload": w.model_dump(mode="json"),
-        "axes": axes, "rounds": planned, "chunk_elements": cfg.compare_chunk_elements,
-    })
+    made = ref.request(
+        trusted,
+        {
+            "op": "reference",
+            "key": ctx.key,
+            "workload": w.model_dump(mode="json"),
+            "axes": axes,
+            "rounds": planned,
+            "chunk_elements": cfg.compare_chunk_elements,
+        },
+    )
     kept = []
     for rnd, info in zip(planned, made.get("rounds", [])):
         if not info.get("ok"):
@@ -127,10 +146,17 @@ def judge_rounds(ctx: EvalContext, w: Workload, visible: bool, label: str, plann
     if not kept:
         return False
     with ref.hold(False, ctx.progress):
-        reply = ctx.cand.request({
-            "op": "check", "workload": w.model_dump(mode="json"), "axes": axes,
-            "rounds": kept, "determinism": determinism, "outdir": str(ctx.outdir),
-        }, cfg.call_timeout_s)
+        reply = ctx.cand.request(
+            {
+                "op": "check",
+                "workload": w.model_dump(mode="json"),
+                "axes": axes,
+                "rounds": kept,
+                "determinism": determinism,
+                "outdir": str(ctx.outdir),
+            },
+            cfg.call_timeout_s,
+        )
     if not reply.get("ok"):
         ref.request(trusted, {"op": "release", "tags": [r["tag"] for r in kept]})
         if reply.get("status") == "INTERNAL":
@@ -140,10 +166,17 @@ def judge_rounds(ctx: EvalContext, w: Workload, visible: bool, label: str, plann
         # The guard names the files itself: a path from the candidate's reply could make
         # the guard delete, or the trusted worker read, any file (the secret, the database).
         metas = own_files(got["outputs"], ctx.outdir, rnd["tag"], len(names))
-        cmp = ref.request(trusted, {
-            "op": "compare", "tag": rnd["tag"], "outputs": metas,
-            "tolerances": tolerances, "names": names, "chunk_elements": cfg.compare_chunk_elements,
-        })
+        cmp = ref.request(
+            trusted,
+            {
+                "op": "compare",
+                "tag": rnd["tag"],
+                "outputs": metas,
+                "tolerances": tolerances,
+                "names": names,
+                "chunk_elements": cfg.compare_chunk_elements,
+            },
+        )
         for meta in metas:
             Path(meta["file"]).unlink(missing_ok=True)
         if not cmp.get("ok"):
@@ -153,7 +186,7 @@ def judge_rounds(ctx: EvalContext, w: Workload, visible: bool, label: str, plann
             merge_errors(errors.setdefault(w.uuid, {}), cmp.get("reports") or [])
         if not cmp.get("passed"):
             ref.request(trusted, {"op": "release", "tags": None})
-            msg = f"{cmp.get('message')} [round {rnd['tag'][rnd['tag'].index('r') + 1:]}: {ROUND_LABEL[rnd['kind']]}]"
+            msg = f"{cmp.get('message')} [round {rnd['tag'][rnd['tag'].index('r') + 1 :]}: {ROUND_LABEL[rnd['kind']]}]"
             msg = named_checks(msg, cmp, rnd["kind"], per_output)
             raise failure("correctness", cmp["status"], msg, w, visible, label, errors.get(w.uuid))
     return True
@@ -197,23 +230,29 @@ def own_files(metas: Iterable[object], outdir: Path, tag: str, n_outputs: int) -
         meta = dict(meta) if isinstance(meta, dict) else {}
         expected = str(outdir / f"{tag}_{k}.bin")
         if meta.get("file") != expected:
-            raise Rejection("correctness", "REWARD_HACK",
-                            f"the candidate's worker named {str(meta.get('file'))[:200]!r} as its output "
-                            f"{k}, not the file the guard asked for: a candidate's process may not direct "
-                            "the guard to other files")
+            raise Rejection(
+                "correctness",
+                "REWARD_HACK",
+                f"the candidate's worker named {str(meta.get('file'))[:200]!r} as its output "
+                f"{k}, not the file the guard asked for: a candidate's process may not direct "
+                "the guard to other files",
+            )
         meta["file"] = expected
         out.append(meta)
     return out
 
 
-def failure(gate: str, status: str, message: str, w: Workload, visible: bool, label: str,
-            errors: dict[str, Any] | None = None) -> Rejection:
+def failure(
+    gate: str, status: str, message: str, w: Workload, visible: bool, label: str, errors: dict[str, Any] | None = None
+) -> Rejection:
     if visible:
         where = f"workload {w.uuid} {w.axes}"
         rej = Rejection(gate, status, f"{status} on {where}: {first_line(message)}", message, w.uuid)
         rej.errors = errors
         return rej
     # Held-out workloads stay hidden: say what failed, not the shape or positions.
-    hint = ("it passes the visible workloads, so look at sizes that are odd, not powers of two, "
-            "or outside the shapes you tuned for (masking, tails, strides)")
+    hint = (
+        "it passes the visible workloads, so look at sizes that are odd, not powers of two, "
+        "or outside the shapes you tuned for (masking, tails, strides)"
+    )
     return Rejection(gate, status, f"{status} on a {label} (shape not shown): {hint}", None, label)

@@ -71,9 +71,15 @@ class Guard:
         self.scratch = Path(tempfile.mkdtemp(prefix="kernelarc-", dir=_scratch_root()))
         # candidate workers are sandboxed: the workspace is hidden, its problem folders (data
         # files of imported problems) readable
-        self.pool = WorkerPool(self.device.kind, self.scratch / "workers", self.cfg.cpu_memory_limit_gb, prestart,
-                               env=self.device.worker_env(), protect=[workspace.root],
-                               expose=[workspace.problems_dir])
+        self.pool = WorkerPool(
+            self.device.kind,
+            self.scratch / "workers",
+            self.cfg.cpu_memory_limit_gb,
+            prestart,
+            env=self.device.worker_env(),
+            protect=[workspace.root],
+            expose=[workspace.problems_dir],
+        )
         # simulated CPU devices share the cores, hence one slot
         self.slot = TimingSlot(self.device.compare_key if self.device.simulated else self.device.key)
         self._lock = threading.Lock()  # one evaluation at a time on this device
@@ -107,8 +113,13 @@ class Guard:
         self.close()
 
     def device_info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"kind": self.device.kind, "key": self.device.key, "group": self.device.compare_key,
-                "name": self.device.name, "isolation": isolation_line()}
+        info: dict[str, Any] = {
+            "kind": self.device.kind,
+            "key": self.device.key,
+            "group": self.device.compare_key,
+            "name": self.device.name,
+            "isolation": isolation_line(),
+        }
         if self.reference.ceilings:
             info["ceilings"] = self.reference.ceilings
         return info
@@ -132,10 +143,18 @@ class Guard:
         language = solution.spec.primary_language
         solution_json = solution.model_dump(mode="json", exclude_none=True)
         common = dict(
-            problem=d.name, definition_hash=dhash, agent=agent, parent=parent, notes=notes,
-            language=language, source_hash=source_hash, normalized_hash=normalized_hash(solution),
-            solution_json=json.dumps(solution_json), device_key=self.device.compare_key,
-            device_kind=self.device.kind, measured_on=self.device.key,
+            problem=d.name,
+            definition_hash=dhash,
+            agent=agent,
+            parent=parent,
+            notes=notes,
+            language=language,
+            source_hash=source_hash,
+            normalized_hash=normalized_hash(solution),
+            solution_json=json.dumps(solution_json),
+            device_key=self.device.compare_key,
+            device_kind=self.device.kind,
+            measured_on=self.device.key,
         )
 
         why = dsl_refusal(language, self.device.kind)
@@ -150,8 +169,13 @@ class Guard:
                 cid = self.db.insert_candidate(state="running", **common)
                 first = res.findings[0]
                 return self.recorder.reject(
-                    cid, problem, agent, Rejection("screen", res.status, first.render(), res.message()),
-                    {"screen": time.monotonic() - t_start}, notes, parent,
+                    cid,
+                    problem,
+                    agent,
+                    Rejection("screen", res.status, first.render(), res.message()),
+                    {"screen": time.monotonic() - t_start},
+                    notes,
+                    parent,
                 )
 
         prior = self.db.find_evaluated(d.name, dhash, source_hash, self.device.compare_key)
@@ -164,7 +188,9 @@ class Guard:
         try:
             if not self._lock.acquire(blocking=False):
                 # another evaluation, or the baselines of a problem being prepared
-                progress("waiting", 0, 1, "this device's guard is busy (another evaluation, or baselines being measured)")
+                progress(
+                    "waiting", 0, 1, "this device's guard is busy (another evaluation, or baselines being measured)"
+                )
                 self._lock.acquire()
             try:
                 return self._run(cid, problem, solution_json, language, agent, notes, parent, progress, t_start)
@@ -177,8 +203,18 @@ class Guard:
             self.db.set_state(cid, "interrupted", reason="the evaluation was interrupted")
             raise
 
-    def _run(self, cid: str, problem: Problem, solution_json: dict[str, Any], language: str, agent: str,
-             notes: str | None, parent: str | None, progress: Progress, t_start: float) -> Verdict:
+    def _run(
+        self,
+        cid: str,
+        problem: Problem,
+        solution_json: dict[str, Any],
+        language: str,
+        agent: str,
+        notes: str | None,
+        parent: str | None,
+        progress: Progress,
+        t_start: float,
+    ) -> Verdict:
         d = problem.definition
         wset = workload_set(problem, self.device.kind, self._secret)
         phases: dict[str, float] = {"screen": time.monotonic() - t_start}
@@ -201,16 +237,27 @@ class Guard:
             except WorkerDied as exc:
                 raise GuardError(f"a candidate worker could not start: {exc}\n{exc.log_tail}") from None
             phases["start"] = time.monotonic() - t
-            ctx = EvalContext(cid, problem, wset, eval_seed, cand, trusted, key, progress, self.reference,
-                              dps=bool(solution_json.get("spec", {}).get("destination_passing_style", False)))
+            ctx = EvalContext(
+                cid,
+                problem,
+                wset,
+                eval_seed,
+                cand,
+                trusted,
+                key,
+                progress,
+                self.reference,
+                dps=bool(solution_json.get("spec", {}).get("destination_passing_style", False)),
+            )
 
             # Gate 2: build.
             t = time.monotonic()
             progress("build", 0, 1, f"building ({language})")
             reply = build_gate.build(cand, problem, solution_json, language, self.cfg)
             if not reply.ok:
-                raise Rejection("build", reply.status or "COMPILE_ERROR",
-                                first_line(reply.message or "build failed"), reply.message)
+                raise Rejection(
+                    "build", reply.status or "COMPILE_ERROR", first_line(reply.message or "build failed"), reply.message
+                )
             phases["build"] = time.monotonic() - t
 
             # Gate 3: correctness on the visible and held-out workloads.
@@ -234,23 +281,34 @@ class Guard:
             memory = self._memory(trusted, cand)
         except Rejection as rej:
             self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
-            return self.recorder.reject(cid, problem, agent, rej, phases, notes, parent,
-                                        memory=self._memory(trusted, cand))
+            return self.recorder.reject(
+                cid, problem, agent, rej, phases, notes, parent, memory=self._memory(trusted, cand)
+            )
         except WorkerTimeout as exc:  # the candidate's worker was killed: the trusted one's peak only
             self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
-            return self.recorder.reject(cid, problem, agent, timed_out(gate, exc, self.cfg.call_timeout_s),
-                                        phases, notes, parent, memory=self._memory(trusted, None))
+            return self.recorder.reject(
+                cid,
+                problem,
+                agent,
+                timed_out(gate, exc, self.cfg.call_timeout_s),
+                phases,
+                notes,
+                parent,
+                memory=self._memory(trusted, None),
+            )
         except WorkerDied as exc:
             self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
-            return self.recorder.reject(cid, problem, agent, died(gate, exc), phases, notes, parent,
-                                        memory=self._memory(trusted, None))
+            return self.recorder.reject(
+                cid, problem, agent, died(gate, exc), phases, notes, parent, memory=self._memory(trusted, None)
+            )
         finally:
             self.pool.discard(cand)  # its folder goes with it, outputs included
 
         # Gates 6 and 7: decision, archive.
         self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
-        return self.recorder.measured(cid, problem, agent, workloads, checked, phases, notes, parent,
-                                      solution_json, paired=paired, memory=memory)
+        return self.recorder.measured(
+            cid, problem, agent, workloads, checked, phases, notes, parent, solution_json, paired=paired, memory=memory
+        )
 
     # -- memory -------------------------------------------------------------------------------
     def _capacity_bytes(self) -> int | None:
@@ -263,14 +321,25 @@ class Guard:
         d = problem.definition
         l2 = int((self.reference.ceilings or {}).get("l2_bytes") or (60 << 20))
         flush = 2 * l2 if self.device.kind == "cuda" else (8 << 20)
-        why = memory_plan.does_not_fit(d, list(workloads), self._capacity_bytes(), self.device.kind,
-                                       lambda w: len(self.reference.set_seeds(d, w, "timing", 0)), flush)
+        why = memory_plan.does_not_fit(
+            d,
+            list(workloads),
+            self._capacity_bytes(),
+            self.device.kind,
+            lambda w: len(self.reference.set_seeds(d, w, "timing", 0)),
+            flush,
+        )
         if why:
             raise GuardError(why)
 
     @staticmethod
-    def _finish_phases(phases: dict[str, float], t_start: float, trusted: WorkerProcess,
-                       trusted_before: dict[str, float], cand: WorkerProcess) -> None:
+    def _finish_phases(
+        phases: dict[str, float],
+        t_start: float,
+        trusted: WorkerProcess,
+        trusted_before: dict[str, float],
+        cand: WorkerProcess,
+    ) -> None:
         """The total, and the seconds this evaluation spent waiting on each request to each
         worker (``trusted.confirm``...): where a slow verdict's time went."""
         phases["total"] = time.monotonic() - t_start

@@ -26,8 +26,9 @@ def tensor_bytes(d: Definition, w: Workload) -> tuple[int, int]:
     axes = d.resolve_axes(w.axes)
 
     def total(specs: Iterable[TensorSpec]) -> int:  # whole bytes: a sub-byte tensor's rounded up
-        return math.ceil(sum(dtype_info(s.dtype).bytes * math.prod(d.shape_of(s, axes))
-                             for s in specs if s.shape is not None))
+        return math.ceil(
+            sum(dtype_info(s.dtype).bytes * math.prod(d.shape_of(s, axes)) for s in specs if s.shape is not None)
+        )
 
     return total(d.inputs.values()), total(d.outputs.values())
 
@@ -40,8 +41,14 @@ def workload_need(d: Definition, w: Workload, n_sets: int, flush_bytes: int) -> 
     return max(candidate, trusted)
 
 
-def does_not_fit(d: Definition, workloads: list[Workload], capacity_bytes: int | None, kind: str,
-                 n_sets_of: Callable[[Workload], int], flush_bytes: int) -> str | None:
+def does_not_fit(
+    d: Definition,
+    workloads: list[Workload],
+    capacity_bytes: int | None,
+    kind: str,
+    n_sets_of: Callable[[Workload], int],
+    flush_bytes: int,
+) -> str | None:
     """Why the problem cannot be evaluated on a device of ``capacity_bytes``, or None."""
     if not capacity_bytes:
         return None
@@ -53,10 +60,12 @@ def does_not_fit(d: Definition, workloads: list[Workload], capacity_bytes: int |
     if need <= usable:
         return None
     inputs, outputs = tensor_bytes(d, worst)
-    return (f"problem {d.name} does not fit this {kind} device: workload {worst.uuid} needs about "
-            f"{_gb(need)} (inputs {_gb(inputs)} per call, outputs {_gb(outputs)}, {n_sets_of(worst)} input sets "
-            f"rotated while timing), and the device has {_gb(capacity_bytes)} of which about {_gb(usable)} are "
-            f"usable; use smaller workloads (or a device with more memory)")
+    return (
+        f"problem {d.name} does not fit this {kind} device: workload {worst.uuid} needs about "
+        f"{_gb(need)} (inputs {_gb(inputs)} per call, outputs {_gb(outputs)}, {n_sets_of(worst)} input sets "
+        f"rotated while timing), and the device has {_gb(capacity_bytes)} of which about {_gb(usable)} are "
+        f"usable; use smaller workloads (or a device with more memory)"
+    )
 
 
 def _gb(n: int) -> str:

@@ -53,7 +53,9 @@ def measured_elsewhere(row: sqlite3.Row | None, device: "device_mod.DeviceChoice
     return row is not None and measured_on(row) != device.key
 
 
-def elsewhere_unclear(row: sqlite3.Row | None, cmp: decision_mod.Comparison | None, cfg: GuardConfig, device: "device_mod.DeviceChoice") -> bool:
+def elsewhere_unclear(
+    row: sqlite3.Row | None, cmp: decision_mod.Comparison | None, cfg: GuardConfig, device: "device_mod.DeviceChoice"
+) -> bool:
     """A stored comparison with a row measured on another device, inside the pairing band."""
     if cmp is None or not measured_elsewhere(row, device):
         return False

@@ -26,8 +26,12 @@ class Rejection(Exception):
 
 
 def timed_out(gate: str, exc: WorkerTimeout, limit_s: float) -> Rejection:
-    return Rejection(gate, "TIMEOUT", f"{exc} (limit {limit_s:.0f} s per call)",
-                     "the candidate was stopped; look for an infinite loop or a hang")
+    return Rejection(
+        gate,
+        "TIMEOUT",
+        f"{exc} (limit {limit_s:.0f} s per call)",
+        "the candidate was stopped; look for an infinite loop or a hang",
+    )
 
 
 def died(gate: str, exc: WorkerDied) -> Rejection:

@@ -18,44 +18,93 @@ from ..problems.problem import Problem
 from ..repetition import repeats
 from ..runner import device as device_mod
 from ..verdict import (
-    Checked, DeviceInfo, Gate, PairedEntry, PairedLabel, PairedWorkload, TraceStatus, Verdict, WorkloadResult,
+    Checked,
+    DeviceInfo,
+    Gate,
+    PairedEntry,
+    PairedLabel,
+    PairedWorkload,
+    TraceStatus,
+    Verdict,
+    WorkloadResult,
 )
 from .pairing_gate import PairedRun, elsewhere_unclear, latencies, measurements, paired_for
 from .reasons import Rejection
 
 
 class Recorder:
-    def __init__(self, db: Database, cfg: GuardConfig, device: "device_mod.DeviceChoice", archive: GitArchive,
-                 device_info: Callable[[], dict[str, Any]]):
+    def __init__(
+        self,
+        db: Database,
+        cfg: GuardConfig,
+        device: "device_mod.DeviceChoice",
+        archive: GitArchive,
+        device_info: Callable[[], dict[str, Any]],
+    ):
         self.db, self.cfg, self.device, self.archive = db, cfg, device, archive
         self.device_info = device_info  # the verdict's device (with the ceilings once measured)
 
-    def reject(self, cid: str, problem: Problem, agent: str, rej: Rejection, phases: dict[str, float],
-               notes: str | None, parent: str | None, memory: dict[str, int] | None = None) -> Verdict:
+    def reject(
+        self,
+        cid: str,
+        problem: Problem,
+        agent: str,
+        rej: Rejection,
+        phases: dict[str, float],
+        notes: str | None,
+        parent: str | None,
+        memory: dict[str, int] | None = None,
+    ) -> Verdict:
         with self.db.transaction() as c:
             history = _history(self.db, c, problem.name, agent)
-            best = self.db.agent_best(c, problem.name, problem.definition.content_hash(), agent,
-                                      self.device.compare_key)
+            best = self.db.agent_best(
+                c, problem.name, problem.definition.content_hash(), agent, self.device.compare_key
+            )
             gbest = self.db.global_best(c, problem.name, problem.definition.content_hash(), self.device.compare_key)
             advice = decision_mod.advise("REJECT", history, None, best["sol_fraction"] if best else None, self.cfg)
-            row = c.execute("SELECT source_hash, normalized_hash, notes FROM candidates WHERE id = ?", (cid,)).fetchone()
+            row = c.execute(
+                "SELECT source_hash, normalized_hash, notes FROM candidates WHERE id = ?", (cid,)
+            ).fetchone()
             verdict = Verdict(
-                candidate_id=cid, problem=problem.name, agent=agent, decision="REJECT",
+                candidate_id=cid,
+                problem=problem.name,
+                agent=agent,
+                decision="REJECT",
                 # a gate's or a worker's words: the verdict's model checks them
-                status=cast(TraceStatus, rej.status), gate=cast(Gate, rej.gate), reason=rej.reason, diagnostic=rej.diagnostic,
-                first_failing_workload=rej.workload, advice=advice, phases_s=phases,
+                status=cast(TraceStatus, rej.status),
+                gate=cast(Gate, rej.gate),
+                reason=rej.reason,
+                diagnostic=rej.diagnostic,
+                first_failing_workload=rej.workload,
+                advice=advice,
+                phases_s=phases,
                 checked=Checked(errors={rej.workload: rej.errors}) if rej.errors and rej.workload else Checked(),
-                agent_best_id=best["id"] if best else None, global_best_id=gbest["id"] if gbest else None,
-                device=DeviceInfo.model_validate(self.device_info()), notes=notes, parent=parent, peak_memory_bytes=memory,
+                agent_best_id=best["id"] if best else None,
+                global_best_id=gbest["id"] if gbest else None,
+                device=DeviceInfo.model_validate(self.device_info()),
+                notes=notes,
+                parent=parent,
+                peak_memory_bytes=memory,
                 repeats=repeats(c, problem.name, agent, row["source_hash"], row["normalized_hash"], notes, cid),
             )
             self.db.finish(c, cid, row_fields(verdict), [])
         return verdict
 
-    def measured(self, cid: str, problem: Problem, agent: str, workloads: list[WorkloadResult], checked: Checked,
-                 phases: dict[str, float], notes: str | None, parent: str | None, solution_json: dict[str, Any],
-                 duplicate_of: str | None = None, paired: dict[PairedLabel, PairedRun] | None = None,
-                 memory: dict[str, int] | None = None) -> Verdict:
+    def measured(
+        self,
+        cid: str,
+        problem: Problem,
+        agent: str,
+        workloads: list[WorkloadResult],
+        checked: Checked,
+        phases: dict[str, float],
+        notes: str | None,
+        parent: str | None,
+        solution_json: dict[str, Any],
+        duplicate_of: str | None = None,
+        paired: dict[PairedLabel, PairedRun] | None = None,
+        memory: dict[str, int] | None = None,
+    ) -> Verdict:
         cfg, device = self.cfg, self.device
         dhash = problem.definition.content_hash()
         new = latencies(workloads)
@@ -92,29 +141,46 @@ class Recorder:
             else:
                 assert best is not None  # a comparison is made with the agent's best only
                 word = {"ACCEPT": "faster than", "KEEP": "within the noise of", "REVERT": "slower than"}[decision]
-                reason = (f"{word} the agent's best {best['id']}: speedup {cmp.speedup:.3f}x "
-                          f"(threshold {cmp.threshold:.1%}"
-                          + (", re-measured side by side)" if was_paired else ")"))
+                reason = (
+                    f"{word} the agent's best {best['id']}: speedup {cmp.speedup:.3f}x "
+                    f"(threshold {cmp.threshold:.1%}" + (", re-measured side by side)" if was_paired else ")")
+                )
                 if decision == "REVERT":
                     reason += f"; go back to {best['id']}"
                 if unsure:
-                    reason += ("; the best was measured on another device and changed during this evaluation, "
-                               "so no ACCEPT or REVERT is drawn from it: resubmit to compare on one device")
+                    reason += (
+                        "; the best was measured on another device and changed during this evaluation, "
+                        "so no ACCEPT or REVERT is drawn from it: resubmit to compare on one device"
+                    )
             if is_global:
                 reason += "; new global best"
             verdict = Verdict(
-                candidate_id=cid, problem=problem.name, agent=agent, decision=decision, status="PASSED",
-                reason=reason, score=scoring.mean([w.sol_score for w in workloads]),
+                candidate_id=cid,
+                problem=problem.name,
+                agent=agent,
+                decision=decision,
+                status="PASSED",
+                reason=reason,
+                score=scoring.mean([w.sol_score for w in workloads]),
                 speedup_eager=scoring.geomean([w.speedup_eager for w in workloads]),
                 speedup_compile=scoring.geomean([w.speedup_compile for w in workloads]),
                 sol_fraction=sol_fraction,
                 latency_ms=scoring.geomean([w.latency_ms for w in workloads]),
-                speedup_vs_best=cmp.speedup if cmp else None, threshold=cmp.threshold if cmp else None,
+                speedup_vs_best=cmp.speedup if cmp else None,
+                threshold=cmp.threshold if cmp else None,
                 agent_best_id=cid if decision == "ACCEPT" else (best["id"] if best else None),
                 global_best_id=cid if is_global else (gbest["id"] if gbest else None),
-                is_global_best=is_global, duplicate_of=duplicate_of, advice=advice,
-                workloads=workloads, checked=checked, phases_s=phases, device=DeviceInfo.model_validate(self.device_info()),
-                notes=notes, parent=parent, paired=paired_summary(paired), repeats=repeated,
+                is_global_best=is_global,
+                duplicate_of=duplicate_of,
+                advice=advice,
+                workloads=workloads,
+                checked=checked,
+                phases_s=phases,
+                device=DeviceInfo.model_validate(self.device_info()),
+                notes=notes,
+                parent=parent,
+                paired=paired_summary(paired),
+                repeats=repeated,
                 peak_memory_bytes=memory,
             )
             self.db.finish(c, cid, row_fields(verdict), [w.model_dump() for w in workloads])
@@ -122,19 +188,32 @@ class Recorder:
             self.archive.commit(problem.name, agent, cid, solution_json, summary(verdict))
         return verdict
 
-    def duplicate(self, cid: str, prior: sqlite3.Row, problem: Problem, agent: str, notes: str | None,
-                  parent: str | None) -> Verdict:
+    def duplicate(
+        self, cid: str, prior: sqlite3.Row, problem: Problem, agent: str, notes: str | None, parent: str | None
+    ) -> Verdict:
         """A source identical to ``prior`` (a stored row): judged again from its verdict."""
         prior_verdict = Verdict.model_validate_json(prior["verdict_json"])
         if prior_verdict.decision == "REJECT":
-            rej = Rejection(prior_verdict.gate or "correctness", prior_verdict.status,
-                            f"identical to {prior['id']}, already rejected: {prior_verdict.reason}",
-                            prior_verdict.diagnostic, prior_verdict.first_failing_workload)
+            rej = Rejection(
+                prior_verdict.gate or "correctness",
+                prior_verdict.status,
+                f"identical to {prior['id']}, already rejected: {prior_verdict.reason}",
+                prior_verdict.diagnostic,
+                prior_verdict.first_failing_workload,
+            )
             v = self.reject(cid, problem, agent, rej, {}, notes, parent)
         else:
             v = self.measured(
-                cid, problem, agent, prior_verdict.workloads, prior_verdict.checked, {}, notes, parent,
-                json.loads(prior["solution_json"]), duplicate_of=prior["id"],
+                cid,
+                problem,
+                agent,
+                prior_verdict.workloads,
+                prior_verdict.checked,
+                {},
+                notes,
+                parent,
+                json.loads(prior["solution_json"]),
+                duplicate_of=prior["id"],
             )
         with self.db.transaction() as c:
             c.execute("UPDATE candidates SET duplicate_of = ? WHERE id = ?", (prior["id"], cid))
@@ -150,12 +229,21 @@ def _history(db: Database, c: sqlite3.Connection, problem: str, agent: str) -> l
 def row_fields(v: Verdict) -> dict[str, Any]:
     """The candidate row's columns from a verdict."""
     return {
-        "decision": v.decision, "status": v.status, "gate": v.gate, "reason": v.reason,
-        "diagnostic": v.diagnostic, "first_failing_workload": v.first_failing_workload,
-        "score": v.score, "speedup_eager": v.speedup_eager, "speedup_compile": v.speedup_compile,
-        "sol_fraction": v.sol_fraction, "latency_ms": v.latency_ms,
-        "speedup_vs_best": v.speedup_vs_best, "threshold": v.threshold,
-        "global_best": int(v.is_global_best), "duplicate_of": v.duplicate_of,
+        "decision": v.decision,
+        "status": v.status,
+        "gate": v.gate,
+        "reason": v.reason,
+        "diagnostic": v.diagnostic,
+        "first_failing_workload": v.first_failing_workload,
+        "score": v.score,
+        "speedup_eager": v.speedup_eager,
+        "speedup_compile": v.speedup_compile,
+        "sol_fraction": v.sol_fraction,
+        "latency_ms": v.latency_ms,
+        "speedup_vs_best": v.speedup_vs_best,
+        "threshold": v.threshold,
+        "global_best": int(v.is_global_best),
+        "duplicate_of": v.duplicate_of,
         "verdict_json": v.model_dump_json(),
     }
 
@@ -175,8 +263,9 @@ def paired_summary(paired: dict[PairedLabel, PairedRun] | None) -> dict[PairedLa
             threshold=cmp.threshold if cmp else None,
             note=e.get("note"),
             workloads={
-                u: PairedWorkload(incumbent_ms=[x[0] for x in s["incumbent"]],
-                                  challenger_ms=[x[0] for x in s["challenger"]])
+                u: PairedWorkload(
+                    incumbent_ms=[x[0] for x in s["incumbent"]], challenger_ms=[x[0] for x in s["challenger"]]
+                )
                 for u, s in (e.get("samples") or {}).items()
             },
         )
@@ -185,7 +274,20 @@ def paired_summary(paired: dict[PairedLabel, PairedRun] | None) -> dict[PairedLa
 
 def summary(v: Verdict) -> dict[str, Any]:
     """What the git archive's commit message carries."""
-    return {k: getattr(v, k) for k in (
-        "candidate_id", "problem", "agent", "decision", "status", "score", "speedup_eager",
-        "speedup_compile", "sol_fraction", "latency_ms", "is_global_best", "reason",
-    )}
+    return {
+        k: getattr(v, k)
+        for k in (
+            "candidate_id",
+            "problem",
+            "agent",
+            "decision",
+            "status",
+            "score",
+            "speedup_eager",
+            "speedup_compile",
+            "sol_fraction",
+            "latency_ms",
+            "is_global_best",
+            "reason",
+        )
+    }

@@ -29,8 +29,16 @@ from .context import Progress, noop
 from .reasons import GuardError
 
 # what a trusted worker's baseline reply carries that the guard keeps
-BASELINE_FIELDS = ("eager", "compiled", "compile_error", "compile_counters", "compile_checked", "compile_fell_back",
-                   "flops", "flops_error")
+BASELINE_FIELDS = (
+    "eager",
+    "compiled",
+    "compile_error",
+    "compile_counters",
+    "compile_checked",
+    "compile_fell_back",
+    "flops",
+    "flops_error",
+)
 
 
 def ceilings_cache_dir() -> Path:
@@ -45,8 +53,15 @@ def _prod(shape: Iterable[int]) -> int:
 
 
 class ReferenceSide:
-    def __init__(self, pool: WorkerPool, db: Database, cfg: GuardConfig, device: "device_mod.DeviceChoice",
-                 slot: TimingSlot, secret: bytes):
+    def __init__(
+        self,
+        pool: WorkerPool,
+        db: Database,
+        cfg: GuardConfig,
+        device: "device_mod.DeviceChoice",
+        slot: TimingSlot,
+        secret: bytes,
+    ):
         self.pool, self.db, self.cfg, self.device, self.slot = pool, db, cfg, device, slot
         self._secret = secret
         self.ceilings: dict[str, Any] | None = None  # measured once per device, cached on disk
@@ -60,8 +75,7 @@ class ReferenceSide:
         """The seeds of the input sets a timed loop rotates over (4, or 2 for large inputs)."""
         axes = d.resolve_axes(w.axes)
         in_bytes = sum(
-            dtype_info(s.dtype).bytes * _prod(d.shape_of(s, axes))
-            for s in d.inputs.values() if s.shape is not None
+            dtype_info(s.dtype).bytes * _prod(d.shape_of(s, axes)) for s in d.inputs.values() if s.shape is not None
         )
         n = 4 if in_bytes < (256 << 20) else 2
         if self.device.kind == "cpu":
@@ -70,8 +84,13 @@ class ReferenceSide:
 
     def timing_config(self) -> dict[str, Any]:
         c = self.cfg
-        return {"min_iters": c.min_iters, "max_iters": c.max_iters, "max_timing_s": c.max_timing_s,
-                "target_time_s": c.target_time_s, "warmup_time_s": c.warmup_time_s}
+        return {
+            "min_iters": c.min_iters,
+            "max_iters": c.max_iters,
+            "max_timing_s": c.max_timing_s,
+            "target_time_s": c.target_time_s,
+            "warmup_time_s": c.warmup_time_s,
+        }
 
     def hold(self, exclusive: bool, progress: Progress) -> AbstractContextManager[float]:
         """The device's timing slot; says so when another process holds it."""
@@ -104,10 +123,15 @@ class ReferenceSide:
 
     def load_problem(self, trusted: WorkerProcess, problem: Problem) -> str:
         key = problem.definition.content_hash()
-        reply = self.request(trusted, {
-            "op": "problem", "key": key, "definition": problem.definition.to_json(),
-            "blob_root": str(problem.root) if problem.root else None,
-        })
+        reply = self.request(
+            trusted,
+            {
+                "op": "problem",
+                "key": key,
+                "definition": problem.definition.to_json(),
+                "blob_root": str(problem.root) if problem.root else None,
+            },
+        )
         if not reply.get("ok"):
             raise GuardError(f"problem {problem.name}: the reference does not load: {reply.get('message')}")
         return key
@@ -132,8 +156,9 @@ class ReferenceSide:
         tmp.replace(path)
         return self.ceilings
 
-    def ensure_baselines(self, trusted: WorkerProcess, problem: Problem, key: str, visible: list[Workload],
-                         progress: Progress) -> dict[str, dict[str, Any]]:
+    def ensure_baselines(
+        self, trusted: WorkerProcess, problem: Problem, key: str, visible: list[Workload], progress: Progress
+    ) -> dict[str, dict[str, Any]]:
         d = problem.definition
         dhash = d.content_hash()
         out: dict[str, dict[str, Any]] = {}
@@ -152,20 +177,32 @@ class ReferenceSide:
                 # once dynamo fell back to eager on a workload of the problem, it may skip the
                 # function silently: no later compile time of that problem is asked for
                 fell_back = any(b.get("compile_fell_back") for b in out.values())
-                reply = self.request(trusted, {
-                    "op": "baseline", "key": key, "workload": w.model_dump(mode="json"),
-                    "axes": d.resolve_axes(w.axes), "sets": self.set_seeds(d, w, "baseline", 0),
-                    "config": self.timing_config(), "compile": self.cfg.compile_baseline and not fell_back,
-                    "compile_mode": self.cfg.compile_mode, "count_flops": d.kernelarc.flops is None,
-                }, max(600, self.cfg.call_timeout_s))
+                reply = self.request(
+                    trusted,
+                    {
+                        "op": "baseline",
+                        "key": key,
+                        "workload": w.model_dump(mode="json"),
+                        "axes": d.resolve_axes(w.axes),
+                        "sets": self.set_seeds(d, w, "baseline", 0),
+                        "config": self.timing_config(),
+                        "compile": self.cfg.compile_baseline and not fell_back,
+                        "compile_mode": self.cfg.compile_mode,
+                        "count_flops": d.kernelarc.flops is None,
+                    },
+                    max(600, self.cfg.call_timeout_s),
+                )
                 if not reply.get("ok"):
                     raise GuardError(
                         f"problem {d.name}: the reference fails on workload {w.uuid}: {reply.get('message')}"
                     )
                 result = {k: reply.get(k) for k in BASELINE_FIELDS}
                 if fell_back and self.cfg.compile_baseline:
-                    result |= {"compile_checked": True, "compile_fell_back": True,
-                               "compile_error": "torch.compile fell back to eager on an earlier workload of this problem"}
+                    result |= {
+                        "compile_checked": True,
+                        "compile_fell_back": True,
+                        "compile_error": "torch.compile fell back to eager on an earlier workload of this problem",
+                    }
                 self.db.put_baseline(dhash, w.uuid, self.device.key, result)
                 out[w.uuid] = result
         progress("baseline", len(missing), len(missing), "baselines cached")

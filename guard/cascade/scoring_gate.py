@@ -11,8 +11,13 @@ from ..problems.schema import Definition, Workload
 from ..verdict import WorkloadResult
 
 
-def score(d: Definition, visible: list[Workload], timings: dict[str, dict[str, Any]],
-          baselines: dict[str, dict[str, Any]], ceilings: dict[str, Any]) -> list[WorkloadResult]:
+def score(
+    d: Definition,
+    visible: list[Workload],
+    timings: dict[str, dict[str, Any]],
+    baselines: dict[str, dict[str, Any]],
+    ceilings: dict[str, Any],
+) -> list[WorkloadResult]:
     """``timings``: workload -> {"stats", "nvml"} (the benchmark gate); ``baselines``: workload
     -> the reference's eager and compile times and FLOPs; ``ceilings``: the device's rates."""
     float_inputs = [s.dtype for s in d.inputs.values() if s.shape is not None and dtype_info(s.dtype).is_float]
@@ -30,14 +35,23 @@ def score(d: Definition, visible: list[Workload], timings: dict[str, dict[str, A
         if flops is None:
             flops = base.get("flops")
         t_sol, bound = scoring.sol_time_ms(flops, d.bytes_moved(axes), rate, ceilings["copy_bytes_per_s"])
-        out.append(WorkloadResult(
-            uuid=w.uuid, axes=w.axes, latency_ms=t, eager_ms=eager, compile_ms=comp,
-            sol_ms=t_sol, bound=bound,
-            speedup_eager=eager / t if eager else None,
-            speedup_compile=comp / t if comp else None,
-            sol_score=scoring.sol_score(t, t_sol, eager) if eager else None,
-            sol_fraction=t_sol / t if t > 0 else None,
-            rel_se=stats.get("rel_se"), iterations=stats.get("n"), timing=stats,
-            nvml=timings[w.uuid].get("nvml"),
-        ))
+        out.append(
+            WorkloadResult(
+                uuid=w.uuid,
+                axes=w.axes,
+                latency_ms=t,
+                eager_ms=eager,
+                compile_ms=comp,
+                sol_ms=t_sol,
+                bound=bound,
+                speedup_eager=eager / t if eager else None,
+                speedup_compile=comp / t if comp else None,
+                sol_score=scoring.sol_score(t, t_sol, eager) if eager else None,
+                sol_fraction=t_sol / t if t > 0 else None,
+                rel_se=stats.get("rel_se"),
+                iterations=stats.get("n"),
+                timing=stats,
+                nvml=timings[w.uuid].get("nvml"),
+            )
+        )
     return out

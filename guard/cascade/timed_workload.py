@@ -38,32 +38,45 @@ from .reasons import GuardError, Rejection, first_line
 from .reference_side import ReferenceSide
 
 
-def _call(worker: WorkerProcess, request: m.CandidateRequest | m.TrustedRequest, reply_model: type[m.R],
-          timeout: float) -> m.R:
+def _call(
+    worker: WorkerProcess, request: m.CandidateRequest | m.TrustedRequest, reply_model: type[m.R], timeout: float
+) -> m.R:
     raw = worker.request(request.model_dump(mode="json"), timeout)
     try:
         return m.parse_reply(raw, reply_model)
     except m.MessageError as exc:
         if worker.role == "trusted":
             raise GuardError(f"the trusted worker answered {request.op!r} out of protocol: {exc}") from None
-        raise Rejection("benchmark", "REWARD_HACK", f"the candidate's worker answered {request.op!r} out of "
-                        f"protocol: {exc}", None) from None
+        raise Rejection(
+            "benchmark", "REWARD_HACK", f"the candidate's worker answered {request.op!r} out of protocol: {exc}", None
+        ) from None
 
 
-def _check_counts(plan: m.Plan, n: int, run_s: float, timing: m.TimingConfig, max_timing_s: float,
-                  w: Workload) -> None:
+def _check_counts(plan: m.Plan, n: int, run_s: float, timing: m.TimingConfig, max_timing_s: float, w: Workload) -> None:
     """The counts come from the candidate's process: the plan must lie within the guard's
     bounds, and a loop may stop short of it only when the guard's own clock saw it run for
     the time limit. The outside clock's loop runs the same count, and a short one would put
     a window's fixed costs into every call's share of the band."""
     planned = plan.iters
     if not min(timing.min_iters, timing.max_iters) <= planned <= timing.max_iters:
-        raise Rejection("benchmark", "REWARD_HACK", f"the candidate's worker planned {planned} timed calls on "
-                        f"{w.uuid}, outside the guard's {timing.min_iters}-{timing.max_iters}", None, w.uuid)
+        raise Rejection(
+            "benchmark",
+            "REWARD_HACK",
+            f"the candidate's worker planned {planned} timed calls on "
+            f"{w.uuid}, outside the guard's {timing.min_iters}-{timing.max_iters}",
+            None,
+            w.uuid,
+        )
     early = n < planned and n >= 5 and plan.method != "cuda-graph" and run_s >= 0.9 * max_timing_s
     if n != planned and not early:
-        raise Rejection("benchmark", "REWARD_HACK", f"the timed loop on {w.uuid} reported {n} calls for "
-                        f"{planned} planned (in {run_s:.2f} s by the guard's clock)", None, w.uuid)
+        raise Rejection(
+            "benchmark",
+            "REWARD_HACK",
+            f"the timed loop on {w.uuid} reported {n} calls for "
+            f"{planned} planned (in {run_s:.2f} s by the guard's clock)",
+            None,
+            w.uuid,
+        )
 
 
 def wait_device_idle(ref: ReferenceSide, trusted: WorkerProcess, w: Workload, when: str) -> None:
@@ -81,16 +94,20 @@ def wait_device_idle(ref: ReferenceSide, trusted: WorkerProcess, w: Workload, wh
         if probe.pass_ms <= ref.cfg.drain_factor * probe.flush_ms:
             return
         if time.monotonic() > deadline:
-            raise Rejection("benchmark", "REWARD_HACK",
-                            f"the device stayed busy {when} on {w.uuid} while the candidate's processes were "
-                            f"stopped: work it left queued slows what the guard measures next",
-                            f"a flush pass took {probe.pass_ms * 1e3:.1f} us against {probe.flush_ms * 1e3:.1f} us "
-                            f"idle, for {ref.cfg.drain_wait_s:.0f} s", w.uuid)
+            raise Rejection(
+                "benchmark",
+                "REWARD_HACK",
+                f"the device stayed busy {when} on {w.uuid} while the candidate's processes were "
+                f"stopped: work it left queued slows what the guard measures next",
+                f"a flush pass took {probe.pass_ms * 1e3:.1f} us against {probe.flush_ms * 1e3:.1f} us "
+                f"idle, for {ref.cfg.drain_wait_s:.0f} s",
+                w.uuid,
+            )
         time.sleep(0.05)
 
 
 def _loop_kind(ref: ReferenceSide, d: Definition, w: Workload) -> str:
-    """"captured" where the outside clock's loop draws and digests in graphs (a GPU, inputs
+    """ "captured" where the outside clock's loop draws and digests in graphs (a GPU, inputs
     the guard draws itself), else "eager"; decided here from the problem alone, and both
     workers' loops follow the same rule (``ConfirmLoop``)."""
     possible = stream_refill_possible(d.model_dump(mode="json"), w.model_dump(mode="json"))
@@ -138,21 +155,50 @@ class _Workload:
     timeout: float
 
 
-def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProcess, key: str,
-                  d: Definition, w: Workload, sets: list[int], run_seed: int, dps: bool,
-                  check_rng: random.Random) -> dict[str, Any]:
+def time_workload(
+    ref: ReferenceSide,
+    worker: WorkerProcess,
+    trusted: WorkerProcess,
+    key: str,
+    d: Definition,
+    w: Workload,
+    sets: list[int],
+    run_seed: int,
+    dps: bool,
+    check_rng: random.Random,
+) -> dict[str, Any]:
     """{"stats": ..., "nvml": ...} for one workload, or a Rejection."""
     cfg = ref.cfg
-    cx = _Workload(ref, worker, trusted, key, w, w.model_dump(mode="json"), d.resolve_axes(w.axes), sets,
-                   cfg.call_timeout_s + cfg.max_timing_s)
+    cx = _Workload(
+        ref,
+        worker,
+        trusted,
+        key,
+        w,
+        w.model_dump(mode="json"),
+        d.resolve_axes(w.axes),
+        sets,
+        cfg.call_timeout_s + cfg.max_timing_s,
+    )
     # as the correctness gate compares: the workload's own spec (a matched ratio too) or the guard's
     tolerances = [m.Tolerance.model_validate(t.message()) for t in tolerance_mod.for_workload(d, w).values()]
 
     timing = m.TimingConfig(**ref.timing_config())
     projection_seed = ref.seed("confirm-projection", run_seed)
-    armed = _call(worker, m.Arm(workload=cx.workload, axes=cx.axes, sets=sets, arm_seed=ref.seed("arm", run_seed),
-                                config=timing, tolerances=tolerances, confirm_projection_seed=projection_seed),
-                  m.ArmReply, cx.timeout)
+    armed = _call(
+        worker,
+        m.Arm(
+            workload=cx.workload,
+            axes=cx.axes,
+            sets=sets,
+            arm_seed=ref.seed("arm", run_seed),
+            config=timing,
+            tolerances=tolerances,
+            confirm_projection_seed=projection_seed,
+        ),
+        m.ArmReply,
+        cx.timeout,
+    )
     if not armed.ok or armed.plan is None:
         raise _failed(armed, w, "warming up")
 
@@ -179,15 +225,24 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
     run_walls, loop_walls, confirms = _outside_windows(cx, run_seed, n, passes, copies, projection_seed)
     # pauses (a collection, the scheduler) only lengthen a window: the shortest of each is the loop
     rel, abs_ms, slack = _bands(ref, loop_kind)
-    clock = outside_clock.judge(min(run_walls), n, min(loop_walls), n,
-                                outside_clock.inside_figure_ms(stats), rel, abs_ms, slack, loop_kind, pad,
-                                check_short=ref.device.kind == "cuda")
+    clock = outside_clock.judge(
+        min(run_walls),
+        n,
+        min(loop_walls),
+        n,
+        outside_clock.inside_figure_ms(stats),
+        rel,
+        abs_ms,
+        slack,
+        loop_kind,
+        pad,
+        check_short=ref.device.kind == "cuda",
+    )
     stats["outside_clock"] = clock.model_dump()
 
     # The digests of a secret sample of the calls of every loop against the reference; every
     # window as many as the timed loop: the shortest window decides, so it must be checked.
-    checks: list[tuple[int, list[Any], str, Literal["seeded", "stream"]]] = [
-        (run_seed, ran.digests, "timed", "seeded")]
+    checks: list[tuple[int, list[Any], str, Literal["seeded", "stream"]]] = [(run_seed, ran.digests, "timed", "seeded")]
     checks += [(seed, digests, "outside clock's", "stream") for seed, digests in confirms]
     for seed, digests, loop_name, regime in checks:
         chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
@@ -196,8 +251,9 @@ def time_workload(ref: ReferenceSide, worker: WorkerProcess, trusted: WorkerProc
     return {"stats": stats, "nvml": {"before": before, "after": after}}
 
 
-def _outside_windows(cx: _Workload, run_seed: int, n: int, passes: int, copies: bool,
-                     projection_seed: int) -> tuple[list[float], list[float], list[tuple[int, list[Any]]]]:
+def _outside_windows(
+    cx: _Workload, run_seed: int, n: int, passes: int, copies: bool, projection_seed: int
+) -> tuple[list[float], list[float], list[tuple[int, list[Any]]]]:
     """The outside clock: the candidate's loop of calls, then the same loop without the call in
     the trusted worker while the candidate's processes are stopped; each window on new data.
     (walls of the candidate's loops, walls of the trusted loops, (seed, digests) per window)."""
@@ -210,20 +266,40 @@ def _outside_windows(cx: _Workload, run_seed: int, n: int, passes: int, copies: 
         seed = ref.seed(f"confirm-{window}", run_seed)
         with _no_gc():
             t0 = time.monotonic()
-            confirmed = _call(cx.worker, m.Confirm(seed=seed, iters=n, pad_passes=passes, copies=copies), m.ConfirmReply, cx.timeout)
+            confirmed = _call(
+                cx.worker, m.Confirm(seed=seed, iters=n, pad_passes=passes, copies=copies), m.ConfirmReply, cx.timeout
+            )
             run_wall = time.monotonic() - t0
         if not confirmed.ok:
             raise _failed(confirmed, w, "timing")
         if len(confirmed.digests) != n:
-            raise Rejection("benchmark", "REWARD_HACK", f"the outside clock's loop on {w.uuid} reported "
-                            f"{len(confirmed.digests)} calls for {n}", None, w.uuid)
+            raise Rejection(
+                "benchmark",
+                "REWARD_HACK",
+                f"the outside clock's loop on {w.uuid} reported {len(confirmed.digests)} calls for {n}",
+                None,
+                w.uuid,
+            )
         with frozen(cx.worker.proc.pid if cx.worker.proc is not None else None):
             wait_device_idle(ref, cx.trusted, w, "before the guard's loop")
             with _no_gc():
                 t0 = time.monotonic()
-                loop = _call(cx.trusted, m.Overhead(key=cx.key, workload=cx.workload, axes=cx.axes, sets=cx.sets,
-                                                    seed=seed, iters=n, pad_passes=passes, copies=copies,
-                                                    projection_seed=projection_seed), m.OverheadReply, cx.timeout)
+                loop = _call(
+                    cx.trusted,
+                    m.Overhead(
+                        key=cx.key,
+                        workload=cx.workload,
+                        axes=cx.axes,
+                        sets=cx.sets,
+                        seed=seed,
+                        iters=n,
+                        pad_passes=passes,
+                        copies=copies,
+                        projection_seed=projection_seed,
+                    ),
+                    m.OverheadReply,
+                    cx.timeout,
+                )
                 loop_wall = time.monotonic() - t0
             wait_device_idle(ref, cx.trusted, w, "after the guard's loop")
         if not loop.ok:
@@ -234,44 +310,80 @@ def _outside_windows(cx: _Workload, run_seed: int, n: int, passes: int, copies: 
     return run_walls, loop_walls, confirms
 
 
-def _verify_calls(cx: _Workload, seed: int, regime: Literal["seeded", "stream"], projection_seed: int,
-                  chosen: list[int], digests: list[Any], tolerances: list[m.Tolerance], names: list[str],
-                  loop_name: str) -> None:
+def _verify_calls(
+    cx: _Workload,
+    seed: int,
+    regime: Literal["seeded", "stream"],
+    projection_seed: int,
+    chosen: list[int],
+    digests: list[Any],
+    tolerances: list[m.Tolerance],
+    names: list[str],
+    loop_name: str,
+) -> None:
     """The trusted worker's check of the chosen calls' digests; REWARD_HACK on a mismatch."""
     w = cx.w
-    verified = _call(cx.trusted, m.VerifyReplays(key=cx.key, workload=cx.workload, axes=cx.axes, sets=cx.sets,
-                                                 run_seed=seed, regime=regime, projection_seed=projection_seed,
-                                                 iterations=chosen, digests=[digests[i] for i in chosen],
-                                                 tolerances=tolerances, names=names),
-                     m.VerifyReply, max(cx.ref.cfg.call_timeout_s, 120))
+    verified = _call(
+        cx.trusted,
+        m.VerifyReplays(
+            key=cx.key,
+            workload=cx.workload,
+            axes=cx.axes,
+            sets=cx.sets,
+            run_seed=seed,
+            regime=regime,
+            projection_seed=projection_seed,
+            iterations=chosen,
+            digests=[digests[i] for i in chosen],
+            tolerances=tolerances,
+            names=names,
+        ),
+        m.VerifyReply,
+        max(cx.ref.cfg.call_timeout_s, 120),
+    )
     if not verified.ok:
         raise GuardError(f"checking the timed calls on {w.uuid} failed: {verified.message}")
     if not verified.passed:
-        raise Rejection("benchmark", "REWARD_HACK",
-                        f"{loop_name} call {verified.iteration} on {w.uuid} did not compute the answer for its "
-                        "own inputs: the candidate behaves differently while timed (every timed call gets "
-                        "fresh inputs; a remembered answer, a cache or a skipped call fails)",
-                        verified.message, w.uuid)
+        raise Rejection(
+            "benchmark",
+            "REWARD_HACK",
+            f"{loop_name} call {verified.iteration} on {w.uuid} did not compute the answer for its "
+            "own inputs: the candidate behaves differently while timed (every timed call gets "
+            "fresh inputs; a remembered answer, a cache or a skipped call fails)",
+            verified.message,
+            w.uuid,
+        )
 
 
-def _reject_disagreement(cx: _Workload, clock: outside_clock.OutsideClock, run_walls: list[float],
-                         loop_walls: list[float], n: int) -> None:
+def _reject_disagreement(
+    cx: _Workload, clock: outside_clock.OutsideClock, run_walls: list[float], loop_walls: list[float], n: int
+) -> None:
     """REWARD_HACK when the outside clock contradicts the candidate's figure either way."""
     w = cx.w
-    walls = (f"calls with the loop {min(run_walls):.4f} s, the loop alone {min(loop_walls):.4f} s, {n} calls "
-             f"(shortest of {len(run_walls)} windows each)")
+    walls = (
+        f"calls with the loop {min(run_walls):.4f} s, the loop alone {min(loop_walls):.4f} s, {n} calls "
+        f"(shortest of {len(run_walls)} windows each)"
+    )
     if clock.short_loop:
-        raise Rejection("benchmark", "REWARD_HACK",
-                        f"the candidate's loop of calls on {w.uuid} ran {-clock.outside_ms * 1e3:.1f} us a call faster "
-                        "than the same loop without the call, as the guard's own clock measured it: the candidate's "
-                        "process skipped part of the loop's own work (padding, draws or digests)",
-                        f"allowed: {clock.abs_band_ms * 1e3:.1f} us; {walls}", w.uuid)
+        raise Rejection(
+            "benchmark",
+            "REWARD_HACK",
+            f"the candidate's loop of calls on {w.uuid} ran {-clock.outside_ms * 1e3:.1f} us a call faster "
+            "than the same loop without the call, as the guard's own clock measured it: the candidate's "
+            "process skipped part of the loop's own work (padding, draws or digests)",
+            f"allowed: {clock.abs_band_ms * 1e3:.1f} us; {walls}",
+            w.uuid,
+        )
     if not clock.agrees:
-        raise Rejection("benchmark", "REWARD_HACK",
-                        f"the guard's own clock measured {clock.outside_ms * 1e3:.1f} us per call on {w.uuid}, "
-                        f"but the candidate's process reported {clock.inside_ms * 1e3:.1f} us: the timing "
-                        "inside the candidate's process was tampered with",
-                        f"allowed: {clock.rel_band:.0%} + {clock.abs_band_ms * 1e3:.1f} us; {walls}", w.uuid)
+        raise Rejection(
+            "benchmark",
+            "REWARD_HACK",
+            f"the guard's own clock measured {clock.outside_ms * 1e3:.1f} us per call on {w.uuid}, "
+            f"but the candidate's process reported {clock.inside_ms * 1e3:.1f} us: the timing "
+            "inside the candidate's process was tampered with",
+            f"allowed: {clock.rel_band:.0%} + {clock.abs_band_ms * 1e3:.1f} us; {walls}",
+            w.uuid,
+        )
 
 
 @contextlib.contextmanager
@@ -290,5 +402,10 @@ def _failed(reply: m.Reply, w: Workload, doing: str) -> Exception:
     if reply.status == "INTERNAL":
         return GuardError(f"worker error while {doing} {w.uuid}: {reply.message}")
     status = reply.status or "RUNTIME_ERROR"
-    return Rejection("benchmark", status, f"{status} while {doing} {w.uuid}: {first_line(reply.message or '')}",
-                     reply.message, w.uuid)
+    return Rejection(
+        "benchmark",
+        status,
+        f"{status} while {doing} {w.uuid}: {first_line(reply.message or '')}",
+        reply.message,
+        w.uuid,
+    )

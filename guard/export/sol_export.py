@@ -47,8 +47,10 @@ def candidate_export(db: Database, problem: Problem, cid: str) -> tuple[SolSolut
         solution = export_solution(stored_solution(row["solution_json"]), cid, problem.name, row["agent"])
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise ExportError(f"candidate {cid} does not fit SOL-ExecBench's solution schema: "
-                          f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
+        raise ExportError(
+            f"candidate {cid} does not fit SOL-ExecBench's solution schema: "
+            f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+        ) from None
     return solution, candidate_traces(verdict, problem, cid, row["finished_at"] or row["created_at"])
 
 
@@ -59,8 +61,11 @@ def export_problem(db: Database, problem: Problem, folder: Path, agent: str | No
     write_jsonl(folder / WORKLOAD_FILE, problem.workloads)
     summary = ExportSummary(problem=problem.name, folder=str(folder))
     lines = []
-    rows = [r for r in reversed(db.candidates_for(problem.name, limit=100_000))
-            if r["state"] == "done" and (agent is None or r["agent"] == agent)]
+    rows = [
+        r
+        for r in reversed(db.candidates_for(problem.name, limit=100_000))
+        if r["state"] == "done" and (agent is None or r["agent"] == agent)
+    ]
     for row in rows:
         try:
             solution, traces = candidate_export(db, problem, row["id"])

@@ -22,8 +22,9 @@ from ..candidates.solution import Solution as GuardSolution
 NonEmpty = Annotated[str, Field(min_length=1)]
 PYTHON_LANGUAGES = ("pytorch", "triton", "cute_dsl", "cutile", "cudnn_frontend")
 CPP_LANGUAGES = ("cutlass", "cudnn", "cublas", "cuda_cpp")
-Language = Literal["pytorch", "triton", "cute_dsl", "cutile", "cudnn_frontend",
-                   "cutlass", "cudnn", "cublas", "cuda_cpp"]
+Language = Literal[
+    "pytorch", "triton", "cute_dsl", "cutile", "cudnn_frontend", "cutlass", "cudnn", "cublas", "cuda_cpp"
+]
 
 
 Hardware = Literal["B200", "LOCAL"]
@@ -104,7 +105,9 @@ def export_solution(solution: GuardSolution, name: str, definition: str, author:
     extra = solution.model_extra or {}
     hardware = [h.upper() if h.upper() in ("B200", "LOCAL") else "LOCAL" for h in spec.target_hardware]
     return SolSolution(
-        name=name, definition=definition, author=author or "unknown",
+        name=name,
+        definition=definition,
+        author=author or "unknown",
         description=solution.description or extra.get("description"),
         spec=BuildSpec(
             languages=cast("list[Language]", list(spec.languages)),
@@ -113,8 +116,11 @@ def export_solution(solution: GuardSolution, name: str, definition: str, author:
             dependencies=list(spec.dependencies),
             destination_passing_style=spec.destination_passing_style,
             binding="torch" if spec.primary_language in CPP_LANGUAGES else None,
-            compile_options=(CompileOptions.model_validate(spec.compile_options.model_dump())
-                             if spec.compile_options is not None else None),
+            compile_options=(
+                CompileOptions.model_validate(spec.compile_options.model_dump())
+                if spec.compile_options is not None
+                else None
+            ),
         ),
         sources=[SourceFile(path=s.path, content=s.content) for s in solution.sources],
     )

@@ -17,12 +17,26 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 NonEmpty = Annotated[str, Field(min_length=1)]
 
 STATUSES = (
-    "PASSED", "INVALID_REFERENCE", "INCORRECT_SHAPE", "INCORRECT_NUMERICAL", "INCORRECT_DTYPE",
-    "RUNTIME_ERROR", "COMPILE_ERROR", "TIMEOUT", "REWARD_HACK",
+    "PASSED",
+    "INVALID_REFERENCE",
+    "INCORRECT_SHAPE",
+    "INCORRECT_NUMERICAL",
+    "INCORRECT_DTYPE",
+    "RUNTIME_ERROR",
+    "COMPILE_ERROR",
+    "TIMEOUT",
+    "REWARD_HACK",
 )
 Status = Literal[
-    "PASSED", "INVALID_REFERENCE", "INCORRECT_SHAPE", "INCORRECT_NUMERICAL", "INCORRECT_DTYPE",
-    "RUNTIME_ERROR", "COMPILE_ERROR", "TIMEOUT", "REWARD_HACK",
+    "PASSED",
+    "INVALID_REFERENCE",
+    "INCORRECT_SHAPE",
+    "INCORRECT_NUMERICAL",
+    "INCORRECT_DTYPE",
+    "RUNTIME_ERROR",
+    "COMPILE_ERROR",
+    "TIMEOUT",
+    "REWARD_HACK",
 ]
 
 
@@ -49,8 +63,7 @@ class CustomInput(_Strict):
     type: Literal["custom"] = "custom"
 
 
-InputSpec = Annotated[Union[RandomInput, ScalarInput, SafetensorsInput, CustomInput],
-                      Field(discriminator="type")]
+InputSpec = Annotated[Union[RandomInput, ScalarInput, SafetensorsInput, CustomInput], Field(discriminator="type")]
 
 
 class ToleranceSpec(_Strict):
@@ -107,11 +120,13 @@ class Evaluation(_Strict):
         needs_correctness = self.status in ("PASSED", "INCORRECT_NUMERICAL")
         needs_performance = self.status == "PASSED"
         if needs_correctness != (self.correctness is not None):
-            raise ValueError(f"status {self.status}: correctness must be "
-                             f"{'present' if needs_correctness else 'absent'}")
+            raise ValueError(
+                f"status {self.status}: correctness must be {'present' if needs_correctness else 'absent'}"
+            )
         if needs_performance != (self.performance is not None):
-            raise ValueError(f"status {self.status}: performance must be "
-                             f"{'present' if needs_performance else 'absent'}")
+            raise ValueError(
+                f"status {self.status}: performance must be {'present' if needs_performance else 'absent'}"
+            )
         return self
 
 

@@ -63,19 +63,22 @@ def environment(verdict: Verdict) -> T.Environment:
 
 
 def trace_workload(w: Workload, axes: dict[str, int] | None = None) -> T.TraceWorkload:
-    inputs = {k: v.model_dump(mode="json", include={"type", "value", "path", "tensor_key"})
-              for k, v in w.inputs.items()}
+    inputs = {
+        k: v.model_dump(mode="json", include={"type", "value", "path", "tensor_key"}) for k, v in w.inputs.items()
+    }
     tol = w.tolerance.model_dump(include=set(T.ToleranceSpec.model_fields)) if w.tolerance else {}
     # validated into the trace schema's own input and tolerance models
-    return T.TraceWorkload.model_validate({"uuid": w.uuid, "axes": dict(axes if axes is not None else w.axes),
-                                           "inputs": inputs, "tolerance": tol})
+    return T.TraceWorkload.model_validate(
+        {"uuid": w.uuid, "axes": dict(axes if axes is not None else w.axes), "inputs": inputs, "tolerance": tol}
+    )
 
 
 def _tolerances(d: Definition, w: Workload) -> dict[str, Any]:
     """What each output was judged by (KernelArc's own, which can be stricter than the
     workload's published spec: ``guard/problems/tolerance.py``)."""
-    return {k: {f: v for f, v in t.message().items() if v is not None}
-            for k, t in tolerance_mod.for_workload(d, w).items()}
+    return {
+        k: {f: v for f, v in t.message().items() if v is not None} for k, t in tolerance_mod.for_workload(d, w).items()
+    }
 
 
 def _timestamp(finished_at: float | None) -> str:
@@ -83,8 +86,9 @@ def _timestamp(finished_at: float | None) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _correctness(errors: dict[str, Any] | None, tolerances: dict[str, Any],
-                 measured_note: str | None = None) -> T.Correctness:
+def _correctness(
+    errors: dict[str, Any] | None, tolerances: dict[str, Any], measured_note: str | None = None
+) -> T.Correctness:
     extra: dict[str, Any] = {"kernelarc_tolerance": tolerances}
     if not errors:
         extra["measured"] = False
@@ -93,21 +97,26 @@ def _correctness(errors: dict[str, Any] | None, tolerances: dict[str, Any],
         return T.Correctness(extra=extra)
     if errors.get("mismatches"):
         extra["elements_outside_tolerance"] = errors["mismatches"]
-    return T.Correctness(max_absolute_error=float(errors.get("max_abs", 0.0)),
-                         max_relative_error=float(errors.get("max_rel", 0.0)),
-                         has_nan=bool(errors.get("has_nan", False)),
-                         has_inf=bool(errors.get("has_inf", False)) and not errors.get("has_nan"), extra=extra)
+    return T.Correctness(
+        max_absolute_error=float(errors.get("max_abs", 0.0)),
+        max_relative_error=float(errors.get("max_rel", 0.0)),
+        has_nan=bool(errors.get("has_nan", False)),
+        has_inf=bool(errors.get("has_inf", False)) and not errors.get("has_nan"),
+        extra=extra,
+    )
 
 
 def _performance(r: WorkloadResult) -> T.Performance:
     lat = r.latency_ms or 0.0
     ref = r.eager_ms or 0.0
-    return T.Performance(latency_ms=lat, reference_latency_ms=ref,
-                         speedup_factor=(ref / lat) if lat > 0 and ref > 0 else 0.0)
+    return T.Performance(
+        latency_ms=lat, reference_latency_ms=ref, speedup_factor=(ref / lat) if lat > 0 and ref > 0 else 0.0
+    )
 
 
-def candidate_traces(verdict: Verdict, problem: Problem, solution_name: str,
-                     finished_at: float | None = None) -> list[T.Trace]:
+def candidate_traces(
+    verdict: Verdict, problem: Problem, solution_name: str, finished_at: float | None = None
+) -> list[T.Trace]:
     """The traces of one judged candidate, one per visible workload, in the problem's order."""
     d = problem.definition
     env = environment(verdict)
@@ -120,19 +129,30 @@ def candidate_traces(verdict: Verdict, problem: Problem, solution_name: str,
         for r in verdict.workloads:
             w = by_uuid.get(r.uuid)
             if w is None or r.latency_ms is None:
-                log.warning("%s: workload %s is not among the problem's now, or has no timing; left out",
-                            verdict.candidate_id, r.uuid)
+                log.warning(
+                    "%s: workload %s is not among the problem's now, or has no timing; left out",
+                    verdict.candidate_id,
+                    r.uuid,
+                )
                 continue
             tols = _tolerances(d, w)
             timing = r.timing.method if r.timing and r.timing.method else "unknown"
             ev = T.Evaluation(
-                status="PASSED", environment=env, timestamp=stamp,
-                log=(f"KernelArc {verdict.decision}: latency is the median over {r.iterations or '?'} "
-                     f"timed iterations ({timing}); reference is PyTorch eager on the same device"),
-                correctness=_correctness(errors.get(w.uuid), tols), performance=_performance(r),
+                status="PASSED",
+                environment=env,
+                timestamp=stamp,
+                log=(
+                    f"KernelArc {verdict.decision}: latency is the median over {r.iterations or '?'} "
+                    f"timed iterations ({timing}); reference is PyTorch eager on the same device"
+                ),
+                correctness=_correctness(errors.get(w.uuid), tols),
+                performance=_performance(r),
             )
-            traces.append(T.Trace(definition=d.name, solution=solution_name, evaluation=ev,
-                                  workload=trace_workload(w, r.axes or None)))
+            traces.append(
+                T.Trace(
+                    definition=d.name, solution=solution_name, evaluation=ev, workload=trace_workload(w, r.axes or None)
+                )
+            )
         return traces
     for w in workloads:
         tols = _tolerances(d, w)
@@ -148,12 +168,13 @@ def candidate_traces(verdict: Verdict, problem: Problem, solution_name: str,
         text = f"KernelArc REJECT {where}: {verdict.reason}"
         correctness = None
         if verdict.status == "INCORRECT_NUMERICAL":
-            correctness = _correctness(errors.get(w.uuid) if here else None, tols,
-                                       None if here else f"not measured here: the candidate failed {where}")
-        ev = T.Evaluation(status=verdict.status, environment=env, timestamp=stamp, log=text,
-                          correctness=correctness)
-        traces.append(T.Trace(definition=d.name, solution=solution_name, workload=trace_workload(w),
-                              evaluation=ev))
+            correctness = _correctness(
+                errors.get(w.uuid) if here else None,
+                tols,
+                None if here else f"not measured here: the candidate failed {where}",
+            )
+        ev = T.Evaluation(status=verdict.status, environment=env, timestamp=stamp, log=text, correctness=correctness)
+        traces.append(T.Trace(definition=d.name, solution=solution_name, workload=trace_workload(w), evaluation=ev))
     return traces
 
 

@@ -159,9 +159,7 @@ def shrink(d: Definition, axes: dict[str, int], budget: int = CPU_ELEMENT_BUDGET
         used = _over_budget_axes(d, out, budget, deps)
         if used is None:
             break
-        shrinkable = [
-            a for a in free if out.get(a, 1) > 1 and a in used and out[a] // 2 >= floor.get(a, 1)
-        ]
+        shrinkable = [a for a in free if out.get(a, 1) > 1 and a in used and out[a] // 2 >= floor.get(a, 1)]
         if not shrinkable:
             break
         biggest = max(shrinkable, key=lambda a: out[a])
@@ -193,9 +191,7 @@ def _resized(w: Workload, uuid: str, axes: dict[str, int]) -> Workload:
     """A copy of ``w`` with new axes; stored tensors no longer fit, so they are synthesized."""
     inputs = dict(w.inputs)
     if axes != w.axes:
-        inputs = {
-            k: RandomInput() if isinstance(v, SafetensorsInput) else v for k, v in inputs.items()
-        }
+        inputs = {k: RandomInput() if isinstance(v, SafetensorsInput) else v for k, v in inputs.items()}
     return w.model_copy(update={"uuid": uuid[:128], "axes": axes, "inputs": inputs})
 
 
@@ -223,9 +219,7 @@ def _odd_non_pow2(rng: random.Random, lo: int, hi: int, avoid: set[int]) -> int:
     return rng.randint(lo, hi)
 
 
-def heldout_workloads(
-    d: Definition, visible: list[Workload], secret: bytes, device_class: str
-) -> list[Workload]:
+def heldout_workloads(d: Definition, visible: list[Workload], secret: bytes, device_class: str) -> list[Workload]:
     """Other values of the var axes, odd and non-power-of-two, inside the visible range."""
     count = d.kernelarc.heldout_count
     if count == 0 or not visible:

@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping
 
 from ..pyparse import parse
 
-BINARY_OPS: dict[type[ast.operator], Callable[[float, float], float]] = {  # the arithmetic a formula or a size constant may use
+BINARY_OPS: dict[
+    type[ast.operator], Callable[[float, float], float]
+] = {  # the arithmetic a formula or a size constant may use
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -66,9 +68,7 @@ def _parse(expression: str) -> ast.Expression:
 
 
 def _eval(node: ast.AST, values: Mapping[str, float], src: str) -> float:
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(
-        node.value, bool
-    ):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return node.value
     if isinstance(node, ast.Name):
         if node.id not in values:
@@ -89,11 +89,6 @@ def _eval(node: ast.AST, values: Mapping[str, float], src: str) -> float:
         left = _eval(node.left, values, src)
         right = _eval(node.comparators[0], values, src)
         return float(_CMPOPS[type(node.ops[0])](left, right))
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in _FUNCS
-        and not node.keywords
-    ):
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS and not node.keywords:
         return _FUNCS[node.func.id](*(_eval(a, values, src) for a in node.args))
     raise FormulaError(f"formula {src!r} contains an unsupported construct: {ast.dump(node)[:80]}")

@@ -24,7 +24,11 @@ from ..pyparse import parse
 from .formulas import BINARY_OPS
 
 # a formula's arithmetic, and the shifts KernelBench sizes are sometimes written with (1 << 14)
-_BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {**BINARY_OPS, ast.LShift: operator.lshift, ast.RShift: operator.rshift}
+_BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    **BINARY_OPS,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+}
 MAX_SEQUENCE_AXES = 8  # a literal tuple/list longer than this gives no axes
 
 
@@ -54,8 +58,18 @@ class ModuleConstants:
 def _pure(node: ast.AST) -> bool:
     """Only literals, names, arithmetic, tuples/lists and constant subscripts: no calls."""
     allowed = (
-        ast.Constant, ast.Name, ast.Load, ast.Tuple, ast.List, ast.BinOp, ast.UnaryOp,
-        ast.USub, ast.UAdd, ast.Subscript, ast.Slice, *_BINOPS,
+        ast.Constant,
+        ast.Name,
+        ast.Load,
+        ast.Tuple,
+        ast.List,
+        ast.BinOp,
+        ast.UnaryOp,
+        ast.USub,
+        ast.UAdd,
+        ast.Subscript,
+        ast.Slice,
+        *_BINOPS,
     )
     return all(isinstance(n, allowed) for n in ast.walk(node))
 
@@ -179,8 +193,7 @@ def module_constants(source: str) -> ModuleConstants:
     for c in constants:
         by_name.setdefault(c.name, []).append(c)
     assignments = [
-        (src, [(c.axis, c.name, c.index) for n in names for c in by_name.get(n, [])])
-        for src, names in statements
+        (src, [(c.axis, c.name, c.index) for n in names for c in by_name.get(n, [])]) for src, names in statements
     ]
     return ModuleConstants(constants, assignments)
 

@@ -126,9 +126,7 @@ def _reason(exc: BaseException, path: str, limit: float | None = None) -> str:
     where = _where(exc, path)
     if isinstance(exc, _Timeout):
         text = f"took over {limit:g} s" if limit else "ran out of time"
-    elif isinstance(exc, MemoryError) or "can't allocate memory" in str(exc) or (
-        "DefaultCPUAllocator" in str(exc)
-    ):
+    elif isinstance(exc, MemoryError) or "can't allocate memory" in str(exc) or ("DefaultCPUAllocator" in str(exc)):
         text = f"ran out of memory (the probe allows {_mem_cap_gib():g} GiB)"
     else:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "(no message)"
@@ -196,9 +194,7 @@ def _patch_norms_for_meta(torch: Any) -> None:
     def meta(x: object) -> bool:
         return isinstance(x, torch.Tensor) and x.device.type == "meta"
 
-    real_bn, real_in, real_gn, real_ln = (
-        torch.batch_norm, torch.instance_norm, torch.group_norm, torch.layer_norm
-    )
+    real_bn, real_in, real_gn, real_ln = (torch.batch_norm, torch.instance_norm, torch.group_norm, torch.layer_norm)
 
     def batch_norm(input: Any, *args: Any, **kwargs: Any) -> Any:
         return torch.empty_like(input) if meta(input) else real_bn(input, *args, **kwargs)
@@ -219,7 +215,7 @@ def _patch_norms_for_meta(torch: Any) -> None:
     def layer_norm(input: Any, normalized_shape: Any, *args: Any, **kwargs: Any) -> Any:
         if meta(input):
             n = len(normalized_shape)
-            if tuple(input.shape[input.dim() - n:]) != tuple(normalized_shape) or n > input.dim():
+            if tuple(input.shape[input.dim() - n :]) != tuple(normalized_shape) or n > input.dim():
                 raise RuntimeError(
                     f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
                     f"[*, {', '.join(str(x) for x in normalized_shape)}], but got input of size {list(input.shape)}"
@@ -335,8 +331,13 @@ class Prober:
 
     # -- one run -------------------------------------------------------------------------
     def interface(
-        self, axes: dict[str, int], mode: str, limit: float, structure: Structure | None = None,
-        forward: bool = True, count_flops: bool = False,
+        self,
+        axes: dict[str, int],
+        mode: str,
+        limit: float,
+        structure: Structure | None = None,
+        forward: bool = True,
+        count_flops: bool = False,
     ) -> Iface:
         """Run at ``axes``: "meta" (all on meta), "cpu-init" (model built on the CPU, then
         moved to meta) or "cpu" (all real, on the CPU). With ``structure``, a run whose
@@ -443,8 +444,14 @@ class Analysis:
         self.opts = opts
         self.notes: list[str] = []
 
-    def _run(self, axes: dict[str, int], limit: float | None = None, structure: Structure | None = None,
-             forward: bool = True, count_flops: bool = False) -> Iface:
+    def _run(
+        self,
+        axes: dict[str, int],
+        limit: float | None = None,
+        structure: Structure | None = None,
+        forward: bool = True,
+        count_flops: bool = False,
+    ) -> Iface:
         limit = limit or (CPU_RUN_LIMIT_S if self.mode == "cpu" else META_RUN_LIMIT_S)
         key = (tuple(sorted(axes.items())), forward, structure is not None)
         hit = self.memo.get(key)
@@ -647,8 +654,9 @@ class Analysis:
                     self.var.discard(a)
                     continue
                 # equal constants that must stay equal (a loss's inputs of equal sizes)
-                peers = [b for b in B if b != a and B[b] == v and b not in self.tied
-                         and b not in self.fixed and b in cands]
+                peers = [
+                    b for b in B if b != a and B[b] == v and b not in self.tied and b not in self.fixed and b in cands
+                ]
                 retry: Iface | None = None
                 if peers:
                     axes = {**B, **{b: v // 2 for b in [a] + peers}}
@@ -834,9 +842,7 @@ class Analysis:
                 {"name": n, "kind": k, "shape": shape_of("args", i, s), "dtype": d}
                 for i, (n, k, s, d, _) in enumerate(I.args)
             ],
-            "state": [
-                {"name": n, "shape": shape_of("state", i, s), "dtype": d} for i, (n, s, d) in enumerate(I.state)
-            ],
+            "state": [{"name": n, "shape": shape_of("state", i, s), "dtype": d} for i, (n, s, d) in enumerate(I.state)],
             "outputs": [
                 {"kind": k, "shape": shape_of("outputs", i, s), "dtype": d} for i, (k, s, d) in enumerate(I.outputs)
             ],
@@ -865,8 +871,11 @@ def _verify(path: str, problem: Problem, axes: dict[str, int]) -> dict[str, Any]
     d = problem.definition
     io_bytes = d.io_bytes(axes)
     if io_bytes > CHECK_MAX_BYTES:
-        return {"ok": False, "phase": "size",
-                "reason": f"its inputs and outputs take {io_bytes / (1 << 30):.1f} GiB, too much to run"}
+        return {
+            "ok": False,
+            "phase": "size",
+            "reason": f"its inputs and outputs take {io_bytes / (1 << 30):.1f} GiB, too much to run",
+        }
     ns: dict[str, Any] = {"__name__": "kernelbench_reference", "__file__": path}
     t0 = time.perf_counter()
     phase = "loading the reference"
@@ -897,7 +906,11 @@ def _verify(path: str, problem: Problem, axes: dict[str, int]) -> dict[str, Any]
         v = inputs.get(n)
         want = list(d.shape_of(s, axes)) if s.shape is not None else None
         if isinstance(v, torch.Tensor) and list(v.shape) != want:
-            return {"ok": False, "phase": "shapes", "reason": f"input {n} is {list(v.shape)}, the definition says {want}"}
+            return {
+                "ok": False,
+                "phase": "shapes",
+                "reason": f"input {n} is {list(v.shape)}, the definition says {want}",
+            }
     result: dict[str, Any] = {
         "ok": True,
         "seconds": seconds,
@@ -908,9 +921,7 @@ def _verify(path: str, problem: Problem, axes: dict[str, int]) -> dict[str, Any]
     }
     if out2 is not None:
         outs2 = list(out2) if isinstance(out2, (tuple, list)) else [out2]
-        result["deterministic"] = all(
-            a.shape == b.shape and torch.equal(a, b) for a, b in zip(outs1, outs2)
-        )
+        result["deterministic"] = all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(outs1, outs2))
     return result
 
 
@@ -981,8 +992,11 @@ def analyze(path: str, opts: dict[str, Any] | None = None) -> dict[str, Any]:
                 continue
         if result is None:
             if flops is not None and flops > CPU_FLOP_HARD_CAP:
-                result = {"ok": False, "phase": "compute",
-                          "reason": f"one call takes {flops / 1e9:.1f} GFLOP, too much to run here"}
+                result = {
+                    "ok": False,
+                    "phase": "compute",
+                    "reason": f"one call takes {flops / 1e9:.1f} GFLOP, too much to run here",
+                }
             else:
                 result = _verify(path, problem, axes)
         attempts.append({"axes": cpu.axes, "flops": flops, **result})
@@ -1067,7 +1081,10 @@ def _child(path: str, opts: dict[str, Any], wfd: int) -> None:
     except ProbeFailure as f:
         reply = {"ok": False, "error": f"{f.phase}: {f.reason}" if f.phase != "probe" else f.reason}
     except BaseException as exc:  # noqa: BLE001 - report, never hang the parent
-        reply = {"ok": False, "error": f"the probe failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}"}
+        reply = {
+            "ok": False,
+            "error": f"the probe failed: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}",
+        }
     data = json.dumps(reply).encode()
     view = memoryview(data)
     while view:
@@ -1124,8 +1141,14 @@ def _warm_up(torch: Any) -> None:
     kernel runs here, so no thread pool exists when the children fork)."""
     with torch.device("meta"), torch.no_grad():
         x = torch.randn(2, 3, 8, 8)
-        m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
-                                torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.LazyLinear(5))
+        m = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 4, 3),
+            torch.nn.BatchNorm2d(4),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Flatten(),
+            torch.nn.LazyLinear(5),
+        )
         m(x).softmax(-1)
         torch.nn.LSTM(4, 4, batch_first=True)(torch.randn(2, 3, 4))
 

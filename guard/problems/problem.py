@@ -36,17 +36,11 @@ class Problem:
         """Seed kernels shipped beside the problem, by file name."""
         if self.root is None:
             return {}
-        return {
-            p.name: p
-            for p in sorted(self.root.iterdir())
-            if p.is_file() and p.name.startswith(SEED_PREFIX)
-        }
+        return {p.name: p for p in sorted(self.root.iterdir()) if p.is_file() and p.name.startswith(SEED_PREFIX)}
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / DEFINITION_FILE).write_text(
-            json.dumps(self.definition.to_json(), indent=2) + "\n"
-        )
+        (folder / DEFINITION_FILE).write_text(json.dumps(self.definition.to_json(), indent=2) + "\n")
         write_jsonl(folder / WORKLOAD_FILE, self.workloads)
         if self.heldout:
             write_jsonl(folder / HELDOUT_FILE, self.heldout)

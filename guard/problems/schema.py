@@ -24,9 +24,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
 def check_name(name: str, what: str = "name") -> str:
     if not NAME_RE.match(name) or ".." in name:
-        raise ValueError(
-            f"invalid {what} {name!r}: use letters, digits, '_', '-', '.' (at most 128, no '..')"
-        )
+        raise ValueError(f"invalid {what} {name!r}: use letters, digits, '_', '-', '.' (at most 128, no '..')")
     return name
 
 
@@ -99,9 +97,7 @@ class CustomInput(BaseModel):
     type: Literal["custom"] = "custom"
 
 
-InputSpec = Annotated[
-    Union[RandomInput, ScalarInput, SafetensorsInput, CustomInput], Field(discriminator="type")
-]
+InputSpec = Annotated[Union[RandomInput, ScalarInput, SafetensorsInput, CustomInput], Field(discriminator="type")]
 
 
 class ToleranceSpec(BaseModel):
@@ -294,9 +290,7 @@ class Definition(BaseModel):
 
     def content_hash(self) -> str:
         """Hash of everything that changes what is measured (not descriptions)."""
-        payload = self.model_dump(
-            mode="json", exclude={"description": True, "kernelarc": {"models", "source", "tags"}}
-        )
+        payload = self.model_dump(mode="json", exclude={"description": True, "kernelarc": {"models", "source", "tags"}})
         if payload["kernelarc"].get("cpu_element_budget") is None:  # hashes from before it existed
             payload["kernelarc"].pop("cpu_element_budget", None)
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]

@@ -21,8 +21,17 @@ Support = Literal["ignored", "partly", "unsupported", "informational"]
 
 # Fields of SOL-ExecBench's definition schema that KernelArc reads (the rest it keeps unread).
 DEFINITION_FIELDS = {
-    "name", "op_type", "axes", "custom_inputs_entrypoint", "inputs", "outputs", "reference",
-    "description", "constraints", "tags", "kernelarc",
+    "name",
+    "op_type",
+    "axes",
+    "custom_inputs_entrypoint",
+    "inputs",
+    "outputs",
+    "reference",
+    "description",
+    "constraints",
+    "tags",
+    "kernelarc",
 }
 # Informational upstream fields: kept in the problem, no bearing on judging.
 INFORMATIONAL = {"hf_id"}
@@ -31,18 +40,30 @@ WORKLOAD_FIELDS = {"uuid", "axes", "inputs", "tolerance"}
 # The solution schema, for every problem alike: what a submitted solution.json may set that is
 # not honoured as SOL-ExecBench honours it.
 SOLUTION_NOTES: list[tuple[str, Support, str]] = [
-    ("solution.spec.target_hardware", "ignored",
-     "a candidate is judged on this guard's device, whatever hardware it names"),
-    ("solution.spec.dependencies", "ignored",
-     "not checked against the installed packages; a missing package fails at build with its name"),
-    ("solution.spec.languages", "partly",
-     "pytorch, triton, cuda_cpp (cutlass, cublas, cudnn build as cuda_cpp), cute_dsl, cutile and "
-     "tilelang (the last three with `pip install kernelarc-mcp[dsl]` and a GPU); cudnn_frontend is "
-     "not supported"),
+    (
+        "solution.spec.target_hardware",
+        "ignored",
+        "a candidate is judged on this guard's device, whatever hardware it names",
+    ),
+    (
+        "solution.spec.dependencies",
+        "ignored",
+        "not checked against the installed packages; a missing package fails at build with its name",
+    ),
+    (
+        "solution.spec.languages",
+        "partly",
+        "pytorch, triton, cuda_cpp (cutlass, cublas, cudnn build as cuda_cpp), cute_dsl, cutile and "
+        "tilelang (the last three with `pip install kernelarc-mcp[dsl]` and a GPU); cudnn_frontend is "
+        "not supported",
+    ),
     ("solution.spec.binding", "partly", "only 'torch' (the only binding SOL-ExecBench defines)"),
-    ("solution.spec.compile_options", "partly",
-     "cflags, cuda_cflags and ld_flags are passed to torch's extension loader for C++ solutions; "
-     "without cuda_cflags KernelArc uses -O3 and the device's -gencode, not --use_fast_math"),
+    (
+        "solution.spec.compile_options",
+        "partly",
+        "cflags, cuda_cflags and ld_flags are passed to torch's extension loader for C++ solutions; "
+        "without cuda_cflags KernelArc uses -O3 and the device's -gencode, not --use_fast_math",
+    ),
 ]
 
 
@@ -61,11 +82,17 @@ def definition_notes(d: Definition) -> list[FieldNote]:
     out = []
     for key in sorted(d.model_extra or {}):
         if key in INFORMATIONAL:
-            out.append(FieldNote(field=f"definition.{key}", support="informational",
-                                 note="kept; it does not bear on judging"))
+            out.append(
+                FieldNote(field=f"definition.{key}", support="informational", note="kept; it does not bear on judging")
+            )
         elif key not in DEFINITION_FIELDS:
-            out.append(FieldNote(field=f"definition.{key}", support="ignored",
-                                 note="not a field KernelArc knows; kept in the problem, never read"))
+            out.append(
+                FieldNote(
+                    field=f"definition.{key}",
+                    support="ignored",
+                    note="not a field KernelArc knows; kept in the problem, never read",
+                )
+            )
     return out
 
 
@@ -82,12 +109,17 @@ def workload_notes(workloads: list[Workload]) -> list[FieldNote]:
             if key not in WORKLOAD_FIELDS:
                 add(f"workload.{key}", "ignored", "not a field KernelArc knows; kept, never read")
         if w.tolerance is not None and w.tolerance.allow_negative_inf:
-            add("workload.tolerance.allow_negative_inf", "partly",
+            add(
+                "workload.tolerance.allow_negative_inf",
+                "partly",
                 "KernelArc always accepts an output that has the reference's -inf, +inf or NaN in "
                 "the same place, with or without this flag; SOL-ExecBench rejects any non-finite "
-                "value except -inf matched under this flag")
-    return [FieldNote(field=f, support=s, note=f"{n} of {len(workloads)} workloads: {note}")
-            for f, (s, note, n) in sorted(seen.items())]
+                "value except -inf matched under this flag",
+            )
+    return [
+        FieldNote(field=f, support=s, note=f"{n} of {len(workloads)} workloads: {note}")
+        for f, (s, note, n) in sorted(seen.items())
+    ]
 
 
 def tolerance_notes(d: Definition, workloads: list[Workload]) -> list[FieldNote]:
@@ -99,8 +131,13 @@ def tolerance_notes(d: Definition, workloads: list[Workload]) -> list[FieldNote]
     out = []
     for name, tol in tolerance_mod.for_workload(d, bare[0]).items():
         if tol.stricter:
-            out.append(FieldNote(field=f"workload.tolerance (output {name})", support="partly",
-                                 note=f"{len(bare)} of {len(workloads)} workloads set none: {tol.stricter}"))
+            out.append(
+                FieldNote(
+                    field=f"workload.tolerance (output {name})",
+                    support="partly",
+                    note=f"{len(bare)} of {len(workloads)} workloads set none: {tol.stricter}",
+                )
+            )
     return out
 
 

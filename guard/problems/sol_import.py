@@ -37,8 +37,10 @@ def import_sol_folder(path: Path) -> tuple[Problem, list[str]]:
             "the guard synthesizes them from the axes (index tensors follow the paged-KV "
             "convention: offsets from 0 to the index count, indices below the page count)"
         )
-    notes += [f"not honoured as SOL-ExecBench does: {n.render()}"
-              for n in sol_fidelity.problem_notes(problem, include_solution=False)]
+    notes += [
+        f"not honoured as SOL-ExecBench does: {n.render()}"
+        for n in sol_fidelity.problem_notes(problem, include_solution=False)
+    ]
     return problem, notes
 
 
@@ -66,8 +68,4 @@ def _blob_paths(problem: Problem) -> list[str]:
 
 
 def _missing_blobs(src: Path, problem: Problem) -> list[str]:
-    return [
-        rel
-        for rel in _blob_paths(problem)
-        if not any((base / rel).is_file() for base in (src, *src.parents))
-    ]
+    return [rel for rel in _blob_paths(problem) if not any((base / rel).is_file() for base in (src, *src.parents))]

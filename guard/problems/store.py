@@ -53,11 +53,7 @@ class ProblemStore:
         out = []
         for base, origin in ((self.seeds_dir, "seed"), (self.workspace_problems, "workspace")):
             if base.is_dir():
-                out += [
-                    (p, origin)
-                    for p in sorted(base.iterdir())
-                    if p.is_dir() and (p / "definition.json").is_file()
-                ]
+                out += [(p, origin) for p in sorted(base.iterdir()) if p.is_dir() and (p / "definition.json").is_file()]
         return out
 
     def names(self) -> list[str]:
@@ -81,7 +77,9 @@ class ProblemStore:
         known = ", ".join(self.names()) or "none"
         raise ProblemError(f"no problem named {name!r} (known: {known})")
 
-    def import_path(self, path: Path, name: str | None = None, replace: bool = False) -> tuple[Problem, builtins.list[str]]:
+    def import_path(
+        self, path: Path, name: str | None = None, replace: bool = False
+    ) -> tuple[Problem, builtins.list[str]]:
         """Import a SOL-ExecBench folder or a KernelBench file; returns (problem, notes)."""
         path = Path(path)
         if not path.exists():
@@ -99,9 +97,7 @@ class ProblemStore:
             problem.definition.name = check_name(name, "problem name")
         target = self.workspace_problems / problem.name
         if (self.seeds_dir / problem.name).exists():
-            raise ProblemError(
-                f"{problem.name!r} is the name of a shipped problem; import it with --name"
-            )
+            raise ProblemError(f"{problem.name!r} is the name of a shipped problem; import it with --name")
         if target.exists():
             if not replace:
                 raise ProblemError(f"{problem.name!r} is already imported (use --replace)")

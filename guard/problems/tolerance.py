@@ -38,30 +38,44 @@ class OutputTolerance(BaseModel):
 
     def message(self) -> dict[str, float | None]:
         """The fields the trusted worker's compare request takes (runner/messages.Tolerance)."""
-        return {"atol": self.atol, "rtol": self.rtol,
-                "required_matched_ratio": self.required_matched_ratio,
-                "max_error_cap": self.max_error_cap}
+        return {
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "required_matched_ratio": self.required_matched_ratio,
+            "max_error_cap": self.max_error_cap,
+        }
 
 
 def for_output(d: Definition, w: Workload, dtype: str) -> OutputTolerance:
     if w.tolerance is not None:
         t = w.tolerance
-        return OutputTolerance(atol=t.max_atol, rtol=t.max_rtol,
-                               required_matched_ratio=t.required_matched_ratio,
-                               max_error_cap=t.max_error_cap, origin="workload",
-                               stricter=_integer_note(dtype))
+        return OutputTolerance(
+            atol=t.max_atol,
+            rtol=t.max_rtol,
+            required_matched_ratio=t.required_matched_ratio,
+            max_error_cap=t.max_error_cap,
+            origin="workload",
+            stricter=_integer_note(dtype),
+        )
     own = d.tolerance_for(dtype)
     origin = "kernelarc" if dtype in d.kernelarc.tolerance else "dtype"
     stricter = _integer_note(dtype)
     tighter = own.atol < SOL_DEFAULT.max_atol or own.rtol < SOL_DEFAULT.max_rtol
     if stricter is None and tighter:
         which = "this problem's" if origin == "kernelarc" else "KernelArc's default"
-        stricter = (f"{which} {dtype} tolerance atol={own.atol:g} rtol={own.rtol:g}, stricter than "
-                    f"SOL-ExecBench's default {SOL_DEFAULT.max_atol:g} for a workload that sets none: "
-                    f"{dtype} outputs are held to {dtype} accuracy on every element (no TF32 or bf16 shortcuts)")
-    return OutputTolerance(atol=own.atol, rtol=own.rtol,
-                           required_matched_ratio=1.0 if tighter else SOL_DEFAULT.required_matched_ratio,
-                           max_error_cap=SOL_DEFAULT.max_error_cap, origin=origin, stricter=stricter)
+        stricter = (
+            f"{which} {dtype} tolerance atol={own.atol:g} rtol={own.rtol:g}, stricter than "
+            f"SOL-ExecBench's default {SOL_DEFAULT.max_atol:g} for a workload that sets none: "
+            f"{dtype} outputs are held to {dtype} accuracy on every element (no TF32 or bf16 shortcuts)"
+        )
+    return OutputTolerance(
+        atol=own.atol,
+        rtol=own.rtol,
+        required_matched_ratio=1.0 if tighter else SOL_DEFAULT.required_matched_ratio,
+        max_error_cap=SOL_DEFAULT.max_error_cap,
+        origin=origin,
+        stricter=stricter,
+    )
 
 
 def for_workload(d: Definition, w: Workload) -> dict[str, OutputTolerance]:
@@ -72,8 +86,10 @@ def for_workload(d: Definition, w: Workload) -> dict[str, OutputTolerance]:
 def _integer_note(dtype: str) -> str | None:
     if DTYPES[dtype].is_float:
         return None
-    return (f"KernelArc requires {dtype} outputs to match exactly, stricter than SOL-ExecBench's "
-            "tolerance: an index or count off by one is wrong, not rounded")
+    return (
+        f"KernelArc requires {dtype} outputs to match exactly, stricter than SOL-ExecBench's "
+        "tolerance: an index or count off by one is wrong, not rounded"
+    )
 
 
 def view(d: Definition, workloads: list[Workload]) -> dict[str, dict[str, float]]:

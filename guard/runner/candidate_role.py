@@ -56,8 +56,15 @@ class CandidateRole:
             msg = m.parse_candidate_request(raw)
         except m.MessageError as exc:
             return m.Reply(ok=False, status="INTERNAL", message=str(exc)).model_dump()
-        handler = {m.Prepare: self.prepare, m.Check: self.check, m.Arm: self.arm, m.Run: self.run,
-                   m.Confirm: self.confirm, m.Stats: self.stats, m.Memory: self.memory}[type(msg)]
+        handler = {
+            m.Prepare: self.prepare,
+            m.Check: self.check,
+            m.Arm: self.arm,
+            m.Run: self.run,
+            m.Confirm: self.confirm,
+            m.Stats: self.stats,
+            m.Memory: self.memory,
+        }[type(msg)]
         try:
             reply = handler(msg)
         except CandidateFault as f:
@@ -120,9 +127,7 @@ class CandidateRole:
             raise self._fault(exc) from None
         broken = harness.violations()
         if harness.thread_count() != threads:
-            broken.append(
-                f"the candidate left {harness.thread_count() - threads} extra thread(s) running"
-            )
+            broken.append(f"the candidate left {harness.thread_count() - threads} extra thread(s) running")
         if broken:
             raise CandidateFault("REWARD_HACK", "; ".join(broken))
         outs = dps_outs if self.dps else normalize_outputs(result, names)
@@ -138,12 +143,8 @@ class CandidateRole:
                     "REWARD_HACK",
                     f"output {name!r} is a {T.type(t).__name__}, not a plain torch.Tensor",
                 )
-            if t.device != torch.device(self.device) and not (
-                self.cuda and t.device.type == "cuda"
-            ):
-                raise CandidateFault(
-                    "RUNTIME_ERROR", f"output {name!r} is on {t.device}, expected {self.device}"
-                )
+            if t.device != torch.device(self.device) and not (self.cuda and t.device.type == "cuda"):
+                raise CandidateFault("RUNTIME_ERROR", f"output {name!r} is on {t.device}, expected {self.device}")
             if t.numel() and not self.dps:
                 lo, hi = storage_range(t)
                 for iname, (ilo, ihi) in in_ranges:
@@ -154,15 +155,11 @@ class CandidateRole:
                         )
                 for oname, (olo, ohi) in seen_out:
                     if lo < ohi and olo < hi:
-                        raise CandidateFault(
-                            "REWARD_HACK", f"outputs {oname!r} and {name!r} share memory"
-                        )
+                        raise CandidateFault("REWARD_HACK", f"outputs {oname!r} and {name!r} share memory")
                 seen_out.append((name, (lo, hi)))
         for iname, a, c in zip(self.d["inputs"], args, clones):
             if T.isinstance(a, T.tensor_type) and not T.equal(a, c):
-                raise CandidateFault(
-                    "REWARD_HACK", f"input {iname!r} was modified; inputs are read-only"
-                )
+                raise CandidateFault("REWARD_HACK", f"input {iname!r} was modified; inputs are read-only")
         return outs
 
     def _fault(self, exc: BaseException) -> CandidateFault:
@@ -200,9 +197,7 @@ class CandidateRole:
                             "(non-deterministic: atomics, races or uninitialised memory?)",
                         )
                 del again
-            metas = [
-                write_tensor(t, outdir / f"{rnd.tag}_{k}.bin") for k, t in enumerate(outs)
-            ]
+            metas = [write_tensor(t, outdir / f"{rnd.tag}_{k}.bin") for k, t in enumerate(outs)]
             rounds.append(m.CheckedRound(tag=rnd.tag, outputs=metas))
             del outs, args  # nothing of a round outlives it
             if not self.cuda:
@@ -251,8 +246,15 @@ class CandidateRole:
 
         try:
             self.plan = self.timer.arm(
-                call, len(self.sets), refill, cfg.min_iters, cfg.max_iters, cfg.target_time_s,
-                cfg.warmup_time_s, use_graphs=cfg.use_graphs, graph_holds=graph_holds,
+                call,
+                len(self.sets),
+                refill,
+                cfg.min_iters,
+                cfg.max_iters,
+                cfg.target_time_s,
+                cfg.warmup_time_s,
+                use_graphs=cfg.use_graphs,
+                graph_holds=graph_holds,
             )
         except CandidateFault:
             raise
@@ -261,15 +263,21 @@ class CandidateRole:
         try:
             self.confirm_loop = self._confirm_loop()
             if self.cuda:  # the host's time to enqueue one iteration, from which the guard sets the padding
-                self.confirm_loop.run(replays.sub_seed(arm_seed, "confirm"), min(10, self.confirm_loop.rows),
-                                      self._loop_call(), 0)
+                self.confirm_loop.run(
+                    replays.sub_seed(arm_seed, "confirm"), min(10, self.confirm_loop.rows), self._loop_call(), 0
+                )
         except CandidateFault:
             raise
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
         self._check_integrity("warm-up")
-        return m.ArmReply(ok=True, plan=m.Plan(**self.plan.public()), graph_error=self.plan.graph_error,
-                          confirm_host_ms=self.confirm_loop.host_ms_per_iter, flush_ms=self.timer.flush_ms)
+        return m.ArmReply(
+            ok=True,
+            plan=m.Plan(**self.plan.public()),
+            graph_error=self.plan.graph_error,
+            confirm_host_ms=self.confirm_loop.host_ms_per_iter,
+            flush_ms=self.timer.flush_ms,
+        )
 
     def _confirm_loop(self) -> ConfirmLoop:
         """The outside clock's loop over the live sets: a captured call's outputs are its
@@ -281,8 +289,15 @@ class CandidateRole:
             static = self.outs
         else:
             static = [self._alloc_outputs(self.axes) for _ in self.sets]
-        return ConfirmLoop(self.device, self.sets, self.refiller, static, max(self.plan.iters, 10),
-                           self.timer.idle_passes, projection_seed=self._confirm_projection_seed)
+        return ConfirmLoop(
+            self.device,
+            self.sets,
+            self.refiller,
+            static,
+            max(self.plan.iters, 10),
+            self.timer.idle_passes,
+            projection_seed=self._confirm_projection_seed,
+        )
 
     def _loop_call(self):
         """The call as the outside clock's loop makes it (``confirm.LoopCall``)."""
@@ -295,6 +310,7 @@ class CandidateRole:
             return replay
         call = self._timing_call()
         if self.dps:
+
             def in_place(k: int) -> None:
                 call(k)
 
@@ -315,10 +331,14 @@ class CandidateRole:
 
         try:
             finish, digests = self.timer.run(
-                self.plan, self._timing_call(), refill, lambda out, i: replays.scramble(out, gen),
+                self.plan,
+                self._timing_call(),
+                refill,
+                lambda out, i: replays.scramble(out, gen),
                 lambda out: replays.digest(self._outputs(out), projection),
                 outputs_of=(lambda k: self.outs[k]) if self.dps else None,
-                max_time_s=msg.max_timing_s, use_cupti=msg.use_cupti,
+                max_time_s=msg.max_timing_s,
+                use_cupti=msg.use_cupti,
             )
             table = T.to(torch.stack(digests), "cpu").tolist() if digests else []
         except CandidateFault:
@@ -360,8 +380,10 @@ class CandidateRole:
         broken = harness.violations()
         extra = harness.thread_count() - self.threads
         if extra:
-            broken.append(f"{extra} thread(s) of the candidate's are running beside the guard's at the end of "
-                          f"the {phase} (started at import or since)")
+            broken.append(
+                f"{extra} thread(s) of the candidate's are running beside the guard's at the end of "
+                f"the {phase} (started at import or since)"
+            )
         if broken:
             raise CandidateFault("REWARD_HACK", "; ".join(broken))
 
@@ -369,8 +391,10 @@ class CandidateRole:
 def _same_results(eager: list, got: list, tolerances: list[dict]) -> str | None:
     """Whether a graph replay gave the eager call's result on the same inputs (a kernel
     launched outside the capture, on the legacy default stream say, is missing from the graph)."""
-    why = ("a replay of the captured graph does not give the eager call's result on the same inputs "
-           "(work launched outside the capture, e.g. on the legacy default stream): timed without a graph")
+    why = (
+        "a replay of the captured graph does not give the eager call's result on the same inputs "
+        "(work launched outside the capture, e.g. on the legacy default stream): timed without a graph"
+    )
     if len(eager) != len(got):
         return why
     for j, (a, b) in enumerate(zip(eager, got)):

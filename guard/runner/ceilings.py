@@ -37,9 +37,15 @@ def measure(device_name: str) -> dict[str, Any]:
     copy_s = _time(lambda: dst.copy_(src), 10 if cuda else 5, device)
     out: dict[str, Any] = {"copy_bytes_per_s": 2 * n_bytes / copy_s}
     del src, dst
-    sizes = {"bfloat16": 8192, "float16": 8192, "float32": 4096} if cuda else {
-        "bfloat16": 512, "float16": 512, "float32": 768,
-    }
+    sizes = (
+        {"bfloat16": 8192, "float16": 8192, "float32": 4096}
+        if cuda
+        else {
+            "bfloat16": 512,
+            "float16": 512,
+            "float32": 768,
+        }
+    )
     matmul: dict[str, float | None] = {}
     for name, n in sizes.items():
         dt = getattr(torch, name)

@@ -60,8 +60,10 @@ def normalize_outputs(result: Any, output_names: list[str]) -> list[Any]:
     n = len(output_names)
     if T.isinstance(result, (dict, tuple, list)) and not plain_container(result):
         # a subclass would run the candidate's own code wherever the guard reads it
-        raise CandidateFault("REWARD_HACK", f"returned a {T.type(result).__name__}, a subclass of a "
-                             "container: return a plain tuple, list or dict")
+        raise CandidateFault(
+            "REWARD_HACK",
+            f"returned a {T.type(result).__name__}, a subclass of a container: return a plain tuple, list or dict",
+        )
     if T.isinstance(result, dict):
         missing = [k for k in output_names if k not in result]
         if missing:
@@ -76,9 +78,7 @@ def normalize_outputs(result: Any, output_names: list[str]) -> list[Any]:
         return list(result)
     if n == 1:
         return [result]
-    raise CandidateFault(
-        "INCORRECT_SHAPE", f"returned one value; expected {n} ({', '.join(output_names)})"
-    )
+    raise CandidateFault("INCORRECT_SHAPE", f"returned one value; expected {n} ({', '.join(output_names)})")
 
 
 def storage_range(t: torch.Tensor) -> tuple[int, int]:

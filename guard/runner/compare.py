@@ -32,8 +32,7 @@ OUTLIER_FACTOR = 8.0
 def spec_args(tol: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of ``compare`` beyond atol/rtol, from a tolerance message."""
     ratio = tol.get("required_matched_ratio")
-    return {"matched_ratio": 1.0 if ratio is None else float(ratio),
-            "error_cap": tol.get("max_error_cap")}
+    return {"matched_ratio": 1.0 if ratio is None else float(ratio), "error_cap": tol.get("max_error_cap")}
 
 
 def _index(flat_index: int, shape: tuple[int, ...]) -> list[int]:
@@ -45,9 +44,16 @@ def _index(flat_index: int, shape: tuple[int, ...]) -> list[int]:
 
 
 def compare(
-    out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, name: str = "output",
-    row_scaled: bool = False, matched_ratio: float = 1.0, error_cap: float | None = None,
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, same_dtype: bool = True,
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    atol: float,
+    rtol: float,
+    name: str = "output",
+    row_scaled: bool = False,
+    matched_ratio: float = 1.0,
+    error_cap: float | None = None,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    same_dtype: bool = True,
 ) -> dict[str, Any]:
     """A report: ``ok``, ``status``, ``message`` and error statistics.
 
@@ -66,9 +72,7 @@ def compare(
     if same_dtype and out.dtype != ref.dtype:
         return _fail("INCORRECT_DTYPE", f"{name}: dtype {_dt(out)}, expected {_dt(ref)}")
     if tuple(out.shape) != tuple(ref.shape):
-        return _fail(
-            "INCORRECT_SHAPE", f"{name}: shape {list(out.shape)}, expected {list(ref.shape)}"
-        )
+        return _fail("INCORRECT_SHAPE", f"{name}: shape {list(out.shape)}, expected {list(ref.shape)}")
     if out.numel() == 0:
         return {"ok": True, "status": "PASSED", "max_abs": 0.0, "max_rel": 0.0}
     if not (out.is_floating_point() or out.is_complex()):
@@ -86,13 +90,21 @@ def compare(
     scan = scan_floats(out, ref, atol, rtol, row_scaled, OUTLIER_FACTOR, chunk_elements)
     shape = tuple(ref.shape)
     max_abs, max_rel, n_fail, numel = scan.max_abs, scan.max_rel, scan.mismatches, scan.numel
-    stats = {"max_abs": max_abs, "max_rel": max_rel, "mismatches": n_fail, "numel": numel,
-             "matched_ratio": 1.0 - n_fail / numel}
+    stats = {
+        "max_abs": max_abs,
+        "max_rel": max_rel,
+        "mismatches": n_fail,
+        "numel": numel,
+        "matched_ratio": 1.0 - n_fail / numel,
+    }
     if error_cap is not None and max_abs > error_cap:
         worst_where = _index(scan.worst_abs.index, shape)
-        return _fail("INCORRECT_NUMERICAL",
-                     f"{name}: max abs error {max_abs:.3g} at {worst_where} exceeds the workload's "
-                     f"max_error_cap={error_cap:g} (SOL-ExecBench's tolerance spec)", **stats)
+        return _fail(
+            "INCORRECT_NUMERICAL",
+            f"{name}: max abs error {max_abs:.3g} at {worst_where} exceeds the workload's "
+            f"max_error_cap={error_cap:g} (SOL-ExecBench's tolerance spec)",
+            **stats,
+        )
     if n_fail == 0:
         return {"ok": True, "status": "PASSED", **stats}
     if 1.0 - n_fail / numel >= matched_ratio:
@@ -106,8 +118,11 @@ def compare(
     parts = [
         f"{name}: {n_fail} of {numel} elements outside atol={atol:g} rtol={rtol:g}"
         + (" (+ rtol x row RMS)" if row_scaled else "")
-        + (f", more than the {allowance} that required_matched_ratio={matched_ratio:g} allows"
-           if matched_ratio < 1.0 else ""),
+        + (
+            f", more than the {allowance} that required_matched_ratio={matched_ratio:g} allows"
+            if matched_ratio < 1.0
+            else ""
+        ),
         f"first at {where}: got {first.got:.6g}, expected {first.want:.6g}",
         f"max abs error {max_abs:.3g} at {worst_where}, max rel error {max_rel:.3g}",
     ]
@@ -116,28 +131,36 @@ def compare(
     return _fail("INCORRECT_NUMERICAL", "; ".join(parts), nan=scan.nan, inf=scan.inf, **stats)
 
 
-def _within_ratio(scan: Scan, shape: tuple[int, ...], name: str, matched_ratio: float,
-                  stats: dict[str, Any]) -> dict[str, Any] | None:
+def _within_ratio(
+    scan: Scan, shape: tuple[int, ...], name: str, matched_ratio: float, stats: dict[str, Any]
+) -> dict[str, Any] | None:
     """Few enough elements miss for the matched ratio. None when they are rounding-sized (the
     output passes); a failure naming the check otherwise."""
     special = scan.first_special
     if special.index >= 0:
-        return _fail("INCORRECT_NUMERICAL",
-                     f"{name}: a NaN or Inf at {_index(special.index, shape)} where the reference has "
-                     f"{special.want:.6g}: required_matched_ratio={matched_ratio:g} "
-                     "lets finite rounding through, never a non-finite value (SOL-ExecBench rejects "
-                     "those too)", **stats)
+        return _fail(
+            "INCORRECT_NUMERICAL",
+            f"{name}: a NaN or Inf at {_index(special.index, shape)} where the reference has "
+            f"{special.want:.6g}: required_matched_ratio={matched_ratio:g} "
+            "lets finite rounding through, never a non-finite value (SOL-ExecBench rejects "
+            "those too)",
+            **stats,
+        )
     worst = scan.worst_excess
     factor = worst.value
     if factor > OUTLIER_FACTOR:
-        return _fail("INCORRECT_NUMERICAL",
-                     f"{name}: KernelArc's outlier bound, stricter than SOL-ExecBench: {scan.outliers} elements "
-                     f"are off by more than {OUTLIER_FACTOR:g}x their allowance (worst at "
-                     f"{_index(worst.index, shape)}: got {worst.got:.6g}, expected "
-                     f"{worst.want:.6g}, {factor:.3g}x). The {stats['mismatches']} of "
-                     f"{stats['numel']} elements outside tolerance are within required_matched_ratio="
-                     f"{matched_ratio:g}, but that ratio is for rounding: an error this size is a defect "
-                     "(an unmasked tail, a skipped element, a wrong index)", outlier_factor=factor, **stats)
+        return _fail(
+            "INCORRECT_NUMERICAL",
+            f"{name}: KernelArc's outlier bound, stricter than SOL-ExecBench: {scan.outliers} elements "
+            f"are off by more than {OUTLIER_FACTOR:g}x their allowance (worst at "
+            f"{_index(worst.index, shape)}: got {worst.got:.6g}, expected "
+            f"{worst.want:.6g}, {factor:.3g}x). The {stats['mismatches']} of "
+            f"{stats['numel']} elements outside tolerance are within required_matched_ratio="
+            f"{matched_ratio:g}, but that ratio is for rounding: an error this size is a defect "
+            "(an unmasked tail, a skipped element, a wrong index)",
+            outlier_factor=factor,
+            **stats,
+        )
     return {"ok": True, "status": "PASSED", "within_ratio": True, "outlier_factor": factor, **stats}
 
 

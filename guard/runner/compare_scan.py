@@ -89,8 +89,15 @@ class Scan:
     worst_excess: Extreme = field(default_factory=Extreme)  # failing element's error / its allowance
 
 
-def scan_floats(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float, row_scaled: bool,
-                outlier_factor: float, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> Scan:
+def scan_floats(
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    atol: float,
+    rtol: float,
+    row_scaled: bool,
+    outlier_factor: float,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> Scan:
     """The statistics of ``out`` against ``ref`` (same shape, any float dtypes)."""
     chunk_elements = max(1, int(chunk_elements))
     xs, ys = flat(out), flat(ref)
@@ -125,15 +132,23 @@ def _pieces(ys: torch.Tensor, row: int, chunk: int) -> Iterator[tuple[int, int, 
     for start in range(0, n, row):
         total = 0.0
         for lo in range(start, start + row, chunk):
-            y = ys[lo:min(start + row, lo + chunk)].to(torch.float64)
+            y = ys[lo : min(start + row, lo + chunk)].to(torch.float64)
             total += float(torch.where(torch.isfinite(y), y, 0.0).pow(2).sum().item())
         rms = math.sqrt(total / row)
         for lo in range(start, start + row, chunk):
             yield lo, min(start + row, lo + chunk), rms
 
 
-def _fold(scan: Scan, x: torch.Tensor, y: torch.Tensor, offset: int, atol: float, rtol: float,
-          row_rms: float | torch.Tensor | None, outlier_factor: float) -> None:
+def _fold(
+    scan: Scan,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    offset: int,
+    atol: float,
+    rtol: float,
+    row_rms: float | torch.Tensor | None,
+    outlier_factor: float,
+) -> None:
     """One chunk's share of the statistics (torch.allclose's rule, NaN and Inf handled as
     ``compare`` documents)."""
     ref_finite = torch.isfinite(y)
@@ -178,7 +193,7 @@ def scan_exact(out: torch.Tensor, ref: torch.Tensor, chunk_elements: int = DEFAU
     scan = ExactScan()
     step = max(1, int(chunk_elements))
     for start in range(0, xs.numel(), step):
-        x, y = xs[start:start + step], ys[start:start + step]
+        x, y = xs[start : start + step], ys[start : start + step]
         diff = x != y
         bad = int(diff.sum().item())
         if bad:
@@ -193,4 +208,4 @@ def all_finite(t: torch.Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) ->
         return True
     xs = flat(t)
     step = max(1, int(chunk_elements))
-    return all(bool(torch.isfinite(xs[s:s + step]).all().item()) for s in range(0, xs.numel(), step))
+    return all(bool(torch.isfinite(xs[s : s + step]).all().item()) for s in range(0, xs.numel(), step))

@@ -47,9 +47,17 @@ class ConfirmLoop:
     ``mirror`` (trusted loop only): per set, tensors copied into ``static`` every iteration,
     as the candidate's loop copies an eager call's outputs."""
 
-    def __init__(self, device: torch.device | str, sets: Sets, refiller: replays.Refiller,
-                 static: list[list[torch.Tensor]] | None, rows: int, idle: Callable[[int], None],
-                 mirror: list[list[torch.Tensor]] | None = None, projection_seed: int = 0):
+    def __init__(
+        self,
+        device: torch.device | str,
+        sets: Sets,
+        refiller: replays.Refiller,
+        static: list[list[torch.Tensor]] | None,
+        rows: int,
+        idle: Callable[[int], None],
+        mirror: list[list[torch.Tensor]] | None = None,
+        projection_seed: int = 0,
+    ):
         self.device = torch.device(device)
         self.sets, self.refiller, self.static, self.mirror = sets, refiller, static, mirror
         self.rows, self.idle = max(1, rows), idle
@@ -60,8 +68,9 @@ class ConfirmLoop:
         self.projection = replays.Projection(projection_seed)
         self.projection.weights(self.device)  # made before capture
         n_out = len(static[0]) if static else 0
-        self.table = torch.zeros((self.rows, n_out, len(replays.DIGEST_FIELDS)), dtype=torch.float64,
-                                 device=self.device)
+        self.table = torch.zeros(
+            (self.rows, n_out, len(replays.DIGEST_FIELDS)), dtype=torch.float64, device=self.device
+        )
         self.counter = torch.zeros(1, dtype=torch.long, device=self.device)
         self.use_graphs = self.device.type == "cuda" and self.regime == "stream"
         self.refill_graphs: list[Any] = []
@@ -156,8 +165,9 @@ class ConfirmLoop:
         table: list[Any] = T.to(self.table[:iters], "cpu").tolist()
         return table
 
-    def _loop(self, seed: int, iters: int, call: LoopCall | None, pad_passes: int, n: int,
-              copies: bool = False) -> None:
+    def _loop(
+        self, seed: int, iters: int, call: LoopCall | None, pad_passes: int, n: int, copies: bool = False
+    ) -> None:
         for it in range(iters):
             k = it % n
             self.idle(pad_passes)

@@ -69,8 +69,7 @@ def _gpu(index: int) -> DeviceChoice | None:
     ident = nvml.gpu_identity(index)
     if not ident:
         return None
-    return DeviceChoice("cuda", f"cuda-{ident['uuid']}", ident["name"], ident["uuid"],
-                        group=_group_of(ident["name"]))
+    return DeviceChoice("cuda", f"cuda-{ident['uuid']}", ident["name"], ident["uuid"], group=_group_of(ident["name"]))
 
 
 def visible_gpu_indices() -> list[int]:
@@ -96,8 +95,11 @@ def visible_gpu_indices() -> list[int]:
         elif item.startswith("GPU-") and any(u.startswith(item) for u in by_uuid):
             out.append(next(i for u, i in by_uuid.items() if u.startswith(item)))
         else:  # CUDA stops at the first entry it cannot use (a MIG instance, too, is not handled here)
-            log.warning("CUDA_VISIBLE_DEVICES entry %r is not a GPU index or UUID this guard can use; "
-                        "the GPUs after it are ignored", item)
+            log.warning(
+                "CUDA_VISIBLE_DEVICES entry %r is not a GPU index or UUID this guard can use; "
+                "the GPUs after it are ignored",
+                item,
+            )
             break
     return out
 
@@ -142,8 +144,12 @@ def resolve_all(choice: str = "auto", count: int | None = 1) -> list[DeviceChoic
         n = count or 1
         if n == 1:
             return [first]
-        return [DeviceChoice("cpu", f"{first.key}-sim{i}", f"{first.name} (simulated device {i})",
-                             group=first.key, simulated=True) for i in range(n)]
+        return [
+            DeviceChoice(
+                "cpu", f"{first.key}-sim{i}", f"{first.name} (simulated device {i})", group=first.key, simulated=True
+            )
+            for i in range(n)
+        ]
     if first.key == "cuda-unknown":
         if count not in (None, 1):
             raise ValueError("cannot tell the GPUs apart without NVML (nvidia-ml-py)")

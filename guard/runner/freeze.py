@@ -26,7 +26,7 @@ def descendants(pid: int) -> list[int]:
         except OSError:
             continue
         # the command name may hold spaces and parentheses: fields follow the last ')'
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) > 1:
             children.setdefault(int(fields[1]), []).append(int(entry.name))
     out, todo = [], [pid]
@@ -43,7 +43,7 @@ def _state(pid: int) -> str:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return "X"
-    fields = stat[stat.rfind(")") + 2:].split()
+    fields = stat[stat.rfind(")") + 2 :].split()
     return fields[0] if fields else "X"
 
 

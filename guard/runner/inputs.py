@@ -20,12 +20,20 @@ import torch
 
 ROUND_KINDS = ("normal", "mixed", "large", "tiny")
 LARGE_SCALE = {
-    "float16": 2.0**13, "bfloat16": 2.0**30, "float32": 2.0**30, "float64": 2.0**60,
-    "float8_e4m3fn": 224.0, "float8_e5m2": 16384.0,
+    "float16": 2.0**13,
+    "bfloat16": 2.0**30,
+    "float32": 2.0**30,
+    "float64": 2.0**60,
+    "float8_e4m3fn": 224.0,
+    "float8_e5m2": 16384.0,
 }
 TINY_SCALE = {
-    "float16": 2.0**-10, "bfloat16": 2.0**-30, "float32": 2.0**-40, "float64": 2.0**-100,
-    "float8_e4m3fn": 2.0**-4, "float8_e5m2": 2.0**-8,
+    "float16": 2.0**-10,
+    "bfloat16": 2.0**-30,
+    "float32": 2.0**-40,
+    "float64": 2.0**-100,
+    "float8_e4m3fn": 2.0**-4,
+    "float8_e5m2": 2.0**-8,
 }
 _INDPTR = re.compile(r"indptr|offsets?$|cu_seqlens", re.I)
 _INDICES = re.compile(r"indices|page_ids|block_table", re.I)
@@ -50,8 +58,13 @@ def sub_seed(seed: int, *parts: object) -> int:
 class InputMaker:
     """Inputs for one definition on one device. ``reference_module`` provides custom inputs."""
 
-    def __init__(self, definition: dict[str, Any], device: str, reference_module: ModuleType | None = None,
-                 blob_root: str | None = None):
+    def __init__(
+        self,
+        definition: dict[str, Any],
+        device: str,
+        reference_module: ModuleType | None = None,
+        blob_root: str | None = None,
+    ):
         self.d = definition
         self.device = torch.device(device)
         self.module = reference_module
@@ -62,9 +75,7 @@ class InputMaker:
         """Arguments in definition order (tensors and Python scalars)."""
         specs = workload.get("inputs", {})
         values: dict[str, Any]
-        if self.d.get("custom_inputs_entrypoint") and any(
-            s.get("type") == "custom" for s in specs.values()
-        ):
+        if self.d.get("custom_inputs_entrypoint") and any(s.get("type") == "custom" for s in specs.values()):
             values = self._custom(axes, specs, seed)
         else:
             values = {}
@@ -92,8 +103,9 @@ class InputMaker:
             raise TypeError("generate_inputs must return a dict of inputs")
         return {**scalars, **produced}
 
-    def _one(self, name: str, tspec: dict[str, Any], ispec: dict[str, Any], axes: dict[str, int], seed: int,
-             kind: str) -> Any:
+    def _one(
+        self, name: str, tspec: dict[str, Any], ispec: dict[str, Any], axes: dict[str, int], seed: int, kind: str
+    ) -> Any:
         kind_of = ispec.get("type", "random")
         if kind_of == "scalar":
             return ispec["value"]
@@ -124,12 +136,14 @@ class InputMaker:
             x = x * TINY_SCALE.get(dtype, 1.0)
         return x.to(torch_dtype(dtype))
 
-    def _int(self, name: str, shape: tuple[int, ...], dtype: str, gen: torch.Generator,
-             axes: dict[str, int]) -> torch.Tensor:
+    def _int(
+        self, name: str, shape: tuple[int, ...], dtype: str, gen: torch.Generator, axes: dict[str, int]
+    ) -> torch.Tensor:
         high = 64
         if _LABELS.search(name):
             floats = [
-                s for s in self.d["inputs"].values()
+                s
+                for s in self.d["inputs"].values()
                 if s.get("shape") and str(s["dtype"]).startswith(("float", "bfloat"))
             ]
             if floats:
@@ -143,10 +157,9 @@ class InputMaker:
 
         def ints(pattern: re.Pattern[str]) -> list[str]:
             return [
-                n for n in synthesized
-                if pattern.search(n)
-                and isinstance(values[n], torch.Tensor)
-                and not values[n].is_floating_point()
+                n
+                for n in synthesized
+                if pattern.search(n) and isinstance(values[n], torch.Tensor) and not values[n].is_floating_point()
             ]
 
         idx_names, ptr_names = sorted(ints(_INDICES)), sorted(ints(_INDPTR))
@@ -177,9 +190,16 @@ class InputMaker:
 
 
 _ST_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-    "U8": torch.uint8, "BOOL": torch.bool,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
 }
 
 

@@ -12,11 +12,11 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 
-
 # Elements compared (or checked finite) at a time by default.
 # Defined here, not in compare_scan, so that the protocol stays free of torch: the server
 # imports it, and importing torch there costs seconds of start-up.
 DEFAULT_CHUNK_ELEMENTS = 1 << 20
+
 
 class _Msg(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -224,8 +224,7 @@ class Exit(_Msg):
 
 CandidateRequest = Annotated[Prepare | Check | Arm | Run | Confirm | Stats | Memory, Field(discriminator="op")]
 TrustedRequest = Annotated[
-    LoadProblem | Reference | Compare | Release | Baseline | Ceilings | Overhead | VerifyReplays | Memory
-    | DeviceIdle,
+    LoadProblem | Reference | Compare | Release | Baseline | Ceilings | Overhead | VerifyReplays | Memory | DeviceIdle,
     Field(discriminator="op"),
 ]
 _CANDIDATE = TypeAdapter(CandidateRequest)

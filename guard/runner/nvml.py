@@ -71,8 +71,14 @@ def _s(v: object) -> str:
 
 
 _REASONS = {
-    "gpu_idle": 0x1, "app_clocks": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
-    "sync_boost": 0x10, "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80,
+    "gpu_idle": 0x1,
+    "app_clocks": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "hw_power_brake": 0x80,
     "display_clocks": 0x100,
 }
 
@@ -82,11 +88,7 @@ def snapshot(uuid: str | None = None, index: int = 0) -> dict[str, Any] | None:
     if not _init():
         return None
     try:
-        h = (
-            pynvml.nvmlDeviceGetHandleByUUID(uuid)
-            if uuid
-            else pynvml.nvmlDeviceGetHandleByIndex(index)
-        )
+        h = pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else pynvml.nvmlDeviceGetHandleByIndex(index)
         get_reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
             pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons"
         )

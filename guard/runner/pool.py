@@ -17,9 +17,17 @@ log = logging.getLogger(__name__)
 
 
 class WorkerPool:
-    def __init__(self, device: str, root: Path, memory_limit_gb: float | None = None, prestart: bool = True,
-                 env: dict[str, str] | None = None, protect: list[Path] | None = None,
-                 expose: list[Path] | None = None, build_cache: Path | None = None):
+    def __init__(
+        self,
+        device: str,
+        root: Path,
+        memory_limit_gb: float | None = None,
+        prestart: bool = True,
+        env: dict[str, str] | None = None,
+        protect: list[Path] | None = None,
+        expose: list[Path] | None = None,
+        build_cache: Path | None = None,
+    ):
         """``protect``: what candidates must not see (the workspace); ``expose``: read-only
         folders they may see even inside it (problem folders with safetensors inputs);
         ``build_cache``: built extensions, read-only to candidates. Raises
@@ -39,8 +47,17 @@ class WorkerPool:
 
     def _new(self, role: str) -> WorkerProcess:
         workdir = self.root / f"{role}-{uuid.uuid4().hex[:10]}"
-        return WorkerProcess(role, self.device, workdir, self.memory_limit_gb, self.env, protect=self.protect,
-                             expose=self.expose, isolation=self.isolation, build_cache=self.build_cache).start()
+        return WorkerProcess(
+            role,
+            self.device,
+            workdir,
+            self.memory_limit_gb,
+            self.env,
+            protect=self.protect,
+            expose=self.expose,
+            isolation=self.isolation,
+            build_cache=self.build_cache,
+        ).start()
 
     def trusted(self, timeout: float = 180.0) -> WorkerProcess:
         with self._lock:

@@ -29,10 +29,32 @@ log = logging.getLogger(__name__)
 
 # Variables a worker may inherit; everything else (KERNELARC_* above all) is dropped.
 ENV_KEEP_PREFIXES = (
-    "PATH", "HOME", "LANG", "LC_", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL",
-    "LD_LIBRARY_PATH", "CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "TORCHINDUCTOR_",
-    "PYTORCH_", "CC", "CXX", "NVCC_", "XDG_CACHE_HOME", "OMP_", "MKL_", "PYTHONPATH",
-    "VIRTUAL_ENV", "NCCL_", "NVSHMEM_",
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_",
+    "TZ",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LD_LIBRARY_PATH",
+    "CUDA_",
+    "NVIDIA_",
+    "TRITON_",
+    "TORCH_",
+    "TORCHINDUCTOR_",
+    "PYTORCH_",
+    "CC",
+    "CXX",
+    "NVCC_",
+    "XDG_CACHE_HOME",
+    "OMP_",
+    "MKL_",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "NCCL_",
+    "NVSHMEM_",
 )
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,14 +71,8 @@ class WorkerTimeout(RuntimeError):
 
 
 def worker_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k.startswith(ENV_KEEP_PREFIXES) and not k.startswith("KERNELARC")
-    }
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
-    )
+    env = {k: v for k, v in os.environ.items() if k.startswith(ENV_KEEP_PREFIXES) and not k.startswith("KERNELARC")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if device == "cpu":
@@ -133,8 +149,15 @@ class WorkerProcess:
     def start(self) -> "WorkerProcess":
         parent_sock, child_sock = socket.socketpair()
         cmd = [
-            sys.executable, "-m", "guard.runner.worker_main",
-            "--fd", str(child_sock.fileno()), "--role", self.role, "--device", self.device,
+            sys.executable,
+            "-m",
+            "guard.runner.worker_main",
+            "--fd",
+            str(child_sock.fileno()),
+            "--role",
+            self.role,
+            "--device",
+            self.device,
         ]
         if self.memory_limit_gb and self.device == "cpu":
             cmd += ["--memory-limit-gb", str(self.memory_limit_gb)]
@@ -146,8 +169,12 @@ class WorkerProcess:
         if self.isolation != "none":
             self.build_cache.mkdir(parents=True, exist_ok=True)  # a bind needs it to exist
             policy = sandbox.SandboxPolicy.for_worker(
-                self.workdir, self.device, protect=self.protect, readonly=[self.build_cache],
-                expose=self.expose, env=env,
+                self.workdir,
+                self.device,
+                protect=self.protect,
+                readonly=[self.build_cache],
+                expose=self.expose,
+                env=env,
             )
             info_r, info_w = os.pipe()
             cmd = sandbox.wrap(policy, cmd, env, info_fd=info_w)
@@ -300,9 +327,7 @@ class WorkerProcess:
             pass
         rc = self.returncode
         self.kill()
-        return WorkerDied(
-            f"{self.role} worker {describe_exit(rc)} during {op!r}", rc, self.log_tail()
-        )
+        return WorkerDied(f"{self.role} worker {describe_exit(rc)} during {op!r}", rc, self.log_tail())
 
     @property
     def returncode(self) -> int | None:

@@ -56,9 +56,8 @@ class Projection:
     def weights(self, device: torch.device) -> torch.Tensor:
         key = str(device)
         if key not in self._cache:
-            self._cache[key] = (self._signs.to(device=device, dtype=torch.float64) * 2 - 1)
+            self._cache[key] = self._signs.to(device=device, dtype=torch.float64) * 2 - 1
         return self._cache[key]
-
 
 
 def replay_seed(run_seed: int, iteration: int) -> int:
@@ -190,11 +189,11 @@ def _digest_one(x: torch.Tensor, projection: Projection) -> torch.Tensor:
     parts = []
     for r0 in range(0, whole, per_block):
         r1 = min(whole, r0 + per_block)
-        block = T.view(T.to(flat[r0 * period:r1 * period], torch.float64), (r1 - r0, period))
+        block = T.view(T.to(flat[r0 * period : r1 * period], torch.float64), (r1 - r0, period))
         parts.append(_block_digest(block, w))
     if n > whole * period:
-        tail = T.to(flat[whole * period:], torch.float64)
-        parts.append(_block_digest(tail, w[:n - whole * period]))
+        tail = T.to(flat[whole * period :], torch.float64)
+        parts.append(_block_digest(tail, w[: n - whole * period]))
     if not parts:
         zero: torch.Tensor = T.zeros(4, dtype=torch.float64, device=flat.device)
         return zero
@@ -218,8 +217,14 @@ def digest(outputs: list[Any], projection: Projection) -> torch.Tensor:
     return torch.stack([r.to(device) for r in rows])
 
 
-def digest_bounds(ref: torch.Tensor, atol: float, rtol: float, projection: Projection,
-                  matched_ratio: float = 1.0, outlier_error: float | None = None) -> tuple[list[float], list[float]]:
+def digest_bounds(
+    ref: torch.Tensor,
+    atol: float,
+    rtol: float,
+    projection: Projection,
+    matched_ratio: float = 1.0,
+    outlier_error: float | None = None,
+) -> tuple[list[float], list[float]]:
     """The reference's digest and, for each field, how far a candidate's may lie from it when
     every element satisfies ``|out - ref| <= atol + rtol * |ref|``: for the sum and the L1
     norm the sum of the per-element allowances, for the L2 norm its L2 norm (triangle
@@ -256,6 +261,8 @@ def digest_mismatch(got: list[float], ref: list[float], allow: list[float], name
             continue  # the reference itself overflows here: nothing to hold the candidate to
         slack = a + 1e-9 * (abs(r) + abs(g)) + 1e-12
         if not math.isfinite(g) or abs(g - r) > slack:
-            return (f"output {name!r}: {field} {g:.6g} where the reference gives {r:.6g} "
-                    f"(at most {a:.3g} apart for a result within tolerance)")
+            return (
+                f"output {name!r}: {field} {g:.6g} where the reference gives {r:.6g} "
+                f"(at most {a:.3g} apart for a result within tolerance)"
+            )
     return None

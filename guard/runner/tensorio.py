@@ -15,8 +15,18 @@ import torch
 from .harness import T
 
 ELEMENT_SIZE = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1,
-    "float8_e5m2": 1, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
 }
 _OS_OPEN, _OS_WRITE, _OS_CLOSE = os.open, os.write, os.close
 
@@ -45,8 +55,10 @@ def read_tensor(meta: dict[str, Any], device: str) -> torch.Tensor:
     """Read a described tensor; refuses files whose size disagrees with the description."""
     dtype = meta.get("dtype")
     shape = meta.get("shape")
-    if dtype not in ELEMENT_SIZE or not isinstance(shape, list) or not all(
-        isinstance(d, int) and d >= 0 for d in shape
+    if (
+        dtype not in ELEMENT_SIZE
+        or not isinstance(shape, list)
+        or not all(isinstance(d, int) and d >= 0 for d in shape)
     ):
         raise ValueError(f"bad tensor description {str(meta)[:200]}")
     expected = math.prod(shape) * ELEMENT_SIZE[dtype]

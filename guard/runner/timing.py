@@ -240,14 +240,20 @@ class Timer:
             i += 1
             if i >= max(n_sets, 1000):
                 break
-        est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2):]), 1e-4)
+        est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2) :]), 1e-4)
         # The loop's own work (fresh inputs, flush) runs before every call, and the outside
         # clock runs the same count four times more: the count is set by what an iteration
         # costs in all, so a short call on large custom-made inputs does not take 500 of them.
-        loop_est = statistics.median(loop_ms[-max(1, len(loop_ms) // 2):])
+        loop_est = statistics.median(loop_ms[-max(1, len(loop_ms) // 2) :])
         iters = int(min(max_iters, max(min_iters, math.ceil(target_time_s * 1e3 / (est + loop_est)))))
-        plan = Plan(method="host-clock", iters=iters, n_sets=n_sets, warmup_iters=len(warm_ms),
-                    eager_warmup_median_ms=est, loop_warmup_median_ms=loop_est)
+        plan = Plan(
+            method="host-clock",
+            iters=iters,
+            n_sets=n_sets,
+            warmup_iters=len(warm_ms),
+            eager_warmup_median_ms=est,
+            loop_warmup_median_ms=loop_est,
+        )
         if not self.is_cuda:
             return plan
         plan.method = "cuda-events+host-sync"
@@ -359,13 +365,17 @@ class Timer:
                 spans, cupti_error = None, f"reading CUPTI records: {type(exc).__name__}: {exc}"[:200]
             # a replay's device work lies inside its event window; if not, the records are not ours
             if spans is not None and T.median(spans) > 1.05 * T.median(events) + 1e-3:
-                spans, cupti_error = None, (f"CUPTI median {T.median(spans):.4f} ms exceeds the event "
-                                            f"median {T.median(events):.4f} ms")
+                spans, cupti_error = (
+                    None,
+                    (f"CUPTI median {T.median(spans):.4f} ms exceeds the event median {T.median(events):.4f} ms"),
+                )
         stats = summarize(spans if spans is not None else events)
         stats.update(
-            event_median_ms=T.median(events), event_mean_ms=statistics.fmean(events),
+            event_median_ms=T.median(events),
+            event_mean_ms=statistics.fmean(events),
             method="cuda-graph+cupti" if spans is not None else "cuda-graph",
-            off_stream_suspect=False, **self._plan_fields(plan),
+            off_stream_suspect=False,
+            **self._plan_fields(plan),
         )
         if spans is None and with_call:
             stats["cupti_error"] = cupti_error or "off"
@@ -373,11 +383,9 @@ class Timer:
             stats["device_ops_per_call"] = statistics.median(kernels)
         return stats
 
-    def _eager_loop(self, plan: Plan, call, refill, scramble, digest, outputs_of, max_time_s,
-                    use_cupti: bool = True):
+    def _eager_loop(self, plan: Plan, call, refill, scramble, digest, outputs_of, max_time_s, use_cupti: bool = True):
         overhead_ms = self._calibrate_sync(plan.pad_ms) if self.is_cuda else 0.0
-        prof, cupti_error = (self._start_profiler() if self.is_cuda and use_cupti and call is not None
-                             else (None, None))
+        prof, cupti_error = self._start_profiler() if self.is_cuda and use_cupti and call is not None else (None, None)
         lat_ms, ev_ms, host_ms, call_host_ms, digests = [], [], [], [], []
         t_begin = T.perf_counter()
         try:
@@ -392,8 +400,9 @@ class Timer:
                 if outputs_of is not None:
                     scramble(outputs_of(k), it)
                 self._flush()
-                lat, ev, host, in_call, out = self._iteration(call, k, plan.pad_ms, overhead_ms,
-                                                              marked=prof is not None)
+                lat, ev, host, in_call, out = self._iteration(
+                    call, k, plan.pad_ms, overhead_ms, marked=prof is not None
+                )
                 lat_ms.append(lat)
                 ev_ms.append(ev)
                 host_ms.append(host)
@@ -413,14 +422,18 @@ class Timer:
                     cupti_error = why
             if spans is not None:
                 # the call's device work; host time in the call beyond a launch's counts in full
-                timed = [s if h <= s + EAGER_LAUNCH_ALLOWANCE_MS else max(s, lat)
-                         for s, h, lat in zip(spans, call_host_ms, lat_ms)]
+                timed = [
+                    s if h <= s + EAGER_LAUNCH_ALLOWANCE_MS else max(s, lat)
+                    for s, h, lat in zip(spans, call_host_ms, lat_ms)
+                ]
             else:
                 timed = lat_ms
             stats = summarize(timed)
             stats.update(
-                event_median_ms=statistics.median(ev_ms), event_mean_ms=statistics.fmean(ev_ms),
-                host_median_ms=statistics.median(host_ms), sync_overhead_ms=overhead_ms,
+                event_median_ms=statistics.median(ev_ms),
+                event_mean_ms=statistics.fmean(ev_ms),
+                host_median_ms=statistics.median(host_ms),
+                sync_overhead_ms=overhead_ms,
                 call_host_median_ms=statistics.median(call_host_ms),
                 method=(plan.method.replace("host-sync", "cupti") if spans is not None else plan.method),
                 **self._plan_fields(plan),
@@ -462,8 +475,9 @@ class Timer:
         except Exception as exc:  # noqa: BLE001
             return None, f"reading CUPTI records: {type(exc).__name__}: {exc}"[:200]
         if spans is not None and T.median(spans) > 1.05 * T.median(events_ms) + 1e-3:
-            return None, (f"CUPTI median {T.median(spans):.4f} ms exceeds the event median "
-                          f"{T.median(events_ms):.4f} ms")
+            return None, (
+                f"CUPTI median {T.median(spans):.4f} ms exceeds the event median {T.median(events_ms):.4f} ms"
+            )
         return spans, why
 
     def _iteration(self, call, k: int, pad_ms: float, overhead_ms: float, marked: bool = False):
@@ -505,11 +519,16 @@ class Timer:
         return statistics.median(gaps[5:])
 
     def _plan_fields(self, plan: Plan) -> dict:
-        return {"n_sets": plan.n_sets, "flush_bytes": self.flush_bytes, "flush_ms": self._flush_ms,
-                "warmup_iters": plan.warmup_iters,
-                "planned_iters": plan.iters, "eager_warmup_median_ms": plan.eager_warmup_median_ms,
-                "loop_warmup_median_ms": plan.loop_warmup_median_ms,
-                "pad_ms": plan.pad_ms}
+        return {
+            "n_sets": plan.n_sets,
+            "flush_bytes": self.flush_bytes,
+            "flush_ms": self._flush_ms,
+            "warmup_iters": plan.warmup_iters,
+            "planned_iters": plan.iters,
+            "eager_warmup_median_ms": plan.eager_warmup_median_ms,
+            "loop_warmup_median_ms": plan.loop_warmup_median_ms,
+            "pad_ms": plan.pad_ms,
+        }
 
 
 def graph_launch_spans(events, iters: int) -> tuple[list[float] | None, str | None, list[int]]:

@@ -40,16 +40,26 @@ class TrustedRole:
         except m.MessageError as exc:
             return m.Reply(ok=False, status="INTERNAL", message=str(exc)).model_dump()
         handler = {
-            m.LoadProblem: self.problem, m.Reference: self.reference, m.Compare: self.compare,
-            m.Release: self.release, m.Baseline: self.baseline, m.Ceilings: self.ceilings,
-            m.Overhead: self.overhead, m.VerifyReplays: self.verify_replays, m.Memory: self.memory,
+            m.LoadProblem: self.problem,
+            m.Reference: self.reference,
+            m.Compare: self.compare,
+            m.Release: self.release,
+            m.Baseline: self.baseline,
+            m.Ceilings: self.ceilings,
+            m.Overhead: self.overhead,
+            m.VerifyReplays: self.verify_replays,
+            m.Memory: self.memory,
             m.DeviceIdle: self.device_idle,
         }[type(msg)]
         try:
             reply = handler(msg)
         except Exception as exc:  # the problem's own code failed: report, keep serving
-            reply = m.Reply(ok=False, status="INTERNAL", message=f"{type(exc).__name__}: {exc}"[:2000],
-                            traceback=traceback.format_exc()[-4000:])
+            reply = m.Reply(
+                ok=False,
+                status="INTERNAL",
+                message=f"{type(exc).__name__}: {exc}"[:2000],
+                traceback=traceback.format_exc()[-4000:],
+            )
         return reply.model_dump()
 
     # -- problems and references ------------------------------------------------------------
@@ -91,10 +101,14 @@ class TrustedRole:
             self.refs[rnd.tag] = outs
             self.ref_inputs[rnd.tag] = (msg.key, msg.workload, msg.axes, rnd.seed, rnd.kind)
             finite = all(all_finite(o, msg.chunk_elements) for o in outs)
-            rounds.append(m.ReferenceRound(
-                tag=rnd.tag, ok=True, finite=finite,
-                outputs=[{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outs],
-            ))
+            rounds.append(
+                m.ReferenceRound(
+                    tag=rnd.tag,
+                    ok=True,
+                    finite=finite,
+                    outputs=[{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outs],
+                )
+            )
         return m.ReferenceReply(ok=True, rounds=rounds)
 
     def compare(self, msg: m.Compare) -> m.Reply:
@@ -105,8 +119,9 @@ class TrustedRole:
         metas, names = [x.model_dump(exclude_none=True) for x in msg.outputs], msg.names
         tols = [t.model_dump() for t in msg.tolerances]
         if len(metas) != len(refs):
-            return m.CompareReply(ok=True, passed=False, status="INCORRECT_SHAPE",
-                                  message=f"{len(metas)} outputs, expected {len(refs)}")
+            return m.CompareReply(
+                ok=True, passed=False, status="INCORRECT_SHAPE", message=f"{len(metas)} outputs, expected {len(refs)}"
+            )
         reports = []
         chunk = msg.chunk_elements
         for i, (meta, tol, name) in enumerate(zip(metas, tols, names)):
@@ -118,8 +133,9 @@ class TrustedRole:
             except (ValueError, OSError) as exc:
                 return m.CompareReply(ok=True, passed=False, status="RUNTIME_ERROR", message=str(exc))
             adversarial = origin is not None and origin[4] != "normal"
-            report = compare(out, ref, tol["atol"], tol["rtol"], name, row_scaled=adversarial,
-                             chunk_elements=chunk, **spec_args(tol))
+            report = compare(
+                out, ref, tol["atol"], tol["rtol"], name, row_scaled=adversarial, chunk_elements=chunk, **spec_args(tol)
+            )
             del ref, out
             if not report["ok"] and report["status"] == "INCORRECT_NUMERICAL" and origin is not None:
                 report = self._against_float64(origin, len(reports), meta, report, tol, name, chunk)
@@ -127,12 +143,12 @@ class TrustedRole:
                 trim_host_heap()
             reports.append(report)
             if not report["ok"]:
-                return m.CompareReply(ok=True, passed=False, status=report["status"],
-                                      message=report["message"], reports=reports)
+                return m.CompareReply(
+                    ok=True, passed=False, status=report["status"], message=report["message"], reports=reports
+                )
         return m.CompareReply(ok=True, passed=True, status="PASSED", reports=reports)
 
-    def _against_float64(self, origin, index: int, meta: dict, report: dict, tol: dict, name: str,
-                         chunk: int) -> dict:
+    def _against_float64(self, origin, index: int, meta: dict, report: dict, tol: dict, name: str, chunk: int) -> dict:
         """A reference that rounds intermediates (bf16 products added to a residual, say)
         can differ from a more accurate kernel by more than the tolerance on adversarial
         inputs. An output that matches the same reference evaluated in float64 is right.
@@ -150,8 +166,17 @@ class TrustedRole:
             out = read_tensor(meta, self.device)
         except (ValueError, OSError):  # read a moment ago: the first comparison's report stands
             return report
-        hi = compare(out, exact, tol["atol"], tol["rtol"], name, row_scaled=origin[4] != "normal",
-                     chunk_elements=chunk, same_dtype=False, **spec_args(tol))
+        hi = compare(
+            out,
+            exact,
+            tol["atol"],
+            tol["rtol"],
+            name,
+            row_scaled=origin[4] != "normal",
+            chunk_elements=chunk,
+            same_dtype=False,
+            **spec_args(tol),
+        )
         del exact, out
         if hi["ok"]:
             return {**hi, "via": "float64 reference", "reference_mismatch": report.get("message")}
@@ -212,8 +237,16 @@ class TrustedRole:
                 with torch.no_grad():
                     return fn(*sets[k])
 
-            plan = self.timer.arm(call, len(sets), refill, cfg.min_iters, cfg.max_iters, cfg.target_time_s,
-                                  cfg.warmup_time_s, use_graphs=cfg.use_graphs)
+            plan = self.timer.arm(
+                call,
+                len(sets),
+                refill,
+                cfg.min_iters,
+                cfg.max_iters,
+                cfg.target_time_s,
+                cfg.warmup_time_s,
+                use_graphs=cfg.use_graphs,
+            )
             finish, _ = self.timer.run(plan, call, refill, scramble, None, max_time_s=cfg.max_timing_s)
             return finish()
 
@@ -231,13 +264,17 @@ class TrustedRole:
                 out["compile_counters"] = after = _dynamo_counters()
                 if before is None or after is None:
                     out["compiled"] = None
-                    out["compile_error"] = "dynamo's counters are not readable: a fall-back to eager cannot be ruled out"
+                    out["compile_error"] = (
+                        "dynamo's counters are not readable: a fall-back to eager cannot be ruled out"
+                    )
                 elif after["frames_total"] - before["frames_total"] > after["frames_ok"] - before["frames_ok"]:
                     # dynamo gave up on a frame (a recompile limit, an unsupported construct)
                     # and ran it eagerly: that time is not torch.compile's
                     out["compiled"] = None
                     out["compile_fell_back"] = True
-                    out["compile_error"] = "torch.compile fell back to eager on this workload (a frame failed to compile)"
+                    out["compile_error"] = (
+                        "torch.compile fell back to eager on this workload (a frame failed to compile)"
+                    )
             except Exception as exc:
                 out["compiled"] = None
                 out["compile_error"] = f"{type(exc).__name__}: {exc}"[:500]
@@ -266,16 +303,16 @@ class TrustedRole:
         copies, digests. The guard times this request with its own clock, as it timed the
         candidate's, and subtracts."""
         t0 = T.perf_counter()
-        loop = self._confirm_loop(msg.key, msg.workload, msg.axes, msg.sets, msg.iters, msg.copies,
-                                  msg.projection_seed)
+        loop = self._confirm_loop(msg.key, msg.workload, msg.axes, msg.sets, msg.iters, msg.copies, msg.projection_seed)
         self._sync()
         setup_s = T.perf_counter() - t0  # this worker is trusted: its own clock takes setup out
         table = loop.run(msg.seed, msg.iters, None, msg.pad_passes)
         # the same reply size as the candidate's, whose digests travel back too
         return m.OverheadReply(ok=True, iters=msg.iters, setup_s=setup_s, digests=table)
 
-    def _confirm_loop(self, key: str, workload: dict, axes: dict, sets: list[int], iters: int,
-                      copies: bool, projection_seed: int) -> ConfirmLoop:
+    def _confirm_loop(
+        self, key: str, workload: dict, axes: dict, sets: list[int], iters: int, copies: bool, projection_seed: int
+    ) -> ConfirmLoop:
         """The loop without the call for one workload, kept for its next window and for the
         check of its digests (one workload's at a time: it holds that workload's data)."""
         ident = (key, repr(workload), repr(axes), tuple(sets), copies, projection_seed)
@@ -288,8 +325,16 @@ class TrustedRole:
         live = [maker.make(workload, axes, s, "normal") for s in sets]
         static = [self._output_buffers(d, axes) for _ in live]
         mirror = [[T.clone(t) for t in outs] for outs in static] if copies else None
-        loop = ConfirmLoop(self.device, live, replays.Refiller(maker, workload, axes), static, iters,
-                           self.timer.idle_passes, mirror=mirror, projection_seed=projection_seed)
+        loop = ConfirmLoop(
+            self.device,
+            live,
+            replays.Refiller(maker, workload, axes),
+            static,
+            iters,
+            self.timer.idle_passes,
+            mirror=mirror,
+            projection_seed=projection_seed,
+        )
         self._loop = (ident, loop)
         return loop
 
@@ -327,23 +372,35 @@ class TrustedRole:
             got = digests[iteration]
             refs = self._reference_on(key, args)
             if len(got) != len(refs):
-                return m.VerifyReply(ok=True, passed=False, iteration=iteration,
-                                     message=f"{len(got)} outputs digested, expected {len(refs)}")
+                return m.VerifyReply(
+                    ok=True,
+                    passed=False,
+                    iteration=iteration,
+                    message=f"{len(got)} outputs digested, expected {len(refs)}",
+                )
             for j, (ref, name) in enumerate(zip(refs, msg.names)):
                 tol = msg.tolerances[j]
-                values, allow = replays.digest_bounds(ref, tol.atol, tol.rtol, projection,
-                                                      tol.required_matched_ratio or 1.0, tol.max_error_cap)
+                values, allow = replays.digest_bounds(
+                    ref, tol.atol, tol.rtol, projection, tol.required_matched_ratio or 1.0, tol.max_error_cap
+                )
                 why = replays.digest_mismatch(got[j], values, allow, name)
                 if why and ref.is_floating_point():
                     # a kernel more accurate than a reference that rounds intermediates
                     exact = self._reference_on(key, args, float64=True)
-                    values, allow = replays.digest_bounds(exact[j].to(torch.float64), tol.atol, tol.rtol, projection,
-                                                          tol.required_matched_ratio or 1.0, tol.max_error_cap)
+                    values, allow = replays.digest_bounds(
+                        exact[j].to(torch.float64),
+                        tol.atol,
+                        tol.rtol,
+                        projection,
+                        tol.required_matched_ratio or 1.0,
+                        tol.max_error_cap,
+                    )
                     if replays.digest_mismatch(got[j], values, allow, name) is None:
                         why = None
                 if why:
-                    return m.VerifyReply(ok=True, passed=False, iteration=iteration, message=why,
-                                         checked=msg.iterations.index(iteration))
+                    return m.VerifyReply(
+                        ok=True, passed=False, iteration=iteration, message=why, checked=msg.iterations.index(iteration)
+                    )
         return m.VerifyReply(ok=True, passed=True, checked=len(msg.iterations))
 
     def _projection(self, seed: int) -> replays.Projection:
@@ -365,8 +422,12 @@ class TrustedRole:
                 yield iteration, args
             return
         # the loop of the windows, whose draws these are, when it is still held
-        held = self._loop[1] if self._loop is not None and self._loop[0][:4] == (
-            msg.key, repr(msg.workload), repr(msg.axes), tuple(msg.sets)) else None
+        held = (
+            self._loop[1]
+            if self._loop is not None
+            and self._loop[0][:4] == (msg.key, repr(msg.workload), repr(msg.axes), tuple(msg.sets))
+            else None
+        )
         if held is None:
             sets = [maker.make(msg.workload, msg.axes, s, "normal") for s in msg.sets]
             held = ConfirmLoop(self.device, sets, refiller, None, 1, lambda passes: None)
@@ -410,8 +471,12 @@ def _is_grad_mode_wrapper(fn) -> bool:
     """The wrapper torch's grad-mode context managers (no_grad, enable_grad, inference_mode,
     set_grad_enabled) put around a decorated function."""
     code = getattr(fn, "__code__", None)
-    return (hasattr(fn, "__wrapped__") and code is not None and code.co_name == "decorate_context"
-            and Path(code.co_filename).name == "_contextlib.py")
+    return (
+        hasattr(fn, "__wrapped__")
+        and code is not None
+        and code.co_name == "decorate_context"
+        and Path(code.co_filename).name == "_contextlib.py"
+    )
 
 
 def _dynamo_counters() -> dict | None:

@@ -43,8 +43,10 @@ def _die_with_parent(sock_fd: int) -> None:
 
     def watch() -> None:
         while True:
-            hung_up = any(ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL)
-                          for _, ev in poller.poll(500))
+            hung_up = any(
+                ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR | select.POLLNVAL)
+                for _, ev in poller.poll(500)
+            )
             if hung_up or os.getppid() != parent:
                 os.kill(os.getpid(), signal.SIGKILL)
 

@@ -53,7 +53,8 @@ def wrap(
         "--unshare-all",  # user (where allowed), ipc, pid, net, uts, cgroup (where allowed)
         "--die-with-parent",
         "--new-session",  # no TIOCSTI into the guard's terminal
-        "--hostname", policy.hostname,
+        "--hostname",
+        policy.hostname,
         "--clearenv",
     ]
     for key, value in env.items():

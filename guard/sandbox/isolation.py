@@ -95,8 +95,9 @@ def _probe_bwrap() -> Isolation:
         code = "import pathlib; pathlib.Path('ok').write_text('ok')"
         cmd = bwrap.wrap(policy, [sys.executable, "-c", code], {"PATH": os.defpath}, binary=binary)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                                  stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             return Isolation("none", reason=f"bwrap could not run: {exc}")
         if proc.returncode != 0 or not (workdir / "ok").is_file():

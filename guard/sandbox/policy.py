@@ -153,8 +153,13 @@ def scratch_env(workdir: Path, env: Mapping[str, str]) -> dict[str, str]:
 def _python_paths(env: Mapping[str, str]) -> list[str]:
     """Where this interpreter and its packages live. The current folder ('' in sys.path) is
     left out: it is the caller's, often the one holding the workspace."""
-    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(os.path.realpath(sys.executable))]
+    paths = [
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+    ]
     paths += [sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
     paths += site.getsitepackages()
     cwd = os.getcwd()

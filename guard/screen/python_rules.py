@@ -71,39 +71,108 @@ BANNED_CALLS = {
 }
 BANNED_ATTRIBUTES = {
     # frames and interpreter internals: where the answer or the harness could be found
-    **{a: "reading frames is not allowed" for a in (
-        "f_back", "f_locals", "f_globals", "f_code", "f_builtins", "gi_frame", "cr_frame",
-        "tb_frame", "tb_next", "_getframe", "currentframe", "getouterframes",
-        "settrace", "setprofile",
-    )},
-    **{a: "introspecting objects' internals is not allowed" for a in (
-        "__globals__", "__builtins__", "__subclasses__", "__bases__", "__base__", "__mro__",
-        "__dict__", "__code__", "__closure__", "__getattribute__", "__import__",
-        "__loader__", "__spec__", "__reduce__", "__reduce_ex__",
-    )},
-    **{a: "walking the garbage collector is not allowed" for a in (
-        "get_objects", "get_referrers", "get_referents",
-    )},
+    **{
+        a: "reading frames is not allowed"
+        for a in (
+            "f_back",
+            "f_locals",
+            "f_globals",
+            "f_code",
+            "f_builtins",
+            "gi_frame",
+            "cr_frame",
+            "tb_frame",
+            "tb_next",
+            "_getframe",
+            "currentframe",
+            "getouterframes",
+            "settrace",
+            "setprofile",
+        )
+    },
+    **{
+        a: "introspecting objects' internals is not allowed"
+        for a in (
+            "__globals__",
+            "__builtins__",
+            "__subclasses__",
+            "__bases__",
+            "__base__",
+            "__mro__",
+            "__dict__",
+            "__code__",
+            "__closure__",
+            "__getattribute__",
+            "__import__",
+            "__loader__",
+            "__spec__",
+            "__reduce__",
+            "__reduce_ex__",
+        )
+    },
+    **{
+        a: "walking the garbage collector is not allowed"
+        for a in (
+            "get_objects",
+            "get_referrers",
+            "get_referents",
+        )
+    },
     # environment, files and processes
     **{a: "the environment is off limits" for a in ("environ", "getenv", "putenv", "unsetenv")},
-    **{a: "other processes are not allowed" for a in (
-        "popen", "fork", "forkpty", "execv", "execve", "execvp", "spawnv", "_exit",
-    )},
-    **{a: "reading files is not allowed" for a in (
-        "read_text", "read_bytes", "write_text", "write_bytes", "listdir", "scandir",
-        "fromfile", "tofile",
-    )},
+    **{
+        a: "other processes are not allowed"
+        for a in (
+            "popen",
+            "fork",
+            "forkpty",
+            "execv",
+            "execve",
+            "execvp",
+            "spawnv",
+            "_exit",
+        )
+    },
+    **{
+        a: "reading files is not allowed"
+        for a in (
+            "read_text",
+            "read_bytes",
+            "write_text",
+            "write_bytes",
+            "listdir",
+            "scandir",
+            "fromfile",
+            "tofile",
+        )
+    },
     # streams and dispatch: work outside the timed stream, or torch patched underneath
-    **{a: "new CUDA streams are not allowed: work must run on the current stream" for a in (
-        "Stream", "ExternalStream", "stream", "set_stream", "cuStreamCreate",
-        "cudaStreamCreate", "cudaStreamCreateWithFlags", "cuStreamCreateWithPriority",
-        "cudaStreamCreateWithPriority",
-    )},
-    **{a: "torch function/dispatch modes and tensor subclasses are not allowed" for a in (
-        "TorchFunctionMode", "TorchDispatchMode", "_make_subclass", "as_subclass",
-        "_set_torch_function_mode", "_push_on_torch_function_stack",
-        "_push_on_torch_dispatch_stack",
-    )},
+    **{
+        a: "new CUDA streams are not allowed: work must run on the current stream"
+        for a in (
+            "Stream",
+            "ExternalStream",
+            "stream",
+            "set_stream",
+            "cuStreamCreate",
+            "cudaStreamCreate",
+            "cudaStreamCreateWithFlags",
+            "cuStreamCreateWithPriority",
+            "cudaStreamCreateWithPriority",
+        )
+    },
+    **{
+        a: "torch function/dispatch modes and tensor subclasses are not allowed"
+        for a in (
+            "TorchFunctionMode",
+            "TorchDispatchMode",
+            "_make_subclass",
+            "as_subclass",
+            "_set_torch_function_mode",
+            "_push_on_torch_function_stack",
+            "_push_on_torch_dispatch_stack",
+        )
+    },
     "_C": "torch's C internals are off limits",
 }
 # Names too common to ban everywhere (torch.stack, model.modules()), banned where they
@@ -237,7 +306,7 @@ class _Visitor(ast.NodeVisitor):
         values += [node.args[i] for i in (1, 2) if len(node.args) > i]
         texts: list[tuple[int, str]] = []
         for v in values:
-            for item in (v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v]):
+            for item in v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v]:
                 if isinstance(item, ast.Name):
                     item = self.strings.get(item.id, item)
                 if isinstance(item, ast.Constant) and isinstance(item.value, str):
@@ -245,9 +314,9 @@ class _Visitor(ast.NodeVisitor):
         for lineno, text in texts:
             for f in cpp_rules.check(self.path, text):
                 if f.rule != "workspace":  # Python strings are checked for those already
-                    self.findings.append(Finding(
-                        self.path, lineno + f.line - 1, f.rule, f"load_inline C++: {f.message}"
-                    ))
+                    self.findings.append(
+                        Finding(self.path, lineno + f.line - 1, f.rule, f"load_inline C++: {f.message}")
+                    )
 
     def _check_target(self, target: ast.AST) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -333,9 +402,9 @@ def check(path: str, source: str) -> list[Finding]:
     strings = {
         t.id: node.value
         for node in tree.body
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-        for t in node.targets if isinstance(t, ast.Name)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for t in node.targets
+        if isinstance(t, ast.Name)
     }
     v = _Visitor(path, strings)
     v.visit(tree)

@@ -55,28 +55,50 @@ def run_demo(args) -> int:
     ws = Workspace.open(demo_workspace(args.workspace))
     device = resolve(args.device)
     out = sys.stderr
-    print(f"KernelArc demo: three scripted agents on {DEMO_PROBLEM}, judged on {device.kind} ({device.name}), "
-          f"{DEMO_BUDGET_MINUTES:g} minutes; workspace {ws.root}.", file=out)
+    print(
+        f"KernelArc demo: three scripted agents on {DEMO_PROBLEM}, judged on {device.kind} ({device.name}), "
+        f"{DEMO_BUDGET_MINUTES:g} minutes; workspace {ws.root}.",
+        file=out,
+    )
     if device.kind == "cpu":
         if ensure_cpu_profile(ws):
-            print(f"Quick CPU profile written to {ws.config_path} (fewer timed iterations, no torch.compile "
-                  "baseline).", file=out)
-        print("No GPU here: Triton runs in its interpreter on CPU-sized workloads, so the times show the "
-              "system at work, not kernel speed.", file=out)
-    swarm = Swarm(ws, DEMO_PROBLEM, 3, "scripted", strategies=DEMO_STRATEGIES, budget_minutes=DEMO_BUDGET_MINUTES,
-                  max_candidates=3, device=args.device, on_update=LiveView())
+            print(
+                f"Quick CPU profile written to {ws.config_path} (fewer timed iterations, no torch.compile baseline).",
+                file=out,
+            )
+        print(
+            "No GPU here: Triton runs in its interpreter on CPU-sized workloads, so the times show the "
+            "system at work, not kernel speed.",
+            file=out,
+        )
+    swarm = Swarm(
+        ws,
+        DEMO_PROBLEM,
+        3,
+        "scripted",
+        strategies=DEMO_STRATEGIES,
+        budget_minutes=DEMO_BUDGET_MINUTES,
+        max_candidates=3,
+        device=args.device,
+        on_update=LiveView(),
+    )
     report = swarm.run()
     rc = print_run_end(ws, swarm.config.run_id, report, args.json)
     judged = sum(r["attempts"] for r in json.loads((report.parent / "leaderboard.json").read_text()))
     if not judged:
-        print(f"\nNo candidate was judged within the demo's {DEMO_BUDGET_MINUTES:g} minutes: the machine may be "
-              f"too busy, or the server failed (see {swarm.folder.root / 'server.log'}).", file=out)
+        print(
+            f"\nNo candidate was judged within the demo's {DEMO_BUDGET_MINUTES:g} minutes: the machine may be "
+            f"too busy, or the server failed (see {swarm.folder.root / 'server.log'}).",
+            file=out,
+        )
         return 1
     if not args.json:
         plot = report.parent / "score_over_time.png"
         print(f"\nReport: {report}" + (f"\nPlot:   {plot}" if plot.exists() else ""))
-        print(f"Next: `kernelarc --workspace {ws.root} report {swarm.config.run_id}`, "
-              f"`kernelarc --workspace {ws.root} leaderboard --problem {DEMO_PROBLEM}` (see README).")
+        print(
+            f"Next: `kernelarc --workspace {ws.root} report {swarm.config.run_id}`, "
+            f"`kernelarc --workspace {ws.root} leaderboard --problem {DEMO_PROBLEM}` (see README)."
+        )
     return rc
 
 

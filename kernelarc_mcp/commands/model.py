@@ -75,8 +75,7 @@ def cmd_profile(args) -> int:
         return 0
     _print(tables.profile_heading(prof))
     _print()
-    _print("Kernels by time; 'model xF' is the whole model's speedup if that kernel alone got F times "
-           "faster (Amdahl):")
+    _print("Kernels by time; 'model xF' is the whole model's speedup if that kernel alone got F times faster (Amdahl):")
     render.table(*tables.kernel_table(prof, args.limit))
     _print()
     render.table(*tables.family_table(prof))
@@ -88,12 +87,17 @@ def cmd_profile(args) -> int:
             _print(f"wrote {folder}")
         for name in imported:
             _print(f"imported {name}: start a swarm with  kernelarc launch --problem {name}")
-    _write_markdown(args.markdown, [
-        ("", tables.profile_heading(prof)),
-        ("### Kernels by time (model xF: whole-model speedup if that kernel got F times faster)",
-         tables.markdown(tables.kernel_table(prof, args.limit))),
-        ("### By family", tables.markdown(tables.family_table(prof))),
-    ])
+    _write_markdown(
+        args.markdown,
+        [
+            ("", tables.profile_heading(prof)),
+            (
+                "### Kernels by time (model xF: whole-model speedup if that kernel got F times faster)",
+                tables.markdown(tables.kernel_table(prof, args.limit)),
+            ),
+            ("### By family", tables.markdown(tables.family_table(prof))),
+        ],
+    )
     return 0
 
 
@@ -132,8 +136,14 @@ def cmd_verify(args) -> int:
         print(f"building {src.problem.name} ({src.origin})...", file=sys.stderr)
         kernels.append(build_kernel(src.problem, src.solution, src.origin, lm.device, build_root))
     reps = args.reps or (20 if lm.device == "cuda" else 5)
-    result = verify(lm, kernels, reps=reps, diagnose=args.diagnose, factor=args.error_factor,
-                    on_progress=lambda msg: print(msg + "...", file=sys.stderr))
+    result = verify(
+        lm,
+        kernels,
+        reps=reps,
+        diagnose=args.diagnose,
+        factor=args.error_factor,
+        on_progress=lambda msg: print(msg + "...", file=sys.stderr),
+    )
     if args.json:
         emit_json(_verification_json(result))
         return 0 if result.ok else 1
@@ -144,8 +154,10 @@ def cmd_verify(args) -> int:
     if result.alone:
         _print()
         render.table(*tables.diagnose_table(result))
-    sections = [("", "\n".join(tables.verify_summary(result))),
-                ("### Per kernel, all plugged in", tables.markdown(tables.verify_table(result)))]
+    sections = [
+        ("", "\n".join(tables.verify_summary(result))),
+        ("### Per kernel, all plugged in", tables.markdown(tables.verify_table(result))),
+    ]
     if result.alone:
         sections.append(("### Each kernel alone", tables.markdown(tables.diagnose_table(result))))
     _write_markdown(args.markdown, sections)
@@ -155,11 +167,25 @@ def cmd_verify(args) -> int:
 def _verification_json(v) -> dict:
     def trial(t):
         check = {**t.check.__dict__, "plugged": t.check.plugged.__dict__, "own": t.check.own.__dict__}
-        return {"kernels": t.kernels, "check": check, "model_ms": t.own_ms, "plugged_ms": t.plugged_ms,
-                "speedup": t.speedup, "use": {n: u.__dict__ for n, u in t.use.items()}}
+        return {
+            "kernels": t.kernels,
+            "check": check,
+            "model_ms": t.own_ms,
+            "plugged_ms": t.plugged_ms,
+            "speedup": t.speedup,
+            "use": {n: u.__dict__ for n, u in t.use.items()},
+        }
 
-    return {"model": v.model, "device": v.device, "dtype": v.dtype, "error_factor": v.factor,
-            "reps": v.reps, "ok": v.ok, "total": trial(v.total), "alone": [trial(t) for t in v.alone]}
+    return {
+        "model": v.model,
+        "device": v.device,
+        "dtype": v.dtype,
+        "error_factor": v.factor,
+        "reps": v.reps,
+        "ok": v.ok,
+        "total": trial(v.total),
+        "alone": [trial(t) for t in v.alone],
+    }
 
 
 def _model_args(s: argparse.ArgumentParser) -> None:
@@ -171,30 +197,48 @@ def _model_args(s: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub) -> None:
-    s = sub.add_parser("profile", help="where a model's time goes, by op family, with an Amdahl plan",
-                       description=MODEL_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = sub.add_parser(
+        "profile",
+        help="where a model's time goes, by op family, with an Amdahl plan",
+        description=MODEL_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _model_args(s)
     s.add_argument("--reps", type=int, default=5, help="profiled forwards (default 5)")
     s.add_argument("--limit", type=int, default=15, help="rows of the kernel table")
-    s.add_argument("--top", type=int, metavar="K",
-                   help="write the K largest kernels that have a site as problems and import them")
+    s.add_argument(
+        "--top", type=int, metavar="K", help="write the K largest kernels that have a site as problems and import them"
+    )
     s.add_argument("--out", help="folder for the problems (default: a temporary folder)")
     s.add_argument("--prefix", help="problem name prefix (default: the model's name)")
     s.add_argument("--no-import", action="store_true", help="write the problems, do not import them")
     s.add_argument("--replace", action="store_true", help="replace imported problems of the same name")
     s.set_defaults(fn=cmd_profile)
 
-    s = sub.add_parser("verify", help="plug kernels into a model: end-to-end check and speedup",
-                       description=MODEL_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = sub.add_parser(
+        "verify",
+        help="plug kernels into a model: end-to-end check and speedup",
+        description=MODEL_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _model_args(s)
     s.add_argument("--run", action="append", metavar="RUN", help="the best accepted kernel of a swarm run")
     s.add_argument("--candidate", action="append", metavar="ID", help="an accepted candidate, by id")
     s.add_argument("--kernel", action="append", metavar="PROBLEM=FILE", help="a kernel file for a problem")
-    s.add_argument("--seeds", nargs="?", const="triton", choices=["triton", "cuda"],
-                   help="the seed kernels (triton or cuda) on this model's shapes")
+    s.add_argument(
+        "--seeds",
+        nargs="?",
+        const="triton",
+        choices=["triton", "cuda"],
+        help="the seed kernels (triton or cuda) on this model's shapes",
+    )
     s.add_argument("--diagnose", action="store_true", help="also try each kernel alone")
     s.add_argument("--reps", type=int, help="timed forwards of each kind (default 20 on the GPU, 5 on the CPU)")
-    s.add_argument("--error-factor", type=float, default=2.0,
-                   help="pass while the output's error (vs the model in higher precision) is within this "
-                        "many times the model's own, in relative L2 (twice that in max abs); default 2")
+    s.add_argument(
+        "--error-factor",
+        type=float,
+        default=2.0,
+        help="pass while the output's error (vs the model in higher precision) is within this "
+        "many times the model's own, in relative L2 (twice that in max abs); default 2",
+    )
     s.set_defaults(fn=cmd_verify)

@@ -120,8 +120,9 @@ class DispatchedServer(uvicorn.Server):
 
     def _protocol(self):
         # what uvicorn's own startup builds for each connection of a listening socket
-        protocol = self.config.http_protocol_class(config=self.config, server_state=self.server_state,
-                                                   app_state=self.lifespan.state, _loop=self.loop)
+        protocol = self.config.http_protocol_class(
+            config=self.config, server_state=self.server_state, app_state=self.lifespan.state, _loop=self.loop
+        )
         lost = protocol.connection_lost
 
         def connection_lost(exc):
@@ -159,7 +160,6 @@ class DispatchedServer(uvicorn.Server):
             # descriptors that did not arrive (this process at its limit of open files):
             # their clients see the connection closed; the parent must not count them
             self._report_ends(data.count(b"c") - len(fds))
-
 
 
 def _report_ready(server, ready) -> None:
@@ -211,8 +211,9 @@ class Workers:
     def _start(self, i: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.ready[i] = self.ctx.Event()
-        p = self.ctx.Process(target=_http_worker, args=(theirs, self.common, os.getpid(), self.ready[i]),
-                             name=f"kernelarc-http-{i}")
+        p = self.ctx.Process(
+            target=_http_worker, args=(theirs, self.common, os.getpid(), self.ready[i]), name=f"kernelarc-http-{i}"
+        )
         p.start()
         theirs.close()
         ours.setblocking(False)
@@ -229,18 +230,25 @@ class Workers:
         p = self.procs[i]
         self._drop(i)
         if not self.ready[i].is_set():
-            log.error("HTTP worker %d (pid %s) ended with status %s before it could serve; stopping",
-                      i, p.pid, p.exitcode)
+            log.error(
+                "HTTP worker %d (pid %s) ended with status %s before it could serve; stopping", i, p.pid, p.exitcode
+            )
             return False
         now = time.monotonic()
         self.crashes = [t for t in self.crashes if now - t < CRASH_WINDOW_S] + [now]
         if len(self.crashes) > CRASH_BUDGET:
-            log.error("HTTP workers ended %d times in %.0f s (last: worker %d, status %s); stopping",
-                      len(self.crashes), CRASH_WINDOW_S, i, p.exitcode)
+            log.error(
+                "HTTP workers ended %d times in %.0f s (last: worker %d, status %s); stopping",
+                len(self.crashes),
+                CRASH_WINDOW_S,
+                i,
+                p.exitcode,
+            )
             return False
         pause = min(RESTART_PAUSE_S[1], RESTART_PAUSE_S[0] * 2 ** (len(self.crashes) - 1))
-        log.warning("HTTP worker %d (pid %s) ended with status %s; starting another in %.1f s",
-                    i, p.pid, p.exitcode, pause)
+        log.warning(
+            "HTTP worker %d (pid %s) ended with status %s; starting another in %.1f s", i, p.pid, p.exitcode, pause
+        )
         self.procs[i], self.restart_at[i] = None, now + pause
         return True
 

@@ -14,19 +14,34 @@ class ClaudeClient:
     restarts_on_redraft = True
 
     def prepare(self, ctx: AgentContext) -> None:
-        config = {"mcpServers": {"kernelarc": {
-            "type": "http", "url": ctx.server_url, "headers": {"Authorization": "Bearer ${KERNELARC_TOKEN}"},
-        }}}
+        config = {
+            "mcpServers": {
+                "kernelarc": {
+                    "type": "http",
+                    "url": ctx.server_url,
+                    "headers": {"Authorization": "Bearer ${KERNELARC_TOKEN}"},
+                }
+            }
+        }
         (ctx.folder / "mcp.json").write_text(json.dumps(config, indent=2))
 
     def command(self, ctx: AgentContext, prompt: str, resume: str | None = None) -> Launch:
         argv = [
-            find_executable("KERNELARC_CLAUDE", "claude"), "-p", prompt,
-            "--mcp-config", str(ctx.folder / "mcp.json"), "--strict-mcp-config",
-            "--allowedTools", ALLOWED_TOOLS,
-            "--output-format", "stream-json", "--verbose",
-            "--append-system-prompt", ctx.strategy_text,
-            "--max-turns", "200",
+            find_executable("KERNELARC_CLAUDE", "claude"),
+            "-p",
+            prompt,
+            "--mcp-config",
+            str(ctx.folder / "mcp.json"),
+            "--strict-mcp-config",
+            "--allowedTools",
+            ALLOWED_TOOLS,
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--append-system-prompt",
+            ctx.strategy_text,
+            "--max-turns",
+            "200",
         ]
         if ctx.model:
             argv += ["--model", ctx.model]

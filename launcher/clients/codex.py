@@ -9,10 +9,14 @@ from .base import AgentContext, Launch, agent_env, find_executable
 
 def mcp_overrides(url: str) -> list[str]:
     return [
-        "-c", f'mcp_servers.kernelarc.url="{url}"',
-        "-c", 'mcp_servers.kernelarc.bearer_token_env_var="KERNELARC_TOKEN"',
-        "-c", 'mcp_servers.kernelarc.default_tools_approval_mode="approve"',
-        "-c", "mcp_servers.kernelarc.tool_timeout_sec=120",
+        "-c",
+        f'mcp_servers.kernelarc.url="{url}"',
+        "-c",
+        'mcp_servers.kernelarc.bearer_token_env_var="KERNELARC_TOKEN"',
+        "-c",
+        'mcp_servers.kernelarc.default_tools_approval_mode="approve"',
+        "-c",
+        "mcp_servers.kernelarc.tool_timeout_sec=120",
     ]
 
 
@@ -26,8 +30,15 @@ class CodexClient:
     def command(self, ctx: AgentContext, prompt: str, resume: str | None = None) -> Launch:
         # Codex takes no separate system prompt here: the strategy leads the prompt.
         argv = [
-            find_executable("KERNELARC_CODEX", "codex"), "exec", "--json", "--skip-git-repo-check",
-            "-C", str(ctx.worktree), "--sandbox", "workspace-write", *mcp_overrides(ctx.server_url),
+            find_executable("KERNELARC_CODEX", "codex"),
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "-C",
+            str(ctx.worktree),
+            "--sandbox",
+            "workspace-write",
+            *mcp_overrides(ctx.server_url),
         ]
         if ctx.model:
             argv += ["-m", ctx.model]

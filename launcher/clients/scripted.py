@@ -15,8 +15,19 @@ class ScriptedClient:
         pass
 
     def command(self, ctx: AgentContext, prompt: str, resume: str | None = None) -> Launch:
-        argv = [sys.executable, "-m", "launcher.scripted_agent", "--url", ctx.server_url,
-                "--problem", ctx.problem, "--strategy", ctx.strategy, "--name", ctx.name]
+        argv = [
+            sys.executable,
+            "-m",
+            "launcher.scripted_agent",
+            "--url",
+            ctx.server_url,
+            "--problem",
+            ctx.problem,
+            "--strategy",
+            ctx.strategy,
+            "--name",
+            ctx.name,
+        ]
         if ctx.max_candidates:
             argv += ["--max-candidates", str(ctx.max_candidates)]
         if ctx.budget_s:

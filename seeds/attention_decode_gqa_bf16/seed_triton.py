@@ -13,9 +13,27 @@ import triton.language as tl
 
 @triton.jit
 def _decode_fwd(
-    q_ptr, k_ptr, v_ptr, o_ptr, kv_len, n_q_heads, group, head_dim, scale,
-    sqb, sqh, skb, skh, sks, svb, svh, svs, sob, soh,
-    BN: tl.constexpr, BD: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    kv_len,
+    n_q_heads,
+    group,
+    head_dim,
+    scale,
+    sqb,
+    sqh,
+    skb,
+    skh,
+    sks,
+    svb,
+    svh,
+    svs,
+    sob,
+    soh,
+    BN: tl.constexpr,
+    BD: tl.constexpr,
 ):
     bh = tl.program_id(0)
     b = bh // n_q_heads
@@ -57,9 +75,27 @@ def run(q, k_cache, v_cache):
     if batch * n_q_heads == 0:
         return o
     _decode_fwd[(batch * n_q_heads,)](
-        q, k, v, o, kv_len, n_q_heads, group, head_dim, head_dim ** -0.5,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1),
-        BN=64, BD=triton.next_power_of_2(head_dim), num_warps=4,
+        q,
+        k,
+        v,
+        o,
+        kv_len,
+        n_q_heads,
+        group,
+        head_dim,
+        head_dim**-0.5,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        o.stride(0),
+        o.stride(1),
+        BN=64,
+        BD=triton.next_power_of_2(head_dim),
+        num_warps=4,
     )
     return o

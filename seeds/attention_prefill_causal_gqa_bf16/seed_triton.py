@@ -23,9 +23,32 @@ def _round_bf16(x):
 
 @triton.jit
 def _attn_fwd(
-    q_ptr, k_ptr, v_ptr, o_ptr, seq_len, n_q_heads, group, head_dim, scale,
-    sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
-    BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, DOT_BF16: tl.constexpr, ROUND_BF16: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    seq_len,
+    n_q_heads,
+    group,
+    head_dim,
+    scale,
+    sqb,
+    sqh,
+    sqs,
+    skb,
+    skh,
+    sks,
+    svb,
+    svh,
+    svs,
+    sob,
+    soh,
+    sos,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BD: tl.constexpr,
+    DOT_BF16: tl.constexpr,
+    ROUND_BF16: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -38,7 +61,8 @@ def _attn_fwd(
     dmask = offs_d < head_dim
     q = tl.load(
         q_ptr + b * sqb + h * sqh + offs_m[:, None] * sqs + offs_d[None, :],
-        mask=(offs_m[:, None] < seq_len) & dmask[None, :], other=0.0,
+        mask=(offs_m[:, None] < seq_len) & dmask[None, :],
+        other=0.0,
     )
     if not DOT_BF16:
         q = q.to(tl.float32)
@@ -92,10 +116,33 @@ def run(q, k, v):
     low = q.dtype == torch.bfloat16  # in float32 (a model run on the CPU) nothing is rounded
     grid = (triton.cdiv(seq_len, bm), batch * n_q_heads)
     _attn_fwd[grid](
-        q, k, v, o, seq_len, n_q_heads, group, head_dim, head_dim ** -0.5,
-        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
-        BM=bm, BN=bn, BD=triton.next_power_of_2(head_dim), DOT_BF16=q.is_cuda and low,
-        ROUND_BF16=low, num_warps=4, num_stages=2,
+        q,
+        k,
+        v,
+        o,
+        seq_len,
+        n_q_heads,
+        group,
+        head_dim,
+        head_dim**-0.5,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        o.stride(0),
+        o.stride(1),
+        o.stride(2),
+        BM=bm,
+        BN=bn,
+        BD=triton.next_power_of_2(head_dim),
+        DOT_BF16=q.is_cuda and low,
+        ROUND_BF16=low,
+        num_warps=4,
+        num_stages=2,
     )
     return o

@@ -13,9 +13,21 @@ import triton.language as tl
 
 @triton.jit
 def _oproj_residual_kernel(
-    a_ptr, w_ptr, r_ptr, y_ptr, M, N, K,
-    stride_am, stride_wn, stride_rm, stride_ym,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DOT_BF16: tl.constexpr,
+    a_ptr,
+    w_ptr,
+    r_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_wn,
+    stride_rm,
+    stride_ym,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    DOT_BF16: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -25,10 +37,12 @@ def _oproj_residual_kernel(
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         kk = k0 + rk
-        a = tl.load(a_ptr + rm[:, None] * stride_am + kk[None, :],
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        w = tl.load(w_ptr + rn[None, :] * stride_wn + kk[:, None],
-                    mask=(rn[None, :] < N) & (kk[:, None] < K), other=0.0)
+        a = tl.load(
+            a_ptr + rm[:, None] * stride_am + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0
+        )
+        w = tl.load(
+            w_ptr + rn[None, :] * stride_wn + kk[:, None], mask=(rn[None, :] < N) & (kk[:, None] < K), other=0.0
+        )
         if DOT_BF16:
             acc = tl.dot(a, w, acc)
         else:
@@ -51,7 +65,22 @@ def run(attn_output, residual, o_proj_weight):
     bm, bn, bk = 64, 64, 32
     grid = (triton.cdiv(M, bm), triton.cdiv(N, bn))
     _oproj_residual_kernel[grid](
-        a, w, r, y, M, N, K, a.stride(0), w.stride(0), r.stride(0), y.stride(0),
-        BM=bm, BN=bn, BK=bk, DOT_BF16=a.is_cuda, num_warps=4, num_stages=3,
+        a,
+        w,
+        r,
+        y,
+        M,
+        N,
+        K,
+        a.stride(0),
+        w.stride(0),
+        r.stride(0),
+        y.stride(0),
+        BM=bm,
+        BN=bn,
+        BK=bk,
+        DOT_BF16=a.is_cuda,
+        num_warps=4,
+        num_stages=3,
     )
     return y

@@ -35,8 +35,20 @@ def _rmsnorm_row(x_ptr, w_ptr, h_ptr, n_cols, stride_x, stride_h, eps, BLOCK: tl
 
 @triton.jit
 def _gate_up_kernel(
-    x_ptr, wg_ptr, wu_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DOT_BF16: tl.constexpr,
+    x_ptr,
+    wg_ptr,
+    wu_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_ym,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    DOT_BF16: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -47,8 +59,9 @@ def _gate_up_kernel(
     acc_u = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         kk = k0 + rk
-        a = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :],
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        a = tl.load(
+            x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0
+        )
         w_off = rn[None, :] * stride_wn + kk[:, None]
         w_mask = (rn[None, :] < N) & (kk[:, None] < K)
         g = tl.load(wg_ptr + w_off, mask=w_mask, other=0.0)
@@ -63,14 +76,30 @@ def _gate_up_kernel(
     gate = _round_bf16(acc_g)  # the model rounds gate and up to bfloat16
     up = _round_bf16(acc_u)
     y = gate / (1.0 + tl.exp(-gate)) * up
-    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], _round_bf16(y).to(y_ptr.dtype.element_ty),
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(
+        y_ptr + rm[:, None] * stride_ym + rn[None, :],
+        _round_bf16(y).to(y_ptr.dtype.element_ty),
+        mask=(rm[:, None] < M) & (rn[None, :] < N),
+    )
 
 
 @triton.jit
 def _down_residual_kernel(
-    a_ptr, w_ptr, r_ptr, y_ptr, M, N, K, stride_am, stride_wn, stride_rm, stride_ym,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DOT_BF16: tl.constexpr,
+    a_ptr,
+    w_ptr,
+    r_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_wn,
+    stride_rm,
+    stride_ym,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    DOT_BF16: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -80,10 +109,12 @@ def _down_residual_kernel(
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         kk = k0 + rk
-        a = tl.load(a_ptr + rm[:, None] * stride_am + kk[None, :],
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        w = tl.load(w_ptr + rn[None, :] * stride_wn + kk[:, None],
-                    mask=(rn[None, :] < N) & (kk[:, None] < K), other=0.0)
+        a = tl.load(
+            a_ptr + rm[:, None] * stride_am + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0
+        )
+        w = tl.load(
+            w_ptr + rn[None, :] * stride_wn + kk[:, None], mask=(rn[None, :] < N) & (kk[:, None] < K), other=0.0
+        )
         if DOT_BF16:
             acc = tl.dot(a, w, acc)
         else:
@@ -106,16 +137,54 @@ def run(hidden_states, norm_weight, gate_proj, up_proj, down_proj, eps):
     if T == 0:
         return out
     h = torch.empty_like(x)
-    _rmsnorm_row[(T,)](x, norm_weight.contiguous(), h, H, x.stride(0), h.stride(0), float(eps),
-                       BLOCK=triton.next_power_of_2(H), num_warps=8)
+    _rmsnorm_row[(T,)](
+        x,
+        norm_weight.contiguous(),
+        h,
+        H,
+        x.stride(0),
+        h.stride(0),
+        float(eps),
+        BLOCK=triton.next_power_of_2(H),
+        num_warps=8,
+    )
     act = torch.empty((T, I), dtype=x.dtype, device=x.device)
     bm, bn, bk = 64, 64, 32
     _gate_up_kernel[(triton.cdiv(T, bm), triton.cdiv(I, bn))](
-        h, wg, wu, act, T, I, H, h.stride(0), wg.stride(0), act.stride(0),
-        BM=bm, BN=bn, BK=bk, DOT_BF16=x.is_cuda, num_warps=4, num_stages=3,
+        h,
+        wg,
+        wu,
+        act,
+        T,
+        I,
+        H,
+        h.stride(0),
+        wg.stride(0),
+        act.stride(0),
+        BM=bm,
+        BN=bn,
+        BK=bk,
+        DOT_BF16=x.is_cuda,
+        num_warps=4,
+        num_stages=3,
     )
     _down_residual_kernel[(triton.cdiv(T, bm), triton.cdiv(H, bn))](
-        act, wd, x, out, T, H, I, act.stride(0), wd.stride(0), x.stride(0), out.stride(0),
-        BM=bm, BN=bn, BK=bk, DOT_BF16=x.is_cuda, num_warps=4, num_stages=3,
+        act,
+        wd,
+        x,
+        out,
+        T,
+        H,
+        I,
+        act.stride(0),
+        wd.stride(0),
+        x.stride(0),
+        out.stride(0),
+        BM=bm,
+        BN=bn,
+        BK=bk,
+        DOT_BF16=x.is_cuda,
+        num_warps=4,
+        num_stages=3,
     )
     return out

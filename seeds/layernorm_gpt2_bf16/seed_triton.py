@@ -33,7 +33,15 @@ def run(hidden_states, weight, bias, eps):
         return y
     block = triton.next_power_of_2(n_cols)
     _layernorm_row[(n_rows,)](
-        x, weight.contiguous(), bias.contiguous(), y, n_cols, x.stride(0), y.stride(0), float(eps),
-        BLOCK=block, num_warps=4,
+        x,
+        weight.contiguous(),
+        bias.contiguous(),
+        y,
+        n_cols,
+        x.stride(0),
+        y.stride(0),
+        float(eps),
+        BLOCK=block,
+        num_warps=4,
     )
     return y

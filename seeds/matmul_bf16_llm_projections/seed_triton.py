@@ -12,9 +12,22 @@ import triton.language as tl
 
 @triton.jit
 def _linear_kernel(
-    x_ptr, w_ptr, y_ptr, M, N, K,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DOT_BF16: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    stride_ym,
+    stride_yn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    DOT_BF16: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -26,11 +39,13 @@ def _linear_kernel(
         kk = k0 + rk
         a = tl.load(
             x_ptr + rm[:, None] * stride_xm + kk[None, :] * stride_xk,
-            mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0,
+            mask=(rm[:, None] < M) & (kk[None, :] < K),
+            other=0.0,
         )
         b = tl.load(  # a [BK, BN] tile of weight.T
             w_ptr + rn[None, :] * stride_wn + kk[:, None] * stride_wk,
-            mask=(rn[None, :] < N) & (kk[:, None] < K), other=0.0,
+            mask=(rn[None, :] < N) & (kk[:, None] < K),
+            other=0.0,
         )
         if DOT_BF16:
             acc = tl.dot(a, b, acc)
@@ -52,8 +67,23 @@ def run(x, weight):
     bm, bn, bk = 64, 64, 32
     grid = (triton.cdiv(M, bm), triton.cdiv(N, bn))
     _linear_kernel[grid](
-        x, weight, y, M, N, K,
-        x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), y.stride(0), y.stride(1),
-        BM=bm, BN=bn, BK=bk, DOT_BF16=x.is_cuda, num_warps=4, num_stages=3,
+        x,
+        weight,
+        y,
+        M,
+        N,
+        K,
+        x.stride(0),
+        x.stride(1),
+        weight.stride(0),
+        weight.stride(1),
+        y.stride(0),
+        y.stride(1),
+        BM=bm,
+        BN=bn,
+        BK=bk,
+        DOT_BF16=x.is_cuda,
+        num_warps=4,
+        num_stages=3,
     )
     return y

@@ -59,14 +59,14 @@ def _rmsnorm_kernel(mX: cute.Tensor, mW: cute.Tensor, mY: cute.Tensor):
 
 
 @cute.jit
-def _rmsnorm(x_ptr: cute.Pointer, w_ptr: cute.Pointer, y_ptr: cute.Pointer, num_tokens: cutlass.Int32,
-             stream: cuda.CUstream):
+def _rmsnorm(
+    x_ptr: cute.Pointer, w_ptr: cute.Pointer, y_ptr: cute.Pointer, num_tokens: cutlass.Int32, stream: cuda.CUstream
+):
     rows = cute.make_layout((num_tokens, HIDDEN), stride=(HIDDEN, 1))
     mX = cute.make_tensor(x_ptr, rows)
     mY = cute.make_tensor(y_ptr, rows)
     mW = cute.make_tensor(w_ptr, cute.make_layout(HIDDEN))
-    _rmsnorm_kernel(mX, mW, mY).launch(grid=[num_tokens, 1, 1], block=[THREADS, 1, 1], smem=SMEM_BYTES,
-                                       stream=stream)
+    _rmsnorm_kernel(mX, mW, mY).launch(grid=[num_tokens, 1, 1], block=[THREADS, 1, 1], smem=SMEM_BYTES, stream=stream)
 
 
 def _ptr(address):

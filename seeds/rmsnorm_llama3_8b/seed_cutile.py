@@ -29,6 +29,5 @@ def run(hidden_states, weight):
     num_tokens = x.shape[0]
     if num_tokens == 0:
         return y
-    ct.launch(torch.cuda.current_stream(), (num_tokens, 1, 1), rmsnorm_kernel,
-              (x, weight.contiguous(), y, HIDDEN, EPS))
+    ct.launch(torch.cuda.current_stream(), (num_tokens, 1, 1), rmsnorm_kernel, (x, weight.contiguous(), y, HIDDEN, EPS))
     return y

@@ -11,9 +11,20 @@ import triton.language as tl
 
 @triton.jit
 def _rope_token(
-    x_ptr, cos_ptr, sin_ptr, y_ptr, n_heads, half,
-    stride_xt, stride_xh, stride_yt, stride_yh, stride_ct, stride_st,
-    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    x_ptr,
+    cos_ptr,
+    sin_ptr,
+    y_ptr,
+    n_heads,
+    half,
+    stride_xt,
+    stride_xh,
+    stride_yt,
+    stride_yh,
+    stride_ct,
+    stride_st,
+    BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     t = tl.program_id(0)
     h = tl.arange(0, BLOCK_H)
@@ -42,8 +53,20 @@ def run(x, cos, sin):
     if n_tokens == 0:
         return y
     _rope_token[(n_tokens,)](
-        x, cos, sin, y, n_heads, half,
-        x.stride(0), x.stride(1), y.stride(0), y.stride(1), cos.stride(0), sin.stride(0),
-        BLOCK_H=triton.next_power_of_2(n_heads), BLOCK_D=triton.next_power_of_2(half), num_warps=4,
+        x,
+        cos,
+        sin,
+        y,
+        n_heads,
+        half,
+        x.stride(0),
+        x.stride(1),
+        y.stride(0),
+        y.stride(1),
+        cos.stride(0),
+        sin.stride(0),
+        BLOCK_H=triton.next_power_of_2(n_heads),
+        BLOCK_D=triton.next_power_of_2(half),
+        num_warps=4,
     )
     return y

@@ -23,9 +23,21 @@ def _round_bf16(x):
 
 @triton.jit
 def _gate_up_kernel(
-    x_ptr, wg_ptr, wu_ptr, y_ptr, M, N, K,
-    stride_xm, stride_wn, stride_ym,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, DOT_BF16: tl.constexpr, ROUND_BF16: tl.constexpr,
+    x_ptr,
+    wg_ptr,
+    wu_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_ym,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    DOT_BF16: tl.constexpr,
+    ROUND_BF16: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -36,8 +48,9 @@ def _gate_up_kernel(
     acc_u = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         kk = k0 + rk
-        a = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :],
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        a = tl.load(
+            x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0
+        )
         w_off = rn[None, :] * stride_wn + kk[:, None]
         w_mask = (rn[None, :] < N) & (kk[:, None] < K)
         g = tl.load(wg_ptr + w_off, mask=w_mask, other=0.0)
@@ -56,8 +69,11 @@ def _gate_up_kernel(
     y = gate / (1.0 + tl.exp(-gate)) * up
     if ROUND_BF16:
         y = _round_bf16(y)
-    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], y.to(y_ptr.dtype.element_ty),
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(
+        y_ptr + rm[:, None] * stride_ym + rn[None, :],
+        y.to(y_ptr.dtype.element_ty),
+        mask=(rm[:, None] < M) & (rn[None, :] < N),
+    )
 
 
 def run(x, gate_proj, up_proj):
@@ -73,7 +89,22 @@ def run(x, gate_proj, up_proj):
     low = x.dtype == torch.bfloat16  # in float32 (a model run on the CPU) nothing is rounded
     grid = (triton.cdiv(M, bm), triton.cdiv(N, bn))
     _gate_up_kernel[grid](
-        x, gate_proj, up_proj, y, M, N, K, x.stride(0), gate_proj.stride(0), y.stride(0),
-        BM=bm, BN=bn, BK=bk, DOT_BF16=x.is_cuda and low, ROUND_BF16=low, num_warps=4, num_stages=3,
+        x,
+        gate_proj,
+        up_proj,
+        y,
+        M,
+        N,
+        K,
+        x.stride(0),
+        gate_proj.stride(0),
+        y.stride(0),
+        BM=bm,
+        BN=bn,
+        BK=bk,
+        DOT_BF16=x.is_cuda and low,
+        ROUND_BF16=low,
+        num_warps=4,
+        num_stages=3,
     )
     return y

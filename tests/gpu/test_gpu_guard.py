@@ -53,8 +53,9 @@ def test_honest_candidates_pass_on_gpu(gpu_guard):
     v = submit(gpu_guard, honest_source(), "torch")
     assert v.status == "PASSED", v.reason
     # plain torch ops are graph-captured; either way never the events-only fallback (CUPTI failed)
-    assert {w.timing.method for w in v.workloads} <= {"cuda-graph+cupti", "cuda-events+cupti"}, \
-        [w.timing.cupti_error for w in v.workloads]
+    assert {w.timing.method for w in v.workloads} <= {"cuda-graph+cupti", "cuda-events+cupti"}, [
+        w.timing.cupti_error for w in v.workloads
+    ]
     assert all(w.nvml is None or w.nvml.get("before") is not None for w in v.workloads)
     t = submit(gpu_guard, unique((SEEDS_DIR / RMS / "seed_triton.py").read_text()), "triton", "triton")
     assert t.status == "PASSED", t.reason
@@ -90,7 +91,7 @@ def test_cheats_on_gpu_runtime_defence(gpu_guard_runtime, path):
     assert after.status == "PASSED", after.reason
 
 
-SIDE_STREAM = '''
+SIDE_STREAM = """
 import torch
 
 def run(hidden_states, weight):
@@ -101,7 +102,7 @@ def run(hidden_states, weight):
             x = hidden_states.float()
             y = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
     return y
-'''
+"""
 SAME_STREAM = SIDE_STREAM.replace(
     "    s = torch.cuda.Stream()\n    s.wait_stream(torch.cuda.current_stream())\n    with torch.cuda.stream(s):\n",
     "    if True:\n",
@@ -129,7 +130,7 @@ def test_side_stream_work_is_timed(gpu_guard_runtime):
         assert s.timing.off_stream_suspect
 
 
-DEFERRING = '''
+DEFERRING = """
 import torch
 
 _seen = set()
@@ -153,7 +154,7 @@ def run(hidden_states, weight):
         _seen.add(key)
         _compute(hidden_states, weight, out)
     return out
-'''
+"""
 
 
 def test_work_deferred_across_calls_is_caught(gpu_guard_runtime):
@@ -177,7 +178,7 @@ def test_l2_resident_inputs_are_flushed():
     assert flushed["median_ms"] > 1.2 * cached["median_ms"], (flushed["median_ms"], cached["median_ms"])
 
 
-ILLEGAL = '''
+ILLEGAL = """
 import torch
 import triton
 import triton.language as tl
@@ -192,7 +193,7 @@ def run(hidden_states, weight):
     y = torch.empty(16, device=hidden_states.device, dtype=torch.float32)
     _bad[(1,)](y, 1 << 40, BLOCK=16)
     return hidden_states.clone()
-'''
+"""
 
 
 def test_recovery_after_illegal_address(gpu_guard):

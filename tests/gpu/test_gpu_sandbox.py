@@ -41,8 +41,7 @@ def _start(tmp_path: Path, name: str) -> WorkerProcess:
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
     (ws / "secret.key").write_text("ab" * 32)
-    worker = WorkerProcess("candidate", "cuda", tmp_path / name, protect=[ws],
-                           build_cache=tmp_path / "cache").start()
+    worker = WorkerProcess("candidate", "cuda", tmp_path / name, protect=[ws], build_cache=tmp_path / "cache").start()
     info = worker.wait_ready(180)
     assert worker.isolation == "bubblewrap" and info.get("gpu"), info
     return worker
@@ -51,16 +50,29 @@ def _start(tmp_path: Path, name: str) -> WorkerProcess:
 def _prepare_and_check(worker: WorkerProcess, solution: dict, language: str) -> dict:
     problem, w = _problem()
     d = problem.definition
-    built = worker.request({
-        "op": "prepare", "definition": d.to_json(), "solution": solution, "language": language,
-        "blob_root": str(problem.root) if problem.root else None, "build_cache": str(worker.build_cache),
-    }, 600)
+    built = worker.request(
+        {
+            "op": "prepare",
+            "definition": d.to_json(),
+            "solution": solution,
+            "language": language,
+            "blob_root": str(problem.root) if problem.root else None,
+            "build_cache": str(worker.build_cache),
+        },
+        600,
+    )
     assert built.get("ok"), built
-    checked = worker.request({
-        "op": "check", "workload": w.model_dump(mode="json"), "axes": d.resolve_axes(w.axes),
-        "rounds": [{"seed": 3, "kind": "normal", "tag": "r0"}], "determinism": True,
-        "outdir": str(worker.outdir),
-    }, 300)
+    checked = worker.request(
+        {
+            "op": "check",
+            "workload": w.model_dump(mode="json"),
+            "axes": d.resolve_axes(w.axes),
+            "rounds": [{"seed": 3, "kind": "normal", "tag": "r0"}],
+            "determinism": True,
+            "outdir": str(worker.outdir),
+        },
+        300,
+    )
     assert checked.get("ok"), checked
     files = [Path(o["file"]) for r in checked["rounds"] for o in r["outputs"]]
     assert files and all(f.parent == worker.outdir and f.stat().st_size for f in files)

@@ -26,8 +26,11 @@ CURRENT_STREAM = "<<<n_rows, THREADS, 0, at::cuda::getCurrentCUDAStream()>>>"
 
 @pytest.fixture(scope="module")
 def trust_guard(session_tmp):
-    g = Guard(Workspace.open(session_tmp / "gpu-trust"),
-              fast_config(min_iters=50, max_iters=300, target_time_s=0.05, call_timeout_s=60), device="cuda")
+    g = Guard(
+        Workspace.open(session_tmp / "gpu-trust"),
+        fast_config(min_iters=50, max_iters=300, target_time_s=0.05, call_timeout_s=60),
+        device="cuda",
+    )
     yield g
     g.close()
 
@@ -61,15 +64,19 @@ def test_outside_clock_loop_draws_fresh_inputs_in_graphs():
     from guard.runner.confirm import ConfirmLoop
     from guard.runner.inputs import InputMaker
 
-    d = {"name": "scale", "reference": "def run(x):\n    return x * 2\n",
-         "inputs": {"x": {"shape": ["n", 256], "dtype": "bfloat16"}},
-         "outputs": {"y": {"shape": ["n", 256], "dtype": "bfloat16"}}}
+    d = {
+        "name": "scale",
+        "reference": "def run(x):\n    return x * 2\n",
+        "inputs": {"x": {"shape": ["n", 256], "dtype": "bfloat16"}},
+        "outputs": {"y": {"shape": ["n", 256], "dtype": "bfloat16"}},
+    }
     maker = InputMaker(d, "cuda")
 
     def loop(static=None):
         sets = [maker.make({}, {"n": 8}, seed=s) for s in (1, 2)]
-        return sets, ConfirmLoop("cuda", sets, replays.Refiller(maker, {}, {"n": 8}), static, 16, lambda ms: None,
-                                 projection_seed=5)
+        return sets, ConfirmLoop(
+            "cuda", sets, replays.Refiller(maker, {}, {"n": 8}), static, 16, lambda ms: None, projection_seed=5
+        )
 
     sets, a = loop([[torch.empty(8, 256, dtype=torch.bfloat16, device="cuda")] for _ in range(2)])
     assert a.use_graphs and len(a.refill_graphs) == 2

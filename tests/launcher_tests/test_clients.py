@@ -19,9 +19,15 @@ SOURCE = honest_source()
 SCRIPT = [
     ("get_problem", {"problem": RMS}),
     ("submit_candidate", {"problem": RMS, "source": SOURCE, "notes": "fp32 torch"}),
-    lambda results: ("record", {"problem": RMS, "kind": "insight", "text": "float32 torch passes every round",
-                                "evidence": next(r for r in results
-                                                 if isinstance(r, dict) and "job_id" in r)["candidate_id"]}),
+    lambda results: (
+        "record",
+        {
+            "problem": RMS,
+            "kind": "insight",
+            "text": "float32 torch passes every round",
+            "evidence": next(r for r in results if isinstance(r, dict) and "job_id" in r)["candidate_id"],
+        },
+    ),
     ("peek_best", {"problem": RMS}),
 ]
 
@@ -33,19 +39,48 @@ def test_two_claude_code_agents_in_a_swarm(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     with FakeAnthropic(SCRIPT) as fake:
-        env = {**os.environ, "KERNELARC_CLAUDE": str(claude), "ANTHROPIC_BASE_URL": fake.url,
-               "ANTHROPIC_API_KEY": "sk-ant-test", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-               "HOME": str(home), "DISABLE_AUTOUPDATER": "1"}
+        env = {
+            **os.environ,
+            "KERNELARC_CLAUDE": str(claude),
+            "ANTHROPIC_BASE_URL": fake.url,
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "HOME": str(home),
+            "DISABLE_AUTOUPDATER": "1",
+        }
         import subprocess
         import sys
 
         from helpers import REPO
 
         out = subprocess.run(
-            [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), "launch", "--problem", RMS,
-             "--agents", "2", "--client", "claude", "--max-candidates", "1", "--budget-minutes", "5",
-             "--device", "cpu", "--json", "-q"],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "kernelarc_mcp.cli",
+                "--workspace",
+                str(ws),
+                "launch",
+                "--problem",
+                RMS,
+                "--agents",
+                "2",
+                "--client",
+                "claude",
+                "--max-candidates",
+                "1",
+                "--budget-minutes",
+                "5",
+                "--device",
+                "cpu",
+                "--json",
+                "-q",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -68,9 +103,17 @@ def test_two_claude_code_agents_in_a_swarm(tmp_path):
 
 
 def test_codex_command_and_configuration(tmp_path):
-    ctx = AgentContext(name="a1", strategy="memory_fusion", strategy_text="Move fewer bytes.", problem=RMS,
-                       worktree=tmp_path, folder=tmp_path, server_url="http://127.0.0.1:9/mcp", token="ka_x",
-                       model="gpt-5-codex")
+    ctx = AgentContext(
+        name="a1",
+        strategy="memory_fusion",
+        strategy_text="Move fewer bytes.",
+        problem=RMS,
+        worktree=tmp_path,
+        folder=tmp_path,
+        server_url="http://127.0.0.1:9/mcp",
+        token="ka_x",
+        model="gpt-5-codex",
+    )
     os.environ["KERNELARC_CODEX"] = "/usr/bin/true"
     try:
         launch = get_client("codex").command(ctx, "Optimize it.")
@@ -88,8 +131,16 @@ def test_codex_command_and_configuration(tmp_path):
 
 
 def test_claude_command(tmp_path):
-    ctx = AgentContext(name="a1", strategy="tiling_autotune", strategy_text="Tile it.", problem=RMS,
-                       worktree=tmp_path, folder=tmp_path, server_url="http://127.0.0.1:9/mcp", token="ka_y")
+    ctx = AgentContext(
+        name="a1",
+        strategy="tiling_autotune",
+        strategy_text="Tile it.",
+        problem=RMS,
+        worktree=tmp_path,
+        folder=tmp_path,
+        server_url="http://127.0.0.1:9/mcp",
+        token="ka_y",
+    )
     client = get_client("claude")
     client.prepare(ctx)
     os.environ["KERNELARC_CLAUDE"] = "/usr/bin/true"
@@ -150,9 +201,15 @@ def test_scripted_agent_climbs_from_accepted_variants_and_ends():
                 faster = block is not None and block < self.best and "num_warps=8" in src
                 if faster:
                     self.best = block
-                verdict = {"candidate_id": f"c{len(submitted)}", "decision": "ACCEPT" if faster else "REVERT",
-                           "status": "PASSED", "reason": "", "speedup_vs_best": 1.1 if faster else 0.9,
-                           "speedup_eager": 1.0, "advice": {"action": "continue", "message": ""}}
+                verdict = {
+                    "candidate_id": f"c{len(submitted)}",
+                    "decision": "ACCEPT" if faster else "REVERT",
+                    "status": "PASSED",
+                    "reason": "",
+                    "speedup_vs_best": 1.1 if faster else 0.9,
+                    "speedup_eager": 1.0,
+                    "advice": {"action": "continue", "message": ""},
+                }
                 return {"state": "done", "verdict": verdict}
             if name == "peek_best":
                 return {"global_best": None}

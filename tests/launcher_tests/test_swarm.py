@@ -35,9 +35,28 @@ def _alive(pid: int) -> bool:
 
 def test_scripted_swarm_end_to_end(tmp_path):
     ws = fast_workspace(tmp_path / "ws")
-    out = kernelarc(ws, "launch", "--problem", RMS, "--agents", "2", "--client", "scripted",
-                    "--strategies", "library_precision", "tiling_autotune", "--max-candidates", "2",
-                    "--budget-minutes", "6", "--device", "cpu", "--json", "-q", timeout=600)
+    out = kernelarc(
+        ws,
+        "launch",
+        "--problem",
+        RMS,
+        "--agents",
+        "2",
+        "--client",
+        "scripted",
+        "--strategies",
+        "library_precision",
+        "tiling_autotune",
+        "--max-candidates",
+        "2",
+        "--budget-minutes",
+        "6",
+        "--device",
+        "cpu",
+        "--json",
+        "-q",
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     board = result["leaderboard"]
@@ -65,9 +84,29 @@ def test_scripted_swarm_end_to_end(tmp_path):
 def test_stop_and_ctrl_c_leave_no_process(tmp_path):
     ws = fast_workspace(tmp_path / "ws")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), "launch", "--problem", RMS,
-         "--agents", "2", "--client", "scripted", "--budget-minutes", "10", "--device", "cpu", "-q"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "kernelarc_mcp.cli",
+            "--workspace",
+            str(ws),
+            "launch",
+            "--problem",
+            RMS,
+            "--agents",
+            "2",
+            "--client",
+            "scripted",
+            "--budget-minutes",
+            "10",
+            "--device",
+            "cpu",
+            "-q",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.time() + 120
     kids: set[int] = set()
@@ -93,9 +132,30 @@ def test_stop_and_ctrl_c_leave_no_process(tmp_path):
 def test_kernelarc_stop_ends_a_running_swarm(tmp_path):
     ws = fast_workspace(tmp_path / "ws")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), "launch", "--problem", RMS,
-         "--agents", "1", "--client", "scripted", "--budget-minutes", "10", "--device", "cpu", "-q", "--json"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "kernelarc_mcp.cli",
+            "--workspace",
+            str(ws),
+            "launch",
+            "--problem",
+            RMS,
+            "--agents",
+            "1",
+            "--client",
+            "scripted",
+            "--budget-minutes",
+            "10",
+            "--device",
+            "cpu",
+            "-q",
+            "--json",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -129,8 +189,10 @@ def test_submissions_still_queued_are_judged_within_a_grace_period(tmp_path, mon
         for statement in SCHEMA.split(";"):
             if statement.strip():
                 c.execute(statement)
-        c.execute("INSERT INTO jobs (id, agent, problem, solution_json, state, created_at) VALUES (?,?,?,?,?,?)",
-                  ("j1", s.runs[0].spec.name, RMS, "{}", "queued", time.time()))
+        c.execute(
+            "INSERT INTO jobs (id, agent, problem, solution_json, state, created_at) VALUES (?,?,?,?,?,?)",
+            ("j1", s.runs[0].spec.name, RMS, "{}", "queued", time.time()),
+        )
     notes = []
     s.on_update = lambda runs, note=None: notes.append(note)
 

@@ -101,34 +101,64 @@ class FakeAnthropic:
         results = _tool_results(body.get("messages", []))
         n = len(results)
         model = body.get("model", "claude")
-        start = {"type": "message_start", "message": {
-            "id": f"msg_{n}", "type": "message", "role": "assistant", "model": model, "content": [],
-            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}}
+        start = {
+            "type": "message_start",
+            "message": {
+                "id": f"msg_{n}",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 1},
+            },
+        }
         out = [_sse("message_start", start)]
         if n < len(self.script):
             step = self.script[n]
             tool, args = step(results) if callable(step) else step
-            block = {"type": "tool_use", "id": f"toolu_{n:03d}", "name": f"mcp__{self.server_name}__{tool}",
-                     "input": {}}
+            block = {
+                "type": "tool_use",
+                "id": f"toolu_{n:03d}",
+                "name": f"mcp__{self.server_name}__{tool}",
+                "input": {},
+            }
             out += [
                 _sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}),
-                _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                             "delta": {"type": "input_json_delta", "partial_json": json.dumps(args)}}),
+                _sse(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "input_json_delta", "partial_json": json.dumps(args)},
+                    },
+                ),
                 _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
             ]
             stop = "tool_use"
         else:
             out += [
-                _sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                             "content_block": {"type": "text", "text": ""}}),
-                _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                             "delta": {"type": "text_delta", "text": "Done."}}),
+                _sse(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                ),
+                _sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Done."}},
+                ),
                 _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
             ]
             stop = "end_turn"
         out += [
-            _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                                   "usage": {"output_tokens": 5}}),
+            _sse(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop, "stop_sequence": None},
+                    "usage": {"output_tokens": 5},
+                },
+            ),
             _sse("message_stop", {"type": "message_stop"}),
         ]
         return b"".join(out)

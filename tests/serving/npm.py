@@ -28,7 +28,9 @@ def npm_bin(spec: str, binary: str) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(
             [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", str(folder), spec],
-            capture_output=True, text=True, timeout=900,
+            capture_output=True,
+            text=True,
+            timeout=900,
         )
         assert proc.returncode == 0 and exe.exists(), f"npm install {spec} failed:\n{proc.stderr[-2000:]}"
     return exe

@@ -23,8 +23,15 @@ def _candidate(results):
 SCRIPT = [
     ("get_problem", {"problem": RMS}),
     ("submit_candidate", {"problem": RMS, "source": SOURCE, "notes": "fp32 torch from claude"}),
-    lambda results: ("record", {"problem": RMS, "kind": "insight", "evidence": _candidate(results),
-                                "text": "float32 arithmetic in plain torch passes every round"}),
+    lambda results: (
+        "record",
+        {
+            "problem": RMS,
+            "kind": "insight",
+            "evidence": _candidate(results),
+            "text": "float32 arithmetic in plain torch passes every round",
+        },
+    ),
     ("peek_best", {"problem": RMS, "k": 2}),
 ]
 
@@ -41,7 +48,8 @@ def test_claude_code_drives_the_tools(tmp_path):
         srv.stop()
     init = next(e for e in events if e.get("type") == "system" and e.get("subtype") == "init")
     assert {"name": "kernelarc", "status": "connected"} in [
-        {"name": s["name"], "status": s["status"]} for s in init["mcp_servers"]]
+        {"name": s["name"], "status": s["status"]} for s in init["mcp_servers"]
+    ]
     assert "mcp__kernelarc__submit_candidate" in init["tools"]
     results = tool_results(events)
     assert len(results) == 4 and not any(r.get("is_error") for r in results), results

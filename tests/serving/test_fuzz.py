@@ -14,26 +14,61 @@ from helpers import RMS
 
 pytestmark = pytest.mark.anyio
 
-NAMES = ["", "..", "../../etc/passwd", "/etc/passwd", "a/../b", "rmsnorm\x00", "x" * 5000, "ü" * 50,
-         "no_such_problem", "rmsnorm_llama3_8b/../../secret.key", ".kernelarc", " ", "\n"]
+NAMES = [
+    "",
+    "..",
+    "../../etc/passwd",
+    "/etc/passwd",
+    "a/../b",
+    "rmsnorm\x00",
+    "x" * 5000,
+    "ü" * 50,
+    "no_such_problem",
+    "rmsnorm_llama3_8b/../../secret.key",
+    ".kernelarc",
+    " ",
+    "\n",
+]
 JUNK = [None, 1, -1, 3.5, float("nan"), True, [], {}, [1, 2], {"a": 1}, "x" * 400_000, "\x00\x01\x02"]
 BAD_SOURCES = [
-    "", "def run(:", "\x00\x01binary", "import os\ndef run(x, w):\n    return os.environ\n",
-    "def run(hidden_states, weight)\n  pass", "try:\n    pass\nexcept:\n    pass\n", "x" * 300_001,
-    "import threading\n", "class T(torch.Tensor): pass\n", "exec('1')\n",
+    "",
+    "def run(:",
+    "\x00\x01binary",
+    "import os\ndef run(x, w):\n    return os.environ\n",
+    "def run(hidden_states, weight)\n  pass",
+    "try:\n    pass\nexcept:\n    pass\n",
+    "x" * 300_001,
+    "import threading\n",
+    "class T(torch.Tensor): pass\n",
+    "exec('1')\n",
 ]
 BAD_SOLUTIONS = [
-    {}, {"spec": {}}, {"spec": {"languages": ["pytorch"], "entry_point": "main.py::run"}, "sources": []},
-    {"spec": {"languages": ["pytorch"], "entry_point": "../x.py::run"},
-     "sources": [{"path": "../x.py", "content": "def run(): pass"}]},
+    {},
+    {"spec": {}},
+    {"spec": {"languages": ["pytorch"], "entry_point": "main.py::run"}, "sources": []},
+    {
+        "spec": {"languages": ["pytorch"], "entry_point": "../x.py::run"},
+        "sources": [{"path": "../x.py", "content": "def run(): pass"}],
+    },
     {"spec": {"languages": ["fortran"], "entry_point": "a.f::run"}, "sources": [{"path": "a.f", "content": "x"}]},
     {"spec": {"languages": ["pytorch"], "entry_point": "main.py"}, "sources": [{"path": "main.py", "content": "x"}]},
 ]
 
 
 def malformed_calls(rng: random.Random, n: int):
-    tools = ["list_problems", "get_problem", "submit_candidate", "get_result", "recall", "record", "peek_best",
-             "status", "no_such_tool", "../../tool", ""]
+    tools = [
+        "list_problems",
+        "get_problem",
+        "submit_candidate",
+        "get_result",
+        "recall",
+        "record",
+        "peek_best",
+        "status",
+        "no_such_tool",
+        "../../tool",
+        "",
+    ]
     for i in range(n):
         tool = rng.choice(tools)
         args: dict = {}
@@ -50,21 +85,37 @@ def malformed_calls(rng: random.Random, n: int):
             elif kind == 3:
                 args = {"problem": RMS}  # neither source nor solution
             else:
-                args = {"problem": RMS, "source": "def run(:", "wait_s": rng.choice([-1, 1e9, float("inf"), "x"]),
-                        "parent": rng.choice(["c-nope", "../../x", 5])}
+                args = {
+                    "problem": RMS,
+                    "source": "def run(:",
+                    "wait_s": rng.choice([-1, 1e9, float("inf"), "x"]),
+                    "parent": rng.choice(["c-nope", "../../x", 5]),
+                }
         elif tool == "get_result":
-            args = rng.choice([{}, {"job_id": rng.choice(NAMES + JUNK + ["j-nonexistent", "j-" + "a" * 50])},
-                               {"job_id": "j-123", "wait_s": rng.choice(JUNK)}])
+            args = rng.choice(
+                [
+                    {},
+                    {"job_id": rng.choice(NAMES + JUNK + ["j-nonexistent", "j-" + "a" * 50])},
+                    {"job_id": "j-123", "wait_s": rng.choice(JUNK)},
+                ]
+            )
         elif tool == "recall":
-            args = rng.choice([{"problem": rng.choice(NAMES + JUNK)},
-                               {"problem": RMS, "scope": rng.choice(NAMES + JUNK)},
-                               {"problem": RMS, "k": rng.choice([0, -5, 10**9, "x", 2.5])},
-                               {"problem": RMS, "query": rng.choice(JUNK + ['"unbalanced', "NEAR(a b)", "*", "a OR"])}])
+            args = rng.choice(
+                [
+                    {"problem": rng.choice(NAMES + JUNK)},
+                    {"problem": RMS, "scope": rng.choice(NAMES + JUNK)},
+                    {"problem": RMS, "k": rng.choice([0, -5, 10**9, "x", 2.5])},
+                    {"problem": RMS, "query": rng.choice(JUNK + ['"unbalanced', "NEAR(a b)", "*", "a OR"])},
+                ]
+            )
         elif tool == "record":
-            args = {"problem": rng.choice([RMS] + NAMES), "text": rng.choice(["", "x" * 5000, "fine", 7]),
-                    "kind": rng.choice(["insight", "pitfall", "rumor", None]),
-                    "evidence": rng.choice(["c-nope", "", "../../x", None, "' OR 1=1 --"]),
-                    "tags": rng.choice([None, ["a"] * 50, "notalist", [1, 2]])}
+            args = {
+                "problem": rng.choice([RMS] + NAMES),
+                "text": rng.choice(["", "x" * 5000, "fine", 7]),
+                "kind": rng.choice(["insight", "pitfall", "rumor", None]),
+                "evidence": rng.choice(["c-nope", "", "../../x", None, "' OR 1=1 --"]),
+                "tags": rng.choice([None, ["a"] * 50, "notalist", [1, 2]]),
+            }
         elif tool == "peek_best":
             args = {"problem": rng.choice(NAMES + JUNK + [RMS]), "k": rng.choice([0, -1, 10**6, "k", 1])}
         elif tool in ("list_problems", "status"):

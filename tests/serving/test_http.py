@@ -50,24 +50,37 @@ async def test_identity_comes_from_the_token(http_server):
 async def test_no_or_wrong_token_is_refused(http_server):
     for tok in (None, "ka_not-a-real-token"):
         async with client(http_server.url, tok) as http:
-            init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                               "clientInfo": {"name": "t", "version": "1"}}}
-            resp = await http.post(http_server.url, json=init,
-                                   headers={"accept": "application/json, text/event-stream"})
+            init = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            }
+            resp = await http.post(
+                http_server.url, json=init, headers={"accept": "application/json, text/event-stream"}
+            )
         assert resp.status_code == 401
 
 
 async def test_submit_over_http_and_agents_are_isolated(http_server):
-    r = await call(http_server.url, http_server.tokens["alice"], "submit_candidate",
-                   {"problem": RMS, "source": honest_source(), "wait_s": 0})
+    r = await call(
+        http_server.url,
+        http_server.tokens["alice"],
+        "submit_candidate",
+        {"problem": RMS, "source": honest_source(), "wait_s": 0},
+    )
     job = r.structured_content["job_id"]
     stolen = await call(http_server.url, http_server.tokens["bob"], "get_result", {"job_id": job, "wait_s": 0})
     assert stolen.is_error and "another agent" in stolen.content[0].text
     res = r.structured_content
     while res["state"] != "done":
-        res = (await call(http_server.url, http_server.tokens["alice"], "get_result",
-                          {"job_id": job, "wait_s": 20})).structured_content
+        res = (
+            await call(http_server.url, http_server.tokens["alice"], "get_result", {"job_id": job, "wait_s": 20})
+        ).structured_content
         assert res["state"] != "error", res
     assert res["verdict"]["agent"] == "alice"
 

@@ -23,8 +23,9 @@ def kernelarc_exe() -> str:
 
 def inspector(*args: str, env: dict | None = None) -> dict:
     exe = npm_bin(INSPECTOR, "mcp-inspector")
-    proc = subprocess.run([str(exe), "--cli", *args], capture_output=True, text=True, timeout=180,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [str(exe), "--cli", *args], capture_output=True, text=True, timeout=180, env={**os.environ, **(env or {})}
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return json.loads(proc.stdout)
 

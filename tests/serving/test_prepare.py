@@ -31,8 +31,9 @@ def test_serve_measures_the_named_problems_baselines_before_any_candidate(tmp_pa
         measured: set[str] = set()
         while time.monotonic() < deadline and measured != visible:
             time.sleep(0.5)
-            measured = {r["workload"] for r in db.query(
-                "SELECT workload FROM baselines WHERE definition_hash = ?", (dhash,))}
+            measured = {
+                r["workload"] for r in db.query("SELECT workload FROM baselines WHERE definition_hash = ?", (dhash,))
+            }
         assert measured == visible, (sorted(measured), (ws_path / f"serve-{srv.port}.log").read_text()[-2000:])
         rows = db.query("SELECT result_json FROM baselines WHERE definition_hash = ?", (dhash,))
         assert all(json.loads(r["result_json"])["eager"]["median_ms"] > 0 for r in rows)
@@ -42,8 +43,27 @@ def test_serve_measures_the_named_problems_baselines_before_any_candidate(tmp_pa
 
 def test_serve_refuses_to_prepare_an_unknown_problem(tmp_path):
     ws_path = fast_workspace(tmp_path / "ws")
-    out = subprocess.run([sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws_path), "serve",
-                          "--transport", "http", "--port", "0", "--device", "cpu", "--prepare", "no_such_problem"],
-                         capture_output=True, text=True, cwd=REPO, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernelarc_mcp.cli",
+            "--workspace",
+            str(ws_path),
+            "serve",
+            "--transport",
+            "http",
+            "--port",
+            "0",
+            "--device",
+            "cpu",
+            "--prepare",
+            "no_such_problem",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     assert "cannot prepare 'no_such_problem'" in out.stderr

@@ -38,8 +38,11 @@ BUDGET = {  # bytes of all content blocks plus structuredContent, as compact JSO
 
 def size(r) -> int:
     blocks = [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in r.content]
-    return len(json.dumps({"content": blocks, "structuredContent": r.structured_content},
-                          separators=(",", ":"), ensure_ascii=False).encode())
+    return len(
+        json.dumps(
+            {"content": blocks, "structuredContent": r.structured_content}, separators=(",", ":"), ensure_ascii=False
+        ).encode()
+    )
 
 
 def floats(data, key=None):
@@ -100,8 +103,9 @@ async def test_every_result_within_its_budget(service):
         assert st["device"]["kind"] == "cpu" and "ceilings" not in str(st)
 
         # detail="full": everything, still one copy and rounded
-        full = (await c.call_tool("get_result", {"job_id": res["job_id"], "wait_s": 0,
-                                                 "detail": "full"})).structured_content
+        full = (
+            await c.call_tool("get_result", {"job_id": res["job_id"], "wait_s": 0, "detail": "full"})
+        ).structured_content
         w = full["verdict"]["workloads"][0]
         assert w["timing"]["median_ms"] == w["latency_ms"] and full["verdict"]["notes"].startswith("fp32")
         assert all(significant(x) <= 4 for _, x in floats(full))
@@ -132,15 +136,32 @@ async def test_enums_in_input_schemas(service):
 
 
 def test_rounding_by_what_a_number_measures():
-    data = {"latency_ms": 0.11731849963325658, "speedup_eager": 1.0985948549656215, "rel_se": 0.16804602126585755,
-            "score": 0.5262782959097299, "n": 10, "measured_at": 1796143999.0332668,
-            "timing": {"median_ms": 0.117318499, "device_ops_per_call": 3.3333333,
-                       "outside_clock": {"run_wall_s": 0.0508347}},
-            "tolerances": {"output": {"atol": 0.0123456}}, "incumbent_ms": [1.23456789, 2.3456789]}
+    data = {
+        "latency_ms": 0.11731849963325658,
+        "speedup_eager": 1.0985948549656215,
+        "rel_se": 0.16804602126585755,
+        "score": 0.5262782959097299,
+        "n": 10,
+        "measured_at": 1796143999.0332668,
+        "timing": {
+            "median_ms": 0.117318499,
+            "device_ops_per_call": 3.3333333,
+            "outside_clock": {"run_wall_s": 0.0508347},
+        },
+        "tolerances": {"output": {"atol": 0.0123456}},
+        "incumbent_ms": [1.23456789, 2.3456789],
+    }
     assert C.round_numbers(data) == {
-        "latency_ms": 0.1173, "speedup_eager": 1.1, "rel_se": 0.17, "score": 0.526, "n": 10, "measured_at": 1796143999,
+        "latency_ms": 0.1173,
+        "speedup_eager": 1.1,
+        "rel_se": 0.17,
+        "score": 0.526,
+        "n": 10,
+        "measured_at": 1796143999,
         "timing": {"median_ms": 0.1173, "device_ops_per_call": 3.3, "outside_clock": {"run_wall_s": 0.051}},
-        "tolerances": {"output": {"atol": 0.0123456}}, "incumbent_ms": [1.235, 2.346]}
+        "tolerances": {"output": {"atol": 0.0123456}},
+        "incumbent_ms": [1.235, 2.346],
+    }
 
 
 def test_legacy_clients_get_the_data_as_text():

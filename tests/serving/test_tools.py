@@ -22,8 +22,16 @@ def server_for(service, agent):
 async def test_tools_have_schemas_and_descriptions(service):
     async with Client(server_for(service, "a"), mode="legacy") as c:
         tools = {t.name: t for t in (await c.list_tools()).tools}
-    assert set(tools) == {"list_problems", "get_problem", "submit_candidate", "get_result", "recall",
-                          "record", "peek_best", "status"}
+    assert set(tools) == {
+        "list_problems",
+        "get_problem",
+        "submit_candidate",
+        "get_result",
+        "recall",
+        "record",
+        "peek_best",
+        "status",
+    }
     for t in tools.values():
         assert t.description and len(t.description) > 40
         assert t.output_schema and t.output_schema.get("type") == "object"
@@ -51,8 +59,11 @@ async def test_submit_record_recall_peek_status(service):
         progress.append(message)
 
     async with Client(server_for(service, "alice"), mode="legacy") as c:
-        r = await c.call_tool("submit_candidate", {"problem": RMS, "source": honest_source(), "notes": "fp32 torch"},
-                              progress_callback=on_progress)
+        r = await c.call_tool(
+            "submit_candidate",
+            {"problem": RMS, "source": honest_source(), "notes": "fp32 torch"},
+            progress_callback=on_progress,
+        )
         res = r.structured_content
         assert res["state"] == "done", res
         assert res["verdict"]["decision"] == "ACCEPT" and res["verdict"]["agent"] == "alice"
@@ -61,11 +72,26 @@ async def test_submit_record_recall_peek_status(service):
 
         bad = await c.call_tool("record", {"problem": RMS, "text": "x", "kind": "insight", "evidence": "c-nothing"})
         assert bad.is_error and "not a candidate" in bad.content[0].text
-        ok = await c.call_tool("record", {"problem": RMS, "text": "computing in float32 passes the adversarial rounds",
-                                          "kind": "insight", "evidence": cid, "tags": ["precision"]})
+        ok = await c.call_tool(
+            "record",
+            {
+                "problem": RMS,
+                "text": "computing in float32 passes the adversarial rounds",
+                "kind": "insight",
+                "evidence": cid,
+                "tags": ["precision"],
+            },
+        )
         assert not ok.is_error and ok.structured_content["merged"] is False
-        again = await c.call_tool("record", {"problem": RMS, "kind": "insight", "evidence": cid,
-                                             "text": "computing in float32 passes the adversarial rounds!"})
+        again = await c.call_tool(
+            "record",
+            {
+                "problem": RMS,
+                "kind": "insight",
+                "evidence": cid,
+                "text": "computing in float32 passes the adversarial rounds!",
+            },
+        )
         assert again.structured_content["merged"] is True and again.structured_content["support"] == 2
 
         rec = (await c.call_tool("recall", {"problem": RMS, "query": "float32 adversarial"})).structured_content
@@ -128,8 +154,13 @@ async def test_server_answers_while_the_guard_works(service):
 async def test_resources_and_prompts(service):
     async with Client(server_for(service, "a"), mode="legacy") as c:
         prompts = {p.name for p in (await c.list_prompts()).prompts}
-        assert {"strategy_tiling_autotune", "strategy_memory_fusion", "strategy_library_precision",
-                "strategy_algorithm_redraft", "strategy_profile_micro"} <= prompts
+        assert {
+            "strategy_tiling_autotune",
+            "strategy_memory_fusion",
+            "strategy_library_precision",
+            "strategy_algorithm_redraft",
+            "strategy_profile_micro",
+        } <= prompts
         p = await c.get_prompt("strategy_memory_fusion", {"problem": RMS})
         assert RMS in p.messages[0].content.text
         res = await c.read_resource(f"kernelarc://problem/{RMS}")

@@ -38,8 +38,11 @@ def test_llama_block_families_shapes_and_calls(llama):
     assert mlp.axes == {"num_tokens": 32, "hidden_size": 256, "intermediate_size": 688}
     # the gate and up projections belong to the SwiGLU kernel, the down projection is a matmul
     matmuls = {(e.axes["N"], e.axes["K"]): sorted(e.modules) for e in _site_entries(prof, "matmul")}
-    assert matmuls == {(256, 256): ["attn.o_proj", "attn.q_proj"], (64, 256): ["attn.k_proj", "attn.v_proj"],
-                       (256, 688): ["mlp.down_proj"]}
+    assert matmuls == {
+        (256, 256): ["attn.o_proj", "attn.q_proj"],
+        (64, 256): ["attn.k_proj", "attn.v_proj"],
+        (256, 688): ["mlp.down_proj"],
+    }
     # rope runs on q (8 heads) and k (2 heads): two shapes of one site
     assert sorted(e.axes["num_heads"] for e in _site_entries(prof, "rope")) == [2, 8]
     (attn,) = _site_entries(prof, "attention")

@@ -42,9 +42,11 @@ def _kernel(problems, family, file, tmp_path):
 
 
 def test_correct_kernels_pass_and_serve_every_call(llama_bf16, problems, tmp_path):
-    kernels = [_kernel(problems, "rmsnorm", "rmsnorm_ok.py", tmp_path),
-               _kernel(problems, "matmul", "matmul_ok.py", tmp_path),
-               _kernel(problems, "swiglu_mlp", "swiglu_ok.py", tmp_path)]
+    kernels = [
+        _kernel(problems, "rmsnorm", "rmsnorm_ok.py", tmp_path),
+        _kernel(problems, "matmul", "matmul_ok.py", tmp_path),
+        _kernel(problems, "swiglu_mlp", "swiglu_ok.py", tmp_path),
+    ]
     v = verify(llama_bf16, kernels, reps=2, warmup=1)
     assert v.ok, v.total.check.message
     use = v.total.use
@@ -57,8 +59,10 @@ def test_correct_kernels_pass_and_serve_every_call(llama_bf16, problems, tmp_pat
 
 
 def test_wrong_kernel_fails_and_diagnose_names_it(llama_bf16, problems, tmp_path):
-    kernels = [_kernel(problems, "matmul", "matmul_ok.py", tmp_path),
-               _kernel(problems, "rmsnorm", "rmsnorm_wrong_eps.py", tmp_path)]
+    kernels = [
+        _kernel(problems, "matmul", "matmul_ok.py", tmp_path),
+        _kernel(problems, "rmsnorm", "rmsnorm_wrong_eps.py", tmp_path),
+    ]
     v = verify(llama_bf16, kernels, reps=1, warmup=0, diagnose=True)
     assert not v.ok and not v.total.check.ok
     assert "relative L2 error" in v.total.check.message
@@ -82,15 +86,26 @@ def test_kernel_for_other_constants_is_declined_and_reported(llama_bf16, tmp_pat
 def test_destination_passing_solution(llama_bf16, problems, tmp_path):
     from guard.candidates.load import from_solution_json
 
-    sol = from_solution_json(json.dumps({
-        "name": "rms-dps", "spec": {"languages": ["pytorch"], "entry_point": "k.py::run",
-                                    "destination_passing_style": True},
-        "sources": [{"path": "k.py", "content": (
-            "import torch\n"
-            "def run(hidden_states, weight, output):\n"
-            "    x = hidden_states.float()\n"
-            "    output.copy_(x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5) * weight.float())\n")}],
-    }))
+    sol = from_solution_json(
+        json.dumps(
+            {
+                "name": "rms-dps",
+                "spec": {"languages": ["pytorch"], "entry_point": "k.py::run", "destination_passing_style": True},
+                "sources": [
+                    {
+                        "path": "k.py",
+                        "content": (
+                            "import torch\n"
+                            "def run(hidden_states, weight, output):\n"
+                            "    x = hidden_states.float()\n"
+                            "    output.copy_(x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5)"
+                            " * weight.float())\n"
+                        ),
+                    }
+                ],
+            }
+        )
+    )
     k = build_kernel(problems["rmsnorm"], sol, "dps", "cpu", tmp_path)
     v = verify(llama_bf16, [k], reps=1, warmup=0)
     assert v.ok and v.total.use["llama_block_small_rmsnorm"].served == 2
@@ -100,7 +115,12 @@ def test_seed_triton_kernels_on_the_model(llama_bf16, tmp_path):
     """Every family's seed kernel, through Triton's interpreter, on the bf16 block."""
     srcs = seed_sources(profile_model(llama_bf16, reps=1, warmup=1))
     assert {s.problem.definition.kernelarc.op_family for s in srcs} == {
-        "matmul", "swiglu_mlp", "attention", "rmsnorm", "rope"}
+        "matmul",
+        "swiglu_mlp",
+        "attention",
+        "rmsnorm",
+        "rope",
+    }
     kernels = [build_kernel(s.problem, s.solution, s.origin, "cpu", tmp_path) for s in srcs]
     v = verify(llama_bf16, kernels, reps=1, warmup=0)
     assert v.ok, v.total.check.message
@@ -123,8 +143,20 @@ def test_cli_profile_top_submit_and_verify_run(tmp_path):
     swarm run's best kernel is what verify --run plugs in."""
     ws = fast_workspace(tmp_path / "ws")
     # --top 4 of the block's five families: one noisy CPU profile once ranked matmul third of --top 2
-    proc = kernelarc(ws, "profile", "llama_block", "--device", "cpu", "--reps", "1", "--top", "4",
-                     "--out", str(tmp_path / "probs"), "--json")
+    proc = kernelarc(
+        ws,
+        "profile",
+        "llama_block",
+        "--device",
+        "cpu",
+        "--reps",
+        "1",
+        "--top",
+        "4",
+        "--out",
+        str(tmp_path / "probs"),
+        "--json",
+    )
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["model"] == "llama_block_small" and doc["entries"][0]["amdahl"]["x3"] > 1
     imported = doc["problems_imported"]
@@ -136,20 +168,58 @@ def test_cli_profile_top_submit_and_verify_run(tmp_path):
     from launcher.run import AgentSpec, RunConfig, RunFolder
 
     run_id = "20261129-000000-profile-test"
-    RunFolder(ws, run_id).save(RunConfig(run_id=run_id, problem="llama_block_small_matmul", client="scripted",
-                                         agents=[AgentSpec(name="a-run-1", strategy="a", client="scripted")],
-                                         started_at=time.time() - 5))
-    sub = kernelarc(ws, "submit", str(MODELS / "matmul_ok.py"), "--problem", "llama_block_small_matmul",
-                    "--agent", "a-run-1", "--device", "cpu", "--json")
+    RunFolder(ws, run_id).save(
+        RunConfig(
+            run_id=run_id,
+            problem="llama_block_small_matmul",
+            client="scripted",
+            agents=[AgentSpec(name="a-run-1", strategy="a", client="scripted")],
+            started_at=time.time() - 5,
+        )
+    )
+    sub = kernelarc(
+        ws,
+        "submit",
+        str(MODELS / "matmul_ok.py"),
+        "--problem",
+        "llama_block_small_matmul",
+        "--agent",
+        "a-run-1",
+        "--device",
+        "cpu",
+        "--json",
+    )
     assert json.loads(sub.stdout.strip().splitlines()[-1])["decision"] == "ACCEPT"
 
-    out = kernelarc(ws, "verify", "llama_block", "--device", "cpu", "--run", run_id, "--reps", "2",
-                    "--markdown", str(tmp_path / "verify.md"))
+    out = kernelarc(
+        ws,
+        "verify",
+        "llama_block",
+        "--device",
+        "cpu",
+        "--run",
+        run_id,
+        "--reps",
+        "2",
+        "--markdown",
+        str(tmp_path / "verify.md"),
+    )
     assert "PASSED" in out.stdout and f"run {run_id}" in out.stdout
     assert "| llama_block_small_matmul |" in (tmp_path / "verify.md").read_text()
 
-    wrong = kernelarc(ws, "verify", "llama_block", "--device", "cpu", "--reps", "1", "--json",
-                      "--kernel", f"rmsnorm_llama3_8b={MODELS / 'rmsnorm_ok.py'}", check=False)
+    wrong = kernelarc(
+        ws,
+        "verify",
+        "llama_block",
+        "--device",
+        "cpu",
+        "--reps",
+        "1",
+        "--json",
+        "--kernel",
+        f"rmsnorm_llama3_8b={MODELS / 'rmsnorm_ok.py'}",
+        check=False,
+    )
     assert wrong.returncode == 1
     assert json.loads(wrong.stdout.strip().splitlines()[-1])["total"]["use"]["rmsnorm_llama3_8b"]["served"] == 0
     none = kernelarc(ws, "verify", "llama_block", "--device", "cpu", check=False)

@@ -1,5 +1,6 @@
 """A model file as `kernelarc profile` documents it: an RMSNorm with eps 1e-6, a Linear,
 and an op no family names (a cumulative maximum)."""
+
 import torch
 from torch import nn
 

@@ -1,4 +1,5 @@
 """x @ weight.T in plain PyTorch."""
+
 import torch
 
 

@@ -1,4 +1,5 @@
 """A correct RMSNorm in plain PyTorch (float32 arithmetic), as an agent might submit it."""
+
 import torch
 
 

@@ -1,4 +1,5 @@
 """An RMSNorm with eps 1e-1 instead of 1e-5: plausible output, wrong model."""
+
 import torch
 
 

@@ -1,4 +1,5 @@
 """silu(x @ gate.T) * (x @ up.T) in plain PyTorch."""
+
 import torch
 
 
