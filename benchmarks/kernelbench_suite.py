@@ -81,7 +81,8 @@ def own_peak_bytes(path: Path, device: str) -> int | None:
     spec.loader.exec_module(module)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    base = torch.cuda.memory_allocated()
+    # reserved, as the guard's workers report theirs: what the allocator took from the device
+    base = torch.cuda.memory_reserved()
     torch.cuda.reset_peak_memory_stats()
     try:
         with torch.no_grad():
@@ -89,7 +90,7 @@ def own_peak_bytes(path: Path, device: str) -> int | None:
             inputs = [x.to("cuda") if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
             out = model(*inputs)
             torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() - base
+        peak = torch.cuda.max_memory_reserved() - base
         del model, inputs, out
         return int(peak)
     finally:
@@ -121,6 +122,7 @@ def judge_file(guard, path: Path, root: Path, prober, device: str) -> dict[str, 
         score=v.score,
         peak_memory_bytes=v.peak_memory_bytes,
         phases_s={k: round(x, 2) for k, x in v.phases_s.items()},
+        peak_memory_by_gate=v.peak_memory_by_gate,
     )
     peaks = [b for b in (v.peak_memory_bytes or {}).values() if b]
     if peaks and row.get("own_peak_bytes"):

@@ -175,6 +175,8 @@ class Verdict(BaseModel):
     # the workers' peak memory during this evaluation ("trusted", "candidate"; device memory on
     # a GPU, resident memory on the CPU); absent on verdicts from before it was measured
     peak_memory_bytes: dict[str, int] | None = None
+    # the same per gate ("build", "correctness", "benchmark", "pairing"): which work held the most
+    peak_memory_by_gate: dict[str, dict[str, int]] | None = None
     device: DeviceInfo = Field(default_factory=DeviceInfo)
     notes: str | None = None
     parent: str | None = None

@@ -7,7 +7,7 @@ import pytest
 
 from guard.candidates.load import from_source
 from guard.cascade import GuardError
-from guard.cascade.memory_plan import does_not_fit, tensor_bytes, workload_need
+from guard.cascade.memory_plan import PeakWatch, does_not_fit, tensor_bytes, workload_need
 from guard.problems.schema import Definition, Workload
 
 from helpers import RMS, honest_source, make_guard
@@ -51,5 +51,32 @@ def test_the_guard_refuses_before_any_work_and_reports_peak_memory(session_tmp):
         assert v.status == "PASSED", v.reason
         assert set(v.peak_memory_bytes) == {"trusted", "candidate"}
         assert all(100 << 20 < b < 8 << 30 for b in v.peak_memory_bytes.values()), v.peak_memory_bytes
+        # gate by gate, and the whole evaluation's peak is the largest gate's
+        gates = v.peak_memory_by_gate
+        assert {"build", "correctness", "benchmark"} <= set(gates), gates
+        for role in ("trusted", "candidate"):
+            assert v.peak_memory_bytes[role] == max(g.get(role, 0) for g in gates.values())
     finally:
         g.close()
+
+
+def test_peaks_are_read_and_reset_gate_by_gate():
+    held = {"trusted": [500, 40, 70], "candidate": [30, 90]}
+    resets = []
+
+    def read(role, reset):
+        resets.append((role, reset))
+        return held[role].pop(0) if held[role] else None
+
+    watch = PeakWatch(read)
+    watch.start("trusted")  # the baselines' 500 is not this evaluation's
+    watch.mark("correctness", "trusted", "candidate")
+    watch.mark("benchmark", "trusted", "candidate")
+    watch.mark("pairing", "candidate")  # a worker that cannot answer adds nothing
+    assert watch.by_gate == {
+        "correctness": {"trusted": 40, "candidate": 30},
+        "benchmark": {"trusted": 70, "candidate": 90},
+    }
+    assert watch.overall() == {"trusted": 70, "candidate": 90}
+    assert all(reset for _, reset in resets)
+    assert PeakWatch(lambda role, reset: None).overall() is None

@@ -225,11 +225,13 @@ class Guard:
         progress("start", 0, 1, "starting workers")
         trusted, key, ceilings, baselines = self.reference.prepare(problem, wset.visible, progress)
         phases["baseline"] = time.monotonic() - t
-        self._peak_memory(trusted, reset=True)  # this evaluation's peak, not the baselines'
         trusted_ops = dict(trusted.op_seconds)
 
         t = time.monotonic()
         cand = self.pool.take_candidate()
+        workers: dict[str, WorkerProcess | None] = {"trusted": trusted, "candidate": cand}
+        peaks = memory_plan.PeakWatch(lambda role, reset: self._peak_memory(workers[role], reset))
+        peaks.start("trusted")  # this evaluation's peak, not the baselines'
         gate = "build"
         try:
             try:
@@ -263,29 +265,33 @@ class Guard:
             # Gate 3: correctness on the visible and held-out workloads.
             t = time.monotonic()
             gate = "correctness"
+            peaks.mark("build", "trusted", "candidate")
             checked = correctness_gate.check(ctx)
             phases["correctness"] = time.monotonic() - t
+            peaks.mark(gate, "trusted", "candidate")
 
             # Gate 4: benchmark.
             t = time.monotonic()
             gate = "benchmark"
             timings = benchmark_gate.benchmark(ctx)
             phases["benchmark"] = time.monotonic() - t
+            peaks.mark(gate, "trusted", "candidate")
 
             # Gate 5: score; then, when a comparison is close, re-measure side by side.
             workloads = scoring_gate.score(d, wset.visible, timings, baselines, ceilings)
             t = time.monotonic()
+            gate = "pairing"
             paired = pairing_gate.pairings(ctx, self.db, self.pool, workloads, agent)
             if paired:
                 phases["pairing"] = time.monotonic() - t
-            memory = self._memory(trusted, cand)
+                peaks.mark(gate, "trusted", "candidate")
         except Rejection as rej:
             self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
-            return self.recorder.reject(
-                cid, problem, agent, rej, phases, notes, parent, memory=self._memory(trusted, cand)
-            )
+            peaks.mark(gate, "trusted", "candidate")
+            return self.recorder.reject(cid, problem, agent, rej, phases, notes, parent, memory=peaks)
         except WorkerTimeout as exc:  # the candidate's worker was killed: the trusted one's peak only
             self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
+            peaks.mark(gate, "trusted")
             return self.recorder.reject(
                 cid,
                 problem,
@@ -294,20 +300,19 @@ class Guard:
                 phases,
                 notes,
                 parent,
-                memory=self._memory(trusted, None),
+                memory=peaks,
             )
         except WorkerDied as exc:
             self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
-            return self.recorder.reject(
-                cid, problem, agent, died(gate, exc), phases, notes, parent, memory=self._memory(trusted, None)
-            )
+            peaks.mark(gate, "trusted")
+            return self.recorder.reject(cid, problem, agent, died(gate, exc), phases, notes, parent, memory=peaks)
         finally:
             self.pool.discard(cand)  # its folder goes with it, outputs included
 
         # Gates 6 and 7: decision, archive.
         self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
         return self.recorder.measured(
-            cid, problem, agent, workloads, checked, phases, notes, parent, solution_json, paired=paired, memory=memory
+            cid, problem, agent, workloads, checked, phases, notes, parent, solution_json, paired=paired, memory=peaks
         )
 
     # -- memory -------------------------------------------------------------------------------
@@ -360,9 +365,3 @@ class Guard:
             return m.parse_reply(raw, m.MemoryReply).peak_bytes
         except (WorkerDied, WorkerTimeout, m.MessageError):
             return None
-
-    def _memory(self, trusted: WorkerProcess, cand: WorkerProcess | None) -> dict[str, int] | None:
-        """Both workers' peak memory during this evaluation (the candidate's: while it lives)."""
-        peaks = {"trusted": self._peak_memory(trusted), "candidate": self._peak_memory(cand)}
-        out = {k: v for k, v in peaks.items() if v is not None}
-        return out or None

@@ -70,3 +70,33 @@ def does_not_fit(
 
 def _gb(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB" if n >= (1 << 30) else f"{n / (1 << 20):.0f} MiB"
+
+
+class PeakWatch:
+    """Both workers' peak memory gate by gate: each reading resets the worker's high-water
+    mark, so a verdict says which gate's work held the most (``by_gate``) besides each
+    worker's peak over the whole evaluation (``overall``)."""
+
+    def __init__(self, read: Callable[[str, bool], int | None]) -> None:
+        self._read = read  # (worker role, reset) -> peak bytes, None when it cannot answer
+        self.by_gate: dict[str, dict[str, int]] = {}
+
+    def start(self, *roles: str) -> None:
+        """Forget what these workers held before this evaluation (baselines, earlier problems)."""
+        for role in roles:
+            self._read(role, True)
+
+    def mark(self, gate: str, *roles: str) -> None:
+        """The peak of each worker since its last reading, as ``gate``'s."""
+        for role in roles:
+            peak = self._read(role, True)
+            if peak is not None:
+                mine = self.by_gate.setdefault(gate, {})
+                mine[role] = max(mine.get(role, 0), peak)
+
+    def overall(self) -> dict[str, int] | None:
+        out: dict[str, int] = {}
+        for peaks in self.by_gate.values():
+            for role, peak in peaks.items():
+                out[role] = max(out.get(role, 0), peak)
+        return out or None

@@ -28,6 +28,7 @@ from ..verdict import (
     Verdict,
     WorkloadResult,
 )
+from .memory_plan import PeakWatch
 from .pairing_gate import PairedRun, elsewhere_unclear, latencies, measurements, paired_for
 from .reasons import Rejection
 
@@ -53,7 +54,7 @@ class Recorder:
         phases: dict[str, float],
         notes: str | None,
         parent: str | None,
-        memory: dict[str, int] | None = None,
+        memory: PeakWatch | None = None,
     ) -> Verdict:
         with self.db.transaction() as c:
             history = _history(self.db, c, problem.name, agent)
@@ -84,7 +85,8 @@ class Recorder:
                 device=DeviceInfo.model_validate(self.device_info()),
                 notes=notes,
                 parent=parent,
-                peak_memory_bytes=memory,
+                peak_memory_bytes=memory.overall() if memory else None,
+                peak_memory_by_gate=memory.by_gate or None if memory else None,
                 repeats=repeats(c, problem.name, agent, row["source_hash"], row["normalized_hash"], notes, cid),
             )
             self.db.finish(c, cid, row_fields(verdict), [])
@@ -103,7 +105,7 @@ class Recorder:
         solution_json: dict[str, Any],
         duplicate_of: str | None = None,
         paired: dict[PairedLabel, PairedRun] | None = None,
-        memory: dict[str, int] | None = None,
+        memory: PeakWatch | None = None,
     ) -> Verdict:
         cfg, device = self.cfg, self.device
         dhash = problem.definition.content_hash()
@@ -181,7 +183,8 @@ class Recorder:
                 parent=parent,
                 paired=paired_summary(paired),
                 repeats=repeated,
-                peak_memory_bytes=memory,
+                peak_memory_bytes=memory.overall() if memory else None,
+                peak_memory_by_gate=memory.by_gate or None if memory else None,
             )
             self.db.finish(c, cid, row_fields(verdict), [w.model_dump() for w in workloads])
         if decision == "ACCEPT" and duplicate_of is None:

@@ -10,7 +10,6 @@ import hmac
 import json
 import os
 import time
-from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -18,15 +17,18 @@ from typing import Any
 from ..archive.db import Database
 from ..config import GuardConfig
 from ..paths import cache_dir
-from ..problems.dtypes import dtype_info
 from ..problems.problem import Problem
 from ..problems.schema import Definition, Workload
 from ..runner import device as device_mod
 from ..runner.pool import WorkerPool
 from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from ..runner.slot import TimingSlot
+from . import memory_plan
 from .context import Progress, noop
 from .reasons import GuardError
+
+# a timed loop's input set (inputs and outputs) below this size rotates over 4 sets, above it 2
+SMALL_SET_BYTES = 64 << 20
 
 # what a trusted worker's baseline reply carries that the guard keeps
 BASELINE_FIELDS = (
@@ -43,13 +45,6 @@ BASELINE_FIELDS = (
 
 def ceilings_cache_dir() -> Path:
     return cache_dir() / "ceilings"
-
-
-def _prod(shape: Iterable[int]) -> int:
-    n = 1
-    for x in shape:
-        n *= x
-    return n
 
 
 class ReferenceSide:
@@ -72,12 +67,12 @@ class ReferenceSide:
         return int.from_bytes(hmac.new(self._secret, msg, hashlib.sha256).digest()[:6], "big")
 
     def set_seeds(self, d: Definition, w: Workload, purpose: str, salt: object) -> list[int]:
-        """The seeds of the input sets a timed loop rotates over (4, or 2 for large inputs)."""
-        axes = d.resolve_axes(w.axes)
-        in_bytes = sum(
-            dtype_info(s.dtype).bytes * _prod(d.shape_of(s, axes)) for s in d.inputs.values() if s.shape is not None
-        )
-        n = 4 if in_bytes < (256 << 20) else 2
+        """The seeds of the input sets a timed loop rotates over: 4, or 2 where a set's inputs
+        and outputs together pass ``SMALL_SET_BYTES``. Each set is held with its own outputs
+        (a captured graph per set), and a set that large cannot stay in any cache between its
+        turns anyway: more sets would only multiply the memory a verdict holds."""
+        inputs, outputs = memory_plan.tensor_bytes(d, w)
+        n = 4 if inputs + outputs < SMALL_SET_BYTES else 2
         if self.device.kind == "cpu":
             n = 2
         return [self.seed(purpose, salt, w.uuid, k) for k in range(n)]

@@ -93,10 +93,13 @@ def dtype_name(t: torch.Tensor) -> str:
 
 def peak_memory(device: str, reset: bool) -> int:
     """This worker's peak memory in bytes since it started or was last reset: on a GPU what
-    torch's allocator reserved, on the CPU the resident set's high-water mark."""
+    torch's allocator reserved, on the CPU the resident set's high-water mark. A reset first
+    lets go of what is cached but unused, so that the next peak counts what the next work
+    holds, not what earlier work left in the allocator's cache."""
     if device.startswith("cuda"):
         peak = int(torch.cuda.max_memory_reserved())
         if reset:
+            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
         return peak
     peak = 0
@@ -105,6 +108,7 @@ def peak_memory(device: str, reset: bool) -> int:
             if line.startswith("VmHWM:"):
                 peak = int(line.split()[1]) * 1024
     if reset:
+        trim_host_heap()
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")  # resets VmHWM to the current resident set

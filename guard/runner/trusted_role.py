@@ -401,6 +401,7 @@ class TrustedRole:
                     return m.VerifyReply(
                         ok=True, passed=False, iteration=iteration, message=why, checked=msg.iterations.index(iteration)
                     )
+            del refs, args  # before the next call's inputs and reference are made: one call's worth held
         return m.VerifyReply(ok=True, passed=True, checked=len(msg.iterations))
 
     def _projection(self, seed: int) -> replays.Projection:
