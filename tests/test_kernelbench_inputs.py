@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from guard.problems.kernelbench_import import import_kernelbench_file
-from guard.runner.common import load_module_from_source, peak_memory
+from guard.runner.common import clear_high_water, high_water_bytes, load_module_from_source
 
 KERNELBENCH = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "kernelbench"
 FILES = [KERNELBENCH / "level1" / "23_Softmax.py", KERNELBENCH / "level2" / "100_ConvTranspose3d_Clamp_Min_Divide.py"]
@@ -31,11 +31,11 @@ def test_full_size_inputs_are_made_on_the_device_not_the_host(path, tmp_path):
         for s in d.inputs.values()
         if s.shape is not None
     )
-    peak_memory("cpu", reset=True)
-    before = peak_memory("cpu", reset=False)
+    clear_high_water()
+    before = high_water_bytes()
     torch.manual_seed(0)
     made = module.generate_inputs(axes, torch.device("meta"))
-    grew = peak_memory("cpu", reset=False) - before
+    grew = high_water_bytes() - before
     tensors = [v for v in made.values() if isinstance(v, torch.Tensor)]
     assert tensors and all(t.device.type == "meta" for t in tensors)
     assert set(made) == set(d.inputs)

@@ -41,18 +41,18 @@ ALONE = textwrap.dedent(
     import json, sys
     import torch
     from pathlib import Path
-    from guard.runner.common import load_module_from_source, peak_memory
+    from guard.runner.common import clear_high_water, high_water_bytes, load_module_from_source
     from guard.runner.inputs import InputMaker
 
     d, workload, sources, folder = json.loads(sys.argv[1])
     maker = InputMaker(d, "cpu")
     for k, source in enumerate(sources):
         module = load_module_from_source(source, Path(folder), f"alone{k}")
-        peak_memory("cpu", reset=True)
-        before = peak_memory("cpu", reset=False)
+        clear_high_water()
+        before = high_water_bytes()
         with torch.no_grad():
             out = module.run(*maker.make(workload, {**workload["axes"], "n": COLS}, 1))
-        print(peak_memory("cpu", reset=False) - before)
+        print(high_water_bytes() - before)
         del out
 """.replace("COLS", str(COLS))
 )

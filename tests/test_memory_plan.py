@@ -9,6 +9,7 @@ from guard.candidates.load import from_source
 from guard.cascade import GuardError
 from guard.cascade.memory_plan import PeakWatch, does_not_fit, tensor_bytes, workload_need
 from guard.problems.schema import Definition, Workload
+from guard.runner.common import PeakMeter
 
 from helpers import RMS, honest_source, make_guard
 
@@ -61,7 +62,10 @@ def test_the_guard_refuses_before_any_work_and_reports_peak_memory(session_tmp):
 
 
 def test_peaks_are_read_and_reset_gate_by_gate():
-    held = {"trusted": [500, 40, 70], "candidate": [30, 90]}
+    held = {
+        "trusted": [(500, {"baseline": 500}), (40, {"compare": 40, "reference": 30}), (70, {"overhead": 70})],
+        "candidate": [(30, {"check": 30}), (90, {"arm": 90, "run": 60})],
+    }
     resets = []
 
     def read(role, reset):
@@ -74,9 +78,30 @@ def test_peaks_are_read_and_reset_gate_by_gate():
     watch.mark("benchmark", "trusted", "candidate")
     watch.mark("pairing", "candidate")  # a worker that cannot answer adds nothing
     assert watch.by_gate == {
-        "correctness": {"trusted": 40, "candidate": 30},
-        "benchmark": {"trusted": 70, "candidate": 90},
+        "correctness": {
+            "trusted": 40,
+            "trusted.compare": 40,
+            "trusted.reference": 30,
+            "candidate": 30,
+            "candidate.check": 30,
+        },
+        "benchmark": {"trusted": 70, "trusted.overhead": 70, "candidate": 90, "candidate.arm": 90, "candidate.run": 60},
     }
     assert watch.overall() == {"trusted": 70, "candidate": 90}
     assert all(reset for _, reset in resets)
     assert PeakWatch(lambda role, reset: None).overall() is None
+
+
+def test_a_worker_measures_each_request_and_forgets_on_reset():
+    meter = PeakMeter("cpu")
+    meter.before()
+    held = bytearray(64 << 20)  # touched: resident
+    meter.after("check")
+    del held
+    meter.before()
+    meter.after("stats")
+    peak, by_op = meter.read(reset=True)
+    assert set(by_op) == {"check", "stats"} and peak == by_op["check"] >= by_op["stats"]
+    assert peak > 64 << 20
+    now, by_op = meter.read(reset=False)  # the resident set now, no request since
+    assert by_op == {} and 0 < now < peak

@@ -4,6 +4,7 @@ cascade's gates in order (each in its own module of this package)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -37,6 +38,8 @@ from .context import EvalContext, Progress, noop
 from .reasons import GuardError, Rejection, died, first_line, timed_out
 from .recording import Recorder
 from .reference_side import ReferenceSide
+
+log = logging.getLogger(__name__)
 
 
 def _scratch_root() -> str | None:
@@ -308,6 +311,7 @@ class Guard:
             return self.recorder.reject(cid, problem, agent, died(gate, exc), phases, notes, parent, memory=peaks)
         finally:
             self.pool.discard(cand)  # its folder goes with it, outputs included
+            self._let_go(trusted)
 
         # Gates 6 and 7: decision, archive.
         self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
@@ -357,11 +361,25 @@ class Guard:
                 phases[f"candidate.{op}"] = round(secs, 4)
 
     @staticmethod
-    def _peak_memory(worker: WorkerProcess | None, reset: bool = False) -> int | None:
+    def _let_go(trusted: WorkerProcess) -> None:
+        """The trusted worker drops what this evaluation left it holding (the outside clock's
+        loop and its input sets, reference outputs) and empties its allocator's cache: the
+        next evaluation, another problem's perhaps, starts with none of it."""
+        if not trusted.alive:
+            return
+        try:
+            trusted.request(m.Release(tags=None).model_dump(), 60)
+        except (WorkerDied, WorkerTimeout):
+            log.warning("the trusted worker did not answer a release; it is replaced when next needed")
+
+    @staticmethod
+    def _peak_memory(worker: WorkerProcess | None, reset: bool = False) -> tuple[int, dict[str, int]] | None:
+        """A worker's peak memory and the peak of each kind of request since its last reset."""
         if worker is None or not worker.alive:
             return None
         try:
             raw = worker.request(m.Memory(reset=reset).model_dump(), 30)
-            return m.parse_reply(raw, m.MemoryReply).peak_bytes
+            reply = m.parse_reply(raw, m.MemoryReply)
+            return reply.peak_bytes, reply.by_op
         except (WorkerDied, WorkerTimeout, m.MessageError):
             return None

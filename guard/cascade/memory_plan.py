@@ -74,11 +74,12 @@ def _gb(n: int) -> str:
 
 class PeakWatch:
     """Both workers' peak memory gate by gate: each reading resets the worker's high-water
-    mark, so a verdict says which gate's work held the most (``by_gate``) besides each
-    worker's peak over the whole evaluation (``overall``)."""
+    marks, so a verdict says which gate's work held the most (``by_gate``: per gate, each
+    worker's peak and, as ``"worker.request"``, the peak of each kind of request it served
+    there) besides each worker's peak over the whole evaluation (``overall``)."""
 
-    def __init__(self, read: Callable[[str, bool], int | None]) -> None:
-        self._read = read  # (worker role, reset) -> peak bytes, None when it cannot answer
+    def __init__(self, read: Callable[[str, bool], tuple[int, dict[str, int]] | None]) -> None:
+        self._read = read  # (worker role, reset) -> (peak, per request kind), None when it cannot answer
         self.by_gate: dict[str, dict[str, int]] = {}
 
     def start(self, *roles: str) -> None:
@@ -87,16 +88,20 @@ class PeakWatch:
             self._read(role, True)
 
     def mark(self, gate: str, *roles: str) -> None:
-        """The peak of each worker since its last reading, as ``gate``'s."""
+        """The peak of each worker (and of each of its requests) since its last reading, as ``gate``'s."""
         for role in roles:
-            peak = self._read(role, True)
-            if peak is not None:
-                mine = self.by_gate.setdefault(gate, {})
-                mine[role] = max(mine.get(role, 0), peak)
+            got = self._read(role, True)
+            if got is None:
+                continue
+            peak, by_op = got
+            mine = self.by_gate.setdefault(gate, {})
+            for key, value in [(role, peak)] + [(f"{role}.{op}", b) for op, b in by_op.items()]:
+                mine[key] = max(mine.get(key, 0), value)
 
     def overall(self) -> dict[str, int] | None:
         out: dict[str, int] = {}
         for peaks in self.by_gate.values():
-            for role, peak in peaks.items():
-                out[role] = max(out.get(role, 0), peak)
+            for key, peak in peaks.items():
+                if "." not in key:
+                    out[key] = max(out.get(key, 0), peak)
         return out or None

@@ -13,7 +13,7 @@ from ..builders.trim import trim_traceback
 from . import harness, replays
 from . import messages as m
 from .confirm import ConfirmLoop
-from .common import CandidateFault, load_module_from_source, normalize_outputs, peak_memory, storage_range
+from .common import CandidateFault, load_module_from_source, normalize_outputs, PeakMeter, storage_range
 from .harness import T
 from .inputs import InputMaker, torch_dtype
 from .tensorio import write_tensor
@@ -29,8 +29,9 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 class CandidateRole:
-    def __init__(self, device: str, workdir: Path):
+    def __init__(self, device: str, workdir: Path, meter: PeakMeter | None = None):
         self.device = device
+        self.meter = meter or PeakMeter(device)  # the worker's loop measures each request
         self.workdir = workdir
         self.srcdir = workdir / "src"
         self.fn = None
@@ -362,7 +363,8 @@ class CandidateRole:
         return m.ConfirmReply(ok=True, digests=table)
 
     def memory(self, msg: m.Memory) -> m.Reply:
-        return m.MemoryReply(ok=True, peak_bytes=peak_memory(self.device, msg.reset))
+        peak, by_op = self.meter.read(msg.reset)
+        return m.MemoryReply(ok=True, peak_bytes=peak, by_op=by_op)
 
     def stats(self, msg: m.Stats) -> m.Reply:
         """The timed loop's statistics, read after the guard's clock has stopped."""

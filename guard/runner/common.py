@@ -91,30 +91,57 @@ def dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
-def peak_memory(device: str, reset: bool) -> int:
-    """This worker's peak memory in bytes since it started or was last reset: on a GPU what
-    torch's allocator reserved, on the CPU the resident set's high-water mark. A reset first
-    lets go of what is cached but unused, so that the next peak counts what the next work
-    holds, not what earlier work left in the allocator's cache."""
-    if device.startswith("cuda"):
-        peak = int(torch.cuda.max_memory_reserved())
-        if reset:
-            torch.cuda.empty_cache()
+class PeakMeter:
+    """A worker's peak memory request by request: on a GPU what torch's allocator reserved, on
+    the CPU the resident set's high-water mark. Each request starts from the memory held when
+    it begins; the ``memory`` request reads the peak of each request kind since the last reset
+    (where a verdict's memory went) and the largest of them."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device.startswith("cuda")
+        self.by_op: dict[str, int] = {}
+
+    def before(self) -> None:
+        if self.cuda:
             torch.cuda.reset_peak_memory_stats()
-        return peak
-    peak = 0
+        else:
+            clear_high_water()
+
+    def after(self, op: str) -> None:
+        peak = int(torch.cuda.max_memory_reserved()) if self.cuda else high_water_bytes()
+        self.by_op[op] = max(self.by_op.get(op, 0), peak)
+
+    def read(self, reset: bool) -> tuple[int, dict[str, int]]:
+        """(peak, peak per request kind) since the last reset. A reset first lets go of what
+        is cached but unused, so that the next peak counts what the next work holds, not what
+        earlier work left in the allocator's cache."""
+        by_op = dict(self.by_op)
+        now = int(torch.cuda.max_memory_reserved()) if self.cuda else high_water_bytes()
+        peak = max([now, *by_op.values()])  # what is held now counts even when no request ran
+        if reset:
+            self.by_op.clear()
+            if self.cuda:
+                torch.cuda.empty_cache()
+            else:
+                trim_host_heap()
+            self.before()
+        return peak, by_op
+
+
+def high_water_bytes() -> int:
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmHWM:"):
-                peak = int(line.split()[1]) * 1024
-    if reset:
-        trim_host_heap()
-        try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")  # resets VmHWM to the current resident set
-        except OSError:
-            pass
-    return peak
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def clear_high_water() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current resident set
+    except OSError:
+        pass
 
 
 def trim_host_heap() -> None:

@@ -312,6 +312,7 @@ class OverheadReply(Reply):
 
 class MemoryReply(Reply):
     peak_bytes: int = 0
+    by_op: dict[str, int] = Field(default_factory=dict)  # the peak of each request kind
 
 
 class DeviceIdleReply(Reply):

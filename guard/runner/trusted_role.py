@@ -13,7 +13,7 @@ import torch
 from . import ceilings, replays
 from . import messages as m
 from .confirm import ConfirmLoop
-from .common import load_module_from_source, normalize_outputs, peak_memory, trim_host_heap
+from .common import load_module_from_source, normalize_outputs, PeakMeter, trim_host_heap
 from .compare import compare, spec_args
 from .compare_scan import all_finite
 from .harness import T
@@ -23,8 +23,9 @@ from .timing import Timer
 
 
 class TrustedRole:
-    def __init__(self, device: str, workdir: Path):
+    def __init__(self, device: str, workdir: Path, meter: PeakMeter | None = None):
         self.device = device
+        self.meter = meter or PeakMeter(device)  # the worker's loop measures each request
         self.workdir = workdir
         self.cuda = device.startswith("cuda")
         self.problems: dict[str, tuple[dict, object, InputMaker]] = {}
@@ -346,7 +347,8 @@ class TrustedRole:
         return m.DeviceIdleReply(ok=True, pass_ms=self.timer.pass_ms(msg.passes), flush_ms=self.timer.flush_ms)
 
     def memory(self, msg: m.Memory) -> m.Reply:
-        return m.MemoryReply(ok=True, peak_bytes=peak_memory(self.device, msg.reset))
+        peak, by_op = self.meter.read(msg.reset)
+        return m.MemoryReply(ok=True, peak_bytes=peak, by_op=by_op)
 
     def _sync(self) -> None:
         if self.cuda:

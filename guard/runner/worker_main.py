@@ -66,6 +66,7 @@ def main() -> int:
 
     from . import harness  # noqa: F401  (captures before any candidate code exists)
     from . import protocol
+    from .common import PeakMeter
 
     import torch
 
@@ -89,15 +90,16 @@ def main() -> int:
         except ImportError:
             info["triton"] = None
         workdir = Path.cwd()
+        meter = PeakMeter(device)
         role: CandidateRole | TrustedRole
         if args.role == "candidate":
             from .candidate_role import CandidateRole
 
-            role = CandidateRole(device, workdir)
+            role = CandidateRole(device, workdir, meter)
         else:
             from .trusted_role import TrustedRole
 
-            role = TrustedRole(device, workdir)
+            role = TrustedRole(device, workdir, meter)
     except Exception as exc:
         protocol.send(sock, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
         traceback.print_exc()
@@ -110,11 +112,17 @@ def main() -> int:
             return 0
         if msg.get("op") == "exit":
             return 0
+        op = str(msg.get("op"))
+        measured = op != "memory"
+        if measured:
+            meter.before()
         try:
             reply = role.handle(msg)
         except BaseException as exc:  # noqa: BLE001 - report, then let the parent decide
             traceback.print_exc()
             reply = {"ok": False, "status": "INTERNAL", "message": f"{type(exc).__name__}: {exc}"[:2000]}
+        if measured:
+            meter.after(op)
         protocol.send(sock, reply)
 
 
