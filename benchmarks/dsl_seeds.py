@@ -17,33 +17,31 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.metadata
-import importlib.util
 import json
-import os
-import shutil
-import site
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.gpu_judge import (
+    DSL_PACKAGES,
+    SETTINGS,
+    cutlass_path_fix,
+    dsl_readiness,
+    judge,
+    merge_runs,
+    open_guard,
+    toolchain,
+    versions,
+)
 from seeds import SEEDS_DIR
 
 PROBLEM = "rmsnorm_llama3_8b"
 # language -> (seed file in the problem's folder, module to import, distributions to report)
-LANGUAGES = {
-    "cute_dsl": ("seed_cute_dsl.py", "cutlass.cute", ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base")),
-    "cutile": ("seed_cutile.py", "cuda.tile", ("cuda-tile", "nvidia-cuda-tileiras", "nvidia-cuda-nvcc", "nvidia-nvvm")),
-    "tilelang": ("seed_tilelang.py", "tilelang", ("tilelang", "apache-tvm-ffi", "z3-solver")),
-}
+LANGUAGES = {lang: (f"seed_{lang}.py", module, dists) for lang, (module, dists) in DSL_PACKAGES.items()}
 BASELINE = ("triton", "seed_triton.py")
-IMPORT_TIMEOUT_S = 180
 TITLE = {"cute_dsl": "CuTe DSL", "cutile": "cuTile", "tilelang": "TileLang", "triton": "Triton (baseline)"}
 
 
@@ -51,83 +49,6 @@ def seed_files(problem: str = PROBLEM) -> dict[str, Path]:
     """The DSL seeds of ``problem`` that exist, by language."""
     folder = SEEDS_DIR / problem
     return {lang: folder / fname for lang, (fname, _, _) in LANGUAGES.items() if (folder / fname).is_file()}
-
-
-def cutlass_path_fix() -> str | None:
-    """nvidia-cutlass-dsl puts its ``cutlass`` package on sys.path through a .pth file, which
-    Python reads only in site-packages folders, not in a PYTHONPATH folder (wheels unpacked with
-    ``pip install --target``). Read it as site-packages would, and add what it adds to PYTHONPATH
-    too, for the guard's workers, which inherit it. Returns what was added, or None."""
-    try:
-        if importlib.util.find_spec("cutlass") is not None:
-            return None
-    except (ImportError, ValueError):
-        return None
-    before = list(sys.path)
-    for folder in before:
-        if folder and Path(folder).is_dir() and any(Path(folder).glob("nvidia_cutlass_dsl*.pth")):
-            site.addsitedir(folder)
-    added = [p for p in sys.path if p not in before]
-    if not added:
-        return None
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), *added) if p)
-    return os.pathsep.join(added)
-
-
-def versions(dists: tuple[str, ...]) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for d in dists:
-        try:
-            out[d] = importlib.metadata.version(d)
-        except importlib.metadata.PackageNotFoundError:
-            out[d] = None
-    return out
-
-
-def check_import(module: str) -> tuple[bool, float, str]:
-    """Import ``module`` in a child process (a DSL's import can be slow, touch the GPU or crash):
-    whether it worked, how long it took, and the end of its error."""
-    t = time.monotonic()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", f"import {module}"],
-            capture_output=True,
-            text=True,
-            timeout=IMPORT_TIMEOUT_S,
-            env=dict(os.environ),
-        )
-    except subprocess.TimeoutExpired:
-        return False, time.monotonic() - t, f"import {module} took more than {IMPORT_TIMEOUT_S} s"
-    ok = proc.returncode == 0
-    tail = "" if ok else (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300]
-    return ok, time.monotonic() - t, tail
-
-
-def toolchain() -> dict[str, str | None]:
-    """Where the compilers the DSLs call were found (nvcc for TileLang; tileiras for cuTile, which
-    takes the pip one from the first folder of ``nvidia.cu13``, else the one on PATH)."""
-    out: dict[str, str | None] = {name: shutil.which(name) for name in ("nvcc", "ptxas", "tileiras")}
-    out["CUDA_HOME"] = os.environ.get("CUDA_HOME")
-    try:
-        spec = importlib.util.find_spec("nvidia.cu13")
-    except (ImportError, ValueError):
-        spec = None
-    out["nvidia.cu13"] = os.pathsep.join(spec.submodule_search_locations or []) if spec else None
-    return out
-
-
-def summarize(v, wall_s: float) -> dict:
-    ws = v.workloads
-    return {
-        "status": v.status,
-        "decision": v.decision,
-        "reason": v.reason if v.status != "PASSED" else None,
-        "median_ms": statistics.median(w.latency_ms for w in ws) if ws else None,
-        "eager_median_ms": statistics.median(w.eager_ms for w in ws if w.eager_ms) if ws else None,
-        "speedup_eager": v.speedup_eager,
-        "wall_s": wall_s,
-        "per_workload": [{"uuid": w.uuid, "axes": w.axes, "ms": w.latency_ms, "eager_ms": w.eager_ms} for w in ws],
-    }
 
 
 def line(lang: str, e: dict) -> str:
@@ -141,8 +62,7 @@ def render(r: dict) -> str:
     dev = r.get("device", {})
     lines = [
         f"Measured {r['date'][:10]} on {dev.get('name', '?')} by `python3 -m benchmarks.dsl_seeds` "
-        f"(problem {r['problem']}; guard defaults except 0.1 s of timing per workload, at most 300 "
-        "iterations, no torch.compile baseline).",
+        f"(problem {r['problem']}; {SETTINGS}).",
         "",
         "| language | seed | packages | status | median us/call | eager us/call | speedup vs eager | wall s |",
         "|---|---|---|---|---|---|---|---|",
@@ -165,14 +85,7 @@ def render(r: dict) -> str:
 def merge(results: list[dict]) -> dict:
     """Runs of one DSL each as one table: a language measured in a later run replaces an earlier
     one's entry, unless the later one did not get to run it (not installed, skipped)."""
-    out = dict(results[0], languages={})
-    for r in results:
-        for lang, e in r["languages"].items():
-            old = out["languages"].get(lang)
-            if old is None or e.get("status") not in ("NOT_INSTALLED", "SKIPPED", "NO_SEED"):
-                out["languages"][lang] = e
-        out["device"] = r.get("device") or out.get("device", {})
-    return out
+    return merge_runs(results, "languages")
 
 
 def write(out: Path, result: dict) -> None:
@@ -217,40 +130,31 @@ def main() -> int:
     }
 
     # 1. which DSLs import here (before the guard starts its workers, which inherit PYTHONPATH)
-    from guard.builders import dsl_refusal
-
     runnable = []
     for lang in args.only:
-        fname, module, dists = LANGUAGES[lang]
-        entry = result["languages"][lang] = {"seed": fname, "versions": versions(dists)}
+        fname = LANGUAGES[lang][0]
+        entry = result["languages"][lang] = {"seed": fname}
         if lang not in seeds:
-            entry.update(status="NO_SEED", reason=f"seeds/{PROBLEM}/{fname} is missing")
-        elif refusal := dsl_refusal(lang, "cuda"):
-            entry.update(status="NOT_INSTALLED", reason=refusal)
+            entry.update(
+                versions=versions(LANGUAGES[lang][2]), status="NO_SEED", reason=f"seeds/{PROBLEM}/{fname} is missing"
+            )
         else:
-            ok, secs, err = check_import(module)
-            entry["import_s"] = secs
-            if ok:
+            ready = dsl_readiness(lang)
+            entry.update((k, v) for k, v in ready.items() if k != "ready")
+            if ready["ready"]:
                 runnable.append(lang)
-            else:
-                entry.update(status="IMPORT_FAILED", reason=f"import {module}: {err}")
         if lang not in runnable:
             print(line(lang, entry), flush=True)
     write(args.out, result)
 
     # 2. each seed through the guard, one at a time
     from guard.candidates.load import from_file
-    from guard.cascade import Guard, GuardError
-    from guard.config import GuardConfig
-    from guard.workspace import Workspace
 
     todo = ([BASELINE[0]] if not args.no_baseline else []) + runnable
     if not todo:
         print(render(result))
         return 0
-    ws = Workspace.open(Path(tempfile.mkdtemp(prefix="dsl-seeds-")) / "ws")
-    cfg = GuardConfig(target_time_s=0.1, max_iters=300, compile_baseline=False, build_timeout_s=240)
-    with Guard(ws, cfg, device="cuda") as guard:
+    with open_guard("dsl-seeds-") as guard:
         guard.warm_up()
         for lang in todo:
             path = SEEDS_DIR / PROBLEM / (BASELINE[1] if lang == BASELINE[0] else LANGUAGES[lang][0])
@@ -259,14 +163,7 @@ def main() -> int:
                 entry.update(status="SKIPPED", reason=f"the run's budget of {args.budget_s:.0f} s was spent")
                 print(line(lang, entry), flush=True)
                 continue
-            t = time.monotonic()
-            try:
-                v = guard.evaluate(from_file(path), PROBLEM, agent=f"seed-{lang}")
-                entry.update(summarize(v, time.monotonic() - t))
-            except GuardError as exc:  # refused before anything ran
-                entry.update(status="REFUSED", reason=str(exc)[:2000], wall_s=time.monotonic() - t)
-            except Exception as exc:  # one language's failure must not end the run
-                entry.update(status="ERROR", reason=f"{type(exc).__name__}: {exc}"[:2000], wall_s=time.monotonic() - t)
+            entry.update(judge(guard, lambda path=path: from_file(path), PROBLEM, agent=f"seed-{lang}"))
             print(line(lang, entry), flush=True)
             result["device"] = guard.device_info()
             write(args.out, result)
