@@ -22,7 +22,7 @@ import pytest
 from guard import sandbox
 from guard.builders.cuda_cpp import EXT_PREFIX, extension_digest, publish_build
 from guard.sandbox import isolation as isolation_mod
-from guard.sandbox.policy import PROJECT_ROOT, SandboxPolicy
+from guard.sandbox.policy import PROJECT_ROOT, SandboxPolicy, gpu_device_nodes
 
 from helpers import RMS, honest_source
 
@@ -125,6 +125,15 @@ def test_policy_masks_and_leaves_out_protected_paths(tmp_path):
     assert Path("/") not in policy.readonly and Path("/tmp") not in policy.readonly
     assert Path(os.path.expanduser("~")) not in policy.readonly
     assert PROJECT_ROOT in policy.readonly or any(PROJECT_ROOT.is_relative_to(p) for p in policy.readonly)
+
+
+def test_only_the_judged_gpu_node_is_bound():
+    nodes = ["/dev/nvidia-caps", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidia1"]
+    nodes += ["/dev/nvidia10", "/dev/nvidiactl"]
+    picked = [str(p) for p in gpu_device_nodes(nodes, 1)]
+    assert picked == ["/dev/nvidia-caps", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia1", "/dev/nvidiactl"]
+    assert [str(p) for p in gpu_device_nodes(nodes, None)] == nodes  # not known: every node, and said so
+    assert "/dev/nvidia1" not in [str(p) for p in gpu_device_nodes(nodes, 10)]
 
 
 def test_exposed_problem_folder_inside_a_masked_workspace(tmp_path, needs_bwrap):

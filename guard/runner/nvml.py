@@ -66,6 +66,17 @@ def total_memory(uuid: str | None = None, index: int = 0) -> int | None:
         return None
 
 
+def minor_number(uuid: str) -> int | None:
+    """The minor number of the GPU's device node (``/dev/nvidia<minor>``), None without NVML."""
+    if not _init():
+        return None
+    try:
+        return int(pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByUUID(uuid)))
+    except Exception as exc:
+        log.debug("nvml minor number failed: %s", exc)
+        return None
+
+
 def _s(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 

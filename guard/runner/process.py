@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import sandbox
 from ..paths import cache_dir
-from . import protocol
+from . import nvml, protocol
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,13 @@ class WorkerDied(RuntimeError):
 
 class WorkerTimeout(RuntimeError):
     pass
+
+
+def _gpu_minor(env: dict[str, str]) -> int | None:
+    """The device node's minor number of the one GPU a worker is pinned to (its
+    ``CUDA_VISIBLE_DEVICES`` names it by UUID), or None."""
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    return nvml.minor_number(visible) if visible.startswith("GPU-") and "," not in visible else None
 
 
 def worker_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -175,6 +182,7 @@ class WorkerProcess:
                 readonly=[self.build_cache],
                 expose=self.expose,
                 env=env,
+                gpu_minor=_gpu_minor(env) if self.device.startswith("cuda") else None,
             )
             info_r, info_w = os.pipe()
             cmd = sandbox.wrap(policy, cmd, env, info_fd=info_w)

@@ -11,6 +11,7 @@ import functools
 import glob
 import logging
 import os
+import re
 import site
 import stat
 import sys
@@ -30,6 +31,7 @@ SYSTEM_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", 
 # sysfs: the CUDA driver and PyTorch's cpuinfo read PCI, NUMA and CPU topology there.
 SYSFS = "/sys"
 GPU_DEVICE_GLOB = "/dev/nvidia*"  # nvidia0..N, nvidiactl, nvidia-uvm(-tools), nvidia-caps/
+GPU_NODE = re.compile(r"/dev/nvidia(\d+)$")  # one GPU's node; the others are shared control nodes
 CUDA_GLOBS = ("/usr/local/cuda*", "/usr/local/nvidia", "/opt/nvidia", "/opt/cuda*")
 WORKSPACE_DIRNAME = ".kernelarc"  # guard.workspace.DEFAULT_WORKSPACE (no import: keep this light)
 
@@ -57,6 +59,7 @@ class SandboxPolicy:
         readonly: Iterable[Path] = (),
         expose: Iterable[Path] = (),
         env: Mapping[str, str] | None = None,
+        gpu_minor: int | None = None,
     ) -> "SandboxPolicy":
         """The policy of a candidate worker in ``workdir``.
 
@@ -65,7 +68,9 @@ class SandboxPolicy:
         paths to show read-only (the built-extension cache). ``expose``: paths to show
         read-only even inside a protected path (e.g. the workspace's problem folders, which
         hold the safetensors inputs). ``env``: the worker's environment, whose
-        ``PYTHONPATH`` and ``LD_LIBRARY_PATH`` entries are shown too.
+        ``PYTHONPATH`` and ``LD_LIBRARY_PATH`` entries are shown too. ``gpu_minor``: the
+        minor number of the GPU the worker is judged on; only that GPU's node is bound (with
+        the control nodes), so that a candidate cannot run work on another GPU of the machine.
         """
         workdir = Path(os.path.abspath(workdir))
         env = dict(os.environ if env is None else env)
@@ -103,7 +108,11 @@ class SandboxPolicy:
         masks = [p for p in protected if any(_within(p, b) for b in readonly_binds)]
         if Path("/etc") in readonly_binds:
             masks.extend(_unreadable_in_etc())
-        devices = [Path(p) for p in sorted(glob.glob(GPU_DEVICE_GLOB))] if device.startswith("cuda") else []
+        devices: list[Path] = []
+        if device.startswith("cuda"):
+            devices = gpu_device_nodes(sorted(glob.glob(GPU_DEVICE_GLOB)), gpu_minor)
+            if gpu_minor is None:
+                notes.append("every GPU's device node bound: which one is this worker's is not known")
         for note in notes:
             log.debug("sandbox: %s", note)
         return cls(
@@ -115,6 +124,17 @@ class SandboxPolicy:
             devices=tuple(devices),
             notes=tuple(notes),
         )
+
+
+def gpu_device_nodes(nodes: Sequence[str], minor: int | None) -> list[Path]:
+    """Of the ``/dev/nvidia*`` nodes, the control nodes and the node of GPU ``minor`` (every
+    GPU's when ``minor`` is None)."""
+    out = []
+    for node in nodes:
+        m = GPU_NODE.match(node)
+        if m is None or minor is None or int(m.group(1)) == minor:
+            out.append(Path(node))
+    return out
 
 
 def default_protected() -> list[Path]:
