@@ -18,6 +18,7 @@ from guard.problems.schema import Definition, Workload
 from guard.problems.sol_fidelity import problem_notes
 from guard.problems.sol_import import import_sol_folder
 from guard.problems.summary import summarize
+from guard.runner import messages as m
 from guard.runner.compare import OUTLIER_FACTOR, compare, spec_args
 
 from helpers import SOL_EXAMPLES, make_guard, unique
@@ -133,7 +134,7 @@ def test_workload_tolerance_validates_and_round_trips(tmp_path):
 def test_a_failure_names_the_stricter_checks_that_took_part():
     bare = Workload(uuid="b", axes={"n": 4})
     f32 = list(tol_mod.for_workload(_definition("float32"), bare).values())
-    cmp = {"status": "INCORRECT_NUMERICAL", "reports": [{"ok": False}]}
+    cmp = m.CompareReply(ok=True, status="INCORRECT_NUMERICAL", reports=[{"ok": False}])
     msg = named_checks("y: 3 of 4 elements outside", cmp, "tiny", f32)
     assert msg.startswith("[KernelArc's near-zero round, stricter than SOL-ExecBench")
     assert "[KernelArc's default float32 tolerance atol=0.0001" in msg and msg.endswith("y: 3 of 4 elements outside")

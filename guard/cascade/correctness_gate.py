@@ -9,14 +9,16 @@ import logging
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Literal, TypeVar
 
 from ..config import GuardConfig
 from ..problems import tolerance as tolerance_mod
 from ..problems.derive import largest_tensor
 from ..problems.schema import Definition, Workload
+from ..runner import messages as m
 from ..verdict import Checked
 from . import memory_plan
+from .asking import ask
 from .context import EvalContext
 from .reasons import GuardError, Rejection, first_line
 
@@ -43,18 +45,13 @@ ROUND_WHY = {
 
 ADVERSARIAL_MAX_ELEMENTS = 1 << 24
 
-
-class PlannedRound(TypedDict):
-    """One round of inputs, as the trusted and the candidate worker are asked for it."""
-
-    seed: int
-    kind: str  # a key of ROUND_LABEL
-    tag: str
+R = TypeVar("R")  # a planned round, however a caller describes it
+RoundKind = Literal["normal", "mixed", "large", "tiny"]  # the keys of ROUND_LABEL
 
 
-def rounds(cfg: GuardConfig, d: Definition, w: Workload, visible: bool) -> list[str]:
+def rounds(cfg: GuardConfig, d: Definition, w: Workload, visible: bool) -> list[RoundKind]:
     """The kinds of input of each round on ``w``."""
-    kinds = ["normal"] * (cfg.correctness_rounds if visible else cfg.heldout_rounds)
+    kinds: list[RoundKind] = ["normal"] * (cfg.correctness_rounds if visible else cfg.heldout_rounds)
     # Adversarial values test numerics, not size: the largest workloads (whose outputs
     # dominate the transfer time) get the random rounds only.
     if cfg.adversarial_rounds and d.kernelarc.adversarial and largest_tensor(d, w.axes) <= ADVERSARIAL_MAX_ELEMENTS:
@@ -62,7 +59,7 @@ def rounds(cfg: GuardConfig, d: Definition, w: Workload, visible: bool) -> list[
     return kinds
 
 
-def batches(cfg: GuardConfig, d: Definition, w: Workload, planned: list[PlannedRound]) -> list[list[PlannedRound]]:
+def batches(cfg: GuardConfig, d: Definition, w: Workload, planned: list[R]) -> list[list[R]]:
     """The rounds of ``w`` in groups judged together. The trusted worker holds the reference
     outputs of one group until they are compared, so a group holds as many rounds as fit in
     ``held_rounds_bytes`` of outputs, and at least one: a large workload goes a round at a time."""
@@ -81,8 +78,8 @@ def check(ctx: EvalContext) -> Checked:
     errors: dict[str, dict[str, Any]] = {}
     for idx, (w, visible, label) in enumerate(plan):
         progress("correctness", idx, len(plan), label)
-        planned: list[PlannedRound] = [
-            {"seed": ref.seed("round", ctx.eval_seed, w.uuid, r), "kind": kind, "tag": f"w{idx}r{r}"}
+        planned = [
+            m.Round(seed=ref.seed("round", ctx.eval_seed, w.uuid, r), kind=kind, tag=f"w{idx}r{r}")
             for r, kind in enumerate(rounds(cfg, d, w, visible))
         ]
         determinism = cfg.check_determinism and visible
@@ -106,7 +103,7 @@ def judge_rounds(
     w: Workload,
     visible: bool,
     label: str,
-    planned: list[PlannedRound],
+    planned: list[m.Round],
     determinism: bool,
     tally: dict[str, int],
     errors: dict[str, dict[str, Any]],
@@ -118,78 +115,92 @@ def judge_rounds(
     names = list(d.outputs)
     axes = d.resolve_axes(w.axes)
     per_output = list(tolerance_mod.for_workload(d, w).values())
-    tolerances = [t.message() for t in per_output]
-    made = ref.request(
+    tolerances = [m.Tolerance.model_validate(t.message()) for t in per_output]
+    timeout = max(cfg.call_timeout_s, 120)
+    made = ask(
         trusted,
-        {
-            "op": "reference",
-            "key": ctx.key,
-            "workload": w.model_dump(mode="json"),
-            "axes": axes,
-            "rounds": planned,
-            "chunk_elements": cfg.compare_chunk_elements,
-        },
+        m.Reference(
+            key=ctx.key,
+            workload=w.model_dump(mode="json"),
+            axes=axes,
+            rounds=planned,
+            chunk_elements=cfg.compare_chunk_elements,
+        ),
+        m.ReferenceReply,
+        timeout,
+        "correctness",
     )
     kept = []
-    for rnd, info in zip(planned, made.get("rounds", [])):
-        if not info.get("ok"):
-            if visible and ref.device.kind != "cpu" and rnd["kind"] == "normal":
-                raise GuardError(f"problem {d.name}: the reference fails on {w.uuid}: {info.get('message')}")
-            log.warning("reference failed on %s (%s): %s; round skipped", label, rnd["kind"], info.get("message"))
+    for rnd, info in zip(planned, made.rounds):
+        if not info.ok:
+            if visible and ref.device.kind != "cpu" and rnd.kind == "normal":
+                raise GuardError(f"problem {d.name}: the reference fails on {w.uuid}: {info.message}")
+            log.warning("reference failed on %s (%s): %s; round skipped", label, rnd.kind, info.message)
             tally["skipped"] += 1
             continue
-        if rnd["kind"] != "normal" and not info.get("finite"):
+        if rnd.kind != "normal" and not info.finite:
             tally["skipped"] += 1  # the op does not allow these values: the reference overflows
-            ref.request(trusted, {"op": "release", "tags": [rnd["tag"]]})
+            release(ctx, [rnd.tag])
             continue
         kept.append(rnd)
     if not kept:
         return False
     with ref.hold(False, ctx.progress):
-        reply = ctx.cand.request(
-            {
-                "op": "check",
-                "workload": w.model_dump(mode="json"),
-                "axes": axes,
-                "rounds": kept,
-                "determinism": determinism,
-                "outdir": str(ctx.outdir),
-            },
+        reply = ask(
+            ctx.cand,
+            m.Check(
+                workload=w.model_dump(mode="json"),
+                axes=axes,
+                rounds=kept,
+                determinism=determinism,
+                outdir=str(ctx.outdir),
+            ),
+            m.CheckReply,
             cfg.call_timeout_s,
+            "correctness",
         )
-    if not reply.get("ok"):
-        ref.request(trusted, {"op": "release", "tags": [r["tag"] for r in kept]})
-        if reply.get("status") == "INTERNAL":
-            raise GuardError(f"worker error on {label}: {reply.get('message')}")
-        raise failure("correctness", reply["status"], reply.get("message", ""), w, visible, label)
-    for rnd, got in zip(kept, reply["rounds"]):
+    if not reply.ok:
+        release(ctx, [r.tag for r in kept])
+        if reply.status == "INTERNAL":
+            raise GuardError(f"worker error on {label}: {reply.message}")
+        raise failure("correctness", reply.status or "RUNTIME_ERROR", reply.message or "", w, visible, label)
+    for rnd, got in zip(kept, reply.rounds):
         # The guard names the files itself: a path from the candidate's reply could make
         # the guard delete, or the trusted worker read, any file (the secret, the database).
-        metas = own_files(got["outputs"], ctx.outdir, rnd["tag"], len(names))
-        cmp = ref.request(
+        metas = own_files(got.outputs, ctx.outdir, rnd.tag, len(names))
+        cmp = ask(
             trusted,
-            {
-                "op": "compare",
-                "tag": rnd["tag"],
-                "outputs": metas,
-                "tolerances": tolerances,
-                "names": names,
-                "chunk_elements": cfg.compare_chunk_elements,
-            },
+            m.Compare(
+                tag=rnd.tag,
+                outputs=metas,
+                tolerances=tolerances,
+                names=names,
+                chunk_elements=cfg.compare_chunk_elements,
+            ),
+            m.CompareReply,
+            timeout,
+            "correctness",
         )
         for meta in metas:
-            Path(meta["file"]).unlink(missing_ok=True)
-        if not cmp.get("ok"):
-            raise GuardError(f"comparison failed on {label}: {cmp.get('message')}")
+            Path(meta.file).unlink(missing_ok=True)
+        if not cmp.ok:
+            raise GuardError(f"comparison failed on {label}: {cmp.message}")
         tally["rounds"] += 1
-        if visible and rnd["kind"] == "normal":  # SOL-ExecBench's figures: random inputs only
-            merge_errors(errors.setdefault(w.uuid, {}), cmp.get("reports") or [])
-        if not cmp.get("passed"):
-            ref.request(trusted, {"op": "release", "tags": None})
-            msg = f"{cmp.get('message')} [round {rnd['tag'][rnd['tag'].index('r') + 1 :]}: {ROUND_LABEL[rnd['kind']]}]"
-            msg = named_checks(msg, cmp, rnd["kind"], per_output)
-            raise failure("correctness", cmp["status"], msg, w, visible, label, errors.get(w.uuid))
+        if visible and rnd.kind == "normal":  # SOL-ExecBench's figures: random inputs only
+            merge_errors(errors.setdefault(w.uuid, {}), cmp.reports)
+        if not cmp.passed:
+            release(ctx, None)
+            msg = f"{cmp.message} [round {rnd.tag[rnd.tag.index('r') + 1 :]}: {ROUND_LABEL[rnd.kind]}]"
+            msg = named_checks(msg, cmp, rnd.kind, per_output)
+            raise failure(
+                "correctness", cmp.status or "INCORRECT_NUMERICAL", msg, w, visible, label, errors.get(w.uuid)
+            )
     return True
+
+
+def release(ctx: EvalContext, tags: list[str] | None) -> None:
+    """The trusted worker lets go of the reference outputs of ``tags`` (None: all it holds)."""
+    ask(ctx.trusted, m.Release(tags=tags), m.Reply, max(ctx.cfg.call_timeout_s, 120), "correctness")
 
 
 def merge_errors(into: dict[str, Any], reports: list[dict[str, Any]]) -> None:
@@ -206,38 +217,36 @@ def merge_errors(into: dict[str, Any], reports: list[dict[str, Any]]) -> None:
             into["has_inf"] = True
 
 
-def named_checks(message: str, cmp: dict[str, Any], kind: str, per_output: list[tolerance_mod.OutputTolerance]) -> str:
+def named_checks(message: str, cmp: m.CompareReply, kind: str, per_output: list[tolerance_mod.OutputTolerance]) -> str:
     """The message of a failed comparison, led by the KernelArc checks stricter than
     SOL-ExecBench that took part: the round's kind and the failing output's tolerance."""
     notes = []
     if kind in ROUND_WHY:
         notes.append(ROUND_WHY[kind])
-    failing = len(cmp.get("reports") or []) - 1
-    if cmp.get("status") == "INCORRECT_NUMERICAL" and 0 <= failing < len(per_output):
+    failing = len(cmp.reports) - 1
+    if cmp.status == "INCORRECT_NUMERICAL" and 0 <= failing < len(per_output):
         stricter = per_output[failing].stricter
         if stricter:
             notes.append(stricter)
     return "".join(f"[{n}] " for n in notes) + message
 
 
-def own_files(metas: Iterable[object], outdir: Path, tag: str, n_outputs: int) -> list[dict[str, Any]]:
+def own_files(metas: Iterable[m.TensorMeta], outdir: Path, tag: str, n_outputs: int) -> list[m.TensorMeta]:
     """The output descriptions of a round with the file names the guard gave: ``outdir /
     f"{tag}_{k}.bin"`` for the k-th output. A reply that names another file is a worker
     reaching for files outside its own (the secret, the database): REWARD_HACK. Shape and
     dtype stay the candidate's (checked against the file's size and against the reference)."""
     out = []
     for k, meta in enumerate(list(metas)[: n_outputs + 1]):
-        meta = dict(meta) if isinstance(meta, dict) else {}
         expected = str(outdir / f"{tag}_{k}.bin")
-        if meta.get("file") != expected:
+        if meta.file != expected:
             raise Rejection(
                 "correctness",
                 "REWARD_HACK",
-                f"the candidate's worker named {str(meta.get('file'))[:200]!r} as its output "
+                f"the candidate's worker named {meta.file[:200]!r} as its output "
                 f"{k}, not the file the guard asked for: a candidate's process may not direct "
                 "the guard to other files",
             )
-        meta["file"] = expected
         out.append(meta)
     return out
 

@@ -24,6 +24,8 @@ from ..runner.pool import WorkerPool
 from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from ..runner.slot import TimingSlot
 from . import memory_plan
+from ..runner import messages as m
+from .asking import ask
 from .context import Progress, noop
 from .reasons import GuardError
 
@@ -77,15 +79,15 @@ class ReferenceSide:
             n = 2
         return [self.seed(purpose, salt, w.uuid, k) for k in range(n)]
 
-    def timing_config(self) -> dict[str, Any]:
+    def timing_config(self) -> m.TimingConfig:
         c = self.cfg
-        return {
-            "min_iters": c.min_iters,
-            "max_iters": c.max_iters,
-            "max_timing_s": c.max_timing_s,
-            "target_time_s": c.target_time_s,
-            "warmup_time_s": c.warmup_time_s,
-        }
+        return m.TimingConfig(
+            min_iters=c.min_iters,
+            max_iters=c.max_iters,
+            max_timing_s=c.max_timing_s,
+            target_time_s=c.target_time_s,
+            warmup_time_s=c.warmup_time_s,
+        )
 
     def hold(self, exclusive: bool, progress: Progress) -> AbstractContextManager[float]:
         """The device's timing slot; says so when another process holds it."""
@@ -109,26 +111,25 @@ class ReferenceSide:
             tail = getattr(exc, "log_tail", "")
             raise GuardError(f"the trusted worker could not start: {exc}\n{tail}") from None
 
-    def request(self, trusted: WorkerProcess, msg: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
-        try:
-            reply = trusted.request(msg, timeout or max(self.cfg.call_timeout_s, 120))
-        except (WorkerDied, WorkerTimeout) as exc:
-            raise GuardError(f"the trusted worker failed during {msg.get('op')}: {exc}") from None
-        return reply
+    def request(
+        self, trusted: WorkerProcess, msg: m.TrustedRequest, reply_model: type[m.R], timeout: float | None = None
+    ) -> m.R:
+        """``msg`` to the trusted worker, its reply as ``reply_model``; any failure is the guard's."""
+        return ask(trusted, msg, reply_model, timeout or max(self.cfg.call_timeout_s, 120), "build")
 
     def load_problem(self, trusted: WorkerProcess, problem: Problem) -> str:
         key = problem.definition.content_hash()
         reply = self.request(
             trusted,
-            {
-                "op": "problem",
-                "key": key,
-                "definition": problem.definition.to_json(),
-                "blob_root": str(problem.root) if problem.root else None,
-            },
+            m.LoadProblem(
+                key=key,
+                definition=problem.definition.to_json(),
+                blob_root=str(problem.root) if problem.root else None,
+            ),
+            m.Reply,
         )
-        if not reply.get("ok"):
-            raise GuardError(f"problem {problem.name}: the reference does not load: {reply.get('message')}")
+        if not reply.ok:
+            raise GuardError(f"problem {problem.name}: the reference does not load: {reply.message}")
         return key
 
     # -- caches -------------------------------------------------------------------------------
@@ -141,10 +142,10 @@ class ReferenceSide:
             return self.ceilings
         with self.hold(True, progress):
             progress("ceilings", 0, 1, "measuring the device's bandwidth and matmul rates")
-            reply = self.request(trusted, {"op": "ceilings"}, 600)
-        if not reply.get("ok"):
-            raise GuardError(f"measuring the device ceilings failed: {reply.get('message')}")
-        self.ceilings = dict(reply["ceilings"], measured_at=time.time(), device_key=self.device.key)
+            reply = self.request(trusted, m.Ceilings(), m.CeilingsReply, 600)
+        if not reply.ok:
+            raise GuardError(f"measuring the device ceilings failed: {reply.message}")
+        self.ceilings = dict(reply.ceilings, measured_at=time.time(), device_key=self.device.key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(self.ceilings, indent=2))
@@ -174,24 +175,22 @@ class ReferenceSide:
                 fell_back = any(b.get("compile_fell_back") for b in out.values())
                 reply = self.request(
                     trusted,
-                    {
-                        "op": "baseline",
-                        "key": key,
-                        "workload": w.model_dump(mode="json"),
-                        "axes": d.resolve_axes(w.axes),
-                        "sets": self.set_seeds(d, w, "baseline", 0),
-                        "config": self.timing_config(),
-                        "compile": self.cfg.compile_baseline and not fell_back,
-                        "compile_mode": self.cfg.compile_mode,
-                        "count_flops": d.kernelarc.flops is None,
-                    },
+                    m.Baseline(
+                        key=key,
+                        workload=w.model_dump(mode="json"),
+                        axes=d.resolve_axes(w.axes),
+                        sets=self.set_seeds(d, w, "baseline", 0),
+                        config=self.timing_config(),
+                        compile=self.cfg.compile_baseline and not fell_back,
+                        compile_mode=self.cfg.compile_mode,
+                        count_flops=d.kernelarc.flops is None,
+                    ),
+                    m.BaselineReply,
                     max(600, self.cfg.call_timeout_s),
                 )
-                if not reply.get("ok"):
-                    raise GuardError(
-                        f"problem {d.name}: the reference fails on workload {w.uuid}: {reply.get('message')}"
-                    )
-                result = {k: reply.get(k) for k in BASELINE_FIELDS}
+                if not reply.ok:
+                    raise GuardError(f"problem {d.name}: the reference fails on workload {w.uuid}: {reply.message}")
+                result = {k: getattr(reply, k) for k in BASELINE_FIELDS}
                 if fell_back and self.cfg.compile_baseline:
                     result |= {
                         "compile_checked": True,

@@ -34,6 +34,7 @@ from ..runner import nvml
 from ..runner.refill_kinds import stream_refill_possible
 from ..runner.freeze import frozen
 from ..runner.process import WorkerProcess
+from .asking import ask
 from .reasons import GuardError, Rejection, first_line
 from .reference_side import ReferenceSide
 
@@ -41,15 +42,7 @@ from .reference_side import ReferenceSide
 def _call(
     worker: WorkerProcess, request: m.CandidateRequest | m.TrustedRequest, reply_model: type[m.R], timeout: float
 ) -> m.R:
-    raw = worker.request(request.model_dump(mode="json"), timeout)
-    try:
-        return m.parse_reply(raw, reply_model)
-    except m.MessageError as exc:
-        if worker.role == "trusted":
-            raise GuardError(f"the trusted worker answered {request.op!r} out of protocol: {exc}") from None
-        raise Rejection(
-            "benchmark", "REWARD_HACK", f"the candidate's worker answered {request.op!r} out of protocol: {exc}", None
-        ) from None
+    return ask(worker, request, reply_model, timeout, "benchmark")
 
 
 def _check_counts(plan: m.Plan, n: int, run_s: float, timing: m.TimingConfig, max_timing_s: float, w: Workload) -> None:
@@ -183,7 +176,7 @@ def time_workload(
     # as the correctness gate compares: the workload's own spec (a matched ratio too) or the guard's
     tolerances = [m.Tolerance.model_validate(t.message()) for t in tolerance_mod.for_workload(d, w).values()]
 
-    timing = m.TimingConfig(**ref.timing_config())
+    timing = ref.timing_config()
     projection_seed = ref.seed("confirm-projection", run_seed)
     armed = _call(
         worker,
