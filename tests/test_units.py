@@ -320,16 +320,16 @@ def test_the_guard_asks_no_compile_time_after_a_fall_back_and_remeasures_uncheck
         )
         asked = []
 
-        def fake_request(trusted, msg, timeout):
-            asked.append((msg["workload"]["uuid"], msg["compile"]))
+        def fake_request(trusted, msg, reply_model, timeout):
+            asked.append((msg.workload["uuid"], msg.compile))
             fell = len(asked) == 2
-            return {
-                "ok": True,
-                "eager": {"median_ms": 2.0},
-                "compile_checked": msg["compile"],
-                "compiled": None if fell or not msg["compile"] else {"median_ms": 1.0},
-                "compile_fell_back": fell or None,
-            }
+            return reply_model(
+                ok=True,
+                eager={"median_ms": 2.0},
+                compile_checked=msg.compile,
+                compiled=None if fell or not msg.compile else {"median_ms": 1.0},
+                compile_fell_back=fell or None,
+            )
 
         monkeypatch.setattr(g.reference, "request", fake_request)
         out = g.reference.ensure_baselines(None, problem, "key", visible, lambda *a: None)
