@@ -24,7 +24,12 @@ def sol_guard(session_tmp):
     g.close()
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["solution"].removesuffix(".json") for c in CASES])
+@pytest.mark.parametrize(
+    "case",
+    # Triton's interpreter runs the honest Triton solution's every program in Python: ~25 s
+    [pytest.param(c, marks=[pytest.mark.slow] if "triton" in c["solution"] else []) for c in CASES],
+    ids=[c["solution"].removesuffix(".json") for c in CASES],
+)
 def test_sol_format_solution_gets_its_expected_verdict(sol_guard, case):
     solution = from_solution_json((SUITE / case["solution"]).read_text())
     assert solution.spec.destination_passing_style
