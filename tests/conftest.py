@@ -1,6 +1,7 @@
 """Shared fixtures; the helpers they use are in ``helpers.py``. Everything runs on the CPU:
-PyTorch CPU, Triton's interpreter, the CPU-sized workloads of each problem. Caches and locks go
-to a per-session temp folder."""
+PyTorch CPU, Triton's interpreter, the CPU-sized workloads of each problem. Caches go to a
+per-process temp folder, the timing slot's locks to one folder per run. The suite runs in
+xdist workers (pyproject's addopts), long tests first; ``-n 0`` runs it in one process."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 _SESSION_TMP = Path(tempfile.mkdtemp(prefix="kernelarc-tests-"))
 os.environ["KERNELARC_CACHE_DIR"] = str(_SESSION_TMP / "cache")
-os.environ["KERNELARC_LOCK_DIR"] = str(_SESSION_TMP / "locks")
+os.environ["KERNELARC_LOCK_DIR"] = str(_SESSION_TMP / "locks")  # shared by the xdist workers: _shared_timing_slot
 os.environ.pop("KERNELARC_WORKSPACE", None)
 if not Path("/dev/nvidiactl").exists():
     # Triton kernels run in this process too (kernelarc verify); its interpreter must be
@@ -20,6 +21,46 @@ if not Path("/dev/nvidiactl").exists():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from helpers import SOL_EXAMPLES, make_guard  # noqa: E402  (after the environment above)
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto`` (pyproject's addopts): two workers on the project's 2-core machines, up to
+    four on larger ones; none for the GPU tests (``-m gpu``), which time kernels on one device."""
+    markexpr = config.getoption("markexpr") or ""
+    if "gpu" in markexpr.replace("not gpu", ""):
+        return 0
+    return max(2, min(4, os.cpu_count() or 2))
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The modules with a test marked ``slow`` first, and those tests first within their
+    module: with several workers, the long tests start at once instead of running alone at
+    the end. A module's tests stay together and in order, so that a run in one process still
+    makes each module's fixtures once."""
+    modules: dict[str, int] = {}
+    heavy: set[str] = set()
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        modules.setdefault(path, len(modules))
+        if item.get_closest_marker("slow"):
+            heavy.add(path)
+
+    def key(item) -> tuple[bool, int, bool]:
+        path = item.nodeid.split("::")[0]
+        return (path not in heavy, modules[path], item.get_closest_marker("slow") is None)
+
+    items.sort(key=key)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_timing_slot(request, tmp_path_factory):
+    """Under xdist, one lock folder for every worker of the run (in the run's own temp folder,
+    which pytest cleans up), so that their guards take turns on the timing slot of the shared
+    cores, as guards in several processes of one machine do."""
+    if hasattr(request.config, "workerinput"):
+        locks = tmp_path_factory.getbasetemp().parent / "locks"
+        locks.mkdir(exist_ok=True)
+        os.environ["KERNELARC_LOCK_DIR"] = str(locks)
 
 
 @pytest.fixture(scope="session")

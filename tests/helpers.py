@@ -47,9 +47,11 @@ __all__ = [
     "fast_workspace",
     "free_port",
     "honest_source",
+    "hung_call_s",
     "kernelarc",
     "make_guard",
     "make_service",
+    "speed_of_light_out_of_reach",
     "submit_cheat",
     "token",
     "unique",
@@ -78,6 +80,27 @@ def make_guard(path: Path, **overrides):
     from guard.workspace import Workspace
 
     return Guard(Workspace.open(path), fast_config(**overrides), device="cpu")
+
+
+def speed_of_light_out_of_reach(guard) -> None:
+    """Give ``guard`` ceilings no kernel comes near, for tests of what the advice counts
+    (redrafts, attempt budgets). The CPU's measured ceilings (a 64 MB copy) put an honest
+    kernel on a small, cache-resident workload at 0.5 to 0.9 of its speed of light, so with
+    them "stop: 90% of speed of light reached" would depend on how loaded the machine was
+    when the ceilings, the baseline and the kernel were measured."""
+    guard.reference.ceilings = {
+        "copy_bytes_per_s": 1e18,
+        "matmul_flops_per_s": {"bfloat16": 1e21, "float16": 1e21, "float32": 1e21},
+        "device": "cpu",
+        "note": "tests: out of any kernel's reach",
+    }
+
+
+def hung_call_s(verdict) -> float:
+    """How long the candidate's longest request took, from the verdict's phases: for a hung
+    candidate, the time until the guard cut it off. Worker start-up and baselines, whose
+    duration depends on the machine's load, are other phases."""
+    return max(s for k, s in verdict.phases_s.items() if k.startswith("candidate."))
 
 
 def make_service(path: Path, **overrides):

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
 from guard.candidates.load import from_source
 from guard.problems.derive import workload_set
 
-from helpers import CHEATS, RMS, cheat_files, cheat_source, expectation, honest_source, submit_cheat, unique
+from helpers import (
+    CHEATS,
+    RMS,
+    cheat_files,
+    cheat_source,
+    expectation,
+    honest_source,
+    hung_call_s,
+    submit_cheat,
+    unique,
+)
 
 CHEAT_FILES = cheat_files("cpu")
 # cheats that take their worker down (every candidate gets a fresh worker anyway)
@@ -24,7 +33,6 @@ def evaluate(guard, source: str, problem: str, agent: str):
 @pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)
 def test_cheat_with_screen(guard, path):
     exp = expectation(path)
-    t0 = time.monotonic()
     v = submit_cheat(guard, path, f"cheat-{path.stem}")
     assert v.status == exp["screen"], f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
     if exp["screen"] == "PASSED":
@@ -36,7 +44,7 @@ def test_cheat_with_screen(guard, path):
         # the banned construct and its line
         assert re.search(r"kernel\.py:\d+: ", v.reason), v.reason
     if exp["screen"] == "TIMEOUT":
-        assert time.monotonic() - t0 < guard.cfg.call_timeout_s + 15
+        assert hung_call_s(v) < guard.cfg.call_timeout_s + 15, v.phases_s
 
 
 @pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)

@@ -88,6 +88,7 @@ def _guards(path, n=2, **overrides):
     return [Guard(ws, cfg, device=d) for d in device_mod.resolve_all("cpu", n)]
 
 
+@pytest.mark.slow
 def test_jobs_spread_over_the_devices_and_none_runs_twice(tmp_path):
     from guard.candidates.load import from_source as load
 
@@ -117,6 +118,7 @@ def test_jobs_spread_over_the_devices_and_none_runs_twice(tmp_path):
             g.close()
 
 
+@pytest.mark.slow
 def test_an_incumbent_from_another_device_is_remeasured_on_the_judging_one(tmp_path):
     # 2 shared cores are noisy; a band this wide makes every cross-device comparison unclear, so
     # the re-measurement under test happens however far apart a loaded machine puts the windows

@@ -207,6 +207,7 @@ def test_a_port_in_use_is_refused_even_by_a_reuseport_listener(tmp_path):
     assert db.query("SELECT state FROM jobs WHERE id = 'j-running'")[0]["state"] == "running"
 
 
+@pytest.mark.slow
 def test_a_worker_that_crashes_after_serving_is_replaced(ws_token):
     """A worker killed while serving (twice, quickly) is started again after a pause; the
     server keeps answering on its port."""

@@ -222,6 +222,8 @@ def test_modelnew_of_each_level_passes(kb, key, source):
     _passed(_judge(kb, key, source))
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # a compile of torch's whole C++ API: ~40 s on 2 idle cores
 def test_load_inline_cpu_modelnew_passes(kb):
     """CPU C++ through load_inline, built at import in the worker's own folder (the
     sandbox's TORCH_EXTENSIONS_DIR), judged like any candidate."""

@@ -7,6 +7,8 @@ import contextlib
 import math
 from pathlib import Path
 
+import pytest
+
 from guard.candidates.load import from_source
 from guard.config import GuardConfig
 from guard.decision import Comparison
@@ -76,6 +78,7 @@ def _watch_pairing(monkeypatch) -> list[tuple[int, list[int], list[str]]]:
     return seen
 
 
+@pytest.mark.slow
 def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(session_tmp, monkeypatch, band=2.5):
     # 5 standard errors rather than 3: on 2 shared cores even two kernels timed turn about can
     # differ by 10%; the stored figures (40% off, no error) still say ACCEPT on their own

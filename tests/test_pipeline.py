@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from guard.candidates.load import from_source
 from seeds import SEEDS_DIR
 
-from helpers import CHEATS, RMS, honest_source, make_guard, unique
+from helpers import CHEATS, RMS, honest_source, hung_call_s, make_guard, speed_of_light_out_of_reach, unique
 
 
 def submit(guard, source, agent, language=None, **kw):
@@ -27,8 +29,10 @@ def slow_source() -> str:
     )
 
 
+@pytest.mark.slow
 def test_honest_pytorch_then_slower_then_duplicate(session_tmp):
     guard = make_guard(session_tmp / "ws-decisions", min_iters=10, max_iters=30)
+    speed_of_light_out_of_reach(guard)  # the first advice is "continue" however loaded the machine
     try:
         _decisions(guard)
     finally:
@@ -66,13 +70,24 @@ def _decisions(guard):
     assert dup.phases_s == {}
 
 
-def test_triton_seed_passes_on_cpu_interpreter(guard):
+@pytest.fixture(scope="module")
+def roomy_guard(session_tmp):
+    """Every gate on, with the fast settings' call and build budgets (the session's ``guard``
+    cuts calls at 10 s, for the hung candidates): for Triton's interpreter and C++ builds,
+    which a loaded machine makes slow."""
+    g = make_guard(session_tmp / "ws-roomy")
+    yield g
+    g.close()
+
+
+def test_triton_seed_passes_on_cpu_interpreter(roomy_guard):
     seed = (SEEDS_DIR / RMS / "seed_triton.py").read_text()
-    v = submit(guard, unique(seed), "triton-agent", language="triton")
+    v = submit(roomy_guard, unique(seed), "triton-agent", language="triton")
     assert v.status == "PASSED", f"{v.reason}\n{v.diagnostic}"
     assert v.decision == "ACCEPT"
 
 
+@pytest.mark.slow
 def test_global_best_and_archive(session_tmp):
     g = make_guard(session_tmp / "ws-global", min_iters=10, max_iters=40)
     try:
@@ -92,8 +107,10 @@ def test_global_best_and_archive(session_tmp):
         g.close()
 
 
+@pytest.mark.slow
 def test_redraft_and_stop_advice(session_tmp):
     g = make_guard(session_tmp / "ws-advice", redraft_after=2, max_attempts=4)
+    speed_of_light_out_of_reach(g)  # only the counts may decide the advice here
     try:
         first = submit(g, honest_source(), "r")
         assert first.advice.action == "continue"
@@ -114,10 +131,10 @@ def test_faults_give_verdicts_within_the_timeout(guard):
         "out_of_memory.py": "RUNTIME_ERROR",
     }
     for name, status in cases.items():
-        t0 = time.monotonic()
         v = submit(guard, unique((CHEATS / name).read_text()), f"fault-{name}")
         assert v.status == status, v.reason
-        assert time.monotonic() - t0 < guard.cfg.call_timeout_s + 15
+        # the guard cut the call off at its timeout (a guard that never did would hang the test)
+        assert hung_call_s(v) < guard.cfg.call_timeout_s + 15, v.phases_s
         ok = submit(guard, honest_source(), f"after-{name}")
         assert ok.status == "PASSED"
 
@@ -137,7 +154,7 @@ def test_compile_error_is_trimmed(guard):
     assert "guard/" not in v.diagnostic  # the guard's own frames are trimmed away
 
 
-def test_triton_compile_error(guard):
+def test_triton_compile_error(roomy_guard):
     src = unique(
         "import torch\nimport triton\nimport triton.language as tl\n\n"
         "@triton.jit\ndef k(x_ptr, BLOCK: tl.constexpr):\n"
@@ -146,14 +163,18 @@ def test_triton_compile_error(guard):
         "def run(hidden_states, weight):\n"
         "    y = hidden_states.clone()\n    k[(1,)](y, BLOCK=16)\n    return y\n"
     )
-    v = submit(guard, src, "triton-bad", language="triton")
+    v = submit(roomy_guard, src, "triton-bad", language="triton")
     assert v.decision == "REJECT"
     assert v.status in ("COMPILE_ERROR", "RUNTIME_ERROR")
     assert "undefined_name" in (v.diagnostic or v.reason)
 
 
+# The candidates below include <torch/types.h> (torch::Tensor and ATen's ops), as a kernel may,
+# rather than <torch/extension.h>: the same builder, binding and compiler noise, at a third of
+# the compile time of torch's whole C++ API on 2 cores (17 s against 51 s for g++ -O3, 16 s
+# against 28 s for nvcc). The generated binding includes <torch/extension.h> itself.
 CPP_RMSNORM = r"""
-#include <torch/extension.h>
+#include <torch/types.h>
 
 // plain C++ on torch's CPU ops: exercises the C++ builder and the generated binding
 torch::Tensor run(torch::Tensor hidden_states, torch::Tensor weight) {
@@ -164,25 +185,27 @@ torch::Tensor run(torch::Tensor hidden_states, torch::Tensor weight) {
 """
 
 
-def test_cpp_candidate_builds_and_passes(guard):
-    v = guard.evaluate(from_source(unique(CPP_RMSNORM, "//"), "cuda_cpp", "kernel.cpp"), RMS, agent="cpp")
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # two compiles of torch's headers: ~60 s on 2 idle cores, 270 s seen loaded
+def test_cpp_candidate_builds_and_passes(roomy_guard):
+    g = roomy_guard
+    v = g.evaluate(from_source(unique(CPP_RMSNORM, "//"), "cuda_cpp", "kernel.cpp"), RMS, agent="cpp")
     assert v.status == "PASSED", f"{v.reason}\n{v.diagnostic}"
 
 
-def test_cuda_compile_errors_come_back_trimmed(guard):
+@pytest.mark.slow
+def test_cuda_compile_errors_come_back_trimmed(roomy_guard):
     import shutil
-
-    import pytest
 
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not installed")
     bad = (
-        "#include <torch/extension.h>\n"
+        "#include <torch/types.h>\n"
         "__global__ void k(float* x) { x[threadIdx.x] = undefined_var; }\n"
         "torch::Tensor run(torch::Tensor hidden_states, torch::Tensor weight) {\n"
         "  k<<<1, 32>>>(hidden_states.data_ptr<float>());\n  return hidden_states;\n}\n"
     )
-    v = guard.evaluate(from_source(unique(bad, "//"), "cuda_cpp", "kernel.cu"), RMS, agent="nvcc")
+    v = roomy_guard.evaluate(from_source(unique(bad, "//"), "cuda_cpp", "kernel.cu"), RMS, agent="nvcc")
     assert v.status == "COMPILE_ERROR" and v.gate == "build"
     assert 'kernel.cu(2): error: identifier "undefined_var" is undefined' in v.reason
     assert len(v.diagnostic.splitlines()) < 10
@@ -283,7 +306,7 @@ def test_a_candidate_waiting_for_a_busy_guard_says_so(guard):
     try:
         worker = threading.Thread(target=judge, daemon=True)
         worker.start()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # a deadline a loaded machine meets: only the order is checked
         while time.monotonic() < deadline and not any(p == "waiting" for p, _ in events):
             time.sleep(0.05)
         assert [m for p, m in events if p == "waiting"] == [

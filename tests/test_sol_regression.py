@@ -81,7 +81,12 @@ def test_each_solution_is_what_its_manifest_says(case):
         assert [a.arg for a in run.args.args] == [*d["inputs"], *d["outputs"]]
 
 
-@pytest.mark.parametrize("case", ON_CPU, ids=_ids(ON_CPU))
+@pytest.mark.parametrize(
+    "case",
+    # Triton's interpreter runs the honest Triton solution's every program in Python: ~25 s
+    [pytest.param(c, marks=[pytest.mark.slow] if c["language"] == "triton" else []) for c in ON_CPU],
+    ids=_ids(ON_CPU),
+)
 def test_sol_format_solution_gets_its_expected_verdict(sol_guard, case):
     solution = from_solution_json((SUITE / case["solution"]).read_text())
     v = sol_guard.evaluate(solution, _definition(case)["name"], agent=case["solution"])

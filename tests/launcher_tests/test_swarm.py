@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from helpers import REPO, RMS, fast_workspace, kernelarc
 
 
@@ -33,6 +35,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_scripted_swarm_end_to_end(tmp_path):
     ws = fast_workspace(tmp_path / "ws")
     out = kernelarc(
@@ -201,13 +204,15 @@ def test_submissions_still_queued_are_judged_within_a_grace_period(tmp_path, mon
         with s.db.transaction() as c:
             c.execute("UPDATE jobs SET state = 'done' WHERE id = 'j1'")
 
-    monkeypatch.setattr(swarm_mod, "GRACE_MIN_S", 5.0)
+    # a grace far longer than the wait: a loaded machine's slower polls cannot reach it
+    monkeypatch.setattr(swarm_mod, "GRACE_MIN_S", 120.0)
+    monkeypatch.setattr(swarm_mod, "GRACE_MAX_S", 120.0)
     t = threading.Thread(target=judge_later)
     t0 = time.monotonic()
     t.start()
     s._judge_pending()
     t.join()
-    assert 0.4 < time.monotonic() - t0 < 4.0  # waited for the job, not for the whole grace
+    assert 0.4 < time.monotonic() - t0 < 60.0  # waited for the job, not for the whole grace
     assert any(n and "judging 1 submitted" in n for n in notes)
     # a job that is never judged: the grace period bounds the wait
     with s.db.transaction() as c:
@@ -216,4 +221,4 @@ def test_submissions_still_queued_are_judged_within_a_grace_period(tmp_path, mon
     monkeypatch.setattr(swarm_mod, "GRACE_MAX_S", 0.3)
     t0 = time.monotonic()
     s._judge_pending()
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 20.0  # the 0.3 s grace, not the defaults' 30 s or more

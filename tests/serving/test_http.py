@@ -37,7 +37,7 @@ async def test_ready_quickly(http_server):
     # The 2 s target is a benchmark's to check (benchmarks/mcp_load.py): a loaded machine took
     # 5.5 s here. What made start-up slow, torch imported by the server, is checked without a
     # clock by tests/test_layers.py; here only that the server comes up at all in good time.
-    assert http_server.ready_s < 30.0, http_server.ready_s
+    assert http_server.ready_s < 90.0, http_server.ready_s  # HttpServer gives up at 120 s
 
 
 async def test_identity_comes_from_the_token(http_server):

@@ -111,6 +111,7 @@ def test_destination_passing_solution(llama_bf16, problems, tmp_path):
     assert v.ok and v.total.use["llama_block_small_rmsnorm"].served == 2
 
 
+@pytest.mark.slow
 def test_seed_triton_kernels_on_the_model(llama_bf16, tmp_path):
     """Every family's seed kernel, through Triton's interpreter, on the bf16 block."""
     srcs = seed_sources(profile_model(llama_bf16, reps=1, warmup=1))
@@ -127,6 +128,7 @@ def test_seed_triton_kernels_on_the_model(llama_bf16, tmp_path):
     assert all(u.served > 0 for u in v.total.use.values())
 
 
+@pytest.mark.slow
 def test_seed_triton_kernels_on_the_float32_model(tmp_path):
     """The same in float32 (what `kernelarc verify --seeds triton` runs on a CPU): the seeds
     round to bfloat16 only where the model is in bfloat16, so they meet float32's accuracy."""
@@ -138,6 +140,7 @@ def test_seed_triton_kernels_on_the_float32_model(tmp_path):
     assert all(u.served > 0 for u in v.total.use.values())
 
 
+@pytest.mark.slow
 def test_cli_profile_top_submit_and_verify_run(tmp_path):
     """profile --top writes and imports problems; the guard judges a kernel on one; a
     swarm run's best kernel is what verify --run plugs in."""
