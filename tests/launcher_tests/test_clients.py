@@ -19,13 +19,20 @@ SOURCE = honest_source()
 SCRIPT = [
     ("get_problem", {"problem": RMS}),
     ("submit_candidate", {"problem": RMS, "source": SOURCE, "notes": "fp32 torch"}),
+    # on a loaded machine the verdict may not be in by the time submit answers: wait for it
+    lambda results: (
+        "get_result",
+        {"job_id": next(r["job_id"] for r in results if isinstance(r, dict) and "job_id" in r), "wait_s": 600},
+    ),
     lambda results: (
         "record",
         {
             "problem": RMS,
             "kind": "insight",
             "text": "float32 torch passes every round",
-            "evidence": next(r for r in results if isinstance(r, dict) and "job_id" in r)["candidate_id"],
+            "evidence": next(
+                r["candidate_id"] for r in reversed(results) if isinstance(r, dict) and r.get("candidate_id")
+            ),
         },
     ),
     ("peek_best", {"problem": RMS}),
