@@ -220,6 +220,36 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def render_files(rows: list[dict]) -> str:
+    """One line per judged file (docs/kernelbench.md): verdict and correctness seconds, the
+    reference's own peak, each worker's peak with the gate it was in, the ratio, the SOL score."""
+    gib = float(1 << 30)
+    lines = [
+        "| file | verdict s | correctness s | own peak GiB | trusted peak GiB (gate) | "
+        "candidate peak GiB (gate) | ratio | SOL score |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        gates = r.get("peak_memory_by_gate") or {}
+
+        def top(role: str, gates: dict = gates) -> str:
+            held = {g: peaks[role] for g, peaks in gates.items() if role in peaks}
+            if not held:
+                return "-"
+            gate = max(held, key=lambda g: held[g])
+            return f"{held[gate] / gib:.1f} ({gate})"
+
+        own = r.get("own_peak_bytes")
+        score = r.get("score")
+        correctness = (r.get("phases_s") or {}).get("correctness", "-")
+        lines.append(
+            f"| {Path(r['file']).stem} | {r.get('wall_s', '-')} | {correctness} | "
+            f"{f'{own / gib:.2f}' if own else '-'} | {top('trusted')} | {top('candidate')} | "
+            f"{r.get('peak_ratio', '-')} | {f'{score:.3f}' if isinstance(score, (int, float)) else '-'} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -231,9 +261,11 @@ def main() -> int:
     ap.add_argument("--resume", type=Path, help="a JSONL of an earlier call: its files are skipped")
     ap.add_argument("--time-limit", type=float, default=float("inf"), help="seconds after which no new file is started")
     ap.add_argument("--render", type=Path, help="print the summary of a results file and stop")
+    ap.add_argument("--files", action="store_true", help="with --render: one line per file instead")
     args = ap.parse_args()
     if args.render:
-        print(render(load_rows(args.render)))
+        rows = load_rows(args.render)
+        print(render_files(rows) if args.files else render(rows))
         return 0
     if args.out is None:
         ap.error("OUT is required unless --render is given")

@@ -226,3 +226,23 @@ def test_kernelbench_suite_chooses_files_renames_the_model_and_resumes(tmp_path)
     assert "| 1 | 2 | 1 | 1 | 0 | 0.6 / 0.7 | 15.0 / 20.0 | 3.5 | 0.250 |" in table
     assert "| 2 | 1 | 0 | 0 | 1 |" in table
     assert "peak over 3x: `level1/2_B.py` 3.5x" in table
+
+
+def test_kernelbench_suite_renders_a_line_per_file_with_the_gate_of_each_peak():
+    from benchmarks import kernelbench_suite as suite
+
+    gib = 1 << 30
+    row = {
+        "file": "level1/5_Scale.py",
+        "wall_s": 103.2,
+        "phases_s": {"correctness": 92.4},
+        "own_peak_bytes": 8 * gib,
+        "peak_memory_by_gate": {
+            "correctness": {"trusted": 27 * gib, "trusted.compare": 27 * gib, "candidate": 25 * gib},
+            "benchmark": {"trusted": 30 * gib, "candidate": 36 * gib, "candidate.arm": 36 * gib},
+        },
+        "peak_ratio": 4.5,
+        "score": None,
+    }
+    line = suite.render_files([row]).splitlines()[-1]
+    assert line == "| 5_Scale | 103.2 | 92.4 | 8.00 | 30.0 (benchmark) | 36.0 (benchmark) | 4.5 | - |"
