@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from guard.candidates.load import from_source  # noqa: E402
 from guard.cascade import Guard  # noqa: E402
+from guard.config import GuardConfig  # noqa: E402
 from guard.workspace import Workspace  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
 
@@ -156,6 +157,17 @@ def spread_study(guard, problem, source, n, agent="incumbent", base=1000, deadli
     }
 
 
+def with_overrides(cfg: GuardConfig, overrides: list[str]) -> GuardConfig:
+    """``cfg`` with ``FIELD=VALUE`` settings, each value parsed and checked as the field's type."""
+    fields = dict(cfg.model_dump())
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or key not in GuardConfig.model_fields:
+            raise SystemExit(f"--set {item!r}: expected FIELD=VALUE with a field of the guard's config")
+        fields[key] = json.loads(value) if value[:1] in "[{" else value
+    return GuardConfig.model_validate(fields)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
@@ -176,6 +188,15 @@ def main() -> int:
         default=None,
         help="only the latency studies of problems whose name contains one of these",
     )
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a guard config field for this run (repeatable), e.g. outside_windows_first=2 to time as "
+        "before the outside clock's windows became adaptive",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ws = Workspace.open(Path(tempfile.mkdtemp(prefix="guard-bench-")) / "ws")
@@ -188,7 +209,9 @@ def main() -> int:
         "host": platform.node(),
         "python": platform.python_version(),
     }
-    with Guard(ws, ws.config(), device=args.device) as guard:
+    cfg = with_overrides(ws.config(), args.overrides)
+    result["overrides"] = args.overrides
+    with Guard(ws, cfg, device=args.device) as guard:
         guard.warm_up()
         result["device"] = guard.device_info()
         result["config"] = guard.cfg.model_dump()
@@ -215,6 +238,8 @@ def main() -> int:
 
 def render(r: dict) -> str:
     lines = [f"guard benchmark {r['date']} on {r['device'].get('name')}"]
+    if r.get("overrides"):
+        lines.append("config overrides: " + " ".join(r["overrides"]))
     for s in r.get("latency", []):
         lines.append(f"\n{s['problem']} ({s['workloads']})")
         rows = [("cold", [s["cold"]])]

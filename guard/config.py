@@ -98,8 +98,15 @@ class GuardConfig(BaseModel):
     outside_windows: int = Field(
         2,
         ge=1,
-        description="windows of the outside clock per workload on a GPU, each on new data; the "
+        description="most windows of the outside clock per workload on a GPU, each on new data; the "
         "shortest of the candidate's and of the trusted loop's are compared (pauses only lengthen a window)",
+    )
+    outside_windows_first: int = Field(
+        1,
+        ge=1,
+        description="windows always run (GPU and CPU); the next, up to outside_windows(_cpu), only while "
+        "the outside clock contradicts the candidate's figure: a pause that lengthened a window gets "
+        "another try, an honest figure confirmed at once costs no more windows",
     )
     outside_windows_cpu: int = Field(
         1, ge=1, description="the same on the CPU, whose band (above) already allows for a busy machine"

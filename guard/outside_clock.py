@@ -39,6 +39,7 @@ class OutsideClock(BaseModel):
     short_loop: bool = False
     loop: str = "captured"  # "captured": draws and digests are graphs, padded; "eager": host-bound
     pad_ms: float = 0.0
+    windows: int = 1  # windows run on each side; more than the first only while contradicted
 
 
 def judge(
@@ -79,6 +80,16 @@ def judge(
         loop=loop,
         pad_ms=pad_ms,
     )
+
+
+def another_window(clock: OutsideClock | None, done: int, first: int, most: int) -> bool:
+    """Whether the outside clock runs one more window after ``done``: always up to ``first``,
+    then, up to ``most``, only while the figure is contradicted. A pause only lengthens a window,
+    so another can only shorten the shortest and clear an honest figure that a pause made look
+    slow; a forged figure is contradicted in every window, so it gains nothing from more."""
+    if done >= most:
+        return False
+    return done < first or clock is None or not clock.agrees
 
 
 def inside_figure_ms(stats: dict[str, Any]) -> float:

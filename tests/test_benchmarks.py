@@ -246,3 +246,17 @@ def test_kernelbench_suite_renders_a_line_per_file_with_the_gate_of_each_peak():
     }
     line = suite.render_files([row]).splitlines()[-1]
     assert line == "| 5_Scale | 103.2 | 92.4 | 8.00 | 30.0 (benchmark) | 36.0 (benchmark) | 4.5 | - |"
+
+
+def test_guard_bench_sets_config_fields_as_their_types():
+    import pytest
+
+    from benchmarks.guard_bench import with_overrides
+    from guard.config import GuardConfig
+
+    cfg = with_overrides(GuardConfig(), ["outside_windows_first=2", "target_time_s=0.1"])
+    assert (cfg.outside_windows_first, cfg.target_time_s) == (2, 0.1)
+    with pytest.raises(SystemExit, match="nope"):
+        with_overrides(GuardConfig(), ["nope=1"])
+    with pytest.raises(ValueError):  # checked as the field is: windows are at least one
+        with_overrides(GuardConfig(), ["outside_windows_first=0"])

@@ -238,6 +238,20 @@ def test_outside_clock_judges_a_slower_figure_and_a_short_loop():
     assert not outside_clock.judge(0.5, 100, 0.55, 100, 0.3, 0.1, 0.004, loop_slack=0.05, check_short=False).short_loop
 
 
+def test_the_outside_clock_runs_more_windows_only_while_contradicted():
+    honest = outside_clock.judge(0.6, 100, 0.5, 100, inside_ms=0.98, rel_band=0.1, abs_band_ms=0.004, loop_slack=0.0)
+    forged = outside_clock.judge(0.6, 100, 0.5, 100, inside_ms=0.3, rel_band=0.1, abs_band_ms=0.004, loop_slack=0.0)
+    more = outside_clock.another_window
+    # the first windows always run
+    assert more(None, 0, first=1, most=2) and more(honest, 1, first=2, most=3)
+    # an honest figure confirmed by them ends the clock's work; a contradicted one gets another window ...
+    assert not more(honest, 1, first=1, most=2)
+    assert more(forged, 1, first=1, most=2)
+    # ... up to the most allowed, whatever the judgement then
+    assert not more(forged, 2, first=1, most=2)
+    assert not more(None, 1, first=3, most=1)
+
+
 def test_the_outside_clock_checks_the_median_that_decides():
     # a median forged while the mean and the event windows were kept is judged by the median
     stats = {

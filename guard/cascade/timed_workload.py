@@ -22,7 +22,7 @@ import gc
 import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -215,22 +215,25 @@ def time_workload(
     except ValueError as exc:
         raise Rejection("benchmark", "REWARD_HACK", f"warming up {w.uuid}: {exc}", None, w.uuid) from None
     copies = armed.plan.method != "cuda-graph" and not dps
-    run_walls, loop_walls, confirms = _outside_windows(cx, run_seed, n, passes, copies, projection_seed)
-    # pauses (a collection, the scheduler) only lengthen a window: the shortest of each is the loop
     rel, abs_ms, slack = _bands(ref, loop_kind)
-    clock = outside_clock.judge(
-        min(run_walls),
-        n,
-        min(loop_walls),
-        n,
-        outside_clock.inside_figure_ms(stats),
-        rel,
-        abs_ms,
-        slack,
-        loop_kind,
-        pad,
-        check_short=ref.device.kind == "cuda",
-    )
+
+    def judge(run_walls: list[float], loop_walls: list[float]) -> outside_clock.OutsideClock:
+        # pauses (a collection, the scheduler) only lengthen a window: the shortest of each is the loop
+        return outside_clock.judge(
+            min(run_walls),
+            n,
+            min(loop_walls),
+            n,
+            outside_clock.inside_figure_ms(stats),
+            rel,
+            abs_ms,
+            slack,
+            loop_kind,
+            pad,
+            check_short=ref.device.kind == "cuda",
+        ).model_copy(update={"windows": len(run_walls)})
+
+    run_walls, loop_walls, confirms, clock = _outside_windows(cx, run_seed, n, passes, copies, projection_seed, judge)
     stats["outside_clock"] = clock.model_dump()
 
     # The digests of a secret sample of the calls of every loop against the reference; every
@@ -245,17 +248,29 @@ def time_workload(
 
 
 def _outside_windows(
-    cx: _Workload, run_seed: int, n: int, passes: int, copies: bool, projection_seed: int
-) -> tuple[list[float], list[float], list[tuple[int, list[Any]]]]:
+    cx: _Workload,
+    run_seed: int,
+    n: int,
+    passes: int,
+    copies: bool,
+    projection_seed: int,
+    judge: Callable[[list[float], list[float]], outside_clock.OutsideClock],
+) -> tuple[list[float], list[float], list[tuple[int, list[Any]]], outside_clock.OutsideClock]:
     """The outside clock: the candidate's loop of calls, then the same loop without the call in
     the trusted worker while the candidate's processes are stopped; each window on new data.
-    (walls of the candidate's loops, walls of the trusted loops, (seed, digests) per window)."""
+    ``outside_windows_first`` windows always, then one more at a time, up to the most allowed,
+    while ``judge`` finds the figure contradicted (a pause only lengthens a window, so another
+    can only lower the shortest; a forged figure stays contradicted in every window).
+    (walls of the candidate's loops, walls of the trusted loops, (seed, digests) per window,
+    the judgement on all the windows run)."""
     ref, w = cx.ref, cx.w
     run_walls: list[float] = []
     loop_walls: list[float] = []
     confirms: list[tuple[int, list[Any]]] = []
-    windows = ref.cfg.outside_windows if ref.device.kind == "cuda" else ref.cfg.outside_windows_cpu
-    for window in range(windows):
+    most = ref.cfg.outside_windows if ref.device.kind == "cuda" else ref.cfg.outside_windows_cpu
+    clock = None
+    while outside_clock.another_window(clock, len(run_walls), ref.cfg.outside_windows_first, most):
+        window = len(run_walls)
         seed = ref.seed(f"confirm-{window}", run_seed)
         with _no_gc():
             t0 = time.monotonic()
@@ -300,7 +315,9 @@ def _outside_windows(
         run_walls.append(run_wall)
         loop_walls.append(loop_wall - loop.setup_s)
         confirms.append((seed, confirmed.digests))
-    return run_walls, loop_walls, confirms
+        clock = judge(run_walls, loop_walls)
+    assert clock is not None  # most >= 1: config fields are ge=1
+    return run_walls, loop_walls, confirms, clock
 
 
 def _verify_calls(
