@@ -31,6 +31,13 @@ def test_the_need_of_a_workload_counts_inputs_outputs_and_sets():
     assert workload_need(BIG, w, n_sets=4, flush_bytes=0) == 4 * (16 << 20) + 2 * (16 << 20)
 
 
+def test_a_timed_loop_holds_fewer_input_sets_the_larger_a_set_is():
+    from guard.cascade.memory_plan import LARGE_SET_BYTES, SMALL_SET_BYTES, input_sets
+
+    assert [input_sets(b, "cuda") for b in (1 << 20, SMALL_SET_BYTES, LARGE_SET_BYTES, 8 << 30)] == [4, 2, 1, 1]
+    assert [input_sets(b, "cpu") for b in (1 << 20, SMALL_SET_BYTES, LARGE_SET_BYTES)] == [2, 2, 1]
+
+
 def test_a_problem_that_cannot_fit_is_refused_with_how_much_it_needs_and_has():
     w = Workload.model_validate({"uuid": "huge", "axes": {"n": 1 << 20}, "inputs": {"x": {"type": "random"}}})
     why = does_not_fit(BIG, [w], 8 << 30, "cpu", lambda _: 2, 8 << 20)

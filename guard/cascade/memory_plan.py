@@ -2,7 +2,7 @@
 workers used at their peak (reported in the verdict).
 
 The need of one workload is estimated from the definition alone: the candidate's worker
-holds its live input sets (2 to 4), one round's outputs and the flush buffer; the trusted
+holds its live input sets (1 to 4), one round's outputs and the flush buffer; the trusted
 worker holds one round's inputs, the reference's outputs and the candidate's outputs read
 back, and compares them a chunk at a time. A problem whose largest workload needs more than
 the device has is refused with the figures before any worker is asked to do anything, never
@@ -31,6 +31,21 @@ def tensor_bytes(d: Definition, w: Workload) -> tuple[int, int]:
         )
 
     return total(d.inputs.values()), total(d.outputs.values())
+
+
+# a timed loop's input set (inputs and outputs of one call) below the first size rotates over 4
+# sets, below the second over 2, above it uses 1
+SMALL_SET_BYTES = 64 << 20
+LARGE_SET_BYTES = 1 << 30
+
+
+def input_sets(set_bytes: int, kind: str) -> int:
+    """How many input sets a timed loop rotates over. Each set is held with its own outputs (a
+    captured graph per set); every timed call gets fresh values in its set anyway, and a set
+    this large cannot stay in any cache between its turns: more sets would only multiply the
+    memory a verdict holds. The CPU rotates over 2 at most."""
+    n = 4 if set_bytes < SMALL_SET_BYTES else 2 if set_bytes < LARGE_SET_BYTES else 1
+    return min(n, 2) if kind == "cpu" else n
 
 
 def workload_need(d: Definition, w: Workload, n_sets: int, flush_bytes: int) -> int:

@@ -29,9 +29,6 @@ from .asking import ask
 from .context import Progress, noop
 from .reasons import GuardError
 
-# a timed loop's input set (inputs and outputs) below this size rotates over 4 sets, above it 2
-SMALL_SET_BYTES = 64 << 20
-
 # what a trusted worker's baseline reply carries that the guard keeps
 BASELINE_FIELDS = (
     "eager",
@@ -69,14 +66,8 @@ class ReferenceSide:
         return int.from_bytes(hmac.new(self._secret, msg, hashlib.sha256).digest()[:6], "big")
 
     def set_seeds(self, d: Definition, w: Workload, purpose: str, salt: object) -> list[int]:
-        """The seeds of the input sets a timed loop rotates over: 4, or 2 where a set's inputs
-        and outputs together pass ``SMALL_SET_BYTES``. Each set is held with its own outputs
-        (a captured graph per set), and a set that large cannot stay in any cache between its
-        turns anyway: more sets would only multiply the memory a verdict holds."""
-        inputs, outputs = memory_plan.tensor_bytes(d, w)
-        n = 4 if inputs + outputs < SMALL_SET_BYTES else 2
-        if self.device.kind == "cpu":
-            n = 2
+        """The seeds of the input sets a timed loop rotates over (``memory_plan.input_sets``)."""
+        n = memory_plan.input_sets(sum(memory_plan.tensor_bytes(d, w)), self.device.kind)
         return [self.seed(purpose, salt, w.uuid, k) for k in range(n)]
 
     def timing_config(self) -> m.TimingConfig:
