@@ -19,6 +19,8 @@ from .inputs import InputMaker, torch_dtype
 from .tensorio import write_tensor
 from .timing import Plan, Timer
 
+# a correctness round whose outputs reach this size gives the allocator's cache back after it
+LARGE_ROUND_BYTES = 256 << 20
 POISON_BYTE = 0xFF  # 0xFFFF... is NaN in every float format
 
 
@@ -199,10 +201,15 @@ class CandidateRole:
                         )
                 del again
             metas = [write_tensor(t, outdir / f"{rnd.tag}_{k}.bin") for k, t in enumerate(outs)]
+            round_bytes = sum(t.numel() * t.element_size() for t in outs)
             rounds.append(m.CheckedRound(tag=rnd.tag, outputs=metas))
             del outs, args  # nothing of a round outlives it
             if not self.cuda:
                 trim_host_heap()  # and the resident set, the CPU's memory figure, shows it
+            elif round_bytes >= LARGE_ROUND_BYTES:
+                # rounds of other kinds allocate other temporaries: cached blocks of one round
+                # would stay held beside the next's (38 GiB for ReLU's 12 GiB call was seen)
+                torch.cuda.empty_cache()
         return m.CheckReply(ok=True, rounds=rounds)
 
     # -- timing ----------------------------------------------------------------------------

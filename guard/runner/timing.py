@@ -288,6 +288,9 @@ class Timer:
                     call(k)
             torch.cuda.current_stream(self.device).wait_stream(side)
             T.cuda_sync()
+            # Blocks cached for the warm-up's outputs (on two streams) cannot serve the graphs'
+            # private pool: give them back first, or a large call's outputs are held three times.
+            torch.cuda.empty_cache()
             graphs = []
             for k in range(n_sets):
                 g = torch.cuda.CUDAGraph()
