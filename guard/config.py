@@ -84,7 +84,7 @@ class GuardConfig(BaseModel):
         0.25,
         ge=0,
         description="the band's share of the loop's own cost per call (padding, draws, "
-        "digests, measured in another window), GPU, captured loop: honest excess reached 0.13 of it on "
+        "digests, the trusted loop's in the same window), GPU, captured loop: honest excess reached 0.13 of it on "
         "the H200 (2026-12-01, run 5)",
     )
     outside_abs_band_ms_host: float = Field(

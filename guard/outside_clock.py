@@ -10,7 +10,9 @@ outside the candidate's reach saw it:
     outside_ms = wall(candidate's loop) / n - wall(loop without the call) / n_loop
 
 A candidate's median that this contradicts, beyond ``rel`` of itself plus ``abs_ms`` plus
-``slack`` of the loop's own cost per call (measured in another window), is a forged figure:
+``slack`` of the loop's own cost per call (the trusted loop's, in the same windows: a
+slowed trusted loop would widen its own band, which is why the candidate's processes are
+stopped, and checked to have stayed still, while it runs: ``runner/freeze.py``), is a forged figure:
 REWARD_HACK. Within that band a forgery goes unseen, so the band bounds what tampering can
 gain; ``docs/guard.md`` gives the measured bands.
 """

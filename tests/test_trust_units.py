@@ -9,7 +9,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -305,10 +307,74 @@ def test_frozen_stops_a_whole_tree_and_resumes_it():
             return text[text.rfind(")") + 2]
 
         with frozen(proc.pid) as stopped:
-            assert set(tree) <= set(stopped)
+            assert set(tree) <= set(stopped.pids)
             assert all(state(p) == "T" for p in tree)
+        assert stopped.escaped() is None  # nothing ran meanwhile
         time.sleep(0.1)
         assert all(state(p) != "T" for p in tree)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_frozen_sees_a_process_that_ran_while_stopped():
+    # a spinner continued in the middle of the block stands for a process that escaped the stop
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        time.sleep(0.2)
+        with frozen(proc.pid) as fz:
+            os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(0.3)
+        assert fz.escaped() and "ms of CPU time" in fz.escaped()
+        assert fz.ran_s > 0.05
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_frozen_stops_a_chain_of_processes_that_fork_and_exit():
+    """Each generation forks the next and exits at once (the red team's escape): the stop reads
+    the tree again until nothing new appears, so the chain makes no progress inside the block,
+    or the guard is told that it could not be stopped."""
+    from guard.runner.freeze import FreezeError
+
+    counter = Path(tempfile.mkdtemp()) / "generations"
+    chain = (
+        "import os, sys\n"
+        f"path = {str(counter)!r}\n"
+        "n = 0\n"
+        "while True:\n"
+        "    n += 1\n"
+        "    if n % 64 == 0:\n"
+        "        open(path, 'w').write(str(n))\n"
+        "    if os.fork():\n"
+        "        os._exit(0)\n"
+    )
+    # the root reaps orphans, as the sandbox's init (PID 1 of its namespace) does: without it
+    # each generation would leave the tree for the machine's init
+    root = (
+        "import ctypes, subprocess, sys, time\n"
+        "ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER\n"
+        f"subprocess.Popen([sys.executable, '-c', {chain!r}])\n"
+        "time.sleep(60)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", root],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not counter.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert counter.exists()
+        try:
+            with frozen(proc.pid) as fz:
+                first = counter.read_text()
+                time.sleep(0.3)
+                assert counter.read_text() == first, "the chain went on while stopped"
+            assert fz.escaped() is None
+        except FreezeError as exc:
+            assert exc.growing
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -12,13 +12,12 @@ import sqlite3
 from typing import Any, Literal
 
 from ..pairing import PairedSamples
-from ..runner.freeze import frozen
 from ..runner.pool import WorkerPool
 from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from .context import EvalContext
 from .build_gate import build
 from .reasons import Rejection, Unpaired, first_line
-from .timed_workload import time_workload, wait_device_idle
+from .timed_workload import candidate_stopped, time_workload, wait_device_idle
 
 
 def _dps(solution: dict[str, Any]) -> bool:
@@ -72,7 +71,8 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row, rounds
                         other = inc if worker is ctx.cand else ctx.cand
                         # the other candidate stopped, and its queued device work drained, while
                         # this one is timed: neither can slow what it is compared with
-                        with frozen(other.proc.pid if other.proc is not None else None):
+                        accuse = other is ctx.cand  # the challenger's doing; the incumbent's: unpaired
+                        with candidate_stopped(other, w, "while the other candidate was timed", accuse):
                             try:
                                 wait_device_idle(ref, ctx.trusted, w, "before the other candidate was timed")
                             except Rejection as rej:  # the stopped one's doing

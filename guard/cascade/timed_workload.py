@@ -32,10 +32,10 @@ from ..problems.schema import Definition, Workload
 from ..runner import messages as m
 from ..runner import nvml
 from ..runner.refill_kinds import stream_refill_possible
-from ..runner.freeze import frozen
+from ..runner.freeze import FreezeError, frozen
 from ..runner.process import WorkerProcess
 from .asking import ask
-from .reasons import GuardError, Rejection, first_line
+from .reasons import GuardError, Rejection, Unpaired, first_line
 from .reference_side import ReferenceSide
 
 
@@ -97,6 +97,37 @@ def wait_device_idle(ref: ReferenceSide, trusted: WorkerProcess, w: Workload, wh
                 w.uuid,
             )
         time.sleep(0.05)
+
+
+class StoppedButRan(Rejection):
+    """A candidate's process tree ran while the guard had it stopped (or could not be stopped):
+    whatever was measured meanwhile may have been slowed on purpose."""
+
+
+@contextlib.contextmanager
+def candidate_stopped(worker: WorkerProcess, w: Workload, during: str, accuse: bool = True) -> Iterator[None]:
+    """The candidate's whole process tree stopped for the block (``runner.freeze``); a tree
+    that keeps growing when stopped, or that used CPU time or made processes meanwhile, is
+    REWARD_HACK (StoppedButRan): a process that escaped the stop can slow what the guard
+    measures while the candidate is supposed to be still, and so shorten its outside figure.
+    ``accuse`` False (an incumbent stopped while a challenger is timed): Unpaired instead."""
+    pid = worker.proc.pid if worker.proc is not None else None
+    why = None
+    try:
+        with frozen(pid) as fz:
+            yield
+    except FreezeError as exc:
+        if not exc.growing:
+            raise GuardError(f"{exc} {during} on {w.uuid}") from None
+        why = str(exc)
+    else:
+        why = fz.escaped()
+    if why is None:
+        return
+    reason = f"{why} {during} on {w.uuid}: work done while stopped slows what the guard measures then"
+    if not accuse:
+        raise Unpaired(reason)
+    raise StoppedButRan("benchmark", "REWARD_HACK", reason, None, w.uuid)
 
 
 def _loop_kind(ref: ReferenceSide, d: Definition, w: Workload) -> str:
@@ -288,7 +319,7 @@ def _outside_windows(
                 None,
                 w.uuid,
             )
-        with frozen(cx.worker.proc.pid if cx.worker.proc is not None else None):
+        with candidate_stopped(cx.worker, w, "while the guard timed its loop without the call"):
             wait_device_idle(ref, cx.trusted, w, "before the guard's loop")
             with _no_gc():
                 t0 = time.monotonic()

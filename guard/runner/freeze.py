@@ -1,6 +1,16 @@
 """Stopping a worker's whole process tree while another worker measures something that it
 must not disturb (the loop cost for the outside clock): a stopped process cannot submit GPU
-work or burn CPU from a thread it left running."""
+work or burn CPU from a thread it left running.
+
+A tree read once and stopped pid by pid can be escaped: a chain of processes that each fork
+their successor and exit always has a live member newer than the list (red team, session 11,
+``tests/cheats/escapes_freeze_by_fork_chain.py``). So the tree is read again and again, each
+new process stopped, until a whole reading finds nothing new and nothing running; a tree that
+keeps growing is refused. And what the tree did while stopped is checked after the block: its
+CPU time (each process's own and what it reaped of exited children) must not have grown, and
+no process may have appeared. Under the sandbox every process of the candidate stays in the
+tree (its PID namespace's init, the sandbox, reaps orphans), so nothing can run unseen.
+"""
 
 from __future__ import annotations
 
@@ -10,24 +20,63 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+# states of a process that does not run: stopped, traced, zombie, gone
+_QUIET = frozenset("TtZX")
+# a clock tick of CPU time (USER_HZ): what /proc's utime and stime count in
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+class FreezeError(Exception):
+    """The tree could not be brought to a stop; ``growing`` when new processes kept appearing."""
+
+    def __init__(self, message: str, growing: bool) -> None:
+        super().__init__(message)
+        self.growing = growing
+
+
+@dataclass
+class Freeze:
+    """What the block saw: the pids stopped, and (set when the block ends, before anything is
+    continued) the CPU time the tree used meanwhile and the processes that appeared in it."""
+
+    pids: list[int] = field(default_factory=list)
+    ran_s: float = 0.0
+    appeared: list[int] = field(default_factory=list)
+
+    def escaped(self) -> str | None:
+        """Why the tree was not still while stopped, or None."""
+        if self.ran_s <= _TICK_S and not self.appeared:
+            return None
+        return (
+            f"the candidate's processes used {self.ran_s * 1e3:.0f} ms of CPU time while the guard had "
+            f"them stopped, and {len(self.appeared)} new process(es) appeared"
+        )
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None when gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name may hold spaces and parentheses: fields follow the last ')'
+    return stat[stat.rfind(")") + 2 :].split()
+
 
 def descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it, from /proc (parent links of every process)."""
+    """``pid`` and every process below it, from the parent links of every process in /proc
+    (for kernels without /proc/PID/task/TID/children)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # the command name may hold spaces and parentheses: fields follow the last ')'
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1:
+        fields = _stat_fields(int(entry.name))
+        if fields and len(fields) > 1:
             children.setdefault(int(fields[1]), []).append(int(entry.name))
     out, todo = [], [pid]
     while todo:
@@ -37,49 +86,106 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def tree(pid: int) -> list[int]:
+    """``pid`` and every process below it: from each thread's list of children (a walk of the
+    tree alone, fast enough to keep up with processes that fork and exit), or from every
+    process's parent link where the kernel lacks those lists."""
+    if not Path(f"/proc/{pid}/task").exists():
+        return [pid] if _stat_fields(pid) is not None else []
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            tasks = list(Path(f"/proc/{p}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                text = (task / "children").read_text()
+            except FileNotFoundError:
+                if p == pid and task.name == str(pid):  # no children lists in this kernel
+                    return descendants(pid)
+                continue
+            except OSError:
+                continue
+            todo.extend(int(c) for c in text.split())
+    return out
+
+
 def _state(pid: int) -> str:
     """The process's state letter from /proc (R, S, T...), or "X" when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "X"
-    fields = stat[stat.rfind(")") + 2 :].split()
+    fields = _stat_fields(pid)
     return fields[0] if fields else "X"
 
 
-def _wait_stopped(pids: list[int], timeout_s: float = 1.0) -> None:
-    """SIGSTOP is delivered asynchronously: a process can still run for a moment after the
-    signal is sent. Wait until every one is seen stopped (or gone), up to ``timeout_s``."""
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time of ``pids``: each one's own (all its threads) and what it has reaped of its
+    exited children."""
+    ticks = 0
+    for p in pids:
+        fields = _stat_fields(p)
+        if fields and len(fields) > 14:
+            ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks * _TICK_S
+
+
+def _stop_all(pid: int, stopped: list[int], timeout_s: float) -> None:
+    """SIGSTOP every process of ``pid``'s tree, reading it again until a whole reading finds
+    nothing new and nothing still running (SIGSTOP is delivered asynchronously)."""
+    seen = set(stopped)
     deadline = time.monotonic() + timeout_s
-    pending = list(pids)
-    while pending:
-        pending = [p for p in pending if _state(p) not in ("T", "t", "Z", "X")]
-        if not pending:
+    while True:
+        pids = tree(pid)
+        new = [p for p in pids if p not in seen]
+        for p in new:
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except (ProcessLookupError, PermissionError):
+                continue
+            seen.add(p)
+            stopped.append(p)
+        running = [p for p in pids if _state(p) not in _QUIET]
+        if not new and not running:
             return
         if time.monotonic() > deadline:
-            log.warning("processes %s not seen stopped within %.1f s", pending, timeout_s)
-            return
-        time.sleep(0.001)
+            growing = bool(new)
+            why = "new processes kept appearing" if growing else f"processes {running} did not stop"
+            raise FreezeError(f"the candidate's process tree could not be stopped in {timeout_s:.0f} s: {why}", growing)
+        if not new:
+            time.sleep(0.0005)
 
 
 @contextlib.contextmanager
-def frozen(pid: int | None) -> Iterator[list[int]]:
-    """SIGSTOP ``pid``'s tree for the duration of the block (every process seen stopped
-    before it starts), SIGCONT after."""
-    stopped: list[int] = []
-    if pid is not None:
-        for p in descendants(pid):
-            try:
-                os.kill(p, signal.SIGSTOP)
-                stopped.append(p)
-            except (ProcessLookupError, PermissionError):
-                pass
-        _wait_stopped(stopped)
+def frozen(pid: int | None, timeout_s: float = 2.0) -> Iterator[Freeze]:
+    """SIGSTOP ``pid``'s whole tree for the duration of the block (every process seen stopped
+    before it starts), SIGCONT after. Raises FreezeError when the tree cannot be stopped; the
+    yielded ``Freeze`` says, once the block is over, whether anything ran meanwhile."""
+    state = Freeze()
+    if pid is None:
+        yield state
+        return
     try:
-        yield stopped
+        _stop_all(pid, state.pids, timeout_s)
+        before = set(tree(pid))
+        cpu_before = cpu_seconds(sorted(before))
+    except BaseException:
+        _continue(state.pids)
+        raise
+    try:
+        yield state
     finally:
-        for p in reversed(stopped):
-            try:
-                os.kill(p, signal.SIGCONT)
-            except (ProcessLookupError, PermissionError):
-                pass
+        after = tree(pid)
+        state.ran_s = max(0.0, cpu_seconds(after) - cpu_before)
+        state.appeared = [p for p in after if p not in before]
+        if state.escaped():
+            log.warning("process tree %s ran while stopped: %s", pid, state.escaped())
+        _continue(state.pids)
+
+
+def _continue(pids: list[int]) -> None:
+    for p in reversed(pids):
+        try:
+            os.kill(p, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass

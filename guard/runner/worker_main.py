@@ -53,6 +53,20 @@ def _die_with_parent(sock_fd: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
+def _keep_orphans() -> None:
+    """Orphans of the candidate's processes become this worker's children instead of the
+    machine's init's, so they stay in the tree the guard stops and accounts for while it
+    measures (``freeze``). In the sandbox its own init keeps them anyway; without one this is
+    what keeps a process that forks and exits from leaving the tree (the candidate's code,
+    running in this process, could undo it: ``isolation: none`` is weaker, and says so)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fd", type=int, required=True)
@@ -61,6 +75,8 @@ def main() -> int:
     ap.add_argument("--memory-limit-gb", type=float)
     args = ap.parse_args()
     _die_with_parent(args.fd)
+    if args.role == "candidate":
+        _keep_orphans()
     if args.memory_limit_gb:
         _limit_memory(args.memory_limit_gb)
 
