@@ -51,16 +51,16 @@ def test_paired_arithmetic():
 def _watch_pairing(monkeypatch) -> list[tuple[int, list[int], list[str]]]:
     """(timed worker's pid, pids stopped meanwhile, their /proc states) for every workload
     timed in a paired re-measurement."""
-    from guard.cascade import benchmark_gate
+    from guard.cascade import benchmark_gate, timed_workload
 
-    real_frozen, real_time = benchmark_gate.frozen, benchmark_gate.time_workload
+    real_frozen, real_time = timed_workload.frozen, benchmark_gate.time_workload
     stopped_now: list[list[int]] = []
     seen: list[tuple[int, list[int], list[str]]] = []
 
     @contextlib.contextmanager
     def recording(pid):
         with real_frozen(pid) as stopped:
-            stopped_now.append(stopped)
+            stopped_now.append(stopped.pids)
             try:
                 yield stopped
             finally:
@@ -73,7 +73,7 @@ def _watch_pairing(monkeypatch) -> list[tuple[int, list[int], list[str]]]:
             seen.append((worker.proc.pid, pids, states))
         return real_time(ref, worker, *args, **kwargs)
 
-    monkeypatch.setattr(benchmark_gate, "frozen", recording)
+    monkeypatch.setattr(timed_workload, "frozen", recording)
     monkeypatch.setattr(benchmark_gate, "time_workload", timing)
     return seen
 
