@@ -115,3 +115,45 @@ def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(se
                 assert stopped and timed not in stopped and set(states) == {"T"}, (timed, stopped, states)
     finally:
         guard.close()
+
+
+@pytest.mark.slow
+def test_an_incumbent_caught_cheating_when_timed_again_loses_its_accept(session_tmp):
+    """An ACCEPT that got through once (here: a stored ACCEPT whose source is then swapped for
+    a timing forger) is timed again beside a challenger; caught, it is revoked in the database
+    and stops being the agent's best, and the challenger is judged against the bests before it."""
+    import json
+
+    from helpers import CHEATS
+
+    guard = make_guard(session_tmp / "ws-pairing-revoke", min_iters=20, max_iters=40, pairing_band_cpu=10)
+    try:
+        source = honest_source()
+        first = guard.evaluate(from_source(source, None, "kernel.py"), RMS, agent="agent-r")
+        assert first.decision == "ACCEPT", first.reason
+        forger = (CHEATS / "forges_summary_via_torch_sys.py").read_text()
+        row = guard.db.candidate(first.candidate_id)
+        solution = json.loads(row["solution_json"])
+        solution["sources"][0]["content"] = forger
+        with guard.db.transaction() as c:
+            # stored figures 3x slower: the stored comparison says ACCEPT, inside the (wide) band
+            # of comparisons that are re-measured side by side, whatever this machine's noise
+            c.execute(
+                "UPDATE workload_results SET latency_ms = latency_ms * 3, rel_se = 0 WHERE candidate_id = ?",
+                (first.candidate_id,),
+            )
+            c.execute(
+                "UPDATE candidates SET solution_json = ? WHERE id = ?", (json.dumps(solution), first.candidate_id)
+            )
+        again = guard.evaluate(from_source(source + "\n# again\n", None, "kernel.py"), RMS, agent="agent-r")
+        assert again.status == "PASSED", again.reason
+        assert again.paired, (again.decision, again.reason, again.notes)
+        entry = again.paired["agent"]
+        assert entry.incumbent == first.candidate_id and "revoked" in entry.note, entry
+        revoked = guard.db.candidate(first.candidate_id)
+        assert (revoked["decision"], revoked["status"], revoked["global_best"]) == ("REJECT", "REWARD_HACK", 0)
+        assert again.candidate_id in revoked["reason"]
+        # with no other ACCEPT of the agent, the challenger is its first correct candidate
+        assert again.decision == "ACCEPT", again.reason
+    finally:
+        guard.close()

@@ -216,6 +216,17 @@ class Database:
                 ),
             )
 
+    def revoke(self, cid: str, status: str, reason: str) -> None:
+        """Turn a stored ACCEPT into a REJECT: the candidate was caught (REWARD_HACK) when it
+        was timed again. It stops being anyone's best; the bests before it become the bests
+        again (the latest ACCEPT of its agent; the latest global best still flagged)."""
+        with self.transaction() as c:
+            c.execute(
+                "UPDATE candidates SET decision = 'REJECT', status = ?, gate = 'benchmark', reason = ?,"
+                " global_best = 0 WHERE id = ?",
+                (status, reason, cid),
+            )
+
     def candidate(self, cid: str) -> sqlite3.Row | None:
         rows = self.query("SELECT * FROM candidates WHERE id = ?", (cid,))
         return rows[0] if rows else None

@@ -77,7 +77,9 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row, rounds
                                 wait_device_idle(ref, ctx.trusted, w, "before the other candidate was timed")
                             except Rejection as rej:  # the stopped one's doing
                                 if role == "challenger":
-                                    raise Unpaired(f"the incumbent left work on the device: {rej.reason}") from None
+                                    raise Unpaired(
+                                        f"the incumbent left work on the device: {rej.reason}", rej.status
+                                    ) from None
                                 raise
                             try:
                                 t = time_workload(
@@ -86,7 +88,7 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row, rounds
                             except Rejection as rej:
                                 if role == "challenger":
                                     raise
-                                raise Unpaired(f"the incumbent failed to run again: {rej.reason}") from None
+                                raise Unpaired(f"the incumbent failed to run again: {rej.reason}", rej.status) from None
                         s[role].append((t["stats"]["median_ms"], t["stats"].get("rel_se") or 0.0))
         progress("pairing", len(visible), len(visible), "paired")
         return samples

@@ -86,7 +86,27 @@ def pairings(
 ) -> dict[PairedLabel, PairedRun]:
     """Paired re-measurements against the agent's best and, for a likely ACCEPT, the
     global best, when the stored comparison is not clear-cut: label -> entry with the
-    incumbent's id, the stored speedup, why, the samples and their comparison (or a note)."""
+    incumbent's id, the stored speedup, why, the samples and their comparison (or a note).
+
+    An incumbent caught cheating when timed again (REWARD_HACK) loses its ACCEPT in the
+    database (``Database.revoke``), and the comparison is made again with the bests before
+    it; its entry stays in the result, with the note, where no other incumbent took its label."""
+    revoked: dict[PairedLabel, PairedRun] = {}
+    while True:
+        out, caught = _pair_once(ctx, db, pool, workloads, agent)
+        if not caught:
+            return {**revoked, **out}
+        for label, entry in caught.items():
+            db.revoke(entry["incumbent"], "REWARD_HACK", f"revoked when timed again beside {ctx.cid}: {entry['note']}")
+            log.warning("incumbent %s revoked: %s", entry["incumbent"], entry["note"])
+            revoked[label] = entry
+
+
+def _pair_once(
+    ctx: EvalContext, db: Database, pool: WorkerPool, workloads: list[WorkloadResult], agent: str
+) -> tuple[dict[PairedLabel, PairedRun], dict[PairedLabel, PairedRun]]:
+    """One pass of ``pairings`` against the bests as the database has them now: (entries,
+    entries of incumbents caught cheating, whose pass stopped there)."""
     cfg, device, problem = ctx.cfg, ctx.ref.device, ctx.problem
     dhash = problem.definition.content_hash()
     new = latencies(workloads)
@@ -128,6 +148,9 @@ def pairings(
             entry["comparison"] = paired_comparison(entry["samples"], cfg)
         except Unpaired as exc:
             entry["note"] = str(exc)
+            if exc.status == "REWARD_HACK":
+                entry["note"] = f"the incumbent was caught and its ACCEPT revoked: {exc}"
+                return out, {label: entry}
             log.warning("paired re-measurement skipped: %s", exc)
         out[label] = entry
-    return out
+    return out, {}

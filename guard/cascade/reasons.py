@@ -12,7 +12,12 @@ class GuardError(RuntimeError):
 
 
 class Unpaired(Exception):
-    """The incumbent could not be timed again; the stored measurement decides."""
+    """The incumbent could not be timed again; the stored measurement decides. ``status``:
+    the incumbent's own rejection when it was caught (REWARD_HACK), which revokes it."""
+
+    def __init__(self, message: str, status: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Rejection(Exception):

@@ -112,22 +112,26 @@ def candidate_stopped(worker: WorkerProcess, w: Workload, during: str, accuse: b
     measures while the candidate is supposed to be still, and so shorten its outside figure.
     ``accuse`` False (an incumbent stopped while a challenger is timed): Unpaired instead."""
     pid = worker.proc.pid if worker.proc is not None else None
-    why = None
+    failed: BaseException | None = None  # what the block raised: second to an escape, which may have caused it
     try:
         with frozen(pid) as fz:
-            yield
+            try:
+                yield
+            except BaseException as exc:  # noqa: BLE001 - raised again below
+                failed = exc
     except FreezeError as exc:
         if not exc.growing:
             raise GuardError(f"{exc} {during} on {w.uuid}") from None
-        why = str(exc)
+        why: str | None = str(exc)
     else:
         why = fz.escaped()
-    if why is None:
-        return
-    reason = f"{why} {during} on {w.uuid}: work done while stopped slows what the guard measures then"
-    if not accuse:
-        raise Unpaired(reason)
-    raise StoppedButRan("benchmark", "REWARD_HACK", reason, None, w.uuid)
+    if why is not None:
+        reason = f"{why} {during} on {w.uuid}: work done while stopped slows what the guard measures then"
+        if not accuse:
+            raise Unpaired(reason, "REWARD_HACK") from failed
+        raise StoppedButRan("benchmark", "REWARD_HACK", reason, None, w.uuid) from failed
+    if failed is not None:
+        raise failed
 
 
 def _loop_kind(ref: ReferenceSide, d: Definition, w: Workload) -> str:
