@@ -1,0 +1,102 @@
+"""Red team, session 11 (second pass): a challenger gets an honest incumbent revoked.
+
+In ``benchmark_gate.remeasure`` the challenger's tree is stopped (``candidate_stopped(...,
+accuse=True)``) for the whole of the incumbent's ``time_workload``; a REWARD_HACK the
+incumbent gets there becomes ``Unpaired(..., "REWARD_HACK")`` and ``pairing_gate.pairings``
+revokes the incumbent's ACCEPT in the database (``Database.revoke``). The only thing that
+puts the blame on the challenger instead is ``Freeze.escaped()`` at the end of that block.
+
+The challenger escapes the freeze unseen (``tests/test_redteam_freeze.py``: processes
+continued by their own SIGCONT timers, reaped by the kernel on exit because their parent
+ignores SIGCHLD, so the tree's CPU sum drops instead of growing). Timed for the incumbent's
+outside-clock window (the challenger knows the protocol's order and the lengths of its own
+phases, which the incumbent's mirror), the spinners slow the incumbent's loop of calls but
+not its timed loop, whose median is the inside figure: the outside clock then says the
+incumbent's timing was "tampered with" (CPU band: 100% + 5 ms + 2x the loop's cost).
+
+This test runs that sequence with the guard's own ``candidate_stopped`` and
+``outside_clock.judge`` (an honest ~20 ms call stands for the incumbent, a tree of the
+escaping kind for the challenger) and asserts what the guard must do: blame the challenger
+(StoppedButRan). While the hole is open the honest incumbent is the one found REWARD_HACK,
+which ``pairings`` turns into a revocation.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from guard import outside_clock
+from guard.cascade.reasons import Unpaired
+from guard.cascade.timed_workload import StoppedButRan, candidate_stopped
+from guard.config import GuardConfig
+
+from test_redteam_freeze import marks, spawn_escaper, spin_for
+
+CALLS = 10
+
+
+def honest_call() -> float:
+    """The incumbent's kernel: the same work every call, about 20 ms on the test machine."""
+    return spin_for(400_000)
+
+
+def test_a_challenger_cannot_get_an_honest_incumbent_caught(tmp_path):
+    cfg = GuardConfig()
+    mark = tmp_path / "marks"
+    start = time.monotonic() + 1.5  # the incumbent's outside-clock window, as the challenger projects it
+    end = start + 1.0
+    challenger = spawn_escaper(start, end, 10, mark)
+    worker = SimpleNamespace(proc=challenger)
+    w = SimpleNamespace(uuid="w0")
+    try:
+        time.sleep(0.8)
+        with pytest.raises(StoppedButRan):
+            # as remeasure times the incumbent: the challenger stopped, accused if it escaped
+            with candidate_stopped(worker, w, "while the other candidate was timed", accuse=True):
+                # the incumbent's timed loop: its median is the inside figure
+                inside_ms = statistics.median(honest_call() for _ in range(CALLS)) * 1e3
+                while time.monotonic() < start:
+                    time.sleep(0.002)
+                # its outside clock's loop of calls (the guard's clock around it)
+                t0 = time.monotonic()
+                for _ in range(CALLS):
+                    honest_call()
+                run_wall = time.monotonic() - t0
+                while time.monotonic() < end + 0.2:
+                    time.sleep(0.01)
+                # the trusted loop without the call: almost nothing here
+                t0 = time.monotonic()
+                spin_for(1_000)
+                loop_wall = time.monotonic() - t0
+                clock = outside_clock.judge(
+                    run_wall,
+                    CALLS,
+                    loop_wall,
+                    CALLS,
+                    inside_ms,
+                    cfg.outside_rel_band_cpu,
+                    cfg.outside_abs_band_ms_cpu,
+                    cfg.outside_loop_slack_cpu,
+                    check_short=False,
+                )
+                print(
+                    f"incumbent: inside {inside_ms:.1f} ms, outside {clock.outside_ms:.1f} ms, "
+                    f"agrees={clock.agrees}; challenger's spinners: {marks(mark)}"
+                )
+                if not clock.agrees:
+                    # time_workload's _reject_disagreement, as remeasure words it for the incumbent
+                    raise Unpaired(
+                        f"the incumbent failed to run again: the guard's own clock measured "
+                        f"{clock.outside_ms:.1f} ms per call, but the candidate's process reported "
+                        f"{inside_ms:.1f} ms: the timing inside the candidate's process was tampered with",
+                        "REWARD_HACK",
+                    )
+        assert len(marks(mark)) == 10
+    finally:
+        os.killpg(challenger.pid, 9)
+        challenger.wait()
