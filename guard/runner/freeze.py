@@ -7,9 +7,12 @@ their successor and exit always has a live member newer than the list (red team,
 ``tests/cheats/escapes_freeze_by_fork_chain.py``). So the tree is read again and again, each
 new process stopped, until a whole reading finds nothing new and nothing running; a tree that
 keeps growing is refused. And what the tree did while stopped is checked after the block: its
-CPU time (each process's own and what it reaped of exited children) must not have grown, and
-no process may have appeared. Under the sandbox every process of the candidate stays in the
-tree (its PID namespace's init, the sandbox, reaps orphans), so nothing can run unseen.
+CPU time (each process's own and what it reaped of exited children) must not have grown, no
+process may have appeared, and none may have gone: a stopped process can be continued by a
+signal no process of the tree has to send (a POSIX timer armed before the stop), and one whose
+parent ignores SIGCHLD is reaped by the kernel the moment it exits, its CPU time with it (red
+team, second pass: ``tests/test_redteam_freeze.py``). Under the sandbox every process of the
+candidate stays in the tree (its PID namespace's init, the sandbox, reaps orphans).
 """
 
 from __future__ import annotations
@@ -47,14 +50,17 @@ class Freeze:
     pids: list[int] = field(default_factory=list)
     ran_s: float = 0.0
     appeared: list[int] = field(default_factory=list)
+    vanished: list[int] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)  # not stopped any more when the block ended
 
     def escaped(self) -> str | None:
         """Why the tree was not still while stopped, or None."""
-        if self.ran_s <= _TICK_S and not self.appeared:
+        if self.ran_s <= _TICK_S and not (self.appeared or self.vanished or self.running):
             return None
         return (
             f"the candidate's processes used {self.ran_s * 1e3:.0f} ms of CPU time while the guard had "
-            f"them stopped, and {len(self.appeared)} new process(es) appeared"
+            f"them stopped; {len(self.appeared)} process(es) appeared, {len(self.vanished)} exited and "
+            f"{len(self.running)} ran again"
         )
 
 
@@ -113,10 +119,22 @@ def tree(pid: int) -> list[int]:
     return out
 
 
-def _state(pid: int) -> str:
-    """The process's state letter from /proc (R, S, T...), or "X" when it is gone."""
-    fields = _stat_fields(pid)
-    return fields[0] if fields else "X"
+def _quiet(pid: int) -> bool:
+    """Whether every thread of the process is stopped (or it is a zombie, or gone): SIGSTOP
+    stops a process's threads one by one, so the main thread's state alone is not enough."""
+    try:
+        tasks = [t.name for t in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:
+        return True
+    for tid in tasks:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if fields and fields[0] not in _QUIET:
+            return False
+    return True
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -145,7 +163,7 @@ def _stop_all(pid: int, stopped: list[int], timeout_s: float) -> None:
                 continue
             seen.add(p)
             stopped.append(p)
-        running = [p for p in pids if _state(p) not in _QUIET]
+        running = [p for p in pids if not _quiet(p)]
         if not new and not running:
             return
         if time.monotonic() > deadline:
@@ -178,6 +196,8 @@ def frozen(pid: int | None, timeout_s: float = 2.0) -> Iterator[Freeze]:
         after = tree(pid)
         state.ran_s = max(0.0, cpu_seconds(after) - cpu_before)
         state.appeared = [p for p in after if p not in before]
+        state.vanished = sorted(before.difference(after))
+        state.running = [p for p in after if not _quiet(p)]
         if state.escaped():
             log.warning("process tree %s ran while stopped: %s", pid, state.escaped())
         _continue(state.pids)
