@@ -332,6 +332,27 @@ def test_frozen_sees_a_process_that_ran_while_stopped():
         proc.wait()
 
 
+def test_frozen_sees_a_process_that_woke_briefly_and_stopped_itself_again():
+    # a short wake-up (a timer's SIGCONT, then a launch and a SIGSTOP of its own) uses less CPU
+    # than a clock tick: the scheduler's run time still shows it
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        time.sleep(0.2)
+        with frozen(proc.pid) as fz:
+            os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(0.002)
+            os.kill(proc.pid, signal.SIGSTOP)
+            deadline = time.monotonic() + 5
+            while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+        assert fz.woke == [proc.pid] and not fz.running, fz
+        assert fz.escaped()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_frozen_stops_a_chain_of_processes_that_fork_and_exit():
     """Each generation forks the next and exits at once (the red team's escape): the stop reads
     the tree again until nothing new appears, so the chain makes no progress inside the block,

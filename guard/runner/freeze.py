@@ -28,8 +28,6 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# states of a process that does not run: stopped, traced, zombie, gone
-_QUIET = frozenset("TtZX")
 # a clock tick of CPU time (USER_HZ): what /proc's utime and stime count in
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
@@ -52,15 +50,16 @@ class Freeze:
     appeared: list[int] = field(default_factory=list)
     vanished: list[int] = field(default_factory=list)
     running: list[int] = field(default_factory=list)  # not stopped any more when the block ended
+    woke: list[int] = field(default_factory=list)  # ran at all meanwhile (scheduler's run time, in ns)
 
     def escaped(self) -> str | None:
         """Why the tree was not still while stopped, or None."""
-        if self.ran_s <= _TICK_S and not (self.appeared or self.vanished or self.running):
+        if self.ran_s <= _TICK_S and not (self.appeared or self.vanished or self.running or self.woke):
             return None
         return (
             f"the candidate's processes used {self.ran_s * 1e3:.0f} ms of CPU time while the guard had "
-            f"them stopped; {len(self.appeared)} process(es) appeared, {len(self.vanished)} exited and "
-            f"{len(self.running)} ran again"
+            f"them stopped; {len(self.woke)} ran, {len(self.appeared)} appeared, {len(self.vanished)} exited "
+            f"and {len(self.running)} were running at the end"
         )
 
 
@@ -119,9 +118,17 @@ def tree(pid: int) -> list[int]:
     return out
 
 
+def _stopped(pid: int) -> bool:
+    """Whether the process has taken the stop (its main thread stopped or traced), is a
+    zombie, or is gone, and none of its threads runs (``_quiet``)."""
+    fields = _stat_fields(pid)
+    return fields is None or (fields[0] in "TtZX" and _quiet(pid))
+
+
 def _quiet(pid: int) -> bool:
-    """Whether every thread of the process is stopped (or it is a zombie, or gone): SIGSTOP
-    stops a process's threads one by one, so the main thread's state alone is not enough."""
+    """Whether no thread of the process is running or runnable (R): SIGSTOP stops a process's
+    threads one by one, so the main thread's state alone is not enough. A thread asleep (S, or
+    D inside a driver call) runs no code of its own before it takes the stop on waking."""
     try:
         tasks = [t.name for t in Path(f"/proc/{pid}/task").iterdir()]
     except OSError:
@@ -132,7 +139,7 @@ def _quiet(pid: int) -> bool:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2 :].split()
-        if fields and fields[0] not in _QUIET:
+        if fields and fields[0] == "R":
             return False
     return True
 
@@ -146,6 +153,23 @@ def cpu_seconds(pids: list[int]) -> float:
         if fields and len(fields) > 14:
             ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
     return ticks * _TICK_S
+
+
+def run_ns(pid: int) -> int | None:
+    """Nanoseconds the process's threads have run (the scheduler's own count, which grows by
+    any wake-up, however short), or None where the kernel does not keep it."""
+    total, found = 0, False
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+            found = True
+        except (OSError, ValueError, IndexError):
+            continue
+    return total if found else None
 
 
 def _stop_all(pid: int, stopped: list[int], timeout_s: float) -> None:
@@ -163,7 +187,7 @@ def _stop_all(pid: int, stopped: list[int], timeout_s: float) -> None:
                 continue
             seen.add(p)
             stopped.append(p)
-        running = [p for p in pids if not _quiet(p)]
+        running = [p for p in pids if not _stopped(p)]
         if not new and not running:
             return
         if time.monotonic() > deadline:
@@ -187,6 +211,7 @@ def frozen(pid: int | None, timeout_s: float = 2.0) -> Iterator[Freeze]:
         _stop_all(pid, state.pids, timeout_s)
         before = set(tree(pid))
         cpu_before = cpu_seconds(sorted(before))
+        ns_before = {p: run_ns(p) for p in before}
     except BaseException:
         _continue(state.pids)
         raise
@@ -197,7 +222,11 @@ def frozen(pid: int | None, timeout_s: float = 2.0) -> Iterator[Freeze]:
         state.ran_s = max(0.0, cpu_seconds(after) - cpu_before)
         state.appeared = [p for p in after if p not in before]
         state.vanished = sorted(before.difference(after))
-        state.running = [p for p in after if not _quiet(p)]
+        state.running = [p for p in after if not _stopped(p)]
+        for p in after:
+            was, now = ns_before.get(p), run_ns(p)
+            if was is not None and now is not None and now > was:
+                state.woke.append(p)
         if state.escaped():
             log.warning("process tree %s ran while stopped: %s", pid, state.escaped())
         _continue(state.pids)
