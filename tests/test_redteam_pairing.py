@@ -29,13 +29,12 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from test_redteam_freeze import marks, spawn_escaper, spin_for
 
 from guard import outside_clock
 from guard.cascade.reasons import Unpaired
 from guard.cascade.timed_workload import StoppedButRan, candidate_stopped
 from guard.config import GuardConfig
-
-from test_redteam_freeze import marks, spawn_escaper, spin_for
 
 CALLS = 10
 
