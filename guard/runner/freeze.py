@@ -119,16 +119,10 @@ def tree(pid: int) -> list[int]:
 
 
 def _stopped(pid: int) -> bool:
-    """Whether the process has taken the stop (its main thread stopped or traced), is a
-    zombie, or is gone, and none of its threads runs (``_quiet``)."""
-    fields = _stat_fields(pid)
-    return fields is None or (fields[0] in "TtZX" and _quiet(pid))
-
-
-def _quiet(pid: int) -> bool:
-    """Whether no thread of the process is running or runnable (R): SIGSTOP stops a process's
-    threads one by one, so the main thread's state alone is not enough. A thread asleep (S, or
-    D inside a driver call) runs no code of its own before it takes the stop on waking."""
+    """Whether every thread of the process has taken the stop (or it is a zombie, or gone).
+    SIGSTOP stops a process's threads one by one, and a thread inside a driver call (D)
+    finishes it first: only once each is stopped does none of them run, so that any run
+    time the scheduler counts afterwards is the process waking up."""
     try:
         tasks = [t.name for t in Path(f"/proc/{pid}/task").iterdir()]
     except OSError:
@@ -139,7 +133,7 @@ def _quiet(pid: int) -> bool:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2 :].split()
-        if fields and fields[0] == "R":
+        if fields and fields[0] not in "TtZX":
             return False
     return True
 
