@@ -80,7 +80,9 @@ def spawn_escaper(start: float, end: float, n: int, mark: Path) -> subprocess.Po
     """The escaping tree, in a bubblewrap sandbox with its own PID namespace where this
     machine has one (as candidate workers run), else bare. ``mark`` must lie in a folder
     that the sandbox shares (bound read-write at the same path)."""
-    argv = [sys.executable, "-S", "-c", ESCAPER, repr(start), repr(end), str(n), str(mark)]
+    # the base interpreter (stdlib only, -S): a virtualenv under /tmp would be hidden by the tmpfs
+    python = os.path.realpath(sys.executable)
+    argv = [python, "-S", "-c", ESCAPER, repr(start), repr(end), str(n), str(mark)]
     if probe().available:
         argv = [
             str(bwrap_binary()),
