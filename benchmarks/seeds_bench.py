@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.gpu_judge import summarize as verdict_summary  # noqa: E402
 from guard.candidates.load import from_file  # noqa: E402
 from guard.config import GuardConfig  # noqa: E402
 from guard.paths import cache_dir  # noqa: E402
@@ -52,15 +53,11 @@ def prebuild(paths: list[Path], jobs: int) -> dict:
         return dict(pool.map(_prebuild, [str(p) for p in paths]))
 
 
-def summarize(v) -> dict:
+def summarize(v, wall_s: float) -> dict:
+    """``gpu_judge.summarize``'s fields, with the SOL fraction, the score and every workload."""
     ws = v.workloads
-    return {
-        "status": v.status,
-        "decision": v.decision,
-        "reason": v.reason if v.status != "PASSED" else None,
-        "median_ms": statistics.median(w.latency_ms for w in ws) if ws else None,
+    return verdict_summary(v, wall_s) | {
         "sol_fraction": geomean([w.sol_fraction for w in ws]) if ws else None,
-        "speedup_eager": v.speedup_eager,
         "score": v.score,
         "per_workload": [
             {
@@ -144,7 +141,7 @@ def main() -> int:
                     continue
                 t = time.monotonic()
                 v = guard.evaluate(from_file(path), folder.name, agent=f"seed-{kind}")
-                entry[kind] = summarize(v) | {"wall_s": time.monotonic() - t}
+                entry[kind] = summarize(v, time.monotonic() - t)
                 if kind == "cuda" and build_errors.get(str(path)):
                     entry[kind]["prebuild_error"] = build_errors[str(path)]
             ref = reference_workloads(entry)

@@ -4,6 +4,7 @@ and stopping a worker's process tree."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -317,27 +318,32 @@ def test_frozen_stops_a_whole_tree_and_resumes_it():
         proc.wait()
 
 
-def test_frozen_sees_a_process_that_ran_while_stopped():
-    # a spinner continued in the middle of the block stands for a process that escaped the stop
+@contextlib.contextmanager
+def _spinner():
+    """A process that spins (running, not sleeping), killed after the block."""
     proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
     try:
         time.sleep(0.2)
-        with frozen(proc.pid) as fz:
-            os.kill(proc.pid, signal.SIGCONT)
-            time.sleep(0.3)
-        assert fz.escaped() and "ms of CPU time" in fz.escaped()
-        assert fz.ran_s > 0.05
+        yield proc
     finally:
         proc.kill()
         proc.wait()
 
 
+def test_frozen_sees_a_process_that_ran_while_stopped():
+    # a spinner continued in the middle of the block stands for a process that escaped the stop
+    with _spinner() as proc:
+        with frozen(proc.pid) as fz:
+            os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(0.3)
+        assert fz.escaped() and "ms of CPU time" in fz.escaped()
+        assert fz.ran_s > 0.05
+
+
 def test_frozen_sees_a_process_that_woke_briefly_and_stopped_itself_again():
     # a short wake-up (a timer's SIGCONT, then a launch and a SIGSTOP of its own) uses less CPU
     # than a clock tick: the scheduler's run time still shows it
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-    try:
-        time.sleep(0.2)
+    with _spinner() as proc:
         with frozen(proc.pid) as fz:
             os.kill(proc.pid, signal.SIGCONT)
             time.sleep(0.002)
@@ -348,9 +354,6 @@ def test_frozen_sees_a_process_that_woke_briefly_and_stopped_itself_again():
                 time.sleep(0.001)
         assert fz.woke == [proc.pid] and not fz.running, fz
         assert fz.escaped()
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_frozen_stops_a_chain_of_processes_that_fork_and_exit():
