@@ -63,10 +63,12 @@ class Freeze:
         )
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (state first), or None when gone."""
+def _stat_fields(pid: int, tid: str | None = None) -> list[str] | None:
+    """The fields of /proc/PID/stat (or of one thread's, /proc/PID/task/TID/stat) after the
+    command name (state first), or None when gone."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(path).read_text()
     except OSError:
         return None
     # the command name may hold spaces and parentheses: fields follow the last ')'
@@ -128,11 +130,7 @@ def _stopped(pid: int) -> bool:
     except OSError:
         return True
     for tid in tasks:
-        try:
-            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
+        fields = _stat_fields(pid, tid)
         if fields and fields[0] not in "TtZX":
             return False
     return True
