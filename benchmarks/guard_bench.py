@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import platform
 import statistics
 import sys
@@ -28,6 +29,7 @@ sys.path.insert(0, str(REPO))
 from guard.candidates.load import from_source  # noqa: E402
 from guard.cascade import Guard  # noqa: E402
 from guard.config import GuardConfig  # noqa: E402
+from guard.runner import request_profile  # noqa: E402
 from guard.workspace import Workspace  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
 
@@ -197,8 +199,17 @@ def main() -> int:
         help="a guard config field for this run (repeatable), e.g. outside_windows_first=2 to time as "
         "before the outside clock's windows became adaptive",
     )
+    ap.add_argument(
+        "--profile-workers",
+        action="store_true",
+        help="profile every worker's requests (slower: for finding costs, not measuring them); "
+        "the reports go to OUT/worker_profiles.txt",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    profiles = Path(tempfile.mkdtemp(prefix="worker-profiles-"))
+    if args.profile_workers:
+        os.environ[request_profile.ENV] = str(profiles)
     ws = Workspace.open(Path(tempfile.mkdtemp(prefix="guard-bench-")) / "ws")
     ws.problems().import_path(SOL / "rmsnorm_h4096")
     ws.problems().import_path(SOL / JAMBA)
@@ -232,6 +243,9 @@ def main() -> int:
                 (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
         result["device"] = guard.device_info()
     (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
+    if args.profile_workers:  # one file: the device call brings back only a few
+        reports = sorted(profiles.glob("*.txt"), key=lambda p: p.stat().st_mtime)
+        (args.out / "worker_profiles.txt").write_text("".join(f"##### {p.stem}\n{p.read_text()}\n" for p in reports))
     print(render(result))
     return 0
 

@@ -55,7 +55,13 @@ class GuardConfig(BaseModel):
 
     # Timing
     min_iters: int = Field(50, ge=1)
-    max_iters: int = Field(500, ge=1)
+    max_iters: int = Field(
+        100,
+        ge=1,
+        description="timed calls per workload at most; each loop (the timed one and the outside clock's "
+        "two) runs this many: 500 cost a warm verdict of 16 workloads 28 s of loops on the H200 "
+        "(docs/benchmarks.md, session 12), for a median whose CUPTI spans vary by well under 1%",
+    )
     target_time_s: float = Field(0.2, gt=0, description="timed seconds per workload")
     warmup_time_s: float = Field(0.05, ge=0)
     max_timing_s: float = Field(20.0, gt=0, description="cap on one workload's timed loop")

@@ -5,12 +5,14 @@ Candidate workers run in the OS sandbox when this machine allows it (``self.isol
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import uuid
 from pathlib import Path
 
 from .. import sandbox
+from . import request_profile
 from .process import WorkerProcess
 
 log = logging.getLogger(__name__)
@@ -96,7 +98,11 @@ class WorkerPool:
 
     @staticmethod
     def _discard(worker: WorkerProcess) -> None:
-        worker.close(grace=0.5)
+        keep = os.environ.get(request_profile.ENV)
+        worker.close(grace=10.0 if keep else 0.5)  # a profiled worker writes its report as it exits
+        if keep and (worker.workdir / request_profile.FILE_NAME).exists():
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copy(worker.workdir / request_profile.FILE_NAME, Path(keep) / f"{worker.workdir.name}.txt")
         shutil.rmtree(worker.workdir, ignore_errors=True)
 
     def close(self) -> None:

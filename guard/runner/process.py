@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import sandbox
 from ..paths import cache_dir
-from . import nvml, protocol
+from . import nvml, protocol, request_profile
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,8 @@ def worker_env(device: str, extra: dict[str, str] | None = None) -> dict[str, st
     env = {k: v for k, v in os.environ.items() if k.startswith(ENV_KEEP_PREFIXES) and not k.startswith("KERNELARC")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    if os.environ.get(request_profile.ENV):  # a diagnostic: the workers profile their requests
+        env[request_profile.ENV] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"

@@ -83,6 +83,8 @@ def main() -> int:
     from . import harness  # noqa: F401  (captures before any candidate code exists)
     from . import protocol
     from .common import PeakMeter
+    from .request_profile import ENV as PROFILE_ENV
+    from .request_profile import RequestProfiler
 
     import torch
 
@@ -121,19 +123,22 @@ def main() -> int:
         traceback.print_exc()
         return 1
     protocol.send(sock, info)
+    profiler = RequestProfiler() if os.environ.get(PROFILE_ENV) else None
     while True:
         try:
             msg = protocol.recv(sock)
         except protocol.PeerGone:
-            return 0
+            msg = {"op": "exit"}
         if msg.get("op") == "exit":
+            if profiler is not None:
+                profiler.write(workdir)
             return 0
         op = str(msg.get("op"))
         measured = op != "memory"
         if measured:
             meter.before()
         try:
-            reply = role.handle(msg)
+            reply = profiler.handle(op, role.handle, msg) if profiler is not None else role.handle(msg)
         except BaseException as exc:  # noqa: BLE001 - report, then let the parent decide
             traceback.print_exc()
             reply = {"ok": False, "status": "INTERNAL", "message": f"{type(exc).__name__}: {exc}"[:2000]}
