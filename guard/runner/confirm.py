@@ -67,18 +67,21 @@ class ConfirmLoop:
         # milliseconds of fixed cost that a window must not hold (a candidate could do it faster)
         self.projection = replays.Projection(projection_seed)
         self.projection.weights(self.device)  # made before capture
-        n_out = len(static[0]) if static else 0
-        self.table = torch.zeros(
-            (self.rows, n_out, len(replays.DIGEST_FIELDS)), dtype=torch.float64, device=self.device
-        )
-        self.counter = torch.zeros(1, dtype=torch.long, device=self.device)
-        self.use_graphs = self.device.type == "cuda" and self.regime == "stream"
+        cuda = self.device.type == "cuda"
+        # the draws of a set are one graph only when the guard draws them itself; the digests
+        # always are on a GPU (the buffers they read are the same every call)
+        self.graph_refill = cuda and self.regime == "stream"
         self.refill_graphs: list[Any] = []
-        self.digest_graphs: list[Any] = []
         self.host_ms_per_iter = 0.0
         self._spare_outputs: list[list[torch.Tensor]] | None = None
-        if self.use_graphs:
-            self._capture()
+        pool = torch.cuda.graph_pool_handle() if cuda else None
+        if self.graph_refill:
+            self._capture_refills(pool)
+        self.digests = (
+            replays.DigestTable(self.device, static, self.rows, self.projection, graphs=cuda, pool=pool)
+            if static is not None
+            else None
+        )
 
     # -- the steps ---------------------------------------------------------------------------
     def _draw(self, k: int) -> None:
@@ -89,28 +92,22 @@ class ConfirmLoop:
             raise RuntimeError("this loop reads no outputs (it replays draws only)")
         return self.static[k]
 
-    def _digest(self, k: int) -> None:
-        d = replays.digest(self._outputs(k), self.projection)
-        self.table.index_copy_(0, self.counter, d.unsqueeze(0))
-        self.counter.add_(1)
-
     def _refill(self, k: int, seed: int, it: int) -> None:
         if self.regime == "seeded":
             self.refiller(self.sets[k], replays.replay_seed(seed, it))
-        elif self.use_graphs:
+        elif self.graph_refill:
             T.graph_replay(self.refill_graphs[k])
         else:
             self._draw(k)
 
     def _digest_step(self, k: int) -> None:
-        if self.use_graphs:
-            T.graph_replay(self.digest_graphs[k])
-        else:
-            self._digest(k)
+        if self.digests is None:
+            raise RuntimeError("this loop reads no outputs (it replays draws only)")
+        self.digests.step(k)
 
-    def _capture(self) -> None:
-        """One graph of the draws and one of the digests per set, in one memory pool (they run
-        one after the other). A warm-up on a side stream first, as for any capture."""
+    def _capture_refills(self, pool: Any) -> None:
+        """One graph of the draws per set (the generator registered with it), after a warm-up
+        on a side stream, as for any capture; each replayed once, so no upload is in a window."""
         n = len(self.sets)
         self.stream.seed(0)
         side = torch.cuda.Stream(device=self.device)
@@ -118,23 +115,15 @@ class ConfirmLoop:
         with torch.cuda.stream(side):
             for k in range(n):
                 self._draw(k)
-                if self.static is not None:
-                    self._digest(k)
         torch.cuda.current_stream(self.device).wait_stream(side)
         T.cuda_sync()
-        pool = torch.cuda.graph_pool_handle()
         for k in range(n):
             g = torch.cuda.CUDAGraph()
             g.register_generator_state(self.stream.gen)
             with torch.cuda.graph(g, pool=pool):
                 self._draw(k)
             self.refill_graphs.append(g)
-            if self.static is not None:
-                h = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(h, pool=pool):
-                    self._digest(k)
-                self.digest_graphs.append(h)
-        for g in self.refill_graphs + self.digest_graphs:  # the first replay uploads a graph: not in a window
+        for g in self.refill_graphs:
             T.graph_replay(g)
         T.cuda_sync()
 
@@ -149,7 +138,8 @@ class ConfirmLoop:
         if not 0 < iters <= self.rows:
             raise ValueError(f"{iters} iterations asked of a loop made for at most {self.rows}")
         self.stream.seed(seed)
-        T.zero_(self.counter)
+        if self.digests is not None:
+            self.digests.reset()
         self._sync()
         n = len(self.sets)
         collecting = gc.isenabled()
@@ -162,8 +152,7 @@ class ConfirmLoop:
         finally:
             if collecting:
                 gc.enable()
-        table: list[Any] = T.to(self.table[:iters], "cpu").tolist()
-        return table
+        return self.digests.read(iters) if self.digests is not None else []
 
     def _loop(
         self, seed: int, iters: int, call: LoopCall | None, pad_passes: int, n: int, copies: bool = False

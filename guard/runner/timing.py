@@ -123,7 +123,8 @@ class Plan:
 # one input refill: (set index, seed index) -> None; negative seed indices are warm-up data
 Refill = Callable[[int, int], None]
 Scramble = Callable[[object, int], None]
-Digest = Callable[[object], object]
+# one call's digest: (set index, outputs) -> a digest to keep, or None when kept elsewhere
+Digest = Callable[[int, object], object | None]
 
 
 class Timer:
@@ -323,9 +324,10 @@ class Timer:
         """Time ``plan.iters`` calls, each on fresh inputs (``refill``), its reachable outputs
         overwritten with random values first (``scramble``; a graph's static outputs, or
         ``outputs_of(set)`` for destination-passing buffers) and its result digested after
-        (``digest``), all outside the timed span. ``call`` None runs the loop without the
-        call: the loop's own cost, for the outside clock. Returns (finish, digests): ``finish()``
-        gives the statistics, reading the profiler's records only then."""
+        (``digest(set, outputs)``, which may keep it itself and give None), all outside the
+        timed span. ``call`` None runs the loop without the call: the loop's own cost, for the
+        outside clock. Returns (finish, digests): ``finish()`` gives the statistics, reading the
+        profiler's records only then."""
         if plan.method == "cuda-graph":
             return self._graph_loop(plan, call is not None, refill, scramble, digest, use_cupti)
         return self._eager_loop(plan, call, refill, scramble, digest, outputs_of, max_time_s, use_cupti)
@@ -350,7 +352,9 @@ class Timer:
                     T.graph_replay(g)
                 T.event_record(ends[it])
                 if digest is not None:
-                    digests.append(digest(out))
+                    kept = digest(it % plan.n_sets, out)
+                    if kept is not None:
+                        digests.append(kept)
             T.cuda_sync()
         finally:
             prof, cupti_error = self._stop_profiler(prof, cupti_error)
@@ -411,7 +415,9 @@ class Timer:
                 host_ms.append(host)
                 call_host_ms.append(in_call)
                 if digest is not None:  # without a call (the loop's own cost): the buffers given
-                    digests.append(digest(out if call is not None else outputs_of(k)))
+                    kept = digest(k, out if call is not None else outputs_of(k))
+                    if kept is not None:
+                        digests.append(kept)
                 del out
         finally:
             prof, cupti_error = self._stop_profiler(prof, cupti_error)
@@ -538,29 +544,51 @@ def graph_launch_spans(events, iters: int) -> tuple[list[float] | None, str | No
     """Per graph launch, in launch order: from its first device activity's start to its last
     one's end, in ms, and how many device activities it had. CUPTI gives a graph's kernels,
     copies and memsets the correlation id of the ``cudaGraphLaunch`` call that ran them.
-    ``(None, why, [])`` unless every one of the ``iters`` launches is found with device work."""
-    launches = sorted(
-        (e for e in events if _is_host(e) and e.name().startswith("cudaGraphLaunch")),
-        key=lambda e: e.start_ns(),
-    )
+    ``(None, why, [])`` unless every one of the ``iters`` launches is found with device work.
+    One pass over the records, few calls on each: tens of thousands of them per workload."""
+    is_host = _HostTest()
+    launches: list[tuple[int, int]] = []  # (start, correlation id) of each cudaGraphLaunch
+    device: list[tuple[int, int, int]] = []  # (correlation id, start, duration) of device work
+    for e in events:
+        if is_host(e):
+            if e.name().startswith("cudaGraphLaunch"):
+                launches.append((e.start_ns(), e.correlation_id()))
+        else:
+            d = e.duration_ns()
+            if d > 0:
+                device.append((e.correlation_id(), e.start_ns(), d))
     if len(launches) != iters:
         return None, f"{len(launches)} graph launches recorded for {iters} replays", []
-    ids = {e.correlation_id() for e in launches}
-    spans: dict[int, tuple[int, int]] = {}
-    counts: dict[int, int] = {}
-    for e in events:
-        if _is_host(e) or e.correlation_id() not in ids or e.duration_ns() <= 0:
+    launches.sort()
+    spans: dict[int, list[int]] = {c: [] for _, c in launches}
+    for c, start, d in device:
+        found = spans.get(c)
+        if found is None:
             continue
-        counts[e.correlation_id()] = counts.get(e.correlation_id(), 0) + 1
-        lo, hi = e.start_ns(), e.start_ns() + e.duration_ns()
-        if e.correlation_id() in spans:
-            a, b = spans[e.correlation_id()]
-            lo, hi = min(lo, a), max(hi, b)
-        spans[e.correlation_id()] = (lo, hi)
-    if len(spans) != iters:
-        return None, f"device activity found for {len(spans)} of {iters} graph launches", []
-    order = [e.correlation_id() for e in launches]
-    return [(spans[c][1] - spans[c][0]) / 1e6 for c in order], None, [counts[c] for c in order]
+        if found:
+            found[0], found[1] = min(found[0], start), max(found[1], start + d)
+            found[2] += 1
+        else:
+            found.extend((start, start + d, 1))
+    if sum(1 for v in spans.values() if v) != iters:
+        n = sum(1 for v in spans.values() if v)
+        return None, f"device activity found for {n} of {iters} graph launches", []
+    order = [spans[c] for _, c in launches]
+    return [(t - s) / 1e6 for s, t, _ in order], None, [k for _, _, k in order]
+
+
+class _HostTest:
+    """Whether a record is a host (API) record, its device type's text read once per type."""
+
+    def __init__(self) -> None:
+        self._known: dict[object, bool] = {}
+
+    def __call__(self, event) -> bool:
+        kind = event.device_type()
+        host = self._known.get(kind)
+        if host is None:
+            host = self._known[kind] = str(kind).rsplit(".", 1)[-1] == "CPU"
+        return host
 
 
 MARKER_KERNEL = "spin_kernel"  # torch.cuda._sleep's kernel
@@ -572,7 +600,8 @@ def marked_call_spans(events, iters: int) -> tuple[list[float] | None, str | Non
     numbers API calls in the order they are made (correlation ids), so an activity whose id
     lies between the markers' was launched by the call, on whatever stream.
     ``(None, why)`` unless every call is found with device work."""
-    device = [e for e in events if not _is_host(e) and e.duration_ns() > 0]
+    is_host = _HostTest()
+    device = [e for e in events if not is_host(e) and e.duration_ns() > 0]
     markers = sorted(e.correlation_id() for e in device if MARKER_KERNEL in e.name())
     if len(markers) != 2 * iters:
         return None, f"{len(markers)} markers recorded for {iters} eager calls"
@@ -593,10 +622,6 @@ def marked_call_spans(events, iters: int) -> tuple[list[float] | None, str | Non
     if missing:
         return None, f"no device activity found for {missing} of {iters} eager calls"
     return [(t - s) / 1e6 for s, t in spans], None
-
-
-def _is_host(event) -> bool:
-    return str(event.device_type()).rsplit(".", 1)[-1] == "CPU"
 
 
 def _persisting_l2_reset():

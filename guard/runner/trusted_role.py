@@ -418,7 +418,11 @@ class TrustedRole:
         set refilled from the call's own seed; for the outside clock's loop the same draws from
         the loop's seed, in the same order (``ConfirmLoop.inputs_at``)."""
         chosen = sorted(msg.iterations)
-        if msg.regime == "seeded" or refiller.custom:
+        if refiller.custom:  # a refill remakes every input from the call's own seed
+            for iteration in chosen:
+                yield iteration, maker.make(msg.workload, msg.axes, replays.replay_seed(msg.run_seed, iteration))
+            return
+        if msg.regime == "seeded":
             for iteration in chosen:
                 args = maker.make(msg.workload, msg.axes, msg.sets[iteration % len(msg.sets)], "normal")
                 refiller(args, replays.replay_seed(msg.run_seed, iteration))

@@ -79,7 +79,7 @@ def test_outside_clock_loop_draws_fresh_inputs_in_graphs():
         )
 
     sets, a = loop([[torch.empty(8, 256, dtype=torch.bfloat16, device="cuda")] for _ in range(2)])
-    assert a.use_graphs and len(a.refill_graphs) == 2
+    assert a.graph_refill and len(a.refill_graphs) == 2
     table = a.run(seed=5, iters=6, call=lambda k: [sets[k][0] * 2], pad_passes=1)
     other = a.run(seed=6, iters=6, call=lambda k: [sets[k][0] * 2], pad_passes=1)
     assert table != other and len({round(r[0][3], 6) for r in table}) == 6
