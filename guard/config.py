@@ -115,7 +115,12 @@ class GuardConfig(BaseModel):
         "another try, an honest figure confirmed at once costs no more windows",
     )
     outside_windows_cpu: int = Field(
-        1, ge=1, description="the same on the CPU, whose band (above) already allows for a busy machine"
+        3,
+        ge=1,
+        description="the same on the CPU: the band allows for a busy machine, but not for a window "
+        "stalled whole (an honest candidate's window took 40x its calls' time once on a 2-core "
+        "machine at load 6, right after another candidate was killed for its memory: "
+        "REWARD_HACK with one window); more windows run only while the figure is contradicted",
     )
     drain_wait_s: float = Field(
         10.0,

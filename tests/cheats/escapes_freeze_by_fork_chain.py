@@ -12,7 +12,7 @@ timed by the guard, then runs on a contended CPU: its wall grows by a factor k (
 a call seen), which lowers the outside figure (run - loop) and widens the band, whose slack
 term is 2x the loop's cost measured in that same window (`timed_workload.judge` passes
 min(loop_walls)), at once. On the CPU the short-loop check is off and only one window runs
-(`outside_windows_cpu` = 1; on a GPU, since 6c0fb85, a second only when the first
+(`outside_windows_cpu` was 1 then; on a GPU, since 6c0fb85, a second only when the first
 contradicts, so a lengthened trusted window that makes the first agree is never re-checked).
 
 The call itself is honest arithmetic computed SLOW times over (a slow kernel, about 8-25 ms a
