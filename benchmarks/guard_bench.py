@@ -51,6 +51,9 @@ def evaluate(guard, source, problem, agent, language="triton", must_pass=True):
     t0 = time.monotonic()
     v = guard.evaluate(from_source(source, language, "kernel.py"), problem, agent=agent)
     wall = time.monotonic() - t0
+    untraced = {w.timing.cupti_error for w in v.workloads if w.timing and "cupti" not in (w.timing.method or "")}
+    if untraced:  # the events then time the calls: noisier, and worth knowing at once
+        print(f"{problem}: CUPTI gave no spans on {len(untraced)} kind(s) of workload: {sorted(map(str, untraced))}")
     if v.status != "PASSED":
         print(f"{problem}: {v.status} {v.reason}\n{v.diagnostic}", flush=True)
         if must_pass:

@@ -338,41 +338,26 @@ class CandidateRole:
             self.refiller(self.sets[k], replays.replay_seed(run_seed, index))
 
         try:
-            # a graph's outputs are the same buffers every call: their digest is a graph too
-            kept = self._graph_digests(projection) if self.plan.method == "cuda-graph" else None
-
-            def digest(k: int, out) -> torch.Tensor | None:
-                if kept is not None:
-                    kept.step(k)
-                    return None
-                return replays.digest(self._outputs(out), projection)
-
+            # Eager digests, never a captured one: CUPTI's spans are read off the loop's graph
+            # launches, which must be the call's alone (a digest graph made every second launch
+            # another: the spans were refused and the noisier events timed the call).
             finish, digests = self.timer.run(
                 self.plan,
                 self._timing_call(),
                 refill,
                 lambda out, i: replays.scramble(out, gen),
-                digest,
+                lambda k, out: replays.digest(self._outputs(out), projection),
                 outputs_of=(lambda k: self.outs[k]) if self.dps else None,
                 max_time_s=msg.max_timing_s,
                 use_cupti=msg.use_cupti,
             )
-            if kept is not None:
-                table = kept.read(self.plan.iters)
-            else:
-                table = T.to(torch.stack(digests), "cpu").tolist() if digests else []
+            table = T.to(torch.stack(digests), "cpu").tolist() if digests else []
         except CandidateFault:
             raise
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
         self._finish = finish
         return m.RunReply(ok=True, digests=table)
-
-    def _graph_digests(self, projection: replays.Projection) -> replays.DigestTable:
-        """The timed loop's digests of the graphs' static outputs, one captured graph per set."""
-        assert self.plan is not None
-        static = [replays.tensors_of(self._outputs(out)) for _, out in self.plan.graphs]
-        return replays.DigestTable(self.device, static, self.plan.iters, projection, graphs=True)
 
     def confirm(self, msg: m.Confirm) -> m.Reply:
         """The outside clock's loop (``confirm.ConfirmLoop``): nothing but padding, fresh
