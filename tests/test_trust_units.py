@@ -504,3 +504,38 @@ def test_counts_from_the_candidates_process_are_bounded():
         with pytest.raises(Rejection) as err:
             _check_counts(plan, n, run_s, timing, 20.0, w)
         assert err.value.status == "REWARD_HACK"
+
+
+def test_digest_table_keeps_one_row_per_call_as_the_digest_computes_it():
+    """``replays.DigestTable``: row i is the digest of set k's buffers as they were after call
+    i (here eagerly, as on the CPU; on a GPU each set's digest is a captured graph doing the
+    same), a reset starts again at row 0, and no more rows are read than were made."""
+    projection = replays.Projection(11)
+    static = [[torch.zeros(3, 70, dtype=torch.float32)], [torch.zeros(5, dtype=torch.float32)]]
+    table = replays.DigestTable("cpu", static, 4, projection, graphs=False)
+    expected = []
+    for i, k in enumerate([0, 1, 0]):
+        static[k][0].normal_(generator=torch.Generator().manual_seed(i))
+        table.step(k)
+        expected.append(replays.digest(static[k], projection).tolist())
+    assert table.read(3) == expected
+    table.reset()
+    static[1][0].fill_(2.0)
+    table.step(1)
+    assert table.read(1) == [replays.digest(static[1], projection).tolist()]
+    with pytest.raises(ValueError):
+        table.read(5)
+
+
+def test_large_outputs_digest_in_few_blocks_with_the_same_figures():
+    """A digest takes 64 MiB of float64 at a time at least (a few launches on a GPU, not tens),
+    and still equals the digest computed in one piece."""
+    period = replays.PROJECTION_PERIOD
+    x = torch.randn(3 * period + 12345, dtype=torch.float32)
+    projection = replays.Projection(5)
+    got = replays.digest([x], projection)[0].tolist()
+    w = projection.weights(torch.device("cpu"))
+    flat = x.to(torch.float64)
+    signs = w.repeat(4)[: flat.numel()]
+    want = [flat.sum().item(), flat.abs().sum().item(), flat.norm().item(), (flat * signs).sum().item()]
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-6)
