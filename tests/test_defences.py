@@ -1,4 +1,11 @@
-"""Every cheat in tests/cheats is rejected, with the static screen on and with it off."""
+"""Every cheat in tests/cheats is rejected, with the static screen on and with it off.
+
+One test per cheat judges it with the screen on, then with it off. A cheat the screen lets
+through was already judged by the run-time defences alone (``static_screen`` is read by the
+screen gate only, and the two guards' settings differ in it alone, which the test checks), so
+that verdict is checked against the ``runtime`` expectation too instead of judging the same
+source a second time (a worker start and a verdict); a cheat the screen stops is judged again
+by the guard whose screen is off."""
 
 from __future__ import annotations
 
@@ -24,6 +31,9 @@ from helpers import (
 CHEAT_FILES = cheat_files("cpu")
 # cheats that take their worker down (every candidate gets a fresh worker anyway)
 FAULTS = {"infinite_loop", "hard_exit", "early_exit", "segfault", "out_of_memory", "leaks_state"}
+# faults the guard must cut off or end within its call timeout (a guard that never did would
+# hang the test); the next candidate is judged correctly after them, as after every fault
+WITHIN_TIMEOUT = {"infinite_loop", "out_of_memory"}
 
 
 def evaluate(guard, source: str, problem: str, agent: str):
@@ -31,27 +41,30 @@ def evaluate(guard, source: str, problem: str, agent: str):
 
 
 @pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)
-def test_cheat_with_screen(guard, path):
+def test_cheat_with_screen_and_runtime_defence_alone(guard, guard_runtime_only, path):
     exp = expectation(path)
+
+    # the static screen on
     v = submit_cheat(guard, path, f"cheat-{path.stem}")
     assert v.status == exp["screen"], f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
     if exp["screen"] == "PASSED":
         assert v.decision in ("ACCEPT", "KEEP", "REVERT")
-        return
-    assert v.decision == "REJECT"
-    assert v.gate is not None and v.reason
+    else:
+        assert v.decision == "REJECT"
+        assert v.gate is not None and v.reason
+        if v.gate == "screen":
+            # the banned construct and its line
+            assert re.search(r"kernel\.py:\d+: ", v.reason), v.reason
+        if exp["screen"] == "TIMEOUT" or path.stem in WITHIN_TIMEOUT:
+            assert hung_call_s(v) < guard.cfg.call_timeout_s + 15, v.phases_s
+
+    # the static screen off: the run-time defences hold on their own
+    assert guard.cfg.model_copy(update={"static_screen": False}) == guard_runtime_only.cfg
     if v.gate == "screen":
-        # the banned construct and its line
-        assert re.search(r"kernel\.py:\d+: ", v.reason), v.reason
-    if exp["screen"] == "TIMEOUT":
-        assert hung_call_s(v) < guard.cfg.call_timeout_s + 15, v.phases_s
-
-
-@pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)
-def test_cheat_runtime_defence_alone(guard_runtime_only, path):
-    exp = expectation(path)
-    g = guard_runtime_only
-    v = submit_cheat(g, path, f"cheat-{path.stem}")
+        g = guard_runtime_only
+        v = submit_cheat(g, path, f"cheat-{path.stem}")
+    else:  # the screen found nothing: the verdict above is the run-time defences' alone
+        g = guard
     assert v.status == exp["runtime"], f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
     if exp["runtime"] != "PASSED":
         assert v.decision == "REJECT" and v.gate in ("build", "correctness", "benchmark")
