@@ -74,12 +74,17 @@ def cheat_files(device: str) -> list[Path]:
     return out
 
 
-def make_guard(path: Path, **overrides):
-    """A guard on the CPU over the workspace at ``path``, with the fast settings."""
+def make_guard(path: Path, prestart: bool = False, **overrides):
+    """A guard on the CPU over the workspace at ``path``, with the fast settings.
+
+    Its candidate workers start when a candidate needs one (``prestart=False``): a test's
+    guard judges a few candidates, and the spare a guard starts ahead for its next one (an
+    import of torch, about 3 s of a core) would be thrown away when the test closes it. The
+    spare is the servers' way (``make_service``, ``kernelarc serve``), tested there."""
     from guard.cascade import Guard
     from guard.workspace import Workspace
 
-    return Guard(Workspace.open(path), fast_config(**overrides), device="cpu")
+    return Guard(Workspace.open(path), fast_config(**overrides), device="cpu", prestart=prestart)
 
 
 def speed_of_light_out_of_reach(guard) -> None:

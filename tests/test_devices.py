@@ -85,7 +85,8 @@ def test_rows_from_before_groups_are_adopted(tmp_path):
 def _guards(path, n=2, **overrides):
     ws = Workspace.open(path)
     cfg = fast_config(**overrides)
-    return [Guard(ws, cfg, device=d) for d in device_mod.resolve_all("cpu", n)]
+    # no spare workers started ahead (see helpers.make_guard)
+    return [Guard(ws, cfg, device=d, prestart=False) for d in device_mod.resolve_all("cpu", n)]
 
 
 @pytest.mark.slow
