@@ -202,8 +202,8 @@ def frozen(pid: int | None, timeout_s: float = 2.0) -> Iterator[Freeze]:
     try:
         _stop_all(pid, state.pids, timeout_s)
         before = set(tree(pid))
+        ns_before = _settled_run_ns(sorted(before))
         cpu_before = cpu_seconds(sorted(before))
-        ns_before = {p: run_ns(p) for p in before}
     except BaseException:
         _continue(state.pids)
         raise
@@ -222,6 +222,27 @@ def frozen(pid: int | None, timeout_s: float = 2.0) -> Iterator[Freeze]:
         if state.escaped():
             log.warning("process tree %s ran while stopped: %s", pid, state.escaped())
         _continue(state.pids)
+
+
+SETTLE_WAIT_S = 0.003
+SETTLE_TRIES = 30
+
+
+def _settled_run_ns(pids: list[int]) -> dict[int, int | None]:
+    """The run time of each of ``pids`` once it has stopped growing. A thread shows state T
+    as soon as it takes the stop, a moment before the scheduler switches it out and adds its
+    last slice to its run time: read at once, that slice looked like a wake-up inside the
+    window and an honest incumbent was accused on a loaded 2-core machine (session 12).
+    Readings 3 ms apart until two agree (at most 30); whatever runs after that is in the
+    window."""
+    now = {p: run_ns(p) for p in pids}
+    for _ in range(SETTLE_TRIES):
+        time.sleep(SETTLE_WAIT_S)
+        again = {p: run_ns(p) for p in pids}
+        if again == now:
+            break
+        now = again
+    return now
 
 
 def _continue(pids: list[int]) -> None:
