@@ -28,6 +28,13 @@ class GuardConfig(BaseModel):
         description="the same band for CPU timing, whose windows differ far more "
         "(1.8x between two windows of one kernel was seen on a 2-core machine)",
     )
+    pairing_min_dof: int = Field(
+        8,
+        ge=1,
+        description="a paired re-measurement repeats the turns until its noise estimate has at least "
+        "this many degrees of freedom (one per repetition and workload, less one per workload): "
+        "10 turns each for a one-workload problem, 4 for 3-4 workloads, 2 from 8 workloads",
+    )
     redraft_after: int = Field(5, ge=1, description="non-improving evaluations before a redraft")
     stop_sol_fraction: float = Field(0.9, gt=0, le=1.0)
     max_attempts: int | None = Field(None, ge=1, description="per agent and problem")

@@ -6,8 +6,8 @@ KEEP: within the threshold either way (a lateral working point). REVERT: slower 
 than the threshold; the verdict names the best to go back to. REJECT: a gate failed.
 
 The comparison is the geometric mean over common workloads of T_best / T_new. Its
-threshold is the larger of the noise floor (1%) and ``noise_sigmas`` standard errors of that
-mean, from the measured spread of both candidates' medians.
+threshold is the larger of the noise floor (1%) and ``noise_sigmas`` standard errors of the
+log of that mean, from the measured spread of both candidates' medians.
 """
 
 from __future__ import annotations
@@ -36,8 +36,14 @@ def compare(
         return None
     logs = [math.log(old[w][0] / new[w][0]) for w in common]
     var = sum(new[w][1] ** 2 + old[w][1] ** 2 for w in common) / len(common) ** 2
-    threshold = max(cfg.noise_floor, cfg.noise_sigmas * math.sqrt(var))
-    return Comparison(math.exp(sum(logs) / len(logs)), threshold)
+    return Comparison(math.exp(sum(logs) / len(logs)), threshold_from_log(cfg.noise_sigmas * math.sqrt(var), cfg))
+
+
+def threshold_from_log(margin: float, cfg: GuardConfig) -> float:
+    """A margin on the log of the speedup as the fraction ``decide`` compares with: a speedup
+    must exceed exp(margin), not 1 + margin (which lets a 0.35 margin pass at 1.42x, 4.3
+    standard errors where 5 were asked), and at least the noise floor."""
+    return max(cfg.noise_floor, math.expm1(min(margin, 50.0)))
 
 
 def decide(comparison: Comparison | None) -> Decision:

@@ -16,7 +16,8 @@ import math
 from typing import TypedDict
 
 from .config import GuardConfig
-from .decision import Comparison, decide
+from . import tails
+from .decision import Comparison, decide, threshold_from_log
 
 
 class PairedSamples(TypedDict):
@@ -38,23 +39,43 @@ def needs_pairing(cmp: Comparison | None, band: float = 1.3) -> bool:
     return 1 / band < cmp.speedup < band
 
 
+def pairing_rounds(workloads: int, cfg: GuardConfig) -> int:
+    """Turns of each side in a paired re-measurement: an even number (the order I C C I
+    cancels a linear drift) whose noise estimate has ``pairing_min_dof`` degrees of freedom
+    (``workloads * (rounds - 1)``): Student's t at 1 degree of freedom asks for 236 standard
+    errors where a normal asks for 3, so one workload timed twice can decide almost nothing."""
+    rounds = 2
+    while workloads * (rounds - 1) < cfg.pairing_min_dof:
+        rounds += 2
+    return rounds
+
+
 def paired_comparison(samples: dict[str, PairedSamples], cfg: GuardConfig) -> Comparison | None:
     """``samples``: workload -> {"incumbent": [(median, rel_se), ...], "challenger": [...]}
-    with the i-th incumbent and challenger measurement taken side by side."""
-    logs, variances = [], []
+    with the i-th incumbent and challenger measurement taken side by side.
+
+    The standard error of the geometric mean comes from each workload's repetitions (one
+    degree of freedom each with two of them, pooled over the workloads as noise of one
+    machine); its multiple is Student's t for those degrees of freedom
+    (``tails.t_multiplier``), so that a few repetitions that happen to agree on a busy machine
+    do not pass for a certainty."""
+    logs, variances, dof = [], [], 0
     for s in samples.values():
         pairs = [(i, c) for i, c in zip(s["incumbent"], s["challenger"]) if i[0] > 0 and c[0] > 0]
         if not pairs:
             continue
         lr = [math.log(i[0] / c[0]) for i, c in pairs]
         mean = sum(lr) / len(lr)
-        # within-run spread of both medians, and the disagreement between the repetitions
+        # within-run spread of both medians (many iterations each: taken as known), and the
+        # disagreement between the repetitions (estimated: len(lr) - 1 degrees of freedom)
         within = sum(i[1] ** 2 + c[1] ** 2 for i, c in pairs) / len(pairs) ** 2
-        between = sum((x - mean) ** 2 for x in lr) / (len(lr) * max(1, len(lr) - 1)) if len(lr) > 1 else 0.0
+        between = sum((x - mean) ** 2 for x in lr) / (len(lr) * (len(lr) - 1)) if len(lr) > 1 else 0.0
         logs.append(mean)
         variances.append(within + between)
+        dof += len(lr) - 1
     if not logs:
         return None
     n = len(logs)
-    var = sum(variances) / n**2
-    return Comparison(math.exp(sum(logs) / n), max(cfg.noise_floor, cfg.noise_sigmas * math.sqrt(var)))
+    sigma = math.sqrt(sum(variances) / n**2)
+    multiplier = tails.t_multiplier(cfg.noise_sigmas, dof or math.inf)
+    return Comparison(math.exp(sum(logs) / n), threshold_from_log(multiplier * sigma, cfg))

@@ -11,7 +11,7 @@ import random
 import sqlite3
 from typing import Any, Literal
 
-from ..pairing import PairedSamples
+from ..pairing import PairedSamples, pairing_rounds
 from ..runner.pool import WorkerPool
 from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from .context import EvalContext
@@ -39,12 +39,13 @@ def benchmark(ctx: EvalContext) -> dict[str, dict[str, Any]]:
     return results
 
 
-def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row, rounds: int = 2) -> dict[str, PairedSamples]:
-    """Time the incumbent (a stored candidate row) and the challenger turn about (I C C I ...)
-    on the same inputs, each worker writing to its own folder. Returns workload -> paired
-    samples, or raises Unpaired when the incumbent cannot be run again (then the stored
-    measurement decides)."""
+def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dict[str, PairedSamples]:
+    """Time the incumbent (a stored candidate row) and the challenger turn about (I C C I ...,
+    ``pairing_rounds`` turns each) on the same inputs, each worker writing to its own folder.
+    Returns workload -> paired samples, or raises Unpaired when the incumbent cannot be run
+    again (then the stored measurement decides)."""
     ref, cfg, problem, visible, progress = ctx.ref, ctx.cfg, ctx.problem, ctx.visible, ctx.progress
+    rounds = pairing_rounds(len(visible), cfg)
     d = problem.definition
     inc = pool.take_candidate()
     try:
