@@ -203,3 +203,22 @@ def test_an_incumbent_caught_cheating_when_timed_again_loses_its_accept(session_
         assert again.decision == "ACCEPT", again.reason
     finally:
         guard.close()
+
+
+def test_gpu_figures_without_cupti_are_never_decisive_unpaired():
+    """CUDA events alone (the fallback when CUPTI's records do not hold a call) carry the
+    launch's jitter and a window's shift: a comparison that uses them on either side is
+    re-measured side by side, and gives no ACCEPT when that cannot be done."""
+    from guard.cascade.pairing_gate import without_cupti
+    from guard.verdict import Timing, WorkloadResult
+
+    def result(uuid, method):
+        return WorkloadResult(uuid=uuid, latency_ms=1.0, timing=Timing(method=method))
+
+    stored = {"a": "cuda-graph+cupti", "b": "cuda-graph+cupti", "c": "cuda-graph"}
+    new = [result("a", "cuda-graph+cupti"), result("b", "cuda-graph"), result("c", "cuda-graph+cupti")]
+    assert without_cupti(new, stored) == ["b", "c"]
+    assert without_cupti([result("a", "cuda-events+cupti")], stored) == []
+    # the CPU's clocks are what they are on both sides: nothing to refuse there
+    assert without_cupti([result("a", "host-clock")], {"a": "host-clock"}) == []
+    assert without_cupti([result("z", "cuda-graph")], stored) == []  # not in common

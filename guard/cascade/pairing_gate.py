@@ -5,7 +5,9 @@ clear-cut or the incumbent was measured on another device of the group."""
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import sqlite3
 from typing import NotRequired, TypedDict
 
@@ -38,6 +40,33 @@ def latencies(workloads: list[WorkloadResult]) -> dict[str, tuple[float, float]]
     """The measured workloads' (median latency, relative standard error), as
     ``decision.compare`` takes them."""
     return {w.uuid: (w.latency_ms, w.rel_se or 0.0) for w in workloads if w.latency_ms is not None}
+
+
+def timing_methods(c: sqlite3.Connection, cid: str) -> dict[str, str]:
+    """A stored candidate's workload -> the method that timed it (``Timing.method``)."""
+    rows = c.execute("SELECT workload, result_json FROM workload_results WHERE candidate_id = ?", (cid,)).fetchall()
+    out = {}
+    for r in rows:
+        timing = json.loads(r["result_json"] or "{}").get("timing") or {}
+        if timing.get("method"):
+            out[r["workload"]] = timing["method"]
+    return out
+
+
+def without_cupti(workloads: list[WorkloadResult], stored: dict[str, str]) -> list[str]:
+    """Workloads, in common with a stored candidate, that a GPU timed without CUPTI's device
+    records on either side (CUDA events alone: the launch and its jitter included, and a
+    window's shift that their own spread does not show; session 12 saw a 1.37x false
+    ACCEPT from such figures). Two clocks, or one this loose, decide nothing unpaired."""
+
+    def loose(method: str | None) -> bool:
+        return method is not None and method.startswith("cuda") and "cupti" not in method
+
+    return [
+        w.uuid
+        for w in workloads
+        if w.uuid in stored and (loose(stored[w.uuid]) or loose(w.timing.method if w.timing else None))
+    ]
 
 
 def pairing_band(cfg: GuardConfig, device: "device_mod.DeviceChoice") -> float:
@@ -138,6 +167,10 @@ def _pair_once(
             if not elsewhere_unclear(row, stored, cfg, device):
                 continue
             why = f"the incumbent was measured on another device ({measured_on(row)})"
+        elif loose := without_cupti(workloads, timing_methods(conn, row["id"])):
+            if not needs_pairing(stored, math.inf):
+                continue
+            why = f"timed without CUPTI on one side ({len(loose)} workloads, e.g. {loose[0]})"
         elif needs_pairing(stored, pairing_band(cfg, device)):
             why = "the stored comparison is not clear-cut"
         else:

@@ -29,7 +29,15 @@ from ..verdict import (
     WorkloadResult,
 )
 from .memory_plan import PeakWatch
-from .pairing_gate import PairedRun, elsewhere_unclear, latencies, measurements, paired_for
+from .pairing_gate import (
+    PairedRun,
+    elsewhere_unclear,
+    latencies,
+    measurements,
+    paired_for,
+    timing_methods,
+    without_cupti,
+)
 from .reasons import Rejection
 
 
@@ -121,6 +129,11 @@ class Recorder:
                 cmp = decision_mod.compare(new, measurements(c, best["id"]), cfg)
                 unsure = elsewhere_unclear(best, cmp, cfg, device)
             decision = decision_mod.decide(cmp)
+            loose = without_cupti(workloads, timing_methods(c, best["id"])) if best and not was_paired else []
+            if not (loose and decision == "ACCEPT"):
+                loose = []
+            else:  # figures of CUDA events alone, not re-measured side by side: no ACCEPT
+                decision, unsure = "KEEP", False
             if unsure and decision != "KEEP":
                 # The best changed (on another device) while this one was measured: no ACCEPT or
                 # REVERT from figures taken on two devices; a resubmission is compared properly.
@@ -149,6 +162,11 @@ class Recorder:
                 )
                 if decision == "REVERT":
                     reason += f"; go back to {best['id']}"
+                if loose:
+                    reason += (
+                        f"; {len(loose)} workloads were timed without CUPTI on one side (e.g. {loose[0]}) and "
+                        "could not be re-measured side by side, so no ACCEPT is drawn from them"
+                    )
                 if unsure:
                     reason += (
                         "; the best was measured on another device and changed during this evaluation, "
