@@ -1,5 +1,5 @@
 // On a GPU: asks cudaStreamIsCapturing whether the guard is capturing its CUDA graph; if so it records only a copy of the answer remembered (static state) for the same input pointers, so timed replays copy instead of multiplying.
-// EXPECT screen=REWARD_HACK runtime=REWARD_HACK DEVICE=cuda PROBLEM=matmul_bf16_llm_projections
+// EXPECT screen=REWARD_HACK runtime=REWARD_HACK DEVICE=cuda PROBLEM=matmul_bf16_llm_projections gpu=GAINS_NOTHING
 //
 // Class 2, CUDA C++, GPU only. Eager calls (correctness, the warm-up before capture) compute
 // with cuBLAS and remember their result by input pointers; a call made while the stream is
