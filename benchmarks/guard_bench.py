@@ -210,8 +210,8 @@ def main() -> int:
     )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    profiles = Path(tempfile.mkdtemp(prefix="worker-profiles-"))
-    if args.profile_workers:
+    profiles = Path(tempfile.mkdtemp(prefix="worker-profiles-")) if args.profile_workers else None
+    if profiles is not None:
         os.environ[request_profile.ENV] = str(profiles)
     ws = Workspace.open(Path(tempfile.mkdtemp(prefix="guard-bench-")) / "ws")
     ws.problems().import_path(SOL / "rmsnorm_h4096")
@@ -246,7 +246,7 @@ def main() -> int:
                 (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
         result["device"] = guard.device_info()
     (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
-    if args.profile_workers:  # one file: the device call brings back only a few
+    if profiles is not None:  # one file: the device call brings back only a few
         reports = sorted(profiles.glob("*.txt"), key=lambda p: p.stat().st_mtime)
         (args.out / "worker_profiles.txt").write_text("".join(f"##### {p.stem}\n{p.read_text()}\n" for p in reports))
     print(render(result))
