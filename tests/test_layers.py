@@ -210,3 +210,22 @@ def test_the_server_and_the_cascade_load_without_torch():
         cwd=Path(__file__).resolve().parents[1],
     )
     assert "torch" not in out.stdout, out.stdout
+
+
+def test_python_sources_are_parsed_behind_the_parsers_lock():
+    """CPython 3.11's ``ast.parse`` fails ("AST constructor recursion depth mismatch") when two
+    threads parse at once, and a server takes tool calls on several threads: a swarm's agent
+    lost a submission to it. Every parse of the project's own code goes through
+    ``guard.pyparse.parse``, which holds one lock."""
+    import re
+
+    repo = Path(__file__).resolve().parents[1]
+    direct = []
+    for package in ("guard", "kernelarc_mcp", "launcher", "memory", "playbooks", "wholemodel"):
+        for path in (repo / package).rglob("*.py"):
+            if path.name == "pyparse.py":
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if re.search(r"\bast\.parse\(", line):
+                    direct.append(f"{path.relative_to(repo)}:{n}")
+    assert not direct, direct

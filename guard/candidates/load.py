@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import ValidationError
 
+from ..pyparse import parse
 from .solution import CPP_SUFFIXES, Solution, normalize_language
 
 
@@ -52,7 +53,7 @@ def top_level_names(source: str) -> set[str] | None:
     """Names a Python source binds at its top level (defs, classes, assignments, imports);
     None when it does not parse (the screen reports that, with the line)."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)  # behind the parser's lock: a server screens on several threads
     except (SyntaxError, ValueError):
         return None
     names: set[str] = set()
