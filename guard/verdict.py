@@ -26,7 +26,8 @@ TraceStatus = Literal[
     "TIMEOUT",
     "REWARD_HACK",
 ]
-Gate = Literal["screen", "build", "correctness", "benchmark"]
+# "pairing": the challenger failed while timed again side by side with an incumbent
+Gate = Literal["screen", "build", "correctness", "benchmark", "pairing"]
 
 
 class _Part(BaseModel):

@@ -93,3 +93,44 @@ def test_heldout_shapes_never_shown(guard):
         assert f"num_tokens={w.axes['num_tokens']}" not in text
         assert f'"num_tokens": {w.axes["num_tokens"]}' not in text
     assert v.diagnostic is None
+
+
+HALVES_ITS_MEDIANS = """
+import torch
+
+_timer = torch.sys.modules["guard.runner.timing"]
+_summary = _timer.summarize
+
+
+def _halved(samples_ms):
+    stats = _summary(samples_ms)
+    stats["median_ms"] = stats["median_ms"] / 2
+    stats["rel_se"] = 0.001
+    return stats
+
+
+_timer.summarize = _halved
+
+
+def run(hidden_states, weight):
+    x = hidden_states.float()
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
+"""
+
+
+def test_a_forged_cpu_median_never_goes_below_the_guards_own_clock(guard_runtime_only):
+    """The CPU's outside-clock band must be wide (100% + 5 ms), far wider than a call: a red
+    team's candidate that halved its own medians was ACCEPTed at 2.46x. The figure that decides
+    is never below what the guard's own clock saw per call, so halving gains nothing."""
+    v = evaluate(guard_runtime_only, unique(HALVES_ITS_MEDIANS), RMS, "halver")
+    assert v.status == "PASSED", v.reason
+    floored = 0
+    for w in v.workloads:
+        clock = w.timing.outside_clock
+        assert clock is not None and clock.agrees, w.uuid  # the band alone cannot tell
+        assert w.latency_ms >= clock.outside_ms, (w.uuid, w.latency_ms, clock.outside_ms)
+        extra = w.timing.model_extra or {}
+        if extra.get("floored_by_outside_clock"):
+            floored += 1
+            assert extra["inside_median_ms"] < w.latency_ms
+    assert floored >= 1, [w.timing for w in v.workloads]

@@ -130,6 +130,7 @@ def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(se
     # The default 3 standard errors: the paired threshold's Student-t multiple is what keeps
     # a busy machine's turns (one of them once said 1.40x with 5 normal standard errors
     # asked) from an ACCEPT. The stored figures (40% off, no error) say ACCEPT on their own.
+    # Then two red-team routes around the pairing: a duplicate, and a challenger that aborts.
     paired_timings = _watch_pairing(monkeypatch)
     guard = make_guard(session_tmp / f"ws-pairing-{band}", min_iters=40, max_iters=80, pairing_band_cpu=band)
     try:
@@ -159,8 +160,45 @@ def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(se
             assert paired_timings
             for timed, stopped, states in paired_timings:
                 assert stopped and timed not in stopped and set(states) == {"T"}, (timed, stopped, states)
+        # The identical bytes again: a duplicate, decided from reused figures. Not re-measured,
+        # a comparison that is not clear-cut gives no ACCEPT (a red team's route: the copy that
+        # pairing had just judged KEEP, resubmitted byte for byte, was ACCEPTed at 1.78x).
+        dup = guard.evaluate(from_source(source + "\n# a comment\n", None, "kernel.py"), RMS, agent="agent-p")
+        assert dup.duplicate_of == again.candidate_id and dup.decision != "ACCEPT", dup.reason
+        # A challenger that aborts its own worker when it is timed again side by side is judged
+        # on that failure, never on the stored figures the pairing exists to correct.
+        with guard.db.transaction() as c:  # clearly slower, still inside the band: paired
+            c.execute(
+                "UPDATE workload_results SET latency_ms = latency_ms * 1.8 / 1.4 WHERE candidate_id = ?",
+                (first.candidate_id,),
+            )
+        quitter = guard.evaluate(from_source(ABORTS_WHEN_TIMED_AGAIN, None, "kernel.py"), RMS, agent="agent-p")
+        assert quitter.decision != "ACCEPT", quitter.reason
+        assert quitter.status == "RUNTIME_ERROR" and quitter.gate == "pairing", (quitter.status, quitter.reason)
     finally:
         guard.close()
+
+
+# The honest kernel, until the first shape it saw comes round a third time (correctness and
+# the benchmark see it once each; only a paired re-measurement brings it back): then it aborts.
+ABORTS_WHEN_TIMED_AGAIN = """
+import torch
+
+_state = {"first": None, "previous": None, "visits": 0}
+
+
+def run(hidden_states, weight):
+    shape = tuple(hidden_states.shape)
+    if _state["first"] is None:
+        _state["first"] = shape
+    if shape == _state["first"] and _state["previous"] != shape:
+        _state["visits"] += 1
+        if _state["visits"] == 3:
+            torch.os.abort()
+    _state["previous"] = shape
+    x = hidden_states.float()
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
+"""
 
 
 @pytest.mark.slow

@@ -539,3 +539,33 @@ def test_large_outputs_digest_in_few_blocks_with_the_same_figures():
     signs = w.repeat(4)[: flat.numel()]
     want = [flat.sum().item(), flat.abs().sum().item(), flat.norm().item(), (flat * signs).sum().item()]
     assert got == pytest.approx(want, rel=1e-9, abs=1e-6)
+
+
+def test_a_tree_that_will_not_stop_is_the_stopped_candidates_doing(monkeypatch):
+    """A red team's incumbent held a process in uninterruptible sleep (a vfork child blocked on
+    a FIFO), so the stop never completed: that was a guard error, and every challenger paired
+    with it failed while it kept the global best. Now the stopped candidate answers for it: a
+    challenger is REWARD_HACK, an incumbent is unpaired as REWARD_HACK (and so revoked)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from guard.cascade import timed_workload
+    from guard.cascade.reasons import Unpaired
+    from guard.runner.freeze import FreezeError
+
+    @contextlib.contextmanager
+    def never_stops(pid):
+        raise FreezeError("the candidate's process tree could not be stopped in 5 s: processes [7] did not stop", False)
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(timed_workload, "frozen", never_stops)
+    worker = SimpleNamespace(proc=SimpleNamespace(pid=7))
+    w = SimpleNamespace(uuid="w0")
+    with pytest.raises(timed_workload.StoppedButRan) as caught:
+        with timed_workload.candidate_stopped(worker, w, "while the guard timed its loop"):
+            pass
+    assert caught.value.status == "REWARD_HACK" and "did not stop" in caught.value.reason
+    with pytest.raises(Unpaired) as unpaired:
+        with timed_workload.candidate_stopped(worker, w, "while the other candidate was timed", accuse=False):
+            pass
+    assert unpaired.value.status == "REWARD_HACK"

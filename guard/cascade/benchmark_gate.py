@@ -94,6 +94,11 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
         progress("pairing", len(visible), len(visible), "paired")
         return samples
     except (WorkerDied, WorkerTimeout) as exc:
+        if not ctx.cand.alive:
+            # the challenger's worker died or hung while timed again: its own failure, judged as
+            # in the benchmark (not a reason to fall back on the stored figures, which a
+            # candidate that aborts when re-measured would otherwise choose)
+            raise
         raise Unpaired(f"re-measuring {incumbent['id']} failed: {exc}") from None
     finally:
         pool.discard(inc)

@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from .. import decision as decision_mod
 from .. import scoring
+from ..pairing import needs_pairing
 from ..archive.db import Database
 from ..archive.git_archive import GitArchive
 from ..config import GuardConfig
@@ -31,6 +32,7 @@ from ..verdict import (
 from .memory_plan import PeakWatch
 from .pairing_gate import (
     PairedRun,
+    pairing_band,
     elsewhere_unclear,
     latencies,
     measurements,
@@ -52,6 +54,9 @@ class Recorder:
     ):
         self.db, self.cfg, self.device, self.archive = db, cfg, device, archive
         self.device_info = device_info  # the verdict's device (with the ceilings once measured)
+
+    def _band(self) -> float:
+        return pairing_band(self.cfg, self.device)
 
     def reject(
         self,
@@ -129,11 +134,19 @@ class Recorder:
                 cmp = decision_mod.compare(new, measurements(c, best["id"]), cfg)
                 unsure = elsewhere_unclear(best, cmp, cfg, device)
             decision = decision_mod.decide(cmp)
+            if best and cmp is None:  # nothing in common with the best (no figure to compare)
+                decision = "KEEP"
             loose = without_cupti(workloads, timing_methods(c, best["id"])) if best and not was_paired else []
             if not (loose and decision == "ACCEPT"):
                 loose = []
             else:  # figures of CUDA events alone, not re-measured side by side: no ACCEPT
                 decision, unsure = "KEEP", False
+            # A stored comparison that is not clear-cut decides no ACCEPT unless it was re-measured
+            # side by side: a duplicate (its figures reused), or a pairing that could not be
+            # made, would otherwise turn one slow window of the best into a gain.
+            unconfirmed = decision == "ACCEPT" and not was_paired and bool(best) and needs_pairing(cmp, self._band())
+            if unconfirmed:
+                decision = "KEEP"
             if unsure and decision != "KEEP":
                 # The best changed (on another device) while this one was measured: no ACCEPT or
                 # REVERT from figures taken on two devices; a resubmission is compared properly.
@@ -143,16 +156,24 @@ class Recorder:
                 cmp_g = paired_for(paired, "global", gbest)
                 if cmp_g is None and gbest:
                     cmp_g = decision_mod.compare(new, measurements(c, gbest["id"]), cfg)
-                    # not decidable from figures of two devices: the global best stays
-                    is_global = not elsewhere_unclear(gbest, cmp_g, cfg, device) and decision_mod.beats(cmp_g)
+                    # not decidable from figures of two devices, from nothing in common, or from
+                    # stored figures that are not clear-cut: the global best stays
+                    is_global = (
+                        cmp_g is not None
+                        and not elsewhere_unclear(gbest, cmp_g, cfg, device)
+                        and not needs_pairing(cmp_g, self._band())
+                        and decision_mod.beats(cmp_g)
+                    )
                 else:
                     is_global = decision_mod.beats(cmp_g)
             history = _history(self.db, c, problem.name, agent)
             advice = decision_mod.advise(decision, history, sol_fraction, best["sol_fraction"] if best else None, cfg)
             row = c.execute("SELECT source_hash, normalized_hash FROM candidates WHERE id = ?", (cid,)).fetchone()
             repeated = repeats(c, problem.name, agent, row["source_hash"], row["normalized_hash"], notes, cid)
-            if cmp is None:
+            if best is None:
                 reason = "first correct candidate of this agent: it becomes the agent's best"
+            elif cmp is None:
+                reason = f"no workload measured in common with the agent's best {best['id']}: it stays the best"
             else:
                 assert best is not None  # a comparison is made with the agent's best only
                 word = {"ACCEPT": "faster than", "KEEP": "within the noise of", "REVERT": "slower than"}[decision]
@@ -162,6 +183,11 @@ class Recorder:
                 )
                 if decision == "REVERT":
                     reason += f"; go back to {best['id']}"
+                if unconfirmed:
+                    reason += (
+                        "; not clear-cut and not re-measured side by side (a duplicate's figures, or the "
+                        "best could not be timed again), so no ACCEPT is drawn: resubmit a changed copy"
+                    )
                 if loose:
                     reason += (
                         f"; {len(loose)} workloads were timed without CUPTI on one side (e.g. {loose[0]}) and "

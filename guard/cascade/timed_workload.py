@@ -120,8 +120,9 @@ def candidate_stopped(worker: WorkerProcess, w: Workload, during: str, accuse: b
             except BaseException as exc:  # noqa: BLE001 - raised again below
                 failed = exc
     except FreezeError as exc:
-        if not exc.growing:
-            raise GuardError(f"{exc} {during} on {w.uuid}") from None
+        # Whether it keeps growing or will not stop (a process held in uninterruptible sleep
+        # by its own child: a red team's incumbent blocked every challenger so), the stopped
+        # candidate's doing: an idle worker's processes stop at once.
         why: str | None = str(exc)
     else:
         why = fz.escaped()
@@ -132,6 +133,42 @@ def candidate_stopped(worker: WorkerProcess, w: Workload, during: str, accuse: b
         raise StoppedButRan("benchmark", "REWARD_HACK", reason, None, w.uuid) from failed
     if failed is not None:
         raise failed
+
+
+def _check_figures(stats: dict[str, Any], w: Workload) -> None:
+    """The figures the candidate's process reports must be possible: a median of zero or
+    less (or not a number) dropped its workload from every comparison, and with all of them
+    gone a candidate became the global best with nothing to compare (a red team's forgery)."""
+    median, rel_se = stats.get("median_ms"), stats.get("rel_se") or 0.0
+    if (
+        not isinstance(median, (int, float))
+        or not math.isfinite(median)
+        or median <= 0
+        or not math.isfinite(rel_se)
+        or rel_se < 0
+    ):
+        raise Rejection(
+            "benchmark",
+            "REWARD_HACK",
+            f"the timing of {w.uuid} reported by the candidate's process is impossible "
+            f"(median {median!r} ms, relative standard error {rel_se!r}): its figures were forged",
+            None,
+            w.uuid,
+        )
+
+
+def _floor_by_outside_clock(stats: dict[str, Any], clock: outside_clock.OutsideClock) -> None:
+    """On a CPU the candidate's own median (its process's clock) cannot be held to the outside
+    clock's band, which must be wide there (100% + 5 ms: a loaded machine stalls windows), while
+    calls take a fraction of a millisecond: a red team halved its medians and was ACCEPTed. The
+    figure that decides is therefore never below what the guard's own clock saw per call; the
+    candidate's own median is kept beside it (``inside_median_ms``). Tampering can then only
+    make a CPU figure slower. A GPU keeps CUPTI's figure, held to a 10% band."""
+    inside = float(stats["median_ms"])
+    if clock.outside_ms > inside:
+        stats["inside_median_ms"] = inside
+        stats["median_ms"] = clock.outside_ms
+        stats["floored_by_outside_clock"] = True
 
 
 def _loop_kind(ref: ReferenceSide, d: Definition, w: Workload) -> str:
@@ -243,6 +280,7 @@ def time_workload(
     if not got.ok:
         raise _failed(got, w, "reading the timing of")
     stats = got.stats
+    _check_figures(stats, w)
 
     loop_kind = _loop_kind(ref, d, w)
     try:
@@ -270,6 +308,8 @@ def time_workload(
 
     run_walls, loop_walls, confirms, clock = _outside_windows(cx, run_seed, n, passes, copies, projection_seed, judge)
     stats["outside_clock"] = clock.model_dump()
+    if ref.device.kind != "cuda":
+        _floor_by_outside_clock(stats, clock)
 
     # The digests of a secret sample of the calls of every loop against the reference; every
     # window as many as the timed loop: the shortest window decides, so it must be checked.

@@ -191,7 +191,7 @@ def _stop_all(pid: int, stopped: list[int], timeout_s: float) -> None:
 
 
 @contextlib.contextmanager
-def frozen(pid: int | None, timeout_s: float = 2.0) -> Iterator[Freeze]:
+def frozen(pid: int | None, timeout_s: float = 5.0) -> Iterator[Freeze]:
     """SIGSTOP ``pid``'s whole tree for the duration of the block (every process seen stopped
     before it starts), SIGCONT after. Raises FreezeError when the tree cannot be stopped; the
     yielded ``Freeze`` says, once the block is over, whether anything ran meanwhile."""
