@@ -76,12 +76,13 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
                         with candidate_stopped(other, w, "while the other candidate was timed", accuse):
                             try:
                                 wait_device_idle(ref, ctx.trusted, w, "before the other candidate was timed")
-                            except Rejection as rej:  # the stopped one's doing
-                                if role == "challenger":
-                                    raise Unpaired(
-                                        f"the incumbent left work on the device: {rej.reason}", rej.status
-                                    ) from None
-                                raise
+                            except Rejection as rej:
+                                # Work that will not drain: the stopped one may have queued it, or
+                                # the one about to be timed, which is not stopped (a thread of its
+                                # own can launch at any time). Neither is blamed, so that neither
+                                # can get the other accused or revoked; unpaired, an unclear
+                                # comparison gives no ACCEPT (recording.measured).
+                                raise Unpaired(f"the device was busy before {role}'s turn: {rej.reason}") from None
                             try:
                                 t = time_workload(
                                     ref, worker, ctx.trusted, ctx.key, d, w, sets, run_seed, dps[role], rng
