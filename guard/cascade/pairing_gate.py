@@ -69,6 +69,28 @@ def without_cupti(workloads: list[WorkloadResult], stored: dict[str, str]) -> li
     ]
 
 
+def unclear_why(
+    c: sqlite3.Connection,
+    row: sqlite3.Row,
+    stored: decision_mod.Comparison,
+    workloads: list[WorkloadResult],
+    cfg: GuardConfig,
+    device: "device_mod.DeviceChoice",
+) -> str | None:
+    """Why the comparison with a stored candidate (``row``, compared as ``stored``) decides
+    nothing unless both are timed again side by side; None when it is decisive as it stands.
+    The one rule the pairing gate re-measures by, and the recording refuses an unpaired ACCEPT
+    or global best by (a duplicate, or an incumbent that could not be timed again)."""
+    if measured_elsewhere(row, device):
+        # compare only what was measured here, unless clear-cut even across devices
+        unclear = elsewhere_unclear(row, stored, cfg, device)
+        return f"the incumbent was measured on another device ({measured_on(row)})" if unclear else None
+    if loose := without_cupti(workloads, timing_methods(c, row["id"])):
+        unclear = needs_pairing(stored, math.inf)
+        return f"timed without CUPTI on one side ({len(loose)} workloads, e.g. {loose[0]})" if unclear else None
+    return "the stored comparison is not clear-cut" if needs_pairing(stored, pairing_band(cfg, device)) else None
+
+
 def pairing_band(cfg: GuardConfig, device: "device_mod.DeviceChoice") -> float:
     return cfg.pairing_band_gpu if device.kind == "cuda" else cfg.pairing_band_cpu
 
@@ -161,19 +183,8 @@ def _pair_once(
         stored = decision_mod.compare(new, measurements(conn, row["id"]), cfg)
         if stored is None:  # no workload in common: nothing to re-measure
             continue
-        if measured_elsewhere(row, device):
-            # Measured on another device of the group: compare only what was measured
-            # here, unless the difference is clear-cut even across devices.
-            if not elsewhere_unclear(row, stored, cfg, device):
-                continue
-            why = f"the incumbent was measured on another device ({measured_on(row)})"
-        elif loose := without_cupti(workloads, timing_methods(conn, row["id"])):
-            if not needs_pairing(stored, math.inf):
-                continue
-            why = f"timed without CUPTI on one side ({len(loose)} workloads, e.g. {loose[0]})"
-        elif needs_pairing(stored, pairing_band(cfg, device)):
-            why = "the stored comparison is not clear-cut"
-        else:
+        why = unclear_why(conn, row, stored, workloads, cfg, device)
+        if why is None:
             continue
         entry: PairedRun = {"incumbent": row["id"], "stored_speedup": stored.speedup, "comparison": None, "why": why}
         try:

@@ -11,7 +11,6 @@ from typing import Any, cast
 
 from .. import decision as decision_mod
 from .. import scoring
-from ..pairing import needs_pairing
 from ..archive.db import Database
 from ..archive.git_archive import GitArchive
 from ..config import GuardConfig
@@ -30,16 +29,7 @@ from ..verdict import (
     WorkloadResult,
 )
 from .memory_plan import PeakWatch
-from .pairing_gate import (
-    PairedRun,
-    pairing_band,
-    elsewhere_unclear,
-    latencies,
-    measurements,
-    paired_for,
-    timing_methods,
-    without_cupti,
-)
+from .pairing_gate import PairedRun, elsewhere_unclear, latencies, measurements, paired_for, unclear_why
 from .reasons import Rejection
 
 
@@ -54,9 +44,6 @@ class Recorder:
     ):
         self.db, self.cfg, self.device, self.archive = db, cfg, device, archive
         self.device_info = device_info  # the verdict's device (with the ceilings once measured)
-
-    def _band(self) -> float:
-        return pairing_band(self.cfg, self.device)
 
     def reject(
         self,
@@ -136,17 +123,14 @@ class Recorder:
             decision = decision_mod.decide(cmp)
             if best and cmp is None:  # nothing in common with the best (no figure to compare)
                 decision = "KEEP"
-            loose = without_cupti(workloads, timing_methods(c, best["id"])) if best and not was_paired else []
-            if not (loose and decision == "ACCEPT"):
-                loose = []
-            else:  # figures of CUDA events alone, not re-measured side by side: no ACCEPT
-                decision, unsure = "KEEP", False
-            # A stored comparison that is not clear-cut decides no ACCEPT unless it was re-measured
-            # side by side: a duplicate (its figures reused), or a pairing that could not be
-            # made, would otherwise turn one slow window of the best into a gain.
-            unconfirmed = decision == "ACCEPT" and not was_paired and bool(best) and needs_pairing(cmp, self._band())
-            if unconfirmed:
-                decision = "KEEP"
+            # A stored comparison that decides nothing unpaired gives no ACCEPT unless it was
+            # re-measured side by side: a duplicate (its figures reused), or a pairing that could
+            # not be made, would otherwise turn one slow window of the best into a gain.
+            unconfirmed = None
+            if decision == "ACCEPT" and best and cmp and not was_paired and not unsure:
+                unconfirmed = unclear_why(c, best, cmp, workloads, cfg, device)
+                if unconfirmed:
+                    decision = "KEEP"
             if unsure and decision != "KEEP":
                 # The best changed (on another device) while this one was measured: no ACCEPT or
                 # REVERT from figures taken on two devices; a resubmission is compared properly.
@@ -160,8 +144,7 @@ class Recorder:
                     # stored figures that are not clear-cut: the global best stays
                     is_global = (
                         cmp_g is not None
-                        and not elsewhere_unclear(gbest, cmp_g, cfg, device)
-                        and not needs_pairing(cmp_g, self._band())
+                        and unclear_why(c, gbest, cmp_g, workloads, cfg, device) is None
                         and decision_mod.beats(cmp_g)
                     )
                 else:
@@ -185,13 +168,8 @@ class Recorder:
                     reason += f"; go back to {best['id']}"
                 if unconfirmed:
                     reason += (
-                        "; not clear-cut and not re-measured side by side (a duplicate's figures, or the "
-                        "best could not be timed again), so no ACCEPT is drawn: resubmit a changed copy"
-                    )
-                if loose:
-                    reason += (
-                        f"; {len(loose)} workloads were timed without CUPTI on one side (e.g. {loose[0]}) and "
-                        "could not be re-measured side by side, so no ACCEPT is drawn from them"
+                        f"; {unconfirmed}, and it was not re-measured side by side (a duplicate's figures, "
+                        "or the best could not be timed again), so no ACCEPT is drawn: resubmit a changed copy"
                     )
                 if unsure:
                     reason += (
