@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
+
+from benchmarks.harness import in_fresh_process
 
 log = logging.getLogger("cupti_stop_probe")
 
@@ -82,13 +83,10 @@ def main() -> int:
         env.pop("TEARDOWN_CUPTI", None)
         if value is not None:
             env["TEARDOWN_CUPTI"] = value
-        proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.cupti_stop_probe", "--child"], env=env, capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            log.info("%s: failed\n%s", label, proc.stderr[-2000:])
+        res, failure = in_fresh_process("benchmarks.cupti_stop_probe", env)
+        if res is None:
+            log.info("%s: failed\n%s", label, failure)
             continue
-        res = json.loads(proc.stdout.strip().splitlines()[-1])
         out[label] = res
         s = res["sessions"]
         med = {k: sorted(r[k] for r in s)[len(s) // 2] for k in s[0]}

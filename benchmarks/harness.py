@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 CHEATS = REPO / "tests" / "cheats"
@@ -59,6 +60,16 @@ def kernelarc(ws: Path, *args: str, check: bool = True, timeout: float = 600) ->
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
+
+
+def in_fresh_process(module: str, env: dict[str, str]) -> tuple[Any, str | None]:
+    """Run ``python -m MODULE --child`` with ``env`` and read the JSON its last stdout line
+    holds, for a probe whose every measurement needs a new process (a setting read once at
+    start-up, an empty cache): (the result, None), or (None, the tail of its stderr)."""
+    proc = subprocess.run([sys.executable, "-m", module, "--child"], env=env, capture_output=True, text=True)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), None
 
 
 def free_port() -> int:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
+
+from benchmarks.harness import in_fresh_process
 
 log = logging.getLogger("triton_warm_probe")
 
@@ -76,16 +77,10 @@ def main() -> int:
     for run in range(3):
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, TRITON_CACHE_DIR=cache)
-            proc = subprocess.run(
-                [sys.executable, "-m", "benchmarks.triton_warm_probe", "--child"],
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-        if proc.returncode != 0:
-            log.info("run %d failed:\n%s", run, proc.stderr[-2000:])
+            row, failure = in_fresh_process("benchmarks.triton_warm_probe", env)
+        if row is None:
+            log.info("run %d failed:\n%s", run, failure)
             continue
-        row = json.loads(proc.stdout.strip().splitlines()[-1])
         rows.append(row)
         log.info(
             "run %d: %s", run, " ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items())
