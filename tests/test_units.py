@@ -380,10 +380,3 @@ def test_only_grad_mode_wrappers_are_removed_before_compiling():
     assert _is_grad_mode_wrapper(plain) and not _is_grad_mode_wrapper(plain.__wrapped__)
     assert _is_grad_mode_wrapper(inference)
     assert not _is_grad_mode_wrapper(scaled) and not _is_grad_mode_wrapper(torch.autocast("cpu")(scaled))
-
-
-def test_the_triton_warm_up_is_for_gpu_workers_only():
-    from guard.runner.triton_warmup import warm_triton
-
-    # the CPU runs Triton's interpreter: nothing to compile ahead, and nothing is run
-    assert warm_triton("cpu") is None

@@ -123,12 +123,6 @@ def main() -> int:
         traceback.print_exc()
         return 1
     protocol.send(sock, info)
-    if args.role == "candidate":  # set Triton up while no candidate is here yet (started ahead)
-        from .triton_warmup import warm_triton
-
-        took = warm_triton(device)
-        if took is not None:
-            print(f"Triton warm-up: {took:.2f} s", file=sys.stderr, flush=True)  # to the worker's log
     profiler = RequestProfiler() if os.environ.get(PROFILE_ENV) else None
     while True:
         try:

@@ -105,21 +105,3 @@ def test_candidate_builds_and_runs_in_the_sandbox(tmp_path, language):
         assert second["build_s"] < max(5.0, first["build_s"] / 4), (first["build_s"], second["build_s"])
     finally:
         again.kill()
-
-
-def test_a_candidate_worker_sets_triton_up_before_its_candidate_arrives(tmp_path):
-    """The warm-up kernel runs in the sandbox, in the worker's own cache, before the first
-    request: its log says how long it took, and the candidate's Triton kernel then runs."""
-    import time
-
-    worker = _start(tmp_path, "warm")
-    try:
-        deadline = time.monotonic() + 60
-        while "Triton warm-up:" not in worker.log_tail() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert "Triton warm-up:" in worker.log_tail(), worker.log_tail()
-        filename, source = SOURCES["triton"]
-        solution = from_source(source(), "triton", filename).model_dump(mode="json", exclude_none=True)
-        _prepare_and_check(worker, solution, "triton")
-    finally:
-        worker.kill()
