@@ -91,6 +91,24 @@ def test_cheats_on_gpu_runtime_defence(gpu_guard_runtime, path):
     assert after.status == "PASSED", after.reason
 
 
+@pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)
+def test_cheats_on_gpu_with_the_screen_on(gpu_guard, path):
+    """The full guard, screen first, on the GPU: a cheat the screen names is refused there with
+    its line; one it lets through meets the run-time defences, as in the test above."""
+    exp = expectation(path)
+    v = submit_cheat(gpu_guard, path, f"screened-{path.stem}")
+    if v.gate == "screen":
+        assert v.status == exp["screen"], f"{path.name}: {v.status} {v.reason}"
+        assert v.decision == "REJECT" and v.reason
+        return
+    expected = exp.get("gpu", exp["runtime"])
+    if expected == "GAINS_NOTHING":
+        assert v.status == "PASSED", f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
+        assert all(w.timing.outside_clock is not None and w.timing.outside_clock.agrees for w in v.workloads)
+    else:
+        assert v.status == expected, f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
+
+
 SIDE_STREAM = """
 import torch
 
