@@ -298,7 +298,22 @@ def test_kill_leaves_no_grandchild(tmp_path, needs_bwrap):
     assert _host_pids_with(marker) == []
 
 
-def test_honest_candidate_builds_and_runs_in_the_sandbox(tmp_path, needs_bwrap):
+# Right on its first call on a round's inputs, a little off on the second: the determinism
+# check, which keeps the first call's outputs as a copy while the second runs, must see it.
+DRIFTING = """
+import torch
+_calls = [0]
+
+def run(hidden_states, weight):
+    _calls[0] += 1
+    x = hidden_states.float()
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float()
+    return (y + (_calls[0] - 1) * 1e-3).to(hidden_states.dtype)
+"""
+
+
+@pytest.mark.parametrize("kind", ["honest", "drifting"])
+def test_candidate_builds_and_runs_in_the_sandbox(tmp_path, needs_bwrap, kind):
     from guard.runner.pool import WorkerPool
 
     ws = fake_workspace(tmp_path)
@@ -307,7 +322,7 @@ def test_honest_candidate_builds_and_runs_in_the_sandbox(tmp_path, needs_bwrap):
     try:
         assert worker.isolation == "bubblewrap" and pool.isolation.available
         assert worker.outdir == worker.workdir / "out" and worker.outdir.is_dir()
-        reply = _prepare(worker, honest_source(), tmp_path / "cache")
+        reply = _prepare(worker, honest_source() if kind == "honest" else DRIFTING, tmp_path / "cache")
         assert reply.get("ok"), reply
         _, d, w = _definition_and_workload()
         reply = worker.request(
@@ -321,6 +336,10 @@ def test_honest_candidate_builds_and_runs_in_the_sandbox(tmp_path, needs_bwrap):
             },
             60,
         )
+        if kind == "drifting":
+            assert not reply.get("ok") and reply.get("status") == "INCORRECT_NUMERICAL", reply
+            assert "differs between two calls on the same inputs" in reply.get("message", ""), reply
+            return
         assert reply.get("ok"), reply
         files = [o["file"] for r in reply["rounds"] for o in r["outputs"]]
         assert files and all(Path(f).parent == worker.outdir and Path(f).stat().st_size for f in files)

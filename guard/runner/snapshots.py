@@ -1,0 +1,79 @@
+"""Copies a worker keeps to compare with later, and the comparisons against them.
+
+Three checks hold a copy of a call's data while the candidate runs again: its inputs before
+a call (inputs are read-only), its first call's outputs (a second call on the same inputs must
+give the same bytes), and an eager call's result (a graph replay must give it). On a GPU a
+device copy of a large tensor doubles what the check holds: for a problem of 6 GiB in and 6
+GiB out that was most of the candidate worker's 38-45 GiB peak. So a large tensor's copy
+goes to host memory, and the comparison brings it back one bounded chunk at a time. Small
+tensors, and every tensor on the CPU, are cloned where they are, as before.
+
+Everything runs through the references in ``harness.T``, taken before any candidate code was
+imported (``torch.allclose`` is watched there: a patch of it is reported as a reward hack).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from .harness import T
+
+# From this size a copy of a device tensor lives on the host (below it, a device clone costs
+# little memory and no transfer).
+HOST_COPY_BYTES = 1 << 30
+# The device memory one step of a comparison brings back from the host (and its temporaries).
+CHUNK_BYTES = 256 << 20
+
+
+def snapshot(t: torch.Tensor, host_from_bytes: int = HOST_COPY_BYTES) -> torch.Tensor:
+    """A copy of ``t`` that later writes to ``t`` do not reach: on the host when ``t`` is a
+    device tensor of ``host_from_bytes`` or more, else a clone beside it."""
+    if t.is_cuda and t.numel() * t.element_size() >= host_from_bytes:
+        host: torch.Tensor = T.contiguous(T.cpu(t))
+        return host
+    here: torch.Tensor = T.clone(t)
+    return here
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    flat: torch.Tensor = T.view(t if t.is_contiguous() else T.contiguous(t), (-1,))
+    return flat
+
+
+def _pairs(live: torch.Tensor, copy: torch.Tensor, chunk_bytes: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``live`` and ``copy`` flattened, in chunks of at most ``chunk_bytes`` each, both on
+    ``live``'s device."""
+    a, b = _flat(live), _flat(copy)
+    step = max(1, chunk_bytes // max(1, live.element_size()))
+    for lo in range(0, T.numel(a), step):
+        part = b[lo : lo + step]
+        yield a[lo : lo + step], (part if part.device == a.device else T.to(part, a.device))
+
+
+def _as_bytes(t: torch.Tensor) -> torch.Tensor:
+    raw: torch.Tensor = t if t.dtype == torch.bool else T.view(t, torch.uint8)
+    return raw
+
+
+def same_bytes(live: torch.Tensor, copy: torch.Tensor, chunk_bytes: int = CHUNK_BYTES) -> bool:
+    """Whether ``live`` holds exactly the bytes of ``copy`` (NaNs and signed zeros included)."""
+    if live.shape != copy.shape or live.dtype != copy.dtype:
+        return False
+    return all(T.equal(_as_bytes(a), _as_bytes(b)) for a, b in _pairs(live, copy, chunk_bytes))
+
+
+def close(live: torch.Tensor, copy: torch.Tensor, atol: float, rtol: float, chunk_bytes: int = CHUNK_BYTES) -> bool:
+    """``torch.allclose(live, copy)`` with NaNs equal, floats compared as float32 (integers and
+    booleans exactly), one chunk at a time."""
+    if live.shape != copy.shape or live.dtype != copy.dtype:
+        return False
+    if not live.is_floating_point():
+        return same_bytes(live, copy, chunk_bytes)
+    # float32 temporaries of up to twice a chunk of a half-precision tensor, a few of them
+    step_bytes = max(1, chunk_bytes * live.element_size() // 4)
+    return all(
+        bool(torch.allclose(T.to(a, torch.float32), T.to(b, torch.float32), atol=atol, rtol=rtol, equal_nan=True))
+        for a, b in _pairs(live, copy, step_bytes)
+    )

@@ -1,0 +1,61 @@
+"""The copies a candidate worker compares against (guard/runner/snapshots.py), in chunks
+smaller than the tensors so that every boundary is crossed."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from guard.runner.snapshots import close, same_bytes, snapshot  # noqa: E402
+
+CHUNK = 64  # bytes: 16 float32 elements per chunk
+
+
+def test_a_snapshot_is_not_reached_by_later_writes():
+    t = torch.arange(100, dtype=torch.float32)
+    copy = snapshot(t)
+    t[57] = -1
+    assert copy[57] == 57 and not same_bytes(t, copy, CHUNK)
+
+
+@pytest.mark.parametrize("where", [0, 15, 16, 63, 99])
+def test_one_changed_element_is_found_in_any_chunk(where):
+    t = torch.randn(100)
+    copy = snapshot(t)
+    assert same_bytes(t, copy, CHUNK)
+    t[where] += 1e-3
+    assert not same_bytes(t, copy, CHUNK)
+    assert not close(t, copy, atol=1e-6, rtol=0.0, chunk_bytes=CHUNK)
+    assert close(t, copy, atol=1e-2, rtol=0.0, chunk_bytes=CHUNK)
+
+
+def test_bytes_compare_nans_equal_and_signed_zeros_apart():
+    t = torch.tensor([float("nan"), 0.0, 1.0] * 10)
+    assert same_bytes(t, t.clone(), CHUNK)  # torch.equal calls NaN unequal to itself
+    flipped = t.clone()
+    flipped[4] = -0.0
+    assert not same_bytes(t, flipped, CHUNK)  # torch.equal calls them equal
+    assert close(t, flipped, atol=0.0, rtol=0.0, chunk_bytes=CHUNK)
+
+
+def test_shapes_dtypes_and_exact_kinds():
+    t = torch.arange(40, dtype=torch.int64)
+    assert not same_bytes(t, t.reshape(4, 10).clone())
+    assert not same_bytes(t, t.to(torch.int32))
+    assert not close(t, t.to(torch.float64), 1.0, 1.0)
+    off = t.clone()
+    off[33] += 1
+    assert not close(t, off, atol=10.0, rtol=10.0, chunk_bytes=CHUNK)  # integers compare exactly
+    b = torch.rand(50) > 0.5
+    assert same_bytes(b, b.clone(), 8) and close(b, b.clone(), 0.0, 0.0, 8)
+
+
+def test_half_precision_and_strided_tensors():
+    t = torch.randn(30, 20).to(torch.bfloat16)
+    copy = snapshot(t)
+    assert close(t, copy, 0.0, 0.0, CHUNK)
+    strided = t.t()  # not contiguous: compared in its logical order
+    assert same_bytes(strided, snapshot(strided), CHUNK)
+    t[29, 19] = 100
+    assert not close(t, copy, atol=1.0, rtol=0.0, chunk_bytes=CHUNK)
