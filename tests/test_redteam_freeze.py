@@ -156,3 +156,64 @@ def test_a_tree_continued_by_its_own_timer_is_seen_running(tmp_path):
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
+
+
+# One process, two threads, stopped by the guard: its own timer continues it, the thread that
+# has run longest starts a new thread and exits, and the new one stops the process again.
+# The process's pid never changes, nothing appeared or exited among the tree's processes,
+# under a tick of CPU time is used, and the sum of its threads' run times *falls* (the old
+# thread's long run time leaves with it): each thread has to be followed on its own.
+THREAD_SWAP = r"""
+import ctypes, os, signal, sys, threading, time
+start = float(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+class sigevent(ctypes.Structure):
+    _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                ("pad", ctypes.c_int * 12)]
+class timespec(ctypes.Structure):
+    _fields_ = [("s", ctypes.c_long), ("ns", ctypes.c_long)]
+class itimerspec(ctypes.Structure):
+    _fields_ = [("interval", timespec), ("value", timespec)]
+ev = sigevent(None, signal.SIGCONT, 0)
+timer = ctypes.c_void_p()
+assert libc.timer_create(1, ctypes.byref(ev), ctypes.byref(timer)) == 0
+spec = itimerspec(timespec(0, 0), timespec(int(start), int((start % 1) * 1e9)))
+assert libc.timer_settime(timer, 1, ctypes.byref(spec), None) == 0
+def successor(predecessor):
+    predecessor.join()
+    time.sleep(0.05)  # its OS thread gone too
+    os.kill(os.getpid(), signal.SIGSTOP)  # looks stopped again when the guard reads it
+def old():
+    t = time.monotonic()
+    while time.monotonic() < t + 0.3:  # a long run time before the stop
+        pass
+    while time.monotonic() < start:
+        time.sleep(0.001)
+    threading.Thread(target=successor, args=(threading.current_thread(),)).start()
+threading.Thread(target=old).start()
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_a_thread_swapped_while_stopped_is_seen(tmp_path):
+    start = time.monotonic() + 1.0
+    python = os.path.realpath(sys.executable)
+    proc = subprocess.Popen(
+        [python, "-S", "-c", THREAD_SWAP, repr(start)], stdout=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        time.sleep(0.4)  # the old thread has spun its 0.3 s and sleeps until start
+        with frozen(proc.pid) as fz:
+            before = sorted(os.listdir(f"/proc/{proc.pid}/task"))
+            while time.monotonic() < start + 0.3:
+                time.sleep(0.01)
+            after = sorted(os.listdir(f"/proc/{proc.pid}/task"))
+        # the swap happened inside the block, in the one process of the tree
+        assert before != after and len(before) == len(after), (before, after)
+        assert not fz.appeared and not fz.vanished
+        assert fz.escaped() is not None, f"a thread of the stopped process ran and was replaced, unseen: {fz}"
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()

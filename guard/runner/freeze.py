@@ -50,7 +50,7 @@ class Freeze:
     appeared: list[int] = field(default_factory=list)
     vanished: list[int] = field(default_factory=list)
     running: list[int] = field(default_factory=list)  # not stopped any more when the block ended
-    woke: list[int] = field(default_factory=list)  # ran at all meanwhile (scheduler's run time, in ns)
+    woke: list[int] = field(default_factory=list)  # ran at all meanwhile: a thread ran, appeared or exited
 
     def escaped(self) -> str | None:
         """Why the tree was not still while stopped, or None."""
@@ -147,21 +147,28 @@ def cpu_seconds(pids: list[int]) -> float:
     return ticks * _TICK_S
 
 
-def run_ns(pid: int) -> int | None:
-    """Nanoseconds the process's threads have run (the scheduler's own count, which grows by
-    any wake-up, however short), or None where the kernel does not keep it."""
-    total, found = 0, False
+def run_ns(pid: int) -> dict[int, int] | None:
+    """Nanoseconds each thread of the process has run, by thread id (the scheduler's own count,
+    which grows by any wake-up, however short), or None where the kernel does not keep it.
+    Per thread, not summed: a thread that exits takes its count with it, so a process that
+    swaps an old thread for a new one while it should be stopped can leave a smaller sum."""
+    out: dict[int, int] = {}
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return None
     for task in tasks:
         try:
-            total += int((task / "schedstat").read_text().split()[0])
-            found = True
+            out[int(task.name)] = int((task / "schedstat").read_text().split()[0])
         except (OSError, ValueError, IndexError):
             continue
-    return total if found else None
+    return out or None
+
+
+def woke(before: dict[int, int], after: dict[int, int]) -> bool:
+    """Whether a stopped process ran between two readings of its threads' run times: one of
+    them ran, or one appeared or exited (neither can happen without running)."""
+    return before.keys() != after.keys() or any(after[t] > ns for t, ns in before.items())
 
 
 def _stop_all(pid: int, stopped: list[int], timeout_s: float) -> None:
@@ -217,7 +224,7 @@ def frozen(pid: int | None, timeout_s: float = 5.0) -> Iterator[Freeze]:
         state.running = [p for p in after if not _stopped(p)]
         for p in after:
             was, now = ns_before.get(p), run_ns(p)
-            if was is not None and now is not None and now > was:
+            if was is not None and now is not None and woke(was, now):
                 state.woke.append(p)
         if state.escaped():
             log.warning("process tree %s ran while stopped: %s", pid, state.escaped())
@@ -228,7 +235,7 @@ SETTLE_WAIT_S = 0.003
 SETTLE_TRIES = 30
 
 
-def _settled_run_ns(pids: list[int]) -> dict[int, int | None]:
+def _settled_run_ns(pids: list[int]) -> dict[int, dict[int, int] | None]:
     """The run time of each of ``pids`` once it has stopped growing. A thread shows state T
     as soon as it takes the stop, a moment before the scheduler switches it out and adds its
     last slice to its run time: read at once, that slice looked like a wake-up inside the
