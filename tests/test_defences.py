@@ -95,21 +95,21 @@ def test_heldout_shapes_never_shown(guard):
     assert v.diagnostic is None
 
 
-HALVES_ITS_MEDIANS = """
+SHRINKS_ITS_MEDIANS = """
 import torch
 
 _timer = torch.sys.modules["guard.runner.timing"]
 _summary = _timer.summarize
 
 
-def _halved(samples_ms):
+def _shrunk(samples_ms):
     stats = _summary(samples_ms)
-    stats["median_ms"] = stats["median_ms"] / 2
+    stats["median_ms"] = stats["median_ms"] / 100
     stats["rel_se"] = 0.001
     return stats
 
 
-_timer.summarize = _halved
+_timer.summarize = _shrunk
 
 
 def run(hidden_states, weight):
@@ -121,8 +121,10 @@ def run(hidden_states, weight):
 def test_a_forged_cpu_median_never_goes_below_the_guards_own_clock(guard_runtime_only):
     """The CPU's outside-clock band must be wide (100% + 5 ms), far wider than a call: a red
     team's candidate that halved its own medians was ACCEPTed at 2.46x. The figure that decides
-    is never below what the guard's own clock saw per call, so halving gains nothing."""
-    v = evaluate(guard_runtime_only, unique(HALVES_ITS_MEDIANS), RMS, "halver")
+    is never below what the guard's own clock saw per call, so shrinking gains nothing. (A
+    hundredfold, not half: on a loaded machine the outside clock's own figure for a 0.1 ms call
+    can fall below half the honest median, and the floor, rightly, then does not apply.)"""
+    v = evaluate(guard_runtime_only, unique(SHRINKS_ITS_MEDIANS), RMS, "shrinker")
     assert v.status == "PASSED", v.reason
     floored = 0
     for w in v.workloads:

@@ -49,6 +49,11 @@ class ClaudeClient:
             argv += ["--resume", resume]
         env = agent_env(ctx)
         env.setdefault("MCP_TOOL_TIMEOUT", "120000")  # our tools answer within about 40 s
+        # `claude -p` otherwise connects --mcp-config servers in the background and starts the
+        # first turn without them: on a loaded machine the agent's first call of ours came back
+        # "No such tool available". Wait for our server (up to a minute) before the first turn.
+        env.setdefault("MCP_CONNECTION_NONBLOCKING", "false")
+        env.setdefault("MCP_CONNECT_TIMEOUT_MS", "60000")
         return Launch(argv, ctx.worktree, env)
 
     def session_id(self, ctx: AgentContext) -> str | None:

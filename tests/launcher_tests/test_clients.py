@@ -106,7 +106,10 @@ def test_two_claude_code_agents_in_a_swarm(tmp_path):
         log = (run_dir / "agents" / agent / "agent.log").read_text()
         init = next(json.loads(line) for line in log.splitlines() if '"subtype":"init"' in line)
         servers = [{"name": s["name"], "status": s["status"]} for s in init["mcp_servers"]]
+        # connected before the first turn, not still "pending" (the launcher asks Claude Code to
+        # wait for it), so that no call of the agent's finds our tools missing
         assert {"name": "kernelarc", "status": "connected"} in servers
+        assert "No such tool available" not in log
 
 
 def test_codex_command_and_configuration(tmp_path):
