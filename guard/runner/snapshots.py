@@ -71,7 +71,7 @@ def close(live: torch.Tensor, copy: torch.Tensor, atol: float, rtol: float, chun
         return False
     if not live.is_floating_point():
         return same_bytes(live, copy, chunk_bytes)
-    # float32 temporaries of up to twice a chunk of a half-precision tensor, a few of them
+    # chunks of chunk_bytes / 4 elements, so that each float32 temporary holds chunk_bytes
     step_bytes = max(1, chunk_bytes * live.element_size() // 4)
     return all(
         bool(torch.allclose(T.to(a, torch.float32), T.to(b, torch.float32), atol=atol, rtol=rtol, equal_nan=True))
