@@ -38,7 +38,7 @@ def snapshot(t: torch.Tensor, host_from_bytes: int = HOST_COPY_BYTES) -> torch.T
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
-    flat: torch.Tensor = T.view(t if t.is_contiguous() else T.contiguous(t), (-1,))
+    flat: torch.Tensor = T.view(T.contiguous(t), (-1,))  # no copy when already contiguous
     return flat
 
 
