@@ -31,6 +31,9 @@ POLL_S = 2.0
 GRACE_MIN_S = 30.0
 GRACE_MAX_S = 120.0
 MAX_RESTARTS = 3
+# an agent that has submitted its last allowed candidate keeps running this long, to read its
+# verdict and record what it learned, before it is stopped
+WRAP_UP_S = 90.0
 
 REDRAFT_PROMPT = """\
 The guard advised a redraft: {message}
@@ -50,7 +53,8 @@ class AgentRun:
     spec: AgentSpec
     ctx: AgentContext
     proc: subprocess.Popen | None = None
-    state: str = "starting"  # running, restarting, done, stopped, failed
+    state: str = "starting"  # running, restarting, wrapping (at its candidate cap), done, stopped, failed
+    wrap_up_until: float | None = None  # monotonic deadline once at its candidate cap
     restarts: int = 0
     attempts: int = 0
     last_attempt_at: float = field(default_factory=time.time)
@@ -275,8 +279,17 @@ class Swarm:
                 return f"{run.spec.name} reached the target fraction of speed of light"
             return None
         if self.config.max_candidates and run.attempts >= self.config.max_candidates:
-            self._kill(run.proc)
-            run.state = "done"
+            # Stopped at once, an agent lost what it had learned: the call that submitted its
+            # last candidate was still waiting for the verdict, and it never recorded a
+            # conclusion. It gets a bounded wrap-up (a submission it makes meanwhile is judged
+            # like any other), then is stopped if still running.
+            if run.wrap_up_until is None:
+                run.wrap_up_until = time.monotonic() + WRAP_UP_S
+                run.state = "wrapping"
+            exited = run.proc is None or run.proc.poll() is not None
+            if exited or time.monotonic() > run.wrap_up_until:
+                self._kill(run.proc)
+                run.state = "done"
             return None
         if (
             verdict is not None
@@ -390,7 +403,7 @@ class Swarm:
         give the server a bounded grace period to judge it (shown in the live view), so that
         the report holds every verdict and no job of this run is left behind."""
         for run in self.runs:  # no new submissions
-            if run.state in ("running", "starting", "restarting"):
+            if run.state in ("running", "starting", "restarting", "wrapping"):
                 self._kill(run.proc)
                 run.state = "stopped"
         grace = min(GRACE_MAX_S, max(GRACE_MIN_S, 0.25 * self.config.budget_minutes * 60))
@@ -409,6 +422,6 @@ class Swarm:
     def shutdown(self) -> None:
         for run in self.runs:
             self._kill(run.proc)
-            if run.state in ("running", "starting", "restarting"):
+            if run.state in ("running", "starting", "restarting", "wrapping"):
                 run.state = "stopped"
         self._kill(self.server, grace=10)

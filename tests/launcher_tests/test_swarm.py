@@ -222,3 +222,42 @@ def test_submissions_still_queued_are_judged_within_a_grace_period(tmp_path, mon
     t0 = time.monotonic()
     s._judge_pending()
     assert time.monotonic() - t0 < 20.0  # the 0.3 s grace, not the defaults' 30 s or more
+
+
+def test_an_agent_at_its_candidate_cap_wraps_up_before_it_is_stopped(tmp_path, monkeypatch):
+    """An agent whose last allowed candidate has its verdict is not killed at once (its call
+    was still waiting for that verdict, and it had recorded nothing): it keeps running for a
+    bounded wrap-up, ends as done when it exits by itself, and is stopped when the wrap-up
+    runs out."""
+    import subprocess
+
+    from guard.workspace import Workspace
+    from launcher import swarm as swarm_mod
+
+    ws = Workspace.open(fast_workspace(tmp_path / "ws"))
+    s = swarm_mod.Swarm(ws, RMS, 2, "claude", max_candidates=1)
+    s.runs = [swarm_mod.AgentRun(spec=a, ctx=None) for a in s.config.agents]
+
+    def at_cap(self, run):
+        run.attempts = 1
+        return None
+
+    monkeypatch.setattr(swarm_mod.Swarm, "_refresh", at_cap)
+    finishing, lingering = s.runs
+    finishing.proc = subprocess.Popen(["sleep", "0.5"], start_new_session=True)  # as agents are started
+    lingering.proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        s._step(finishing, time.monotonic() + 600)
+        s._step(lingering, time.monotonic() + 600)
+        assert finishing.state == lingering.state == "wrapping"
+        assert finishing.proc.poll() is None and lingering.proc.poll() is None  # both still running
+        finishing.proc.wait(timeout=30)
+        s._step(finishing, time.monotonic() + 600)
+        assert finishing.state == "done" and finishing.proc.returncode == 0  # ended by itself
+        lingering.wrap_up_until = time.monotonic() - 1  # its wrap-up has run out
+        s._step(lingering, time.monotonic() + 600)
+        assert lingering.state == "done" and lingering.proc.poll() is not None  # stopped
+    finally:
+        for run in s.runs:
+            if run.proc.poll() is None:
+                run.proc.kill()
