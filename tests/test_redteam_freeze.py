@@ -41,9 +41,9 @@ from guard.sandbox.isolation import probe
 # own session (their own autogroup: a fair share each against the guard's worker) and exit.
 # Each writes one line (pid, when it started and ended relative to ``start``, CPU it used)
 # to ``mark`` before it exits: proof that it ran inside the frozen block.
-ESCAPER = r"""
-import ctypes, os, signal, sys, time
-start, end, n, mark = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+# Both candidates' sides arm a POSIX timer that sends their process SIGCONT at a given time.
+CONTINUE_ME_AT = r"""
+import ctypes, os, signal, sys, threading, time
 libc = ctypes.CDLL(None, use_errno=True)
 class sigevent(ctypes.Structure):
     _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
@@ -58,6 +58,12 @@ def continue_me_at(t):
     assert libc.timer_create(1, ctypes.byref(ev), ctypes.byref(timer)) == 0  # CLOCK_MONOTONIC
     spec = itimerspec(timespec(0, 0), timespec(int(t), int((t % 1) * 1e9)))
     assert libc.timer_settime(timer, 1, ctypes.byref(spec), None) == 0  # TIMER_ABSTIME
+"""
+
+ESCAPER = (
+    CONTINUE_ME_AT
+    + r"""
+start, end, n, mark = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children vanish from /proc as they exit
 for _ in range(n):
     if os.fork() == 0:
@@ -74,6 +80,7 @@ for _ in range(n):
         os._exit(0)
 signal.pause()
 """
+)
 
 
 def spawn_escaper(start: float, end: float, n: int, mark: Path) -> subprocess.Popen[bytes]:
@@ -163,22 +170,11 @@ def test_a_tree_continued_by_its_own_timer_is_seen_running(tmp_path):
 # The process's pid never changes, nothing appeared or exited among the tree's processes,
 # under a tick of CPU time is used, and the sum of its threads' run times *falls* (the old
 # thread's long run time leaves with it): each thread has to be followed on its own.
-THREAD_SWAP = r"""
-import ctypes, os, signal, sys, threading, time
+THREAD_SWAP = (
+    CONTINUE_ME_AT
+    + r"""
 start = float(sys.argv[1])
-libc = ctypes.CDLL(None, use_errno=True)
-class sigevent(ctypes.Structure):
-    _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
-                ("pad", ctypes.c_int * 12)]
-class timespec(ctypes.Structure):
-    _fields_ = [("s", ctypes.c_long), ("ns", ctypes.c_long)]
-class itimerspec(ctypes.Structure):
-    _fields_ = [("interval", timespec), ("value", timespec)]
-ev = sigevent(None, signal.SIGCONT, 0)
-timer = ctypes.c_void_p()
-assert libc.timer_create(1, ctypes.byref(ev), ctypes.byref(timer)) == 0
-spec = itimerspec(timespec(0, 0), timespec(int(start), int((start % 1) * 1e9)))
-assert libc.timer_settime(timer, 1, ctypes.byref(spec), None) == 0
+continue_me_at(start)
 def successor(predecessor):
     predecessor.join()
     time.sleep(0.05)  # its OS thread gone too
@@ -194,6 +190,7 @@ threading.Thread(target=old).start()
 print("ready", flush=True)
 threading.Event().wait()
 """
+)
 
 
 def test_a_thread_swapped_while_stopped_is_seen(tmp_path):
