@@ -123,7 +123,7 @@ def main() -> int:
         traceback.print_exc()
         return 1
     protocol.send(sock, info)
-    profiler = RequestProfiler() if os.environ.get(PROFILE_ENV) else None
+    profiler = RequestProfiler(cuda=device.startswith("cuda")) if os.environ.get(PROFILE_ENV) else None
     while True:
         try:
             msg = protocol.recv(sock)
