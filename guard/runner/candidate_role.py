@@ -13,16 +13,24 @@ from ..builders.trim import trim_traceback
 from . import harness, replays
 from . import messages as m
 from .confirm import ConfirmLoop
-from .common import CandidateFault, load_module_from_source, normalize_outputs, PeakMeter, storage_range
+from .common import (
+    CandidateFault,
+    load_module_from_source,
+    normalize_outputs,
+    PeakMeter,
+    release_device_cache,
+    storage_range,
+    trim_host_heap,
+)
 from .harness import T
 from .inputs import InputMaker, torch_dtype
+from .poison import POISON_BYTE, poison_free_blocks
 from .snapshots import close, same_bytes, snapshot
 from .tensorio import write_tensor
 from .timing import Plan, Timer
 
 # a correctness round whose outputs reach this size gives the allocator's cache back after it
 LARGE_ROUND_BYTES = 256 << 20
-POISON_BYTE = 0xFF  # 0xFFFF... is NaN in every float format
 
 
 class CandidateRole:
@@ -101,21 +109,11 @@ class CandidateRole:
             outs.append(t)
         return outs
 
-    def _poison_allocator(self, approx_bytes: int) -> None:
-        """Leave NaN bytes in the caching allocator's free blocks, so output memory a
-        candidate allocates but never writes reads as NaN, not as stale data."""
-        if not self.cuda:
-            return
-        n = max(1 << 20, 2 * approx_bytes)
-        junk = T.empty(n, dtype=torch.uint8, device=self.device)
-        T.fill_(junk, POISON_BYTE)
-        del junk
-
     def _call(self, args: list, axes: dict) -> list[torch.Tensor]:
         names = list(self.d["outputs"])
         dps_outs = self._alloc_outputs(axes) if self.dps else []
         before = [snapshot(a) if T.isinstance(a, T.tensor_type) else a for a in args]
-        self._poison_allocator(sum(a.nbytes for a in args if T.isinstance(a, T.tensor_type)))
+        poison_free_blocks(torch.device(self.device))
         threads = harness.thread_count()
         try:
             result = self.fn(*args, *dps_outs)
@@ -174,8 +172,6 @@ class CandidateRole:
 
     # -- correctness ----------------------------------------------------------------------
     def check(self, msg: m.Check) -> m.Reply:
-        from .common import trim_host_heap  # here: this file's imports are another change's
-
         outdir = Path(msg.outdir)
         axes, workload = msg.axes, msg.workload
         rounds = []
@@ -207,8 +203,10 @@ class CandidateRole:
                 trim_host_heap()  # and the resident set, the CPU's memory figure, shows it
             elif round_bytes >= LARGE_ROUND_BYTES:
                 # rounds of other kinds allocate other temporaries: cached blocks of one round
-                # would stay held beside the next's (38 GiB for ReLU's 12 GiB call was seen)
-                torch.cuda.empty_cache()
+                # would stay held beside the next's (38 GiB for ReLU's 12 GiB call was seen);
+                # poisoned first: the driver may hand the same pages back to this process
+                poison_free_blocks(torch.device(self.device))
+                release_device_cache()
         return m.CheckReply(ok=True, rounds=rounds)
 
     # -- timing ----------------------------------------------------------------------------

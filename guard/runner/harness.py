@@ -48,6 +48,8 @@ T = SimpleNamespace(
     copy_=torch.Tensor.copy_,
     fill_=torch.Tensor.fill_,
     zero_=torch.Tensor.zero_,
+    as_tensor=torch.as_tensor,
+    memory_snapshot=torch.cuda.memory_snapshot,  # the poison's free blocks (poison.py)
     data_ptr=torch.Tensor.data_ptr,
     untyped_storage=torch.Tensor.untyped_storage,
     active_threads=threading.active_count,
@@ -91,6 +93,9 @@ _WATCHED: list[tuple[object, str]] = [
     (torch, "isnan"),
     (torch, "empty"),
     (torch, "empty_like"),
+    (torch, "as_tensor"),
+    (torch.cuda, "memory_snapshot"),
+    (torch._C, "_cuda_memorySnapshot"),
     (torch, "zeros"),
     (torch, "randn"),
     (torch, "manual_seed"),

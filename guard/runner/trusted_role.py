@@ -13,7 +13,7 @@ import torch
 from . import ceilings, replays
 from . import messages as m
 from .confirm import ConfirmLoop
-from .common import load_module_from_source, normalize_outputs, PeakMeter, trim_host_heap
+from .common import load_module_from_source, normalize_outputs, PeakMeter, release_device_cache, trim_host_heap
 from .compare import compare, spec_args
 from .compare_scan import all_finite
 from .harness import T
@@ -189,7 +189,7 @@ class TrustedRole:
             self.refs.pop(t, None)
             self.ref_inputs.pop(t, None)
         if self.cuda:
-            torch.cuda.empty_cache()
+            release_device_cache()
         return m.Reply(ok=True)
 
     # -- baselines and ceilings -------------------------------------------------------------
@@ -293,7 +293,7 @@ class TrustedRole:
         peak memory reports)."""
         gc.collect()
         if self.cuda:
-            torch.cuda.empty_cache()
+            release_device_cache()
         else:
             trim_host_heap()
 

@@ -93,3 +93,20 @@ def test_outside_clock_loop_draws_fresh_inputs_in_graphs():
 def test_verdicts_say_how_workers_are_isolated(trust_guard):
     info = trust_guard.device_info()
     assert str(info.get("isolation", "")).startswith("isolation: bubblewrap"), info
+
+
+def test_free_blocks_read_as_poison_without_growing_the_pool():
+    """What a freed tensor held is poison by the next allocation of its size, and poisoning
+    reserves nothing more (it writes the free blocks in place)."""
+    from guard.runner.poison import POISON_BYTE, poison_free_blocks
+
+    device = torch.device("cuda")
+    answer = torch.full((64 << 20,), 7, dtype=torch.uint8, device=device)
+    small = torch.full((4096,), 7, dtype=torch.uint8, device=device)
+    del answer, small
+    reserved = torch.cuda.memory_reserved()
+    assert poison_free_blocks(device) >= (64 << 20) + 4096
+    assert torch.cuda.memory_reserved() == reserved
+    again = torch.empty((64 << 20,), dtype=torch.uint8, device=device)
+    again_small = torch.empty((4096,), dtype=torch.uint8, device=device)
+    assert bool((again == POISON_BYTE).all()) and bool((again_small == POISON_BYTE).all())

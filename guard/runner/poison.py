@@ -1,0 +1,64 @@
+"""Poison in the memory a candidate may be handed without writing it.
+
+Output memory a candidate allocates and never writes must read as NaN, never as data an
+earlier call left there (its own outputs on the same inputs, above all). Every free block of
+torch's caching allocator is filled with the poison byte in place, through its address: no
+block is allocated for it, so poisoning adds nothing to the worker's peak memory (it used to
+allocate twice the inputs' size as junk, 2 GiB beside a 1 GiB call). The candidate's worker
+poisons before each checked call and before it hands cached blocks back to the driver, whose
+next allocation in this process may return the same pages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .harness import T
+
+POISON_BYTE = 0xFF  # 0xFFFF... is NaN in every float format
+
+
+def free_ranges(segments: list[dict[str, Any]], device_index: int) -> list[tuple[int, int]]:
+    """``(address, size)`` of every free block on one device, from the allocator's snapshot
+    (``torch.cuda.memory_snapshot()``: segments whose blocks are listed in address order)."""
+    ranges = []
+    for seg in segments:
+        if int(seg.get("device", device_index)) != device_index:
+            continue
+        address = int(seg["address"])
+        for block in seg.get("blocks", []):
+            size = int(block["size"])
+            if block.get("state") == "inactive" and size > 0:
+                ranges.append((int(block.get("address", address)), size))
+            address += size
+    return ranges
+
+
+class _DeviceBytes:
+    """A view of raw device memory that ``torch.as_tensor`` accepts without copying."""
+
+    def __init__(self, address: int, size: int) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": (size,),
+            "typestr": "|u1",
+            "data": (address, False),
+            "version": 3,
+        }
+
+
+def poison_free_blocks(device: torch.device) -> int:
+    """Fill every free block of the caching allocator on ``device`` with the poison byte;
+    the bytes poisoned. The device is synchronised first: a block freed while work on
+    another stream still used it is free only once that work is done."""
+    if device.type != "cuda":
+        return 0
+    T.cuda_sync()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    total = 0
+    for address, size in free_ranges(T.memory_snapshot(), index):
+        T.fill_(T.as_tensor(_DeviceBytes(address, size), device=device), POISON_BYTE)
+        total += size
+    T.cuda_sync()
+    return total
