@@ -60,7 +60,11 @@ class Guard:
         config: GuardConfig | None = None,
         device: "str | device_mod.DeviceChoice" = "auto",
         prestart: bool = True,
+        keep_spare: bool = True,
     ):
+        """``prestart``: start the trusted worker and a spare candidate worker at ``warm_up``;
+        ``keep_spare``: start the next spare after each evaluation (a server's guard; a
+        one-shot command judges one candidate)."""
         self.ws = workspace
         self.cfg = config or workspace.config()
         self.device = device if isinstance(device, device_mod.DeviceChoice) else device_mod.resolve(device)
@@ -79,6 +83,7 @@ class Guard:
             self.scratch / "workers",
             self.cfg.cpu_memory_limit_gb,
             prestart,
+            keep_spare,
             env=self.device.worker_env(),
             protect=[workspace.root],
             expose=[workspace.problems_dir],
@@ -312,6 +317,7 @@ class Guard:
         finally:
             self.pool.discard(cand)  # its folder goes with it, outputs included
             self._let_go(trusted)
+            self.pool.replenish()
 
         # Gates 6 and 7: decision, archive.
         self._finish_phases(phases, t_start, trusted, trusted_ops, cand)

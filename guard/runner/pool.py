@@ -25,6 +25,7 @@ class WorkerPool:
         root: Path,
         memory_limit_gb: float | None = None,
         prestart: bool = True,
+        keep_spare: bool = True,
         env: dict[str, str] | None = None,
         protect: list[Path] | None = None,
         expose: list[Path] | None = None,
@@ -32,7 +33,9 @@ class WorkerPool:
     ):
         """``protect``: what candidates must not see (the workspace); ``expose``: read-only
         folders they may see even inside it (problem folders with safetensors inputs);
-        ``build_cache``: built extensions, read-only to candidates. Raises
+        ``build_cache``: built extensions, read-only to candidates; ``prestart``: ``warm_up``
+        starts a spare candidate worker; ``keep_spare``: ``replenish`` starts the next one
+        after each evaluation (a server's; a one-shot command's would only be killed). Raises
         ``sandbox.SandboxUnavailable`` under ``KERNELARC_SANDBOX=require`` without a sandbox."""
         self.device = device
         self.env = dict(env or {})  # e.g. the GPU this pool's workers are pinned to
@@ -43,6 +46,7 @@ class WorkerPool:
         self.isolation = sandbox.ensure_isolation()
         self.memory_limit_gb = memory_limit_gb
         self.prestart = prestart
+        self.keep_spare = prestart and keep_spare
         self._trusted: WorkerProcess | None = None
         self._spare: WorkerProcess | None = None
         self._lock = threading.Lock()
@@ -73,7 +77,10 @@ class WorkerPool:
         return worker
 
     def take_candidate(self) -> WorkerProcess:
-        """A fresh candidate worker (the warm spare if there is one); starts the next spare."""
+        """A fresh candidate worker (the warm spare if there is one). The next spare is not
+        started here but by ``replenish`` once the evaluation is over: a worker's start (about
+        3 s of a core, mostly ``import torch``) beside a CPU candidate's timed loop is noise in
+        its figures, and one started during the last evaluation of a command is never used."""
         with self._lock:
             worker = self._spare if self._spare is not None and self._spare.alive else None
             if worker is None and self._spare is not None:
@@ -81,9 +88,16 @@ class WorkerPool:
             self._spare = None
             if worker is None:
                 worker = self._new("candidate")
-            if self.prestart:
-                self._spare = self._new("candidate")
         return worker
+
+    def replenish(self) -> None:
+        """Start the next spare candidate worker, where the pool keeps one."""
+        with self._lock:
+            if self.keep_spare and self._spare is None:
+                try:
+                    self._spare = self._new("candidate")
+                except OSError as exc:  # the next evaluation starts its own and reports why
+                    log.warning("could not start a spare candidate worker: %s", exc)
 
     def warm_up(self) -> None:
         """Start the trusted worker and a spare candidate worker without waiting."""

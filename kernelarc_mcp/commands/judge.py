@@ -16,7 +16,8 @@ def _guard(args, ws):
     overrides = {}
     if getattr(args, "no_compile_baseline", False):
         overrides["compile_baseline"] = False
-    guard = Guard(ws, ws.config(**overrides), device=args.device)
+    # one candidate: a spare worker started at once overlaps the baselines; none after it
+    guard = Guard(ws, ws.config(**overrides), device=args.device, keep_spare=False)
     guard.warm_up()
     return guard
 
