@@ -30,3 +30,41 @@ def test_free_ranges_follow_the_blocks_in_address_order():
 
 def test_nothing_to_poison_on_the_cpu():
     assert poison_free_blocks(torch.device("cpu")) == 0
+
+
+def test_a_swapped_function_body_is_a_violation():
+    """A captured Python function keeps its identity when its ``__code__`` is swapped (from a
+    C++ extension through Python's C API, out of the screen's sight): its body is compared."""
+    import statistics
+
+    from guard.runner import harness
+
+    original = statistics.median.__code__
+    try:
+        statistics.median.__code__ = (lambda data: 0.0).__code__
+        assert any("median" in v and "body" in v for v in harness.violations())
+    finally:
+        statistics.median.__code__ = original
+    assert harness.violations() == []
+
+
+def test_a_failure_of_the_workers_own_step_in_the_candidates_process_is_the_candidates(tmp_path, monkeypatch):
+    """What fails around a checked call in the candidate's process (a snapshot, the poison) is
+    a RUNTIME_ERROR of the candidate's, without text its code may have set, never INTERNAL."""
+    import pytest
+
+    from guard.runner import candidate_role
+    from guard.runner.common import CandidateFault
+
+    role = candidate_role.CandidateRole("cpu", tmp_path)
+    role.d = {"inputs": {"x": {}}, "outputs": {"y": {}}}
+    role.fn = lambda x: x * 2
+
+    def broken(_t):
+        raise MemoryError("held-out shape 4097 x 8191")
+
+    monkeypatch.setattr(candidate_role, "snapshot", broken)
+    with pytest.raises(CandidateFault) as fault:
+        role._call([torch.ones(3)], {})
+    assert fault.value.status == "RUNTIME_ERROR"
+    assert "MemoryError" in fault.value.message and "4097" not in fault.value.message

@@ -4,6 +4,8 @@ so nothing leaks from one candidate to the next. It never sees a reference outpu
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -24,7 +26,7 @@ from .common import (
 )
 from .harness import T
 from .inputs import InputMaker, torch_dtype
-from .poison import POISON_BYTE, poison_free_blocks
+from .poison import POISON_BYTE, poison_free_blocks, poison_in_place
 from .snapshots import close, same_bytes, snapshot
 from .tensorio import write_tensor
 from .timing import Plan, Timer
@@ -112,8 +114,9 @@ class CandidateRole:
     def _call(self, args: list, axes: dict) -> list[torch.Tensor]:
         names = list(self.d["outputs"])
         dps_outs = self._alloc_outputs(axes) if self.dps else []
-        before = [snapshot(a) if T.isinstance(a, T.tensor_type) else a for a in args]
-        poison_free_blocks(torch.device(self.device))
+        with self._after_candidate_code("before its call"):
+            before = [snapshot(a) if T.isinstance(a, T.tensor_type) else a for a in args]
+            poison_free_blocks(torch.device(self.device))
         threads = harness.thread_count()
         try:
             result = self.fn(*args, *dps_outs)
@@ -158,6 +161,23 @@ class CandidateRole:
                 raise CandidateFault("REWARD_HACK", f"input {iname!r} was modified; inputs are read-only")
         return outs
 
+    @contextmanager
+    def _after_candidate_code(self, when: str) -> Iterator[None]:
+        """The worker's own steps around a checked call, in a process where candidate code
+        has run: what fails there (a snapshot the candidate's allocator corrupted, memory it
+        exhausted) is the candidate's doing, never the guard's INTERNAL error, whose text
+        would reach the agent and could carry what it learnt of the held-out inputs."""
+        try:
+            yield
+        except CandidateFault:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every failure is a verdict
+            raise CandidateFault(
+                "RUNTIME_ERROR",
+                f"the worker's own step {when} failed in the candidate's process ({type(exc).__name__})",
+                fatal=self.cuda,
+            ) from None
+
     def _fault(self, exc: BaseException) -> CandidateFault:
         text = trim_traceback(exc, [self.srcdir])
         kind = type(exc)
@@ -179,12 +199,15 @@ class CandidateRole:
             try:
                 args = self.maker.make(workload, axes, rnd.seed, rnd.kind)
             except Exception as exc:  # inputs are the guard's job: not the candidate's fault
-                return m.Reply(ok=False, status="INTERNAL", message=f"making inputs failed: {exc}")
+                # but its process: the type only, never text the candidate's code may have set
+                return m.Reply(ok=False, status="INTERNAL", message=f"making inputs failed ({type(exc).__name__})")
             outs = self._call(args, axes)
             if msg.determinism and i == 0:
                 # the first call's outputs kept as copies (a large one on the host), so the
                 # second call reuses their device memory instead of adding its own
-                first = [snapshot(t) for t in outs]
+                with self._after_candidate_code("after its call"):
+                    first = [snapshot(t) for t in outs]
+                    poison_in_place(outs)
                 del outs
                 outs = self._call(args, axes)
                 for name, a, b in zip(self.d["outputs"], outs, first):
@@ -198,15 +221,17 @@ class CandidateRole:
             metas = [write_tensor(t, outdir / f"{rnd.tag}_{k}.bin") for k, t in enumerate(outs)]
             round_bytes = sum(t.numel() * t.element_size() for t in outs)
             rounds.append(m.CheckedRound(tag=rnd.tag, outputs=metas))
-            del outs, args  # nothing of a round outlives it
-            if not self.cuda:
-                trim_host_heap()  # and the resident set, the CPU's memory figure, shows it
-            elif round_bytes >= LARGE_ROUND_BYTES:
-                # rounds of other kinds allocate other temporaries: cached blocks of one round
-                # would stay held beside the next's (38 GiB for ReLU's 12 GiB call was seen);
-                # poisoned first: the driver may hand the same pages back to this process
-                poison_free_blocks(torch.device(self.device))
-                release_device_cache()
+            with self._after_candidate_code("after its call"):
+                poison_in_place(outs)
+                del outs, args  # nothing of a round outlives it
+                if not self.cuda:
+                    trim_host_heap()  # and the resident set, the CPU's memory figure, shows it
+                elif round_bytes >= LARGE_ROUND_BYTES:
+                    # rounds of other kinds allocate other temporaries: cached blocks of one round
+                    # would stay held beside the next's (38 GiB for ReLU's 12 GiB call was seen);
+                    # poisoned first: the driver may hand the same pages back to this process
+                    poison_free_blocks(torch.device(self.device))
+                    release_device_cache()
         return m.CheckReply(ok=True, rounds=rounds)
 
     # -- timing ----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import socket
 import statistics
 import threading
 import time
-from types import SimpleNamespace
+from types import FunctionType, SimpleNamespace
 from typing import Any
 
 import torch
@@ -158,6 +158,16 @@ for _owner, _attrs in (
 _SNAPSHOT = {(id(o), a): getattr(o, a, None) for o, a in _WATCHED}
 
 
+def _body(fn: Any) -> tuple[Any, ...]:
+    return (fn.__code__, fn.__defaults__, fn.__kwdefaults__)
+
+
+# A Python function keeps its identity when its body is swapped (``__code__`` set through
+# Python's C API from a C++ extension, which the screen does not read as Python): the
+# bodies of the captured and watched Python functions are compared too.
+_BODIES = {id(fn): (fn, _body(fn)) for fn in [*vars(T).values(), *_SNAPSHOT.values()] if isinstance(fn, FunctionType)}
+
+
 def violations() -> list[str]:
     """What a candidate changed that it must not have; empty when all is intact."""
     found = []
@@ -165,6 +175,9 @@ def violations() -> list[str]:
         if getattr(owner, attr, None) is not _SNAPSHOT[(id(owner), attr)]:
             name = getattr(owner, "__name__", type(owner).__name__)
             found.append(f"{name}.{attr} was replaced (monkey-patching)")
+    for fn, body in _BODIES.values():
+        if _body(fn) != body:
+            found.append(f"the body of {fn.__module__}.{fn.__qualname__} was replaced")
     if T.function_mode_depth is not None and T.function_mode_depth() != 0:
         found.append("a torch function mode is active (torch calls are being intercepted)")
     if T.dispatch_mode_depth is not None and T.dispatch_mode_depth() != 0:

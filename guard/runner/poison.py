@@ -36,6 +36,30 @@ def free_ranges(segments: list[dict[str, Any]], device_index: int) -> list[tuple
     return ranges
 
 
+def _snapshot() -> list[dict[str, Any]]:
+    """The allocator's segments without its history: a candidate that turned the history on
+    must not make every poisoning convert all of it."""
+    try:
+        return list(T.memory_snapshot(include_traces=False))
+    except TypeError:  # a torch without the argument
+        return list(T.memory_snapshot())
+
+
+def poison_in_place(tensors: list[Any]) -> None:
+    """Overwrite outputs the guard has finished with before they are dropped, so that their
+    memory reads as poison wherever it is handed out next, even where its free is deferred
+    (a stream the candidate recorded it on) past the next ``poison_free_blocks``."""
+    for t in tensors:
+        if not T.isinstance(t, T.tensor_type) or not T.numel(t) or t.device.type != "cuda":
+            continue
+        if t.is_floating_point() or t.is_complex():
+            T.fill_(t, float("nan"))
+        elif t.dtype == torch.bool:
+            T.fill_(t, True)
+        else:  # all bits set
+            T.fill_(t, 255 if t.dtype == torch.uint8 else -1)
+
+
 class _DeviceBytes:
     """A view of raw device memory that ``torch.as_tensor`` accepts without copying."""
 
@@ -55,9 +79,12 @@ def poison_free_blocks(device: torch.device) -> int:
     if device.type != "cuda":
         return 0
     T.cuda_sync()
+    # A block whose free waits on another stream's event (``record_stream``) is released at
+    # the allocator's next allocation, not before: make one, so that it is free, and listed.
+    T.empty(1, dtype=torch.uint8, device=device)
     index = device.index if device.index is not None else torch.cuda.current_device()
     total = 0
-    for address, size in free_ranges(T.memory_snapshot(), index):
+    for address, size in free_ranges(_snapshot(), index):
         T.fill_(T.as_tensor(_DeviceBytes(address, size), device=device), POISON_BYTE)
         total += size
     T.cuda_sync()

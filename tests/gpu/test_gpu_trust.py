@@ -110,3 +110,35 @@ def test_free_blocks_read_as_poison_without_growing_the_pool():
     again = torch.empty((64 << 20,), dtype=torch.uint8, device=device)
     again_small = torch.empty((4096,), dtype=torch.uint8, device=device)
     assert bool((again == POISON_BYTE).all()) and bool((again_small == POISON_BYTE).all())
+
+
+def test_a_block_whose_free_waits_on_another_stream_is_poisoned_too():
+    """``record_stream`` defers a free until that stream's work is done: the block is listed
+    as pending, not free, until the allocator's next allocation. Poisoning makes one first."""
+    from guard.runner.poison import POISON_BYTE, poison_free_blocks
+
+    device = torch.device("cuda")
+    side = torch.cuda.Stream()
+    answer = torch.full((32 << 20,), 7, dtype=torch.uint8, device=device)
+    answer.record_stream(side)
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # keeps the side stream busy past the free
+    del answer
+    poison_free_blocks(device)
+    again = torch.empty((32 << 20,), dtype=torch.uint8, device=device)
+    assert bool((again == POISON_BYTE).all())
+
+
+def test_outputs_poisoned_in_place_read_as_poison():
+    from guard.runner.poison import poison_in_place
+
+    device = torch.device("cuda")
+    outs = [
+        torch.ones(5, device=device),
+        torch.ones(5, dtype=torch.int32, device=device),
+        torch.ones(5, dtype=torch.uint8, device=device),
+        torch.zeros(5, dtype=torch.bool, device=device)[1:],
+    ]
+    poison_in_place(outs)
+    assert bool(outs[0].isnan().all()) and bool((outs[1] == -1).all()) and bool((outs[2] == 255).all())
+    assert bool(outs[3].all())
