@@ -308,3 +308,20 @@ def test_a_candidate_waiting_for_a_busy_guard_says_so(guard):
     worker.join(300)
     assert "v" in result, result.get("error", "no verdict within 300 s")
     assert result["v"].status == "PASSED", result["v"].reason
+
+
+def test_an_honest_torch_compile_candidate_is_not_taken_for_a_patch(guard):
+    """torch.compile imports torch._dynamo, which wraps torch.manual_seed on import: in a CPU
+    worker that had not imported it, an honest candidate's first call read as a patch
+    (REWARD_HACK). The worker settles dynamo before a candidate that names it is loaded."""
+    source = unique(
+        "import torch\n\n\n"
+        "@torch.compile(backend='eager')\n"
+        "def _rms(x, w):\n"
+        "    x = x.float()\n"
+        "    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w.float()\n\n\n"
+        "def run(hidden_states, weight):\n"
+        "    return _rms(hidden_states, weight).to(hidden_states.dtype)\n"
+    )
+    v = guard.evaluate(from_source(source, None, "kernel.py"), RMS, agent="compiled")
+    assert v.status == "PASSED", f"{v.status} {v.reason}\n{v.diagnostic}"

@@ -4,6 +4,7 @@ so nothing leaks from one candidate to the next. It never sees a reference outpu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,6 +86,8 @@ class CandidateRole:
         self.dps = bool(solution["spec"].get("destination_passing_style", False))
         # The reference module is loaded only when inputs are custom (generate_inputs).
         module = None
+        if not self.cuda and _names_dynamo(json.dumps(solution), self.d.get("reference", "")):
+            harness.settle_dynamo()  # before any code of the candidate or the reference runs
         if self.d.get("custom_inputs_entrypoint"):
             module = load_module_from_source(self.d["reference"], self.workdir / "ref", "reference")
         self.maker = InputMaker(self.d, self.device, module, msg.blob_root)
@@ -421,6 +424,12 @@ class CandidateRole:
             )
         if broken:
             raise CandidateFault("REWARD_HACK", "; ".join(broken))
+
+
+def _names_dynamo(*texts: str) -> bool:
+    """Whether code may import ``torch._dynamo`` (``torch.compile`` and the like); a source
+    that hides it gains nothing: its import then reads as a patch."""
+    return any(word in text for text in texts for word in ("compile", "dynamo", "inductor"))
 
 
 def _same_results(eager: list, got: list, tolerances: list[dict]) -> str | None:

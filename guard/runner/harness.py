@@ -165,7 +165,30 @@ def _body(fn: Any) -> tuple[Any, ...]:
 # A Python function keeps its identity when its body is swapped (``__code__`` set through
 # Python's C API from a C++ extension, which the screen does not read as Python): the
 # bodies of the captured and watched Python functions are compared too.
-_BODIES = {id(fn): (fn, _body(fn)) for fn in [*vars(T).values(), *_SNAPSHOT.values()] if isinstance(fn, FunctionType)}
+_BODIES: dict[int, tuple[FunctionType, tuple[Any, ...]]] = {}
+
+
+def _take_bodies() -> None:
+    _BODIES.clear()
+    for fn in [*vars(T).values(), *_SNAPSHOT.values()]:
+        if isinstance(fn, FunctionType):
+            _BODIES[id(fn)] = (fn, _body(fn))
+
+
+_take_bodies()
+
+
+def settle_dynamo() -> None:
+    """Import ``torch._dynamo`` and take the torch functions it wraps on import
+    (``torch.manual_seed``) as they then are. Only before any candidate code runs: on the
+    CPU the worker does this for a candidate whose sources name ``torch.compile``, whose
+    first call would otherwise read as a patch (an honest candidate judged REWARD_HACK),
+    without every CPU worker paying the import (1.5 s of a core)."""
+    import torch._dynamo  # noqa: F401
+
+    for owner, attr in _WATCHED:
+        _SNAPSHOT[(id(owner), attr)] = getattr(owner, attr, None)
+    _take_bodies()
 
 
 def violations() -> list[str]:
