@@ -325,3 +325,20 @@ def test_an_honest_torch_compile_candidate_is_not_taken_for_a_patch(guard):
     )
     v = guard.evaluate(from_source(source, None, "kernel.py"), RMS, agent="compiled")
     assert v.status == "PASSED", f"{v.status} {v.reason}\n{v.diagnostic}"
+
+
+def test_a_worker_that_fails_to_prepare_gives_a_guard_error_not_a_crash(guard, monkeypatch):
+    """An INTERNAL reply to ``prepare`` (the worker's own code failed) is the guard's error,
+    kept as the candidate's state; it used to reach the verdict model, which has no such
+    status, and end in a validation error."""
+    from guard.cascade import guard as guard_module
+    from guard.cascade.reasons import GuardError
+    from guard.runner import messages as m
+
+    monkeypatch.setattr(
+        guard_module.build_gate,
+        "build",
+        lambda *a, **k: m.Reply(ok=False, status="INTERNAL", message="AttributeError: no settle_dynamo"),
+    )
+    with pytest.raises(GuardError, match="failed to prepare"):
+        guard.evaluate(from_source(honest_source(), None, "kernel.py"), RMS, agent="prepare-fails")

@@ -27,7 +27,7 @@ from .common import (
 )
 from .harness import T
 from .inputs import InputMaker, torch_dtype
-from .poison import POISON_BYTE, poison_free_blocks, poison_in_place
+from .poison import poison_free_blocks, poison_in_place, poison_tensor
 from .snapshots import close, same_bytes, snapshot
 from .tensorio import write_tensor
 from .timing import Plan, Timer
@@ -107,10 +107,7 @@ class CandidateRole:
         for spec in self.d["outputs"].values():
             shape = tuple(axes[x] if isinstance(x, str) else int(x) for x in (spec.get("shape") or []))
             t = T.empty(shape, dtype=torch_dtype(spec["dtype"]), device=self.device)
-            if t.dtype == torch.bool:
-                T.fill_(t, True)
-            elif t.numel():
-                T.fill_(T.view(T.view(t, (-1,)), torch.uint8), POISON_BYTE)
+            poison_tensor(t)
             outs.append(t)
         return outs
 

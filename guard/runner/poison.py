@@ -45,19 +45,29 @@ def _snapshot() -> list[dict[str, Any]]:
         return list(T.memory_snapshot())
 
 
+def poison_tensor(t: Any) -> None:
+    """Fill one tensor with the poison: the poison byte where its elements are one block (as
+    in the free blocks), else NaN, True or all bits set by dtype. Any device: destination
+    buffers are poisoned on the CPU too."""
+    if not T.isinstance(t, T.tensor_type) or not T.numel(t):
+        return
+    if t.dtype == torch.bool:  # 0xFF is no valid bool
+        T.fill_(t, True)
+    elif t.is_contiguous():
+        T.fill_(T.view(T.view(t, (-1,)), torch.uint8), POISON_BYTE)
+    elif t.is_floating_point() or t.is_complex():
+        T.fill_(t, float("nan"))
+    else:
+        T.fill_(t, 255 if t.dtype == torch.uint8 else -1)
+
+
 def poison_in_place(tensors: list[Any]) -> None:
     """Overwrite outputs the guard has finished with before they are dropped, so that their
     memory reads as poison wherever it is handed out next, even where its free is deferred
     (a stream the candidate recorded it on) past the next ``poison_free_blocks``."""
     for t in tensors:
-        if not T.isinstance(t, T.tensor_type) or not T.numel(t) or t.device.type != "cuda":
-            continue
-        if t.is_floating_point() or t.is_complex():
-            T.fill_(t, float("nan"))
-        elif t.dtype == torch.bool:
-            T.fill_(t, True)
-        else:  # all bits set
-            T.fill_(t, 255 if t.dtype == torch.uint8 else -1)
+        if T.isinstance(t, T.tensor_type) and t.device.type == "cuda":
+            poison_tensor(t)
 
 
 class _DeviceBytes:
