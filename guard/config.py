@@ -53,6 +53,14 @@ class GuardConfig(BaseModel):
         description="rounds of one workload judged together while their reference outputs "
         "fit in this many bytes; a workload whose outputs are larger goes one round at a time",
     )
+    overlap_rounds_bytes: int = Field(
+        1 << 30,
+        ge=0,
+        description="groups of rounds whose outputs are at most this large overlap: the candidate's "
+        "worker runs the next group while the trusted worker compares the last (which then holds "
+        "the references of both); larger groups take turns, so that a large problem's two workers "
+        "never peak at once (0: always take turns)",
+    )
     compare_chunk_elements: int = Field(
         1 << 20,
         ge=1,

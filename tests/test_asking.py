@@ -15,8 +15,10 @@ class FakeWorker:
     def __init__(self, role: str, answer):
         self.role, self.answer, self.sent = role, answer, []
 
-    def request(self, message, timeout):
+    def send(self, message):
         self.sent.append(message)
+
+    def receive(self, timeout):
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer

@@ -4,9 +4,14 @@ error, the candidate's worker's a REWARD_HACK (its process answered out of proto
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
 from ..runner import messages as m
 from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from .reasons import GuardError, Rejection
+
+T = TypeVar("T")
 
 
 def ask(
@@ -19,17 +24,38 @@ def ask(
     """``request`` to ``worker``; its reply as ``reply_model``. A trusted worker that dies or
     does not answer is the guard's error; a candidate's worker that does is left to the
     caller (``WorkerDied``, ``WorkerTimeout``: the cascade says which gate it was in)."""
-    try:
-        raw = worker.request(request.model_dump(mode="json"), timeout)
-    except (WorkerDied, WorkerTimeout) as exc:
-        if worker.role == "trusted":
-            raise GuardError(f"the trusted worker failed during {request.op}: {exc}") from None
-        raise
-    try:
-        return m.parse_reply(raw, reply_model)
-    except m.MessageError as exc:
-        if worker.role == "trusted":
-            raise GuardError(f"the trusted worker answered {request.op!r} out of protocol: {exc}") from None
-        raise Rejection(
-            gate, "REWARD_HACK", f"the candidate's worker answered {request.op!r} out of protocol: {exc}", None
-        ) from None
+    return Asked(worker, request, reply_model, gate).reply(timeout)
+
+
+class Asked(Generic[m.R]):
+    """A request sent and not yet answered: the worker works on it while the guard does
+    something else (``reply`` waits for the answer, with ``ask``'s rules for failures)."""
+
+    def __init__(
+        self,
+        worker: WorkerProcess,
+        request: m.CandidateRequest | m.TrustedRequest,
+        reply_model: type[m.R],
+        gate: str,
+    ) -> None:
+        self.worker, self.op, self.reply_model, self.gate = worker, request.op, reply_model, gate
+        self._call(lambda: worker.send(request.model_dump(mode="json")))
+
+    def reply(self, timeout: float) -> m.R:
+        raw = self._call(lambda: self.worker.receive(timeout))
+        try:
+            return m.parse_reply(raw, self.reply_model)
+        except m.MessageError as exc:
+            if self.worker.role == "trusted":
+                raise GuardError(f"the trusted worker answered {self.op!r} out of protocol: {exc}") from None
+            raise Rejection(
+                self.gate, "REWARD_HACK", f"the candidate's worker answered {self.op!r} out of protocol: {exc}", None
+            ) from None
+
+    def _call(self, do: Callable[[], T]) -> T:
+        try:
+            return do()
+        except (WorkerDied, WorkerTimeout) as exc:
+            if self.worker.role == "trusted":
+                raise GuardError(f"the trusted worker failed during {self.op}: {exc}") from None
+            raise

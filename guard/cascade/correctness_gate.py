@@ -5,9 +5,11 @@ reference."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -18,7 +20,7 @@ from ..problems.schema import Definition, Workload
 from ..runner import messages as m
 from ..verdict import Checked
 from . import memory_plan
-from .asking import ask
+from .asking import Asked, ask
 from .context import EvalContext
 from .reasons import GuardError, Rejection, first_line
 
@@ -68,25 +70,80 @@ def batches(cfg: GuardConfig, d: Definition, w: Workload, planned: list[R]) -> l
     return [planned[i : i + size] for i in range(0, len(planned), size)]
 
 
+@dataclass
+class _Group:
+    """One group of rounds of one workload on its way through the gate."""
+
+    w: Workload
+    visible: bool
+    label: str
+    index: int  # the workload's place in the plan, for progress
+    planned: list[m.Round]
+    output_bytes: int  # of all its rounds' outputs: what the trusted worker holds for it
+    kept: list[m.Round] = field(default_factory=list)  # rounds whose reference was made and is held
+    determinism: bool = False
+
+
+@dataclass
+class _Checking:
+    """A group whose rounds the candidate's worker is running (its ``Check`` sent)."""
+
+    group: _Group
+    asked: Asked[m.CheckReply]
+    slot: contextlib.ExitStack  # the timing slot, held shared while candidate code runs
+
+
 def check(ctx: EvalContext) -> Checked:
-    """Run the rounds; the verdict's ``checked`` on success, a ``Rejection`` otherwise."""
+    """Run the rounds; the verdict's ``checked`` on success, a ``Rejection`` otherwise.
+
+    The two workers take turns per group of rounds, and overlap where memory allows: while the
+    trusted worker compares one group's outputs (and makes the next group's reference), the
+    candidate's worker already runs the next group. Nothing about a verdict changes (every
+    round is compared, in order, and the first failure decides); only the wait does."""
     ref, cfg, d, wset, progress = ctx.ref, ctx.cfg, ctx.definition, ctx.wset, ctx.progress
     plan = [(w, True, w.uuid) for w in wset.visible] + [
         (w, False, f"held-out workload {i + 1} of {len(wset.heldout)}") for i, w in enumerate(wset.heldout)
     ]
-    tally = {"rounds": 0, "skipped": 0}
-    errors: dict[str, dict[str, Any]] = {}
+    groups: list[_Group] = []
     for idx, (w, visible, label) in enumerate(plan):
-        progress("correctness", idx, len(plan), label)
         planned = [
             m.Round(seed=ref.seed("round", ctx.eval_seed, w.uuid, r), kind=kind, tag=f"w{idx}r{r}")
             for r, kind in enumerate(rounds(cfg, d, w, visible))
         ]
-        determinism = cfg.check_determinism and visible
-        for group in batches(cfg, d, w, planned):
-            # the first round judged on a visible workload also runs twice (determinism)
-            if judge_rounds(ctx, w, visible, label, group, determinism, tally, errors):
-                determinism = False
+        per_round = memory_plan.tensor_bytes(d, w)[1]
+        groups += [_Group(w, visible, label, idx, g, per_round * len(g)) for g in batches(cfg, d, w, planned)]
+    tally = {"rounds": 0, "skipped": 0}
+    errors: dict[str, dict[str, Any]] = {}
+    # the first round judged on a visible workload also runs twice (determinism)
+    undecided = {id(w) for w, visible, _ in plan if visible and cfg.check_determinism}
+    checking: _Checking | None = None  # the group the candidate's worker is running
+    running: _Checking | None
+    shown = -1
+    try:
+        for group in groups:
+            if checking is not None and not _may_overlap(cfg, checking.group, group):
+                running, checking = checking, None
+                _judge(ctx, _finish_check(ctx, running), tally, errors)
+            if group.index != shown:
+                progress("correctness", group.index, len(plan), group.label)
+                shown = group.index
+            # the trusted worker makes this group's reference while the candidate's worker
+            # still runs the previous group; then this group runs while that one is compared
+            _make_reference(ctx, group, tally)
+            if group.kept and id(group.w) in undecided:
+                group.determinism = True
+                undecided.discard(id(group.w))
+            running, checking = checking, None
+            done = _finish_check(ctx, running) if running is not None else None
+            checking = _start_check(ctx, group) if group.kept else None
+            if done is not None:
+                _judge(ctx, done, tally, errors)
+        if checking is not None:
+            running, checking = checking, None
+            _judge(ctx, _finish_check(ctx, running), tally, errors)
+    finally:
+        if checking is not None:  # a failure while the candidate's worker still runs a group
+            _abandon(ctx, checking)
     progress("correctness", len(plan), len(plan), "all workloads passed")
     return Checked(
         visible_workloads=len(wset.visible),
@@ -98,73 +155,109 @@ def check(ctx: EvalContext) -> Checked:
     )
 
 
-def judge_rounds(
-    ctx: EvalContext,
-    w: Workload,
-    visible: bool,
-    label: str,
-    planned: list[m.Round],
-    determinism: bool,
-    tally: dict[str, int],
-    errors: dict[str, dict[str, Any]],
-) -> bool:
-    """One group of rounds of ``w``: the reference's outputs made (and held by the trusted
-    worker), the candidate's made and written, each round compared and its reference outputs
-    let go. Whether any round was judged; a ``Rejection`` when one fails."""
-    ref, cfg, d, trusted = ctx.ref, ctx.cfg, ctx.definition, ctx.trusted
-    names = list(d.outputs)
-    axes = d.resolve_axes(w.axes)
-    per_output = list(tolerance_mod.for_workload(d, w).values())
-    tolerances = [m.Tolerance.model_validate(t.message()) for t in per_output]
-    timeout = max(cfg.call_timeout_s, 120)
+def _may_overlap(cfg: GuardConfig, running: _Group, nxt: _Group) -> bool:
+    """Whether the next group may start while the trusted worker still holds ``running``'s
+    references: both workers then work at once and the trusted one holds two groups, so only
+    groups whose outputs are small (``overlap_rounds_bytes``) overlap; large ones take turns."""
+    limit = cfg.overlap_rounds_bytes
+    return running.output_bytes <= limit and nxt.output_bytes <= limit
+
+
+def _make_reference(ctx: EvalContext, group: _Group, tally: dict[str, int]) -> None:
+    """The trusted worker makes (and holds) the reference outputs of the group's rounds;
+    ``group.kept`` gets the rounds that can be judged."""
+    ref, cfg, d = ctx.ref, ctx.cfg, ctx.definition
+    w = group.w
     made = ask(
-        trusted,
+        ctx.trusted,
         m.Reference(
             key=ctx.key,
             workload=w.model_dump(mode="json"),
-            axes=axes,
-            rounds=planned,
+            axes=d.resolve_axes(w.axes),
+            rounds=group.planned,
             chunk_elements=cfg.compare_chunk_elements,
         ),
         m.ReferenceReply,
-        timeout,
+        max(cfg.call_timeout_s, 120),
         "correctness",
     )
-    kept = []
-    for rnd, info in zip(planned, made.rounds):
+    for rnd, info in zip(group.planned, made.rounds):
         if not info.ok:
-            if visible and ref.device.kind != "cpu" and rnd.kind == "normal":
+            if group.visible and ref.device.kind != "cpu" and rnd.kind == "normal":
                 raise GuardError(f"problem {d.name}: the reference fails on {w.uuid}: {info.message}")
-            log.warning("reference failed on %s (%s): %s; round skipped", label, rnd.kind, info.message)
+            log.warning("reference failed on %s (%s): %s; round skipped", group.label, rnd.kind, info.message)
             tally["skipped"] += 1
             continue
         if rnd.kind != "normal" and not info.finite:
             tally["skipped"] += 1  # the op does not allow these values: the reference overflows
             release(ctx, [rnd.tag])
             continue
-        kept.append(rnd)
-    if not kept:
-        return False
-    with ref.hold(False, ctx.progress):
-        reply = ask(
+        group.kept.append(rnd)
+
+
+def _start_check(ctx: EvalContext, group: _Group) -> _Checking:
+    """The candidate's worker starts running the group's kept rounds."""
+    slot = contextlib.ExitStack()
+    slot.enter_context(ctx.ref.hold(False, ctx.progress))
+    try:
+        asked = Asked(
             ctx.cand,
             m.Check(
-                workload=w.model_dump(mode="json"),
-                axes=axes,
-                rounds=kept,
-                determinism=determinism,
+                workload=group.w.model_dump(mode="json"),
+                axes=ctx.definition.resolve_axes(group.w.axes),
+                rounds=group.kept,
+                determinism=group.determinism,
                 outdir=str(ctx.outdir),
             ),
             m.CheckReply,
-            cfg.call_timeout_s,
             "correctness",
         )
+    except BaseException:
+        slot.close()
+        raise
+    return _Checking(group, asked, slot)
+
+
+def _finish_check(ctx: EvalContext, checking: _Checking) -> tuple[_Group, m.CheckReply]:
+    """The candidate's outputs of a started group (a ``Rejection`` when its run failed)."""
+    group = checking.group
+    with checking.slot:
+        reply = checking.asked.reply(ctx.cfg.call_timeout_s)
     if not reply.ok:
-        release(ctx, [r.tag for r in kept])
+        release(ctx, [r.tag for r in group.kept])
         if reply.status == "INTERNAL":
-            raise GuardError(f"worker error on {label}: {reply.message}")
-        raise failure("correctness", reply.status or "RUNTIME_ERROR", reply.message or "", w, visible, label)
-    for rnd, got in zip(kept, reply.rounds):
+            raise GuardError(f"worker error on {group.label}: {reply.message}")
+        raise failure(
+            "correctness", reply.status or "RUNTIME_ERROR", reply.message or "", group.w, group.visible, group.label
+        )
+    return group, reply
+
+
+def _abandon(ctx: EvalContext, checking: _Checking) -> None:
+    """A started group whose verdict no longer matters (an earlier group failed): its reply is
+    waited for and dropped, so that the worker's next request gets its own answer."""
+    with checking.slot:
+        try:
+            checking.asked.reply(ctx.cfg.call_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the earlier failure is the verdict
+            log.info("dropped the reply of a group started before an earlier one failed: %s", exc)
+
+
+def _judge(
+    ctx: EvalContext,
+    checked: tuple[_Group, m.CheckReply],
+    tally: dict[str, int],
+    errors: dict[str, dict[str, Any]],
+) -> None:
+    """Each round of a group compared with its reference, in order; the references let go.
+    A ``Rejection`` when one fails."""
+    group, reply = checked
+    cfg, d, trusted, w = ctx.cfg, ctx.definition, ctx.trusted, group.w
+    names = list(d.outputs)
+    per_output = list(tolerance_mod.for_workload(d, w).values())
+    tolerances = [m.Tolerance.model_validate(t.message()) for t in per_output]
+    timeout = max(cfg.call_timeout_s, 120)
+    for rnd, got in zip(group.kept, reply.rounds):
         # The guard names the files itself: a path from the candidate's reply could make
         # the guard delete, or the trusted worker read, any file (the secret, the database).
         metas = own_files(got.outputs, ctx.outdir, rnd.tag, len(names))
@@ -184,18 +277,23 @@ def judge_rounds(
         for meta in metas:
             Path(meta.file).unlink(missing_ok=True)
         if not cmp.ok:
-            raise GuardError(f"comparison failed on {label}: {cmp.message}")
+            raise GuardError(f"comparison failed on {group.label}: {cmp.message}")
         tally["rounds"] += 1
-        if visible and rnd.kind == "normal":  # SOL-ExecBench's figures: random inputs only
+        if group.visible and rnd.kind == "normal":  # SOL-ExecBench's figures: random inputs only
             merge_errors(errors.setdefault(w.uuid, {}), cmp.reports)
         if not cmp.passed:
             release(ctx, None)
             msg = f"{cmp.message} [round {rnd.tag[rnd.tag.index('r') + 1 :]}: {ROUND_LABEL[rnd.kind]}]"
             msg = named_checks(msg, cmp, rnd.kind, per_output)
             raise failure(
-                "correctness", cmp.status or "INCORRECT_NUMERICAL", msg, w, visible, label, errors.get(w.uuid)
+                "correctness",
+                cmp.status or "INCORRECT_NUMERICAL",
+                msg,
+                w,
+                group.visible,
+                group.label,
+                errors.get(w.uuid),
             )
-    return True
 
 
 def release(ctx: EvalContext, tags: list[str] | None) -> None:

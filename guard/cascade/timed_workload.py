@@ -2,14 +2,15 @@
 
 1. ``arm`` (candidate worker): live input sets, warm-up, graph capture, the loop's plan;
 2. ``run`` (candidate worker): the timed loop on the data of a seed it learns only now, every
-   call on fresh inputs with its outputs scrambled first and digested after; then ``stats``;
+   call on fresh inputs with its outputs scrambled first and digested after; then ``stats``,
+   while the trusted worker checks a secret sample of the loop's digests (as in 5);
 3. ``confirm`` (candidate worker): the outside clock's loop (``runner/confirm.py``): padding,
    fresh inputs, the call, digests, nothing else; the guard's own clock runs around it;
 4. ``overhead`` (trusted worker, the candidate's processes stopped meanwhile): the same loop
    without the call, timed by the same clock; what is left is what the calls cost
    (``guard.outside_clock``). Nothing in this request comes from the candidate;
-5. ``verify_replays`` (trusted worker): a secret sample of the digests of both loops against
-   the reference on those calls' own inputs.
+5. ``verify_replays`` (trusted worker): a secret sample of the digests of the outside clock's
+   loop against the reference on those calls' own inputs.
 
 A failure of 2-5 that only a candidate that behaves differently while timed, or that forges
 its timing, can cause is REWARD_HACK.
@@ -34,7 +35,7 @@ from ..runner import nvml
 from ..runner.refill_kinds import stream_refill_possible
 from ..runner.freeze import FreezeError, frozen
 from ..runner.process import WorkerProcess
-from .asking import ask
+from .asking import Asked, ask
 from .reasons import GuardError, Rejection, Unpaired, first_line
 from .reference_side import ReferenceSide
 
@@ -276,7 +277,19 @@ def time_workload(
         raise _failed(ran, w, "timing")
     n = len(ran.digests)
     _check_counts(armed.plan, n, run_s, timing, cfg.max_timing_s, w)
-    got = _call(worker, m.Stats(), m.StatsReply, cx.timeout)
+    # The digests of a secret sample of the calls of every loop are checked against the
+    # reference; the timed loop's while the candidate's worker reads its profiler's records
+    # (host work only: nothing is timed meanwhile).
+    reading = Asked(worker, m.Stats(), m.StatsReply, "benchmark")
+    try:
+        chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
+        _verify_calls(
+            cx, run_seed, "seeded", projection_seed, chosen, ran.digests, tolerances, list(d.outputs), "timed"
+        )
+    except BaseException:
+        _drop_reply(reading, cx.timeout)
+        raise
+    got = reading.reply(cx.timeout)
     if not got.ok:
         raise _failed(got, w, "reading the timing of")
     stats = got.stats
@@ -311,13 +324,12 @@ def time_workload(
     if ref.device.kind != "cuda":
         _floor_by_outside_clock(stats, clock)
 
-    # The digests of a secret sample of the calls of every loop against the reference; every
-    # window as many as the timed loop: the shortest window decides, so it must be checked.
-    checks: list[tuple[int, list[Any], str, Literal["seeded", "stream"]]] = [(run_seed, ran.digests, "timed", "seeded")]
-    checks += [(seed, digests, "outside clock's", "stream") for seed, digests in confirms]
-    for seed, digests, loop_name, regime in checks:
+    # every window's calls checked as many as the timed loop's: the shortest window decides
+    for seed, digests in confirms:
         chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
-        _verify_calls(cx, seed, regime, projection_seed, chosen, digests, tolerances, list(d.outputs), loop_name)
+        _verify_calls(
+            cx, seed, "stream", projection_seed, chosen, digests, tolerances, list(d.outputs), "outside clock's"
+        )
     _reject_disagreement(cx, clock, run_walls, loop_walls, n)
     return {"stats": stats, "nvml": {"before": before, "after": after}}
 
@@ -481,6 +493,15 @@ def _no_gc() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def _drop_reply(asked: Asked[Any], timeout: float) -> None:
+    """Wait for a request's reply and drop it (a failure decided the verdict meanwhile), so
+    that the worker's next request gets its own answer."""
+    try:
+        asked.reply(timeout)
+    except Exception:  # noqa: BLE001 - the failure already raised is the verdict
+        pass
 
 
 def _failed(reply: m.Reply, w: Workload, doing: str) -> Exception:

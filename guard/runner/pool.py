@@ -12,7 +12,9 @@ import uuid
 from pathlib import Path
 
 from .. import sandbox
-from . import request_profile
+from . import messages as m
+from . import request_profile, spare_setup
+from .process import WorkerDied, WorkerTimeout
 from .process import WorkerProcess
 
 log = logging.getLogger(__name__)
@@ -51,14 +53,17 @@ class WorkerPool:
         self._spare: WorkerProcess | None = None
         self._lock = threading.Lock()
 
-    def _new(self, role: str) -> WorkerProcess:
+    def _new(self, role: str, spare: bool = False) -> WorkerProcess:
         workdir = self.root / f"{role}-{uuid.uuid4().hex[:10]}"
+        env = dict(self.env)
+        if spare:  # started ahead of its candidate (spare_setup)
+            env[spare_setup.ENV] = "1"
         return WorkerProcess(
             role,
             self.device,
             workdir,
             self.memory_limit_gb,
-            self.env,
+            env,
             protect=self.protect,
             expose=self.expose,
             isolation=self.isolation,
@@ -77,27 +82,48 @@ class WorkerPool:
         return worker
 
     def take_candidate(self) -> WorkerProcess:
-        """A fresh candidate worker (the warm spare if there is one). The next spare is not
-        started here but by ``replenish`` once the evaluation is over: a worker's start (about
-        3 s of a core, mostly ``import torch``) beside a CPU candidate's timed loop is noise in
-        its figures, and one started during the last evaluation of a command is never used."""
+        """A fresh candidate worker (the warm spare if there is one). On a GPU the next spare
+        starts at once, beside the evaluation this one serves, touching only the host until
+        ``replenish`` lets it settle (``spare_setup``): a spare started only after the
+        evaluation was not ready when the next candidate came at once (6.5-9 s of a warm
+        verdict on the H200, session 16). On the CPU it is left to ``replenish``, once the
+        evaluation is over: a worker's start (about 3 s of a core, mostly ``import torch``)
+        beside a CPU candidate's timed loop is noise in its figures."""
         with self._lock:
             worker = self._spare if self._spare is not None and self._spare.alive else None
             if worker is None and self._spare is not None:
                 self._discard(self._spare)
             self._spare = None
-            if worker is None:
-                worker = self._new("candidate")
+        if worker is not None and worker.outstanding == "settle":
+            try:
+                worker.receive(120)
+            except (WorkerDied, WorkerTimeout) as exc:
+                log.warning("the spare candidate worker failed to settle: %s", exc)
+                self._discard(worker)
+                worker = None
+        if worker is None:
+            worker = self._new("candidate")
+        if self.device != "cpu":
+            self.replenish(settle=False)
         return worker
 
-    def replenish(self) -> None:
-        """Start the next spare candidate worker, where the pool keeps one."""
+    def replenish(self, settle: bool = True) -> None:
+        """Start the next spare candidate worker, where the pool keeps one and has none; on a
+        GPU, once an evaluation is over (``settle``), let a spare that is ready set the device
+        up (a spare not yet ready does so on its first request instead)."""
         with self._lock:
             if self.keep_spare and self._spare is None:
                 try:
-                    self._spare = self._new("candidate")
+                    self._spare = self._new("candidate", spare=True)
                 except OSError as exc:  # the next evaluation starts its own and reports why
                     log.warning("could not start a spare candidate worker: %s", exc)
+            spare = self._spare
+        if settle and spare is not None and self.device != "cpu" and spare.outstanding is None:
+            try:
+                if spare.ready_now():
+                    spare.send(m.Settle().model_dump())
+            except WorkerDied as exc:  # replaced when it is next taken
+                log.warning("the spare candidate worker died: %s", exc)
 
     def warm_up(self) -> None:
         """Start the trusted worker and a spare candidate worker without waiting."""
@@ -105,7 +131,7 @@ class WorkerPool:
             if self._trusted is None:
                 self._trusted = self._new("trusted")
             if self.prestart and self._spare is None:
-                self._spare = self._new("candidate")
+                self._spare = self._new("candidate", spare=True)
 
     def discard(self, worker: WorkerProcess) -> None:
         self._discard(worker)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -152,6 +153,7 @@ class WorkerProcess:
         # Seconds spent waiting on each request kind, summed over the worker's life: the
         # verdict reports the part each evaluation added (where a verdict's time goes).
         self.op_seconds: dict[str, float] = {}
+        self._outstanding: tuple[str, float] | None = None  # (op, when sent) of the request awaiting its reply
         self._sandbox_init: int | None = None  # pidfd of the sandbox's init (PID 1 inside)
 
     # -- lifecycle ----------------------------------------------------------------
@@ -220,8 +222,6 @@ class WorkerProcess:
         """A pidfd on the sandbox's init, read from bwrap's --info-fd right after start
         (before its pid could be reused): ``kill`` waits on it, since the kernel has killed
         every process of the sandbox by the time its init is gone."""
-        import select
-
         try:
             data = b""
             deadline = time.monotonic() + 30
@@ -249,6 +249,19 @@ class WorkerProcess:
             if not self.info.get("ready"):
                 raise WorkerDied(f"{self.role} worker failed to start: {self.info}", None, self.log_tail())
         return self.info
+
+    def ready_now(self) -> bool:
+        """Whether the worker has said it is ready, without waiting for it (WorkerDied when it
+        failed to start)."""
+        if self.info:
+            return True
+        if self.sock is None:
+            return False
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        if not readable:
+            return False
+        self.wait_ready(5)
+        return True
 
     @property
     def alive(self) -> bool:
@@ -305,18 +318,41 @@ class WorkerProcess:
 
     # -- requests -------------------------------------------------------------------
     def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+        self.send(message)
+        return self.receive(timeout)
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Send a request without waiting for its reply (``receive`` gets it): the guard lets a
+        worker work while it does something else. One request at a time is outstanding."""
         self.wait_ready()
         if self.sock is None:
             raise WorkerDied("worker socket closed", self.returncode, self.log_tail())
+        if self._outstanding is not None:
+            raise RuntimeError(
+                f"{self.role} worker: {message.get('op')!r} sent before {self._outstanding[0]!r} was answered"
+            )
         op = message.get("op", "?")
-        t0 = time.monotonic()
+        self._outstanding = (op, time.monotonic())
         try:
             protocol.send(self.sock, message)
         except OSError:
+            self._outstanding = None
             raise self._died(op) from None
+
+    @property
+    def outstanding(self) -> str | None:
+        """The op of the request sent and not yet answered, if any."""
+        return None if self._outstanding is None else self._outstanding[0]
+
+    def receive(self, timeout: float) -> dict[str, Any]:
+        """The reply to the outstanding request."""
+        if self._outstanding is None:
+            raise RuntimeError(f"{self.role} worker: no request is waiting for its reply")
+        op, t0 = self._outstanding
         try:
             return self._recv(timeout, op)
         finally:
+            self._outstanding = None
             self.op_seconds[op] = self.op_seconds.get(op, 0.0) + time.monotonic() - t0
 
     def _recv(self, timeout: float, op: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import socket
 import sys
 import traceback
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -81,7 +82,8 @@ def main() -> int:
         _limit_memory(args.memory_limit_gb)
 
     from . import harness  # noqa: F401  (captures before any candidate code exists)
-    from . import protocol
+    from . import messages as m
+    from . import protocol, spare_setup
     from .common import PeakMeter
     from .request_profile import ENV as PROFILE_ENV
     from .request_profile import RequestProfiler
@@ -89,12 +91,14 @@ def main() -> int:
     import torch
 
     sock = socket.socket(fileno=args.fd)
-    device = args.device
+    device = "cuda:0" if args.device == "cuda" else args.device
+    # a spare on a GPU leaves the device alone until it settles (spare_setup)
+    spare = args.role == "candidate" and bool(os.environ.get(spare_setup.ENV))
+    settled = not (spare and device.startswith("cuda"))
     info = {"ready": True, "pid": os.getpid(), "torch": torch.__version__, "python": sys.version.split()[0]}
     try:
-        if device.startswith("cuda"):
+        if device.startswith("cuda") and settled:
             torch.cuda.init()
-            device = "cuda:0" if device == "cuda" else device
             props = torch.cuda.get_device_properties(device)
             info.update(gpu=props.name, capability=list(torch.cuda.get_device_capability(device)))
             try:
@@ -107,13 +111,17 @@ def main() -> int:
             info["triton"] = triton.__version__
         except ImportError:
             info["triton"] = None
+        if not settled:  # a GPU's spare: Triton's key now, the device when it settles
+            info["host_setup_s"] = round(spare_setup.host_setup(), 3)
         workdir = Path.cwd()
         meter = PeakMeter(device)
         role: CandidateRole | TrustedRole
+        recount: Callable[[], None] | None = None
         if args.role == "candidate":
             from .candidate_role import CandidateRole
 
             role = CandidateRole(device, workdir, meter)
+            recount = role.count_own_threads
         else:
             from .trusted_role import TrustedRole
 
@@ -134,6 +142,16 @@ def main() -> int:
                 profiler.write(workdir)
             return 0
         op = str(msg.get("op"))
+        if not settled or op == "settle":
+            seconds = 0.0
+            if not settled:  # asked for, or before the first request of any other kind
+                settled = True
+                seconds = spare_setup.device_setup(device)
+                if recount is not None:
+                    recount()  # CUDA's and Triton's threads are the worker's own
+            if op == "settle":
+                protocol.send(sock, m.SettleReply(ok=True, seconds=seconds).model_dump())
+                continue
         measured = op != "memory"
         if measured:
             meter.before()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -18,19 +19,27 @@ CODEX = "@openai/codex@0.171.0"
 
 def npm_bin(spec: str, binary: str) -> Path:
     """Path of ``binary`` from package ``spec``, installing it if needed. Skips only when
-    this machine has no npm at all; a failed install fails the test."""
+    this machine has no npm at all; a failed install fails the test. Test processes running
+    side by side (pytest-xdist) install one at a time: a half-installed package (its command
+    linked, a dependency not yet unpacked) once failed a test that found the command there."""
     npm = shutil.which("npm")
     if npm is None:
         pytest.skip("npm is not installed on this machine")
     folder = CACHE / re.sub(r"[^A-Za-z0-9_.-]", "_", spec)
     exe = folder / "node_modules" / ".bin" / binary
-    if not exe.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", str(folder), spec],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert proc.returncode == 0 and exe.exists(), f"npm install {spec} failed:\n{proc.stderr[-2000:]}"
+    done = folder / ".installed"  # written once the install has finished
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (done.exists() and exe.exists()):
+            shutil.rmtree(folder, ignore_errors=True)  # whatever an interrupted install left
+            folder.mkdir(parents=True)
+            proc = subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", str(folder), spec],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            assert proc.returncode == 0 and exe.exists(), f"npm install {spec} failed:\n{proc.stderr[-2000:]}"
+            done.write_text(spec)
     return exe
