@@ -65,8 +65,17 @@ def test_cheat_with_screen_and_runtime_defence_alone(guard, guard_runtime_only, 
         v = submit_cheat(g, path, f"cheat-{path.stem}")
     else:  # the screen found nothing: the verdict above is the run-time defences' alone
         g = guard
-    assert v.status == exp["runtime"], f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
-    if exp["runtime"] != "PASSED":
+    if v.status == "PASSED" and exp.get("loaded") == "FLOORED":
+        # A forged figure within the CPU's wide band of the outside clock (a loaded machine
+        # widens it): not named, but not believed either. Every decided figure is the guard's
+        # own clock's, which the candidate's process cannot shorten.
+        for w in v.workloads:
+            oc = w.timing.outside_clock
+            assert oc is not None and (w.timing.model_extra or {}).get("floored_by_outside_clock"), w.uuid
+            assert w.latency_ms == oc.outside_ms > oc.inside_ms, (w.uuid, w.latency_ms, oc)
+    else:
+        assert v.status == exp["runtime"], f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
+    if v.status != "PASSED":
         assert v.decision == "REJECT" and v.gate in ("build", "correctness", "benchmark")
     if exp["heldout"]:
         assert "held-out" in v.reason and "shape not shown" in v.reason

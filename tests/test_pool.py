@@ -14,21 +14,11 @@ class FakeWorker:
         self.role, self.spare = role, spare
         self.alive = True
         self.closed = False
+        self.ready = False
+
+    def wait_ready(self, timeout: float) -> dict:
         self.ready = True
-        self.outstanding: str | None = None
-        self.sent: list[dict] = []
-
-    def ready_now(self) -> bool:
-        return self.ready
-
-    def send(self, message: dict) -> None:
-        assert self.outstanding is None
-        self.sent.append(message)
-        self.outstanding = message["op"]
-
-    def receive(self, timeout: float) -> dict:
-        self.outstanding = None
-        return {"ok": True, "seconds": 0.3}
+        return {"ready": True}
 
 
 @pytest.fixture
@@ -77,20 +67,33 @@ def test_on_a_gpu_the_next_spare_starts_as_soon_as_one_is_taken(tmp_path, starte
     pool.warm_up()
     assert pool.take_candidate() is started[1]
     spare = started[2]
-    assert len(started) == 3 and spare.spare  # ready when the next candidate comes at once
-    assert spare.sent == []  # it sets the device up only once nothing is timed
-    pool.replenish()  # the evaluation is over: there is a spare already, and it settles now
-    assert len(started) == 3 and spare.sent == [{"op": "settle"}] and spare.outstanding == "settle"
-    assert pool.take_candidate() is spare and spare.outstanding is None  # its answer read first
-    late = started[3]
-    late.ready = False
-    pool.replenish()  # not ready yet: it settles on its first request instead
-    assert late.sent == [] and pool.take_candidate() is late
+    assert len(started) == 3 and spare.spare and not spare.ready  # starting beside the evaluation
+    pool.quiet_spare()  # before the evaluation times anything: its start is over
+    assert spare.ready
+    pool.replenish()  # after the evaluation: there is one already
+    assert len(started) == 3 and pool.take_candidate() is spare
     one_shot = WorkerPool("cuda", tmp_path, prestart=True, keep_spare=False)
     one_shot.warm_up()
     before = len(started)
     one_shot.take_candidate()
     assert len(started) == before  # a one-shot command starts no worker that nobody would use
+    assert one_shot.quiet_spare() == 0.0
+
+
+def test_a_spare_that_fails_to_start_is_dropped_not_raised(tmp_path, started):
+    from guard.runner.process import WorkerDied
+
+    pool = WorkerPool("cuda", tmp_path, prestart=True)
+    pool.warm_up()
+    pool.take_candidate()
+    broken = started[2]
+
+    def died(timeout):
+        raise WorkerDied("no torch", 1, "")
+
+    broken.wait_ready = died
+    pool.quiet_spare()
+    assert broken.closed and pool.take_candidate() is started[3]
 
 
 def test_only_spares_are_told_they_start_ahead_of_their_candidate(tmp_path, monkeypatch):
@@ -112,19 +115,3 @@ def test_only_spares_are_told_they_start_ahead_of_their_candidate(tmp_path, monk
     pool._new("candidate", spare=True)
     assert [spare_setup.ENV in e for e in envs] == [False, True]
     assert all(e["CUDA_VISIBLE_DEVICES"] == "1" for e in envs) and spare_setup.ENV not in pool.env
-
-
-def test_a_spare_worker_settles_when_asked_and_goes_on_answering(tmp_path):
-    from guard.runner import messages as m
-    from guard.runner import spare_setup
-    from guard.runner.process import WorkerProcess
-
-    worker = WorkerProcess("candidate", "cpu", tmp_path / "w", env_extra={spare_setup.ENV: "1"}).start()
-    try:
-        assert worker.wait_ready(120)["ready"] and worker.ready_now()
-        settled = m.parse_reply(worker.request(m.Settle().model_dump(), 60), m.SettleReply)
-        assert settled.ok and settled.seconds == 0.0  # the CPU has no device to set up
-        memory = m.parse_reply(worker.request(m.Memory().model_dump(), 30), m.MemoryReply)
-        assert memory.ok and memory.peak_bytes > 0
-    finally:
-        worker.close()

@@ -255,6 +255,18 @@ def test_the_outside_clock_runs_more_windows_only_while_contradicted():
     assert not more(None, 1, first=3, most=1)
 
 
+def test_on_the_cpu_the_outside_clock_runs_more_windows_while_its_figure_decides():
+    # the CPU's decided figure is never below the outside one: a window whose trusted loop was
+    # paused shortens it, so while it is above the candidate's own, more windows run
+    slower = outside_clock.judge(0.6, 100, 0.5, 100, inside_ms=0.9, rel_band=1.0, abs_band_ms=5.0, loop_slack=2.0)
+    faster = outside_clock.judge(0.6, 100, 0.5, 100, inside_ms=1.2, rel_band=1.0, abs_band_ms=5.0, loop_slack=2.0)
+    assert slower.agrees and slower.outside_ms > slower.inside_ms
+    more = outside_clock.another_window
+    assert more(slower, 1, first=1, most=3, floors=True) and not more(slower, 3, first=1, most=3, floors=True)
+    assert not more(faster, 1, first=1, most=3, floors=True)  # its own figure decides
+    assert not more(slower, 1, first=1, most=3)  # a GPU's figure is never floored
+
+
 def test_the_outside_clock_checks_the_median_that_decides():
     # a median forged while the mean and the event windows were kept is judged by the median
     stats = {

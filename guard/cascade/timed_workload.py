@@ -356,7 +356,8 @@ def _outside_windows(
     confirms: list[tuple[int, list[Any]]] = []
     most = ref.cfg.outside_windows if ref.device.kind == "cuda" else ref.cfg.outside_windows_cpu
     clock = None
-    while outside_clock.another_window(clock, len(run_walls), ref.cfg.outside_windows_first, most):
+    floors = ref.device.kind != "cuda"  # _floor_by_outside_clock
+    while outside_clock.another_window(clock, len(run_walls), ref.cfg.outside_windows_first, most, floors):
         window = len(run_walls)
         seed = ref.seed(f"confirm-{window}", run_seed)
         with _no_gc():

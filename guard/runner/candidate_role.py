@@ -57,11 +57,6 @@ class CandidateRole:
         self.refiller: replays.Refiller | None = None
         self.confirm_loop: ConfirmLoop | None = None
         self._finish = None
-        self.count_own_threads()
-
-    def count_own_threads(self) -> None:
-        """The worker's own threads, before any code of the candidate's has run: more at the
-        end of a warm-up or a timed loop are the candidate's (``_check_integrity``)."""
         self.threads = harness.thread_count()
 
     # -- ops ----------------------------------------------------------------------------

@@ -203,12 +203,6 @@ class VerifyReplays(_OnProblemWorkload):
     names: list[str]
 
 
-class Settle(_Msg):
-    """A spare worker's device set-up, asked for once nothing is timed (``spare_setup``)."""
-
-    op: Literal["settle"] = "settle"
-
-
 class Memory(_Msg):
     """The worker's peak memory since it started or was last reset."""
 
@@ -248,10 +242,6 @@ class Reply(_Msg):
     message: str | None = None
     fatal: bool = False
     traceback: str | None = None
-
-
-class SettleReply(Reply):
-    seconds: float = 0.0
 
 
 class PrepareReply(Reply):

@@ -8,11 +8,11 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from pathlib import Path
 
 from .. import sandbox
-from . import messages as m
 from . import request_profile, spare_setup
 from .process import WorkerDied, WorkerTimeout
 from .process import WorkerProcess
@@ -83,47 +83,51 @@ class WorkerPool:
 
     def take_candidate(self) -> WorkerProcess:
         """A fresh candidate worker (the warm spare if there is one). On a GPU the next spare
-        starts at once, beside the evaluation this one serves, touching only the host until
-        ``replenish`` lets it settle (``spare_setup``): a spare started only after the
+        starts at once, beside the evaluation this one serves, and the evaluation waits for it
+        to be ready before it times anything (``quiet_spare``): a spare started only after the
         evaluation was not ready when the next candidate came at once (6.5-9 s of a warm
-        verdict on the H200, session 16). On the CPU it is left to ``replenish``, once the
-        evaluation is over: a worker's start (about 3 s of a core, mostly ``import torch``)
-        beside a CPU candidate's timed loop is noise in its figures."""
+        verdict on the H200, session 16), and one still starting during a timed window is
+        the likely cause of two honest incumbents accused there. On the CPU it is left to
+        ``replenish``, once the evaluation is over: a worker's start (about 3 s of a core,
+        mostly ``import torch``) on a 2-core machine slows the evaluation it runs beside."""
         with self._lock:
             worker = self._spare if self._spare is not None and self._spare.alive else None
             if worker is None and self._spare is not None:
                 self._discard(self._spare)
             self._spare = None
-        if worker is not None and worker.outstanding == "settle":
-            try:
-                worker.receive(120)
-            except (WorkerDied, WorkerTimeout) as exc:
-                log.warning("the spare candidate worker failed to settle: %s", exc)
-                self._discard(worker)
-                worker = None
-        if worker is None:
-            worker = self._new("candidate")
+            if worker is None:
+                worker = self._new("candidate")
         if self.device != "cpu":
-            self.replenish(settle=False)
+            self.replenish()
         return worker
 
-    def replenish(self, settle: bool = True) -> None:
-        """Start the next spare candidate worker, where the pool keeps one and has none; on a
-        GPU, once an evaluation is over (``settle``), let a spare that is ready set the device
-        up (a spare not yet ready does so on its first request instead)."""
+    def quiet_spare(self, timeout: float = 180.0) -> float:
+        """Wait until the spare, if one is starting, is ready: from then on it only waits for
+        a request, and nothing of its start runs while the guard times a candidate. Seconds
+        waited. A spare that fails to start is dropped (the next evaluation starts another)."""
+        with self._lock:
+            spare = self._spare
+        if spare is None:
+            return 0.0
+        t0 = time.monotonic()
+        try:
+            spare.wait_ready(timeout)
+        except (WorkerDied, WorkerTimeout) as exc:
+            log.warning("the spare candidate worker failed to start: %s", exc)
+            with self._lock:
+                if self._spare is spare:
+                    self._spare = None
+            self._discard(spare)
+        return time.monotonic() - t0
+
+    def replenish(self) -> None:
+        """Start the next spare candidate worker, where the pool keeps one and has none."""
         with self._lock:
             if self.keep_spare and self._spare is None:
                 try:
                     self._spare = self._new("candidate", spare=True)
                 except OSError as exc:  # the next evaluation starts its own and reports why
                     log.warning("could not start a spare candidate worker: %s", exc)
-            spare = self._spare
-        if settle and spare is not None and self.device != "cpu" and spare.outstanding is None:
-            try:
-                if spare.ready_now():
-                    spare.send(m.Settle().model_dump())
-            except WorkerDied as exc:  # replaced when it is next taken
-                log.warning("the spare candidate worker died: %s", exc)
 
     def warm_up(self) -> None:
         """Start the trusted worker and a spare candidate worker without waiting."""

@@ -250,19 +250,6 @@ class WorkerProcess:
                 raise WorkerDied(f"{self.role} worker failed to start: {self.info}", None, self.log_tail())
         return self.info
 
-    def ready_now(self) -> bool:
-        """Whether the worker has said it is ready, without waiting for it (WorkerDied when it
-        failed to start)."""
-        if self.info:
-            return True
-        if self.sock is None:
-            return False
-        readable, _, _ = select.select([self.sock], [], [], 0)
-        if not readable:
-            return False
-        self.wait_ready(5)
-        return True
-
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -287,7 +274,6 @@ class WorkerProcess:
     def _end_sandbox(self, timeout: float = 10.0) -> None:
         """Kill the sandbox's init (the kernel then kills its whole PID namespace: a
         candidate's children and grandchildren, whatever session they made) and wait for it."""
-        import select
 
         fd, self._sandbox_init = self._sandbox_init, None
         if fd is None:

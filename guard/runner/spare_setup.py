@@ -1,19 +1,15 @@
-"""What a spare candidate worker, started ahead of its candidate, does before one arrives.
+"""What a spare candidate worker, started ahead of its candidate, does before it says ready.
 
-On a GPU a spare starts while another evaluation is being timed on the same device, so at
-start it touches nothing but the host: it imports torch and hashes Triton's own files into
-the key of every kernel Triton compiles (about 0.4 s on the H200). Creating its CUDA context
-and Triton's driver helper module (about 0.3 s more there) waits for ``settle``: the pool asks
-for it once the evaluation is over (``WorkerPool.replenish``), and a worker asked anything else
-first settles before it answers. A context created by another process during a timed window
-is the likely cause of an honest incumbent accused once in 20 resubmissions on the H200
-(session 16, the outside clock seeing 84 us a call more than CUPTI's 1.9 us).
+A new process that first uses Triton builds (or loads) the driver's helper module and hashes
+Triton's own files into the key of every kernel it compiles: about 0.7 s on the H200, paid in
+the first request of a Triton candidate (the workers' profile, docs/benchmarks.md, session 16).
+Neither depends on the candidate, so a spare does both before it reports ready; nothing of the
+candidate's has run yet (the threads they start count as the worker's own), and the kernels
+the candidate compiles still go into its own empty cache. A worker started on demand does
+not: its candidate may not use Triton, and would wait for it.
 
-Neither step depends on the candidate, nothing of the candidate's has run yet (so the threads
-they start count as the worker's own), and the kernels the candidate compiles still go into
-its own empty cache. A worker started on demand does neither ahead (its candidate may not use
-Triton, and would wait for it), nor does a spare on the CPU, which starts only once an
-evaluation is over and has no device to leave alone.
+A spare on a GPU starts beside an evaluation, and the guard waits for it to be ready (its whole
+start over) before that evaluation times anything (``WorkerPool.quiet_spare``).
 """
 
 from __future__ import annotations
@@ -26,31 +22,19 @@ log = logging.getLogger(__name__)
 ENV = "KERNELARC_WORKER_SPARE"  # set by the pool for the spare workers it starts
 
 
-def host_setup() -> float:
-    """Triton's key of its own files (cached for the process's life); seconds spent. Never
-    raises: the candidate's first call would pay the same (and meet the same failure)."""
-    t0 = time.monotonic()
-    try:
-        from triton.runtime.cache import triton_key
-
-        triton_key()
-    except Exception as exc:  # noqa: BLE001 - a diagnostic only
-        log.info("Triton's key could not be made ahead of the candidate: %s", exc)
-    return time.monotonic() - t0
-
-
-def device_setup(device: str) -> float:
-    """The CUDA context and Triton's driver helper module; seconds spent."""
+def set_up(device: str) -> float:
+    """Seconds spent; 0 without a GPU. Never raises: the candidate's own first call would pay
+    the same set-up (and meet the same failure) without it."""
     if not device.startswith("cuda"):
         return 0.0
     t0 = time.monotonic()
-    import torch
-
-    torch.cuda.init()
     try:
         from triton.runtime import driver
+        from triton.runtime.cache import triton_key
 
         driver.active.get_current_device()  # builds or loads the driver's helper module
+        triton_key()  # cached for the process's life
     except Exception as exc:  # noqa: BLE001 - a diagnostic only
-        log.info("Triton's driver could not be set up ahead of the candidate: %s", exc)
+        log.info("Triton's set-up ahead of the candidate failed: %s", exc)
+        return 0.0
     return time.monotonic() - t0

@@ -12,7 +12,6 @@ import socket
 import sys
 import traceback
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -82,7 +81,6 @@ def main() -> int:
         _limit_memory(args.memory_limit_gb)
 
     from . import harness  # noqa: F401  (captures before any candidate code exists)
-    from . import messages as m
     from . import protocol, spare_setup
     from .common import PeakMeter
     from .request_profile import ENV as PROFILE_ENV
@@ -91,14 +89,12 @@ def main() -> int:
     import torch
 
     sock = socket.socket(fileno=args.fd)
-    device = "cuda:0" if args.device == "cuda" else args.device
-    # a spare on a GPU leaves the device alone until it settles (spare_setup)
-    spare = args.role == "candidate" and bool(os.environ.get(spare_setup.ENV))
-    settled = not (spare and device.startswith("cuda"))
+    device = args.device
     info = {"ready": True, "pid": os.getpid(), "torch": torch.__version__, "python": sys.version.split()[0]}
     try:
-        if device.startswith("cuda") and settled:
+        if device.startswith("cuda"):
             torch.cuda.init()
+            device = "cuda:0" if device == "cuda" else device
             props = torch.cuda.get_device_properties(device)
             info.update(gpu=props.name, capability=list(torch.cuda.get_device_capability(device)))
             try:
@@ -111,17 +107,15 @@ def main() -> int:
             info["triton"] = triton.__version__
         except ImportError:
             info["triton"] = None
-        if not settled:  # a GPU's spare: Triton's key now, the device when it settles
-            info["host_setup_s"] = round(spare_setup.host_setup(), 3)
+        if args.role == "candidate" and os.environ.get(spare_setup.ENV):
+            info["setup_s"] = round(spare_setup.set_up(device), 3)
         workdir = Path.cwd()
         meter = PeakMeter(device)
         role: CandidateRole | TrustedRole
-        recount: Callable[[], None] | None = None
         if args.role == "candidate":
             from .candidate_role import CandidateRole
 
             role = CandidateRole(device, workdir, meter)
-            recount = role.count_own_threads
         else:
             from .trusted_role import TrustedRole
 
@@ -142,16 +136,6 @@ def main() -> int:
                 profiler.write(workdir)
             return 0
         op = str(msg.get("op"))
-        if not settled or op == "settle":
-            seconds = 0.0
-            if not settled:  # asked for, or before the first request of any other kind
-                settled = True
-                seconds = spare_setup.device_setup(device)
-                if recount is not None:
-                    recount()  # CUDA's and Triton's threads are the worker's own
-            if op == "settle":
-                protocol.send(sock, m.SettleReply(ok=True, seconds=seconds).model_dump())
-                continue
         measured = op != "memory"
         if measured:
             meter.before()
