@@ -127,10 +127,13 @@ def _watch_pairing(monkeypatch) -> list[tuple[int, list[int], list[str]]]:
 
 
 @pytest.mark.slow
-def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(session_tmp, monkeypatch, band=2.5):
+def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(session_tmp, monkeypatch, band=10.0):
     # The default 3 standard errors: the paired threshold's Student-t multiple is what keeps
     # a busy machine's turns (one of them once said 1.40x with 5 normal standard errors
     # asked) from an ACCEPT. The stored figures (40% off, no error) say ACCEPT on their own.
+    # The band is wide so that every comparison here is re-measured: in a CI run beside other
+    # work the first verdict itself came from a window 3x slow, and with the default CPU band
+    # (2.5) its 4.27x was taken as clear-cut (a loaded machine's swing is not what this tests).
     # Then two red-team routes around the pairing: a duplicate, and a challenger that aborts.
     paired_timings = _watch_pairing(monkeypatch)
     guard = make_guard(session_tmp / f"ws-pairing-{band}", min_iters=40, max_iters=80, pairing_band_cpu=band)
