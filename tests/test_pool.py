@@ -78,6 +78,12 @@ def test_on_a_gpu_the_next_spare_starts_as_soon_as_one_is_taken(tmp_path, starte
     one_shot.take_candidate()
     assert len(started) == before  # a one-shot command starts no worker that nobody would use
     assert one_shot.quiet_spare() == 0.0
+    # a worker taken for an incumbent in the middle of an evaluation starts none
+    before = len(started)
+    pool.take_candidate(start_spare=False)
+    assert len(started) == before and pool.quiet_spare() == 0.0
+    pool.replenish()  # the evaluation is over
+    assert len(started) == before + 1
 
 
 def test_a_spare_that_fails_to_start_is_dropped_not_raised(tmp_path, started):

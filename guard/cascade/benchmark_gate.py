@@ -47,13 +47,12 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
     ref, cfg, problem, visible, progress = ctx.ref, ctx.cfg, ctx.problem, ctx.visible, ctx.progress
     rounds = pairing_rounds(len(visible), cfg)
     d = problem.definition
-    inc = pool.take_candidate()
+    inc = pool.take_candidate(start_spare=False)  # no spare starting while the pair is timed
     try:
         inc.wait_ready(180)
         reply = build(inc, problem, json.loads(incumbent["solution_json"]), incumbent["language"], cfg)
         if not reply.ok:
             raise Unpaired(f"the incumbent {incumbent['id']} does not build here: {first_line(reply.message or '')}")
-        pool.quiet_spare()  # the spare started when the incumbent's worker was taken: ready first
         dps = {"incumbent": _dps(json.loads(incumbent["solution_json"])), "challenger": ctx.dps}
         rng = random.Random(ctx.eval_seed ^ 0x5A5A)
         samples: dict[str, PairedSamples] = {}

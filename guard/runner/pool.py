@@ -81,7 +81,7 @@ class WorkerPool:
         worker.wait_ready(timeout)
         return worker
 
-    def take_candidate(self) -> WorkerProcess:
+    def take_candidate(self, start_spare: bool = True) -> WorkerProcess:
         """A fresh candidate worker (the warm spare if there is one). On a GPU the next spare
         starts at once, beside the evaluation this one serves, and the evaluation waits for it
         to be ready before it times anything (``quiet_spare``): a spare started only after the
@@ -89,7 +89,9 @@ class WorkerPool:
         verdict on the H200, session 16), and one still starting during a timed window is
         the likely cause of two honest incumbents accused there. On the CPU it is left to
         ``replenish``, once the evaluation is over: a worker's start (about 3 s of a core,
-        mostly ``import torch``) on a 2-core machine slows the evaluation it runs beside."""
+        mostly ``import torch``) on a 2-core machine slows the evaluation it runs beside.
+        ``start_spare`` False: none starts now (a worker taken for an incumbent in the middle of
+        an evaluation, whose timing would wait for it); ``replenish`` starts it afterwards."""
         with self._lock:
             worker = self._spare if self._spare is not None and self._spare.alive else None
             if worker is None and self._spare is not None:
@@ -97,7 +99,7 @@ class WorkerPool:
             self._spare = None
             if worker is None:
                 worker = self._new("candidate")
-        if self.device != "cpu":
+        if start_spare and self.device != "cpu":
             self.replenish()
         return worker
 
