@@ -14,8 +14,7 @@ from pathlib import Path
 
 from .. import sandbox
 from . import request_profile, spare_setup
-from .process import WorkerDied, WorkerTimeout
-from .process import WorkerProcess
+from .process import WorkerDied, WorkerProcess, WorkerTimeout
 
 log = logging.getLogger(__name__)
 
