@@ -48,3 +48,25 @@ def test_a_candidate_worker_s_failure_is_the_candidate_s():
     with pytest.raises(Rejection) as caught:
         ask(forged, m.Stats(), m.StatsReply, 5, "correctness")
     assert caught.value.status == "REWARD_HACK" and caught.value.gate == "correctness"
+
+
+def test_a_dropped_request_is_answered_once_and_its_failure_swallowed():
+    from guard.cascade.asking import Asked
+
+    class Counting(FakeWorker):
+        received = 0
+
+        def receive(self, timeout):
+            self.received += 1
+            return super().receive(timeout)
+
+    worker = Counting("candidate", {"ok": True, "peak_bytes": 1, "by_op": {}})
+    asked = Asked(worker, m.Memory(), m.MemoryReply, "correctness")
+    asked.drop(5)  # a failure elsewhere: the reply is still read, so the worker stays in step
+    asked.drop(5)
+    assert worker.received == 1
+    answered = Asked(worker, m.Memory(), m.MemoryReply, "correctness")
+    answered.reply(5)
+    answered.drop(5)  # already read: nothing more to wait for
+    assert worker.received == 2
+    Asked(Counting("candidate", WorkerDied("killed", -9, "")), m.Memory(), m.MemoryReply, "benchmark").drop(5)

@@ -4,6 +4,7 @@ error, the candidate's worker's a REWARD_HACK (its process answered out of proto
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -12,6 +13,7 @@ from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from .reasons import GuardError, Rejection
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def ask(
@@ -39,9 +41,11 @@ class Asked(Generic[m.R]):
         gate: str,
     ) -> None:
         self.worker, self.op, self.reply_model, self.gate = worker, request.op, reply_model, gate
+        self.answered = False  # the reply was taken (or the wait for it failed)
         self._call(lambda: worker.send(request.model_dump(mode="json")))
 
     def reply(self, timeout: float) -> m.R:
+        self.answered = True
         raw = self._call(lambda: self.worker.receive(timeout))
         try:
             return m.parse_reply(raw, self.reply_model)
@@ -51,6 +55,16 @@ class Asked(Generic[m.R]):
             raise Rejection(
                 self.gate, "REWARD_HACK", f"the candidate's worker answered {self.op!r} out of protocol: {exc}", None
             ) from None
+
+    def drop(self, timeout: float) -> None:
+        """Wait for the reply, if not yet taken, and drop it: a failure elsewhere decided the
+        verdict meanwhile, and the worker's next request must get its own answer."""
+        if self.answered:
+            return
+        try:
+            self.reply(timeout)
+        except Exception as exc:  # noqa: BLE001 - the failure already raised is the verdict
+            log.info("dropped the reply to %s: %s", self.op, exc)
 
     def _call(self, do: Callable[[], T]) -> T:
         try:

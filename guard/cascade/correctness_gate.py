@@ -116,14 +116,13 @@ def check(ctx: EvalContext) -> Checked:
     errors: dict[str, dict[str, Any]] = {}
     # the first round judged on a visible workload also runs twice (determinism)
     undecided = {id(w) for w, visible, _ in plan if visible and cfg.check_determinism}
-    checking: _Checking | None = None  # the group the candidate's worker is running
-    running: _Checking | None
+    checking: _Checking | None = None  # the last group sent to the candidate's worker
     shown = -1
     try:
         for group in groups:
             if checking is not None and not _may_overlap(cfg, checking.group, group):
-                running, checking = checking, None
-                _judge(ctx, _finish_check(ctx, running), tally, errors)
+                _judge(ctx, _finish_check(ctx, checking), tally, errors)
+                checking = None
             if group.index != shown:
                 progress("correctness", group.index, len(plan), group.label)
                 shown = group.index
@@ -133,17 +132,16 @@ def check(ctx: EvalContext) -> Checked:
             if group.kept and id(group.w) in undecided:
                 group.determinism = True
                 undecided.discard(id(group.w))
-            running, checking = checking, None
-            done = _finish_check(ctx, running) if running is not None else None
+            done = _finish_check(ctx, checking) if checking is not None else None
             checking = _start_check(ctx, group) if group.kept else None
             if done is not None:
                 _judge(ctx, done, tally, errors)
         if checking is not None:
-            running, checking = checking, None
-            _judge(ctx, _finish_check(ctx, running), tally, errors)
+            _judge(ctx, _finish_check(ctx, checking), tally, errors)
     finally:
-        if checking is not None:  # a failure while the candidate's worker still runs a group
-            _abandon(ctx, checking)
+        if checking is not None:  # a failure while the candidate's worker may still run a group
+            with checking.slot:
+                checking.asked.drop(cfg.call_timeout_s)
     progress("correctness", len(plan), len(plan), "all workloads passed")
     return Checked(
         visible_workloads=len(wset.visible),
@@ -231,16 +229,6 @@ def _finish_check(ctx: EvalContext, checking: _Checking) -> tuple[_Group, m.Chec
             "correctness", reply.status or "RUNTIME_ERROR", reply.message or "", group.w, group.visible, group.label
         )
     return group, reply
-
-
-def _abandon(ctx: EvalContext, checking: _Checking) -> None:
-    """A started group whose verdict no longer matters (an earlier group failed): its reply is
-    waited for and dropped, so that the worker's next request gets its own answer."""
-    with checking.slot:
-        try:
-            checking.asked.reply(ctx.cfg.call_timeout_s)
-        except Exception as exc:  # noqa: BLE001 - the earlier failure is the verdict
-            log.info("dropped the reply of a group started before an earlier one failed: %s", exc)
 
 
 def _judge(

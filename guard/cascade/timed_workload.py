@@ -158,6 +158,12 @@ def _check_figures(stats: dict[str, Any], w: Workload) -> None:
         )
 
 
+def _outside_figure_floors(ref: ReferenceSide) -> bool:
+    """Whether the outside figure is a floor under the decided one (``_floor_by_outside_clock``):
+    on the CPU, whose band cannot hold the candidate's own median to it."""
+    return ref.device.kind != "cuda"
+
+
 def _floor_by_outside_clock(stats: dict[str, Any], clock: outside_clock.OutsideClock) -> None:
     """On a CPU the candidate's own median (its process's clock) cannot be held to the outside
     clock's band, which must be wide there (100% + 5 ms: a loaded machine stalls windows), while
@@ -287,7 +293,7 @@ def time_workload(
             cx, run_seed, "seeded", projection_seed, chosen, ran.digests, tolerances, list(d.outputs), "timed"
         )
     except BaseException:
-        _drop_reply(reading, cx.timeout)
+        reading.drop(cx.timeout)
         raise
     got = reading.reply(cx.timeout)
     if not got.ok:
@@ -321,7 +327,7 @@ def time_workload(
 
     run_walls, loop_walls, confirms, clock = _outside_windows(cx, run_seed, n, passes, copies, projection_seed, judge)
     stats["outside_clock"] = clock.model_dump()
-    if ref.device.kind != "cuda":
+    if _outside_figure_floors(ref):
         _floor_by_outside_clock(stats, clock)
 
     # every window's calls checked as many as the timed loop's: the shortest window decides
@@ -356,7 +362,7 @@ def _outside_windows(
     confirms: list[tuple[int, list[Any]]] = []
     most = ref.cfg.outside_windows if ref.device.kind == "cuda" else ref.cfg.outside_windows_cpu
     clock = None
-    floors = ref.device.kind != "cuda"  # _floor_by_outside_clock
+    floors = _outside_figure_floors(ref)
     while outside_clock.another_window(clock, len(run_walls), ref.cfg.outside_windows_first, most, floors):
         window = len(run_walls)
         seed = ref.seed(f"confirm-{window}", run_seed)
@@ -494,15 +500,6 @@ def _no_gc() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def _drop_reply(asked: Asked[Any], timeout: float) -> None:
-    """Wait for a request's reply and drop it (a failure decided the verdict meanwhile), so
-    that the worker's next request gets its own answer."""
-    try:
-        asked.reply(timeout)
-    except Exception:  # noqa: BLE001 - the failure already raised is the verdict
-        pass
 
 
 def _failed(reply: m.Reply, w: Workload, doing: str) -> Exception:

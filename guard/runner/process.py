@@ -274,7 +274,6 @@ class WorkerProcess:
     def _end_sandbox(self, timeout: float = 10.0) -> None:
         """Kill the sandbox's init (the kernel then kills its whole PID namespace: a
         candidate's children and grandchildren, whatever session they made) and wait for it."""
-
         fd, self._sandbox_init = self._sandbox_init, None
         if fd is None:
             return
@@ -324,11 +323,6 @@ class WorkerProcess:
         except OSError:
             self._outstanding = None
             raise self._died(op) from None
-
-    @property
-    def outstanding(self) -> str | None:
-        """The op of the request sent and not yet answered, if any."""
-        return None if self._outstanding is None else self._outstanding[0]
 
     def receive(self, timeout: float) -> dict[str, Any]:
         """The reply to the outstanding request."""
