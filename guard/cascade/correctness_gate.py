@@ -22,7 +22,7 @@ from ..verdict import Checked
 from . import memory_plan
 from .asking import Asked, ask
 from .context import EvalContext
-from .reasons import GuardError, Rejection, first_line
+from .reasons import GuardError, Rejection, candidate_status, first_line
 
 log = logging.getLogger(__name__)
 
@@ -224,9 +224,9 @@ def _finish_check(ctx: EvalContext, checking: _Checking) -> tuple[_Group, m.Chec
     if not reply.ok:
         release(ctx, [r.tag for r in group.kept])
         if reply.status == "INTERNAL":
-            raise GuardError(f"worker error on {group.label}: {reply.message}")
+            log.warning("the candidate's worker failed in its own step on %s: %s", group.label, reply.message)
         raise failure(
-            "correctness", reply.status or "RUNTIME_ERROR", reply.message or "", group.w, group.visible, group.label
+            "correctness", candidate_status(reply.status), reply.message or "", group.w, group.visible, group.label
         )
     return group, reply
 
@@ -245,6 +245,16 @@ def _judge(
     per_output = list(tolerance_mod.for_workload(d, w).values())
     tolerances = [m.Tolerance.model_validate(t.message()) for t in per_output]
     timeout = max(cfg.call_timeout_s, 120)
+    answered = [got.tag for got in reply.rounds]
+    if answered != [rnd.tag for rnd in group.kept]:
+        # every round asked for must come back, in order: a reply that left some out had them
+        # judged by nothing (a red team's patched worker answered no rounds and was ACCEPTed)
+        raise Rejection(
+            "correctness",
+            "REWARD_HACK",
+            f"the candidate's worker answered {len(answered)} rounds of {len(group.kept)} asked for on "
+            f"{group.label}: its process does not run the guard's checks as written",
+        )
     for rnd, got in zip(group.kept, reply.rounds):
         # The guard names the files itself: a path from the candidate's reply could make
         # the guard delete, or the trusted worker read, any file (the secret, the database).

@@ -53,3 +53,12 @@ def first_line(text: str) -> str:
 def trim_log(text: str) -> str:
     lines = [ln for ln in (text or "").splitlines() if ln.strip()]
     return "\n".join(lines[-15:])[-3000:]
+
+
+def candidate_status(status: str | None) -> str:
+    """The status of a failed reply of the candidate's worker, once its build is done. INTERNAL
+    says the worker's own code failed, but from the build on the candidate's code runs in that
+    process and can make any step fail, or answer anything (a red team withheld its verdicts so,
+    with a folder where an output file was to go): it is the candidate's RUNTIME_ERROR. The
+    worker's text stays in the diagnostic, and the caller logs it, for a fault of the guard's own."""
+    return "RUNTIME_ERROR" if status in (None, "", "INTERNAL") else status

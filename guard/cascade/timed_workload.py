@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import math
 import random
 import time
@@ -36,8 +37,10 @@ from ..runner.refill_kinds import stream_refill_possible
 from ..runner.freeze import FreezeError, frozen
 from ..runner.process import WorkerProcess
 from .asking import Asked, ask
-from .reasons import GuardError, Rejection, Unpaired, first_line
+from .reasons import GuardError, Rejection, Unpaired, candidate_status, first_line
 from .reference_side import ReferenceSide
+
+log = logging.getLogger(__name__)
 
 
 def _call(
@@ -504,8 +507,8 @@ def _no_gc() -> Iterator[None]:
 
 def _failed(reply: m.Reply, w: Workload, doing: str) -> Exception:
     if reply.status == "INTERNAL":
-        return GuardError(f"worker error while {doing} {w.uuid}: {reply.message}")
-    status = reply.status or "RUNTIME_ERROR"
+        log.warning("the candidate's worker failed in its own step while %s %s: %s", doing, w.uuid, reply.message)
+    status = candidate_status(reply.status)
     return Rejection(
         "benchmark",
         status,

@@ -72,9 +72,11 @@ def read_tensor(meta: dict[str, Any], device: str) -> torch.Tensor:
     expected = math.prod(shape) * ELEMENT_SIZE[dtype]
     path = Path(meta["file"])
     # The candidate wrote the folder this file is in: never follow a link it may have put there
-    # (to the secret, say), and read only a plain file of the announced size.
+    # (to the secret, say), never wait on a FIFO it put there (opening one blocks until a writer
+    # comes: a red team so hung the trusted worker and withheld its verdict), and read only a
+    # plain file of the announced size.
     try:
-        fd = os.open(str(path), os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(str(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise ValueError(f"{path.name}: cannot be opened as a plain file ({exc.strerror})") from None
     try:
