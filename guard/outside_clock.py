@@ -19,6 +19,7 @@ gain; ``docs/guard.md`` gives the measured bands.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -42,6 +43,8 @@ class OutsideClock(BaseModel):
     loop: str = "captured"  # "captured": draws and digests are graphs, padded; "eager": host-bound
     pad_ms: float = 0.0
     windows: int = 1  # windows run on each side; more than the first only while contradicted
+    # seconds waited for a starting worker before the last windows (None: none were run after one)
+    quiet_wait_s: float | None = None
 
 
 def judge(
@@ -98,6 +101,30 @@ def another_window(clock: OutsideClock | None, done: int, first: int, most: int,
     if done < first or clock is None or not clock.agrees:
         return True
     return floors and clock.outside_ms > clock.inside_ms
+
+
+def run_windows(
+    window: Callable[[], OutsideClock], first: int, most: int, floors: bool, quiet: Callable[[], float]
+) -> OutsideClock:
+    """Run windows (``window`` runs one more and judges all run so far) as ``another_window``
+    says; then, if the figure is still contradicted, wait for ``quiet`` (a spare worker that
+    starts beside the evaluation on a GPU: imports and a CUDA context, tens of ms in a window
+    of 100 short calls) and run as many windows again. A forged figure stays contradicted in
+    all of them; an honest one whose windows all fell in that start is cleared."""
+    clock: OutsideClock | None = None
+    done = 0
+    quiet_s: float | None = None
+    while True:
+        if another_window(clock, done, first, most, floors):
+            clock = window()
+            done += 1
+            continue
+        if clock is None or clock.agrees or quiet_s is not None:
+            break
+        quiet_s = quiet()
+        most = done + most
+    assert clock is not None  # most >= 1: config fields are ge=1
+    return clock.model_copy(update={"quiet_wait_s": quiet_s})
 
 
 def inside_figure_ms(stats: dict[str, Any]) -> float:

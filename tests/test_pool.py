@@ -68,7 +68,7 @@ def test_on_a_gpu_the_next_spare_starts_as_soon_as_one_is_taken(tmp_path, starte
     assert pool.take_candidate() is started[1]
     spare = started[2]
     assert len(started) == 3 and spare.spare and not spare.ready  # starting beside the evaluation
-    pool.quiet_spare()  # before the evaluation times anything: its start is over
+    pool.quiet_spare()  # what a contradicted outside clock waits for: its start is over
     assert spare.ready
     pool.replenish()  # after the evaluation: there is one already
     assert len(started) == 3 and pool.take_candidate() is spare

@@ -280,10 +280,7 @@ class Guard:
             phases["correctness"] = time.monotonic() - t
             peaks.mark(gate, "trusted", "candidate")
 
-            # Gate 4: benchmark, once a spare worker started beside this evaluation is ready.
-            waited = self.pool.quiet_spare()
-            if waited > 0.01:
-                phases["spare"] = waited
+            # Gate 4: benchmark.
             t = time.monotonic()
             gate = "benchmark"
             timings = benchmark_gate.benchmark(ctx)

@@ -353,22 +353,18 @@ def _outside_windows(
     judge: Callable[[list[float], list[float]], outside_clock.OutsideClock],
 ) -> tuple[list[float], list[float], list[tuple[int, list[Any]]], outside_clock.OutsideClock]:
     """The outside clock: the candidate's loop of calls, then the same loop without the call in
-    the trusted worker while the candidate's processes are stopped; each window on new data.
-    ``outside_windows_first`` windows always, then one more at a time, up to the most allowed,
-    while ``judge`` finds the figure contradicted (a pause only lengthens a window, so another
-    can only lower the shortest; a forged figure stays contradicted in every window).
-    (walls of the candidate's loops, walls of the trusted loops, (seed, digests) per window,
+    the trusted worker while the candidate's processes are stopped; each window on new data,
+    as many as ``outside_clock.run_windows`` decides (more only while ``judge`` finds the figure
+    contradicted). (walls of the candidate's loops, walls of the trusted loops, (seed, digests) per window,
     the judgement on all the windows run)."""
     ref, w = cx.ref, cx.w
     run_walls: list[float] = []
     loop_walls: list[float] = []
     confirms: list[tuple[int, list[Any]]] = []
     most = ref.cfg.outside_windows if ref.device.kind == "cuda" else ref.cfg.outside_windows_cpu
-    clock = None
-    floors = _outside_figure_floors(ref)
-    while outside_clock.another_window(clock, len(run_walls), ref.cfg.outside_windows_first, most, floors):
-        window = len(run_walls)
-        seed = ref.seed(f"confirm-{window}", run_seed)
+
+    def window() -> outside_clock.OutsideClock:
+        seed = ref.seed(f"confirm-{len(run_walls)}", run_seed)
         with _no_gc():
             t0 = time.monotonic()
             confirmed = _call(
@@ -412,8 +408,11 @@ def _outside_windows(
         run_walls.append(run_wall)
         loop_walls.append(loop_wall - loop.setup_s)
         confirms.append((seed, confirmed.digests))
-        clock = judge(run_walls, loop_walls)
-    assert clock is not None  # most >= 1: config fields are ge=1
+        return judge(run_walls, loop_walls)
+
+    clock = outside_clock.run_windows(
+        window, ref.cfg.outside_windows_first, most, _outside_figure_floors(ref), ref.pool.quiet_spare
+    )
     return run_walls, loop_walls, confirms, clock
 
 
@@ -471,6 +470,8 @@ def _reject_disagreement(
         f"calls with the loop {min(run_walls):.4f} s, the loop alone {min(loop_walls):.4f} s, {n} calls "
         f"(shortest of {len(run_walls)} windows each)"
     )
+    if clock.quiet_wait_s is not None:
+        walls += f"; the later windows after {clock.quiet_wait_s:.1f} s waiting for a starting worker"
     if clock.short_loop:
         raise Rejection(
             "benchmark",

@@ -82,11 +82,12 @@ class WorkerPool:
 
     def take_candidate(self, start_spare: bool = True) -> WorkerProcess:
         """A fresh candidate worker (the warm spare if there is one). On a GPU the next spare
-        starts at once, beside the evaluation this one serves, and the evaluation waits for it
-        to be ready before it times anything (``quiet_spare``): a spare started only after the
+        starts at once, beside the evaluation this one serves: a spare started only after the
         evaluation was not ready when the next candidate came at once (6.5-9 s of a warm
-        verdict on the H200, session 16), and one still starting during a timed window is
-        the likely cause of two honest incumbents accused there. On the CPU it is left to
+        verdict on the H200, session 16). Its start can lengthen the outside clock's short
+        windows (two honest incumbents accused on the H200, session 16), so a figure the
+        outside clock contradicts is measured again once it is ready (``quiet_spare``);
+        waiting for it before every benchmark cost each verdict about 5 s. On the CPU it is left to
         ``replenish``, once the evaluation is over: a worker's start (about 3 s of a core,
         mostly ``import torch``) on a 2-core machine slows the evaluation it runs beside.
         ``start_spare`` False: none starts now (a worker taken for an incumbent in the middle of

@@ -8,8 +8,8 @@ candidate's has run yet (the threads they start count as the worker's own), and 
 the candidate compiles still go into its own empty cache. A worker started on demand does
 not: its candidate may not use Triton, and would wait for it.
 
-A spare on a GPU starts beside an evaluation, and the guard waits for it to be ready (its whole
-start over) before that evaluation times anything (``WorkerPool.quiet_spare``).
+A spare on a GPU starts beside an evaluation; a figure that the outside clock contradicts while
+it starts is measured again once it is ready (``WorkerPool.quiet_spare``).
 """
 
 from __future__ import annotations
