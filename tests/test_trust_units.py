@@ -255,6 +255,35 @@ def test_the_outside_clock_runs_more_windows_only_while_contradicted():
     assert not more(None, 1, first=3, most=1)
 
 
+def _windows_of(walls: list[float], inside_ms: float, quiet_at: int | None = None):
+    """Run the outside clock's windows over scripted candidate-loop walls (the trusted loop's
+    0.5 s each): the judgement, the windows run, and when the starting spare was waited for."""
+    run: list[float] = []
+    waited: list[int] = []
+
+    def window():
+        run.append(walls[len(run)])
+        return outside_clock.judge(min(run), 100, 0.5, 100, inside_ms, 0.1, 0.004, loop_slack=0.0)
+
+    def quiet() -> float:
+        waited.append(len(run))
+        return 4.5
+
+    return outside_clock.run_windows(window, first=1, most=2, floors=False, quiet=quiet), len(run), waited
+
+
+def test_a_contradicted_figure_is_measured_again_once_a_starting_worker_is_ready():
+    # an honest 1 ms call whose first two windows a starting spare worker lengthened
+    clock, ran, waited = _windows_of([0.7, 0.68, 0.61, 0.9], inside_ms=1.0)
+    assert clock.agrees and ran == 3 and waited == [2] and clock.quiet_wait_s == 4.5
+    # a forged figure stays contradicted: as many windows again, then the verdict
+    clock, ran, waited = _windows_of([0.6] * 5, inside_ms=0.3)
+    assert not clock.agrees and ran == 4 and waited == [2]
+    # an honest figure confirmed at once waits for nothing
+    clock, ran, waited = _windows_of([0.6] * 5, inside_ms=0.98)
+    assert clock.agrees and ran == 1 and waited == [] and clock.quiet_wait_s is None
+
+
 def test_on_the_cpu_the_outside_clock_runs_more_windows_while_its_figure_decides():
     # the CPU's decided figure is never below the outside one: a window whose trusted loop was
     # paused shortens it, so while it is above the candidate's own, more windows run
@@ -539,18 +568,47 @@ def test_digest_table_keeps_one_row_per_call_as_the_digest_computes_it():
         table.read(5)
 
 
-def test_large_outputs_digest_in_few_blocks_with_the_same_figures():
-    """A digest takes 64 MiB of float64 at a time at least (a few launches on a GPU, not tens),
-    and still equals the digest computed in one piece."""
+@pytest.mark.parametrize("extra", [0, 12345])
+@pytest.mark.parametrize("periods", [0, 1, 3])
+def test_digests_of_any_size_equal_the_figures_in_one_piece(periods, extra):
+    """One block or several (64 MiB of float64 at a time at least: a few launches on a GPU, not
+    tens), whole periods or a tail: the digest equals the figures computed in one piece."""
     period = replays.PROJECTION_PERIOD
-    x = torch.randn(3 * period + 12345, dtype=torch.float32)
+    x = torch.randn(periods * period + extra, dtype=torch.float32)
+    if not x.numel():
+        x = torch.randn(7)
     projection = replays.Projection(5)
     got = replays.digest([x], projection)[0].tolist()
-    w = projection.weights(torch.device("cpu"))
+    signs = projection.weights(torch.device("cpu"))[1]
     flat = x.to(torch.float64)
-    signs = w.repeat(4)[: flat.numel()]
+    signs = signs.repeat(periods + 1)[: flat.numel()]
     want = [flat.sum().item(), flat.abs().sum().item(), flat.norm().item(), (flat * signs).sum().item()]
     assert got == pytest.approx(want, rel=1e-9, abs=1e-6)
+
+
+def test_a_one_block_digest_costs_six_operations_at_most():
+    """The timed loop digests every call's output, each operation tens of microseconds of host
+    time under the profiler: an output of one block takes its float64 copy, one product for
+    the sum and the projection, the two norms and one stack (whole periods add a row sum)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view:  # a view launches nothing
+                self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    projection = replays.Projection(3)
+    projection.weights(torch.device("cpu"))
+    for n, most in ((4096, 5), (replays.PROJECTION_PERIOD, 6)):
+        x = torch.randn(n, dtype=torch.bfloat16)
+        with Count() as count:
+            replays.digest([x], projection)
+        assert len(count.ops) <= most, count.ops
 
 
 def test_a_tree_that_will_not_stop_is_the_stopped_candidates_doing(monkeypatch):
