@@ -175,45 +175,46 @@ DIGEST_BLOCK_PERIODS = 16
 DIGEST_BLOCK_FLOOR_PERIODS = 8  # 8 periods of float64: 64 MiB
 
 
-def _block_sums(c: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """(sum, projection) of a float64 block: ``c`` holds whole periods as rows, ``w`` the
-    (ones, signs) rows of a period; or ``c`` is flat and ``w`` as long as it."""
-    if c.dim() == 2:
-        per_row: torch.Tensor = T.mm(c, w.t())  # (rows, 2)
-        return T.sum(per_row, 0)
-    return T.mv(w, c)
-
-
 def _digest_one(x: torch.Tensor, projection: Projection) -> torch.Tensor:
     """(sum, L1, L2, projection) of one tensor, in float64, a block of whole periods at a
-    time: one float64 copy of a block at most, never of a whole large output. An output of
-    one block (most outputs) costs five or six launches: its copy, one matrix product for the
-    sum and the projection (and the sum of its rows), the two norms, one stack. Each launch
-    is tens of microseconds of host time with the profiler recording, after every timed call."""
+    time: one float64 copy of a block at most, never of a whole large output. The last block
+    takes the tail too, zero-padded to a whole period (zeros change no field), so an output
+    of up to ``per_block`` periods is one block: its copy, one matrix product by (ones, signs)
+    and the sum of its rows, the two norms, one stack. Each launch is tens of microseconds
+    of host time with the profiler recording, after every timed call."""
     flat = T.reshape(x, (-1,))
     n, period = T.numel(flat), PROJECTION_PERIOD
     w = projection.weights(flat.device)
-    half_output = (n * x.element_size()) // (2 * 8 * period)
-    per_block = max(1, min(DIGEST_BLOCK_PERIODS, max(DIGEST_BLOCK_FLOOR_PERIODS, half_output)))
-    whole = n // period
-    blocks: list[tuple[torch.Tensor, torch.Tensor]] = []  # (float64 block, its weights)
-    for r0 in range(0, whole, per_block):
-        r1 = min(whole, r0 + per_block)
-        blocks.append((T.view(T.to(flat[r0 * period : r1 * period], torch.float64), (r1 - r0, period)), w))
-    if n > whole * period:
-        blocks.append((T.to(flat[whole * period :], torch.float64), w[:, : n - whole * period]))
-    if not blocks:
+    if n == 0:
         zero: torch.Tensor = T.zeros(4, dtype=torch.float64, device=flat.device)
         return zero
+    if n < period:  # part of one period: the weights cut to it, no padding
+        c = T.to(flat, torch.float64)
+        sp = T.mv(w[:, :n], c)
+        small: torch.Tensor = T.stack([sp[0], T.vector_norm(c, 1), T.vector_norm(c, 2), sp[1]])
+        return small
+    half_output = (n * x.element_size()) // (2 * 8 * period)
+    per_block = max(1, min(DIGEST_BLOCK_PERIODS, max(DIGEST_BLOCK_FLOOR_PERIODS, half_output)))
+    rows = -(-n // period)
+    blocks = []
+    for r0 in range(0, rows, per_block):
+        r1 = min(rows, r0 + per_block)
+        part = flat[r0 * period : r1 * period]
+        if T.numel(part) == (r1 - r0) * period:
+            c = T.to(part, torch.float64)
+        else:  # the tail's block
+            c = T.zeros((r1 - r0) * period, dtype=torch.float64, device=flat.device)
+            T.copy_(c[: T.numel(part)], part)
+        blocks.append(T.view(c, (r1 - r0, period)))
     if len(blocks) == 1:
-        c, wc = blocks[0]
-        sp = _block_sums(c, wc)
+        c = blocks[0]
+        sp = T.sum(T.mm(c, w.t()), 0)
         one: torch.Tensor = T.stack([sp[0], T.vector_norm(c, 1), T.vector_norm(c, 2), sp[1]])
         return one
     # several blocks: their sums of squares add up, the root is taken once
     parts = []
-    for c, wc in blocks:
-        sp = _block_sums(c, wc)
+    for c in blocks:
+        sp = T.sum(T.mm(c, w.t()), 0)
         c_flat = T.reshape(c, (-1,))
         parts.append(T.stack([sp[0], T.vector_norm(c_flat, 1), T.dot(c_flat, c_flat), sp[1]]))
     acc = T.sum(T.stack(parts), 0)
