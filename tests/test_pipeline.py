@@ -327,18 +327,29 @@ def test_an_honest_torch_compile_candidate_is_not_taken_for_a_patch(guard):
     assert v.status == "PASSED", f"{v.status} {v.reason}\n{v.diagnostic}"
 
 
-def test_a_worker_that_fails_to_prepare_gives_a_guard_error_not_a_crash(guard, monkeypatch):
-    """An INTERNAL reply to ``prepare`` (the worker's own code failed) is the guard's error,
-    kept as the candidate's state; it used to reach the verdict model, which has no such
-    status, and end in a validation error."""
-    from guard.cascade import guard as guard_module
+def test_a_worker_that_fails_to_set_up_is_the_guards_error_and_after_it_the_candidates(guard, monkeypatch):
+    """The candidate's worker is set up for the problem before any of the candidate's code
+    runs: an INTERNAL reply there is the guard's error, kept as the candidate's state (it used
+    to reach the verdict model, which has no such status, and end in a validation error).
+    From the build on, the candidate's code runs in the worker and could forge any reply, so
+    an INTERNAL reply to ``prepare`` is the candidate's RUNTIME_ERROR."""
     from guard.cascade.reasons import GuardError
-    from guard.runner import messages as m
+    from guard.runner.process import WorkerProcess
 
-    monkeypatch.setattr(
-        guard_module.build_gate,
-        "build",
-        lambda *a, **k: m.Reply(ok=False, status="INTERNAL", message="AttributeError: no settle_dynamo"),
-    )
-    with pytest.raises(GuardError, match="failed to prepare"):
-        guard.evaluate(from_source(honest_source(), None, "kernel.py"), RMS, agent="prepare-fails")
+    honest_request = WorkerProcess.request
+
+    def failing(op: str):
+        def request(self, msg, *args, **kwargs):
+            if self.role == "candidate" and msg.get("op") == op:
+                return {"ok": False, "status": "INTERNAL", "message": "AttributeError: the worker's own step"}
+            return honest_request(self, msg, *args, **kwargs)
+
+        return request
+
+    monkeypatch.setattr(WorkerProcess, "request", failing("setup"))
+    with pytest.raises(GuardError, match="could not set up the problem"):
+        guard.evaluate(from_source(honest_source(), None, "kernel.py"), RMS, agent="setup-fails")
+    monkeypatch.setattr(WorkerProcess, "request", failing("prepare"))
+    v = guard.evaluate(from_source(honest_source(), None, "kernel.py"), RMS, agent="prepare-fails")
+    assert (v.status, v.gate) == ("RUNTIME_ERROR", "build"), v.reason
+    assert "the worker's own step" in v.reason

@@ -254,20 +254,15 @@ def _definition_and_workload():
 
 def _prepare(worker, source: str, build_cache: Path) -> dict:
     from guard.candidates.load import from_source
+    from guard.runner import messages as m
 
     problem, d, _ = _definition_and_workload()
     solution = from_source(source, "pytorch", "kernel.py").model_dump(mode="json", exclude_none=True)
-    return worker.request(
-        {
-            "op": "prepare",
-            "definition": d.to_json(),
-            "solution": solution,
-            "language": "pytorch",
-            "blob_root": str(problem.root) if problem.root else None,
-            "build_cache": str(build_cache),
-        },
-        60,
-    )
+    blob_root = str(problem.root) if problem.root else None
+    ready = worker.request(m.Setup(definition=d.to_json(), blob_root=blob_root).model_dump(mode="json"), 60)
+    assert ready.get("ok"), ready
+    prepare = m.Prepare(solution=solution, language="pytorch", build_cache=str(build_cache))
+    return worker.request(prepare.model_dump(mode="json"), 60)
 
 
 def test_kill_leaves_no_grandchild(tmp_path, needs_bwrap):

@@ -16,7 +16,7 @@ from ..runner.pool import WorkerPool
 from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from .context import EvalContext
 from .build_gate import build
-from .reasons import Rejection, Unpaired, first_line
+from .reasons import GuardError, Rejection, Unpaired, first_line
 from .timed_workload import candidate_stopped, time_workload, wait_device_idle
 
 
@@ -50,7 +50,10 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
     inc = pool.take_candidate(start_spare=False)  # no spare starting while the pair is timed
     try:
         inc.wait_ready(180)
-        reply = build(inc, problem, json.loads(incumbent["solution_json"]), incumbent["language"], cfg)
+        try:
+            reply = build(inc, problem, json.loads(incumbent["solution_json"]), incumbent["language"], cfg)
+        except GuardError as exc:  # its worker's own set-up: the stored measurement decides
+            raise Unpaired(f"the incumbent {incumbent['id']} could not be set up: {exc}") from None
         if not reply.ok:
             raise Unpaired(f"the incumbent {incumbent['id']} does not build here: {first_line(reply.message or '')}")
         dps = {"incumbent": _dps(json.loads(incumbent["solution_json"])), "challenger": ctx.dps}

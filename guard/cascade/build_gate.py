@@ -5,6 +5,8 @@ itself, so a worker cannot plant a library under another source's digest."""
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,9 @@ from ..paths import cache_dir
 from ..problems.problem import Problem
 from ..runner import messages as m
 from ..runner.process import WorkerProcess
+from .reasons import GuardError, candidate_status, first_line
+
+log = logging.getLogger(__name__)
 
 
 def extension_cache() -> Path:
@@ -23,22 +28,41 @@ def extension_cache() -> Path:
 def build(
     worker: WorkerProcess, problem: Problem, solution: dict[str, Any], language: str, cfg: GuardConfig
 ) -> m.Reply:
-    """The worker's reply to ``prepare`` (``ok`` False with a status and message when the build
-    failed); a successful CUDA C++ build is published to the cache."""
-    request = m.Prepare(
+    """Set the worker up for the problem, then build the candidate in it: the reply to
+    ``prepare`` (``ok`` False with a status and message when the build failed); a successful
+    CUDA C++ build is published to the cache. Raises GuardError when the worker's own set-up
+    fails, before any of the candidate's code ran; from the build on, whatever the worker
+    answers may be the candidate's doing, so an INTERNAL reply is the candidate's failure
+    (``reasons.candidate_status``: a red team's import could otherwise withhold its verdict)."""
+    setup = m.Setup(
         definition=problem.definition.to_json(),
-        solution=solution,
-        language=language,
         blob_root=str(problem.root) if problem.root else None,
-        build_cache=str(extension_cache()),
+        settle_dynamo=names_dynamo(json.dumps(solution), problem.definition.reference),
     )
+    try:
+        ready = m.parse_reply(worker.request(setup.model_dump(mode="json"), cfg.call_timeout_s), m.Reply)
+    except m.MessageError as exc:
+        raise GuardError(f"the candidate worker answered its set-up out of protocol: {exc}") from None
+    if not ready.ok:
+        raise GuardError(f"the candidate worker could not set up the problem: {first_line(ready.message or '')}")
+    request = m.Prepare(solution=solution, language=language, build_cache=str(extension_cache()))
     raw = worker.request(request.model_dump(mode="json"), cfg.build_timeout_s)
     try:
         reply = m.parse_reply(raw, m.PrepareReply)
     except m.MessageError as exc:
         return m.Reply(ok=False, status="RUNTIME_ERROR", message=f"the worker answered out of protocol: {exc}")
+    if not reply.ok and reply.status in (None, "", "INTERNAL"):
+        log.warning("the candidate's worker failed while building it: %s", first_line(reply.message or ""))
+        return reply.model_copy(update={"status": candidate_status(reply.status)})
     if reply.ok and language == "cuda_cpp":
         digest = extension_digest(solution)
         if digest is not None:
             publish_build(worker.workdir, digest, extension_cache())
     return reply
+
+
+def names_dynamo(*texts: str) -> bool:
+    """Whether code may import ``torch._dynamo`` (``torch.compile`` and the like), so that the
+    worker imports it before the candidate's code (``harness.settle_dynamo``); a source that
+    hides it gains nothing: its import then reads as a patch."""
+    return any(word in text for text in texts for word in ("compile", "dynamo", "inductor"))

@@ -264,8 +264,6 @@ class Guard:
             t = time.monotonic()
             progress("build", 0, 1, f"building ({language})")
             reply = build_gate.build(cand, problem, solution_json, language, self.cfg)
-            if reply.status == "INTERNAL":  # the worker's own code failed: not a verdict
-                raise GuardError(f"the candidate worker failed to prepare: {first_line(reply.message or '')}")
             if not reply.ok:
                 raise Rejection(
                     "build", reply.status or "COMPILE_ERROR", first_line(reply.message or "build failed"), reply.message

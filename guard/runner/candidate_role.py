@@ -4,7 +4,6 @@ so nothing leaks from one candidate to the next. It never sees a reference outpu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,6 +65,7 @@ class CandidateRole:
         except m.MessageError as exc:
             return m.Reply(ok=False, status="INTERNAL", message=str(exc)).model_dump()
         handler = {
+            m.Setup: self.setup,
             m.Prepare: self.prepare,
             m.Check: self.check,
             m.Arm: self.arm,
@@ -80,17 +80,23 @@ class CandidateRole:
             reply = m.Reply(ok=False, status=f.status, message=f.message, fatal=f.fatal)
         return reply.model_dump()
 
-    def prepare(self, msg: m.Prepare) -> m.Reply:
+    def setup(self, msg: m.Setup) -> m.Reply:
+        """The problem's definition and input maker; nothing of the candidate's runs yet."""
         self.d = msg.definition
-        solution = msg.solution
-        self.dps = bool(solution["spec"].get("destination_passing_style", False))
+        if msg.settle_dynamo and not self.cuda:
+            harness.settle_dynamo()  # before any code of the candidate or the reference runs
         # The reference module is loaded only when inputs are custom (generate_inputs).
         module = None
-        if not self.cuda and _names_dynamo(json.dumps(solution), self.d.get("reference", "")):
-            harness.settle_dynamo()  # before any code of the candidate or the reference runs
         if self.d.get("custom_inputs_entrypoint"):
             module = load_module_from_source(self.d["reference"], self.workdir / "ref", "reference")
         self.maker = InputMaker(self.d, self.device, module, msg.blob_root)
+        return m.Reply(ok=True)
+
+    def prepare(self, msg: m.Prepare) -> m.Reply:
+        if not self.d:
+            return m.Reply(ok=False, status="INTERNAL", message="prepare before setup")
+        solution = msg.solution
+        self.dps = bool(solution["spec"].get("destination_passing_style", False))
         t0 = T.perf_counter()
         try:
             builddir = Path(msg.build_cache or self.workdir / "build")
@@ -421,12 +427,6 @@ class CandidateRole:
             )
         if broken:
             raise CandidateFault("REWARD_HACK", "; ".join(broken))
-
-
-def _names_dynamo(*texts: str) -> bool:
-    """Whether code may import ``torch._dynamo`` (``torch.compile`` and the like); a source
-    that hides it gains nothing: its import then reads as a patch."""
-    return any(word in text for text in texts for word in ("compile", "dynamo", "inductor"))
 
 
 def _same_results(eager: list, got: list, tolerances: list[dict]) -> str | None:

@@ -68,12 +68,24 @@ class _OnProblemWorkload(_OnWorkload):
 
 
 # -- requests to the candidate worker ---------------------------------------------------------
-class Prepare(_Msg):
-    op: Literal["prepare"] = "prepare"
+class Setup(_Msg):
+    """The worker's own preparation for a problem, before any of the candidate's code runs:
+    a failure here is the guard's. ``settle_dynamo``: import ``torch._dynamo`` first (the
+    guard decides it from the sources; ``harness.settle_dynamo``)."""
+
+    op: Literal["setup"] = "setup"
     definition: dict[str, Any]
+    blob_root: str | None = None
+    settle_dynamo: bool = False
+
+
+class Prepare(_Msg):
+    """Build and import the candidate: from here on its code runs in the worker, and any
+    reply may be its doing."""
+
+    op: Literal["prepare"] = "prepare"
     solution: dict[str, Any]
     language: str
-    blob_root: str | None = None
     build_cache: str | None = None
 
 
@@ -222,7 +234,7 @@ class Exit(_Msg):
     op: Literal["exit"] = "exit"
 
 
-CandidateRequest = Annotated[Prepare | Check | Arm | Run | Confirm | Stats | Memory, Field(discriminator="op")]
+CandidateRequest = Annotated[Setup | Prepare | Check | Arm | Run | Confirm | Stats | Memory, Field(discriminator="op")]
 TrustedRequest = Annotated[
     LoadProblem | Reference | Compare | Release | Baseline | Ceilings | Overhead | VerifyReplays | Memory | DeviceIdle,
     Field(discriminator="op"),

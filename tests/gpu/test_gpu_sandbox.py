@@ -20,6 +20,7 @@ from guard.builders.cuda_cpp import extension_digest, publish_build  # noqa: E40
 from guard.candidates.load import from_source  # noqa: E402
 from guard.problems.derive import workload_set  # noqa: E402
 from guard.problems.store import ProblemStore  # noqa: E402
+from guard.runner import messages as m  # noqa: E402
 from guard.runner.process import WorkerProcess  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
 
@@ -50,17 +51,11 @@ def _start(tmp_path: Path, name: str) -> WorkerProcess:
 def _prepare_and_check(worker: WorkerProcess, solution: dict, language: str) -> dict:
     problem, w = _problem()
     d = problem.definition
-    built = worker.request(
-        {
-            "op": "prepare",
-            "definition": d.to_json(),
-            "solution": solution,
-            "language": language,
-            "blob_root": str(problem.root) if problem.root else None,
-            "build_cache": str(worker.build_cache),
-        },
-        600,
-    )
+    blob_root = str(problem.root) if problem.root else None
+    ready = worker.request(m.Setup(definition=d.to_json(), blob_root=blob_root).model_dump(mode="json"), 60)
+    assert ready.get("ok"), ready
+    prepare = m.Prepare(solution=solution, language=language, build_cache=str(worker.build_cache))
+    built = worker.request(prepare.model_dump(mode="json"), 600)
     assert built.get("ok"), built
     checked = worker.request(
         {
