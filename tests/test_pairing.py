@@ -186,6 +186,8 @@ def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(se
 # The honest kernel, until the first shape it saw comes round a third time (correctness and
 # the benchmark see it once each; only a paired re-measurement brings it back): then it aborts.
 ABORTS_WHEN_TIMED_AGAIN = """
+import operator
+
 import torch
 
 _state = {"first": None, "previous": None, "visits": 0}
@@ -198,7 +200,7 @@ def run(hidden_states, weight):
     if shape == _state["first"] and _state["previous"] != shape:
         _state["visits"] += 1
         if _state["visits"] == 3:
-            torch.os.abort()
+            operator.attrgetter("o" + "s.abort")(torch)()  # past the screen, which bans torch.os
     _state["previous"] = shape
     x = hidden_states.float()
     return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)

@@ -118,6 +118,12 @@ BANNED_ATTRIBUTES = {
             "get_referents",
         )
     },
+    # the interpreter's modules reached as attributes of allowed ones (torch.sys, typing.sys,
+    # torch.os, len.__self__ for builtins): what the banned imports would have given
+    **{
+        a: "the interpreter's modules are off limits, through another module too"
+        for a in ("sys", "os", "builtins", "__self__")
+    },
     # environment, files and processes
     **{a: "the environment is off limits" for a in ("environ", "getenv", "putenv", "unsetenv")},
     **{
