@@ -586,6 +586,22 @@ def test_digests_of_any_size_equal_the_figures_in_one_piece(periods, extra):
     assert got == pytest.approx(want, rel=1e-9, abs=1e-6)
 
 
+def test_a_digest_row_without_every_field_matches_nothing():
+    """An empty row was checked against nothing (the fields were zipped pairwise) and a kernel
+    that skipped every timed call was ACCEPTed; the message refuses it, the check does too."""
+    from pydantic import ValidationError
+
+    from guard.runner import messages as m
+
+    ref, allow = [1.0, 2.0, 3.0, 4.0], [0.1] * 4
+    assert replays.digest_mismatch([], ref, allow, "out") is not None
+    assert replays.digest_mismatch([1.0, 2.0], ref, allow, "out") is not None
+    assert replays.digest_mismatch(list(ref), ref, allow, "out") is None
+    with pytest.raises(ValidationError):
+        m.RunReply(ok=True, digests=[[[]]])
+    assert m.RunReply(ok=True, digests=[[ref]]).digests == [[tuple(ref)]]
+
+
 def test_a_one_block_digest_costs_seven_operations_at_most():
     """The timed loop digests every call's output, each operation tens of microseconds of host
     time under the profiler: an output of one block takes its float64 copy, one product for

@@ -22,6 +22,11 @@ class _Msg(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# One output's digest (replays.DIGEST_FIELDS: sum, L1, L2, projection): all four, or the reply
+# is out of protocol (an empty row once matched every reference).
+DigestRow = tuple[float, float, float, float]
+
+
 class Tolerance(_Msg):
     atol: float
     rtol: float
@@ -210,7 +215,7 @@ class VerifyReplays(_OnProblemWorkload):
     regime: Literal["seeded", "stream"] = "seeded"
     projection_seed: int = 0  # the stream regime's projection signs (drawn before its windows)
     iterations: list[int]
-    digests: list[list[list[float]]]
+    digests: list[list[DigestRow]]
     tolerances: list[Tolerance]
     names: list[str]
 
@@ -277,7 +282,7 @@ class ArmReply(Reply):
 
 
 class RunReply(Reply):
-    digests: list[list[list[float]]] = Field(default_factory=list)  # per timed call, per output
+    digests: list[list[DigestRow]] = Field(default_factory=list)  # per timed call, per output
 
 
 class StatsReply(Reply):
@@ -319,7 +324,7 @@ class CeilingsReply(Reply):
 class OverheadReply(Reply):
     iters: int = 0
     setup_s: float = 0.0  # measured by the trusted worker itself, taken out of the guard's figure
-    digests: list[list[list[float]]] = Field(default_factory=list)
+    digests: list[list[DigestRow]] = Field(default_factory=list)
 
 
 class MemoryReply(Reply):
@@ -333,7 +338,7 @@ class DeviceIdleReply(Reply):
 
 
 class ConfirmReply(Reply):
-    digests: list[list[list[float]]] = Field(default_factory=list)
+    digests: list[list[DigestRow]] = Field(default_factory=list)
 
 
 class VerifyReply(Reply):

@@ -350,7 +350,11 @@ def digest_bounds(
 
 def digest_mismatch(got: list[float], ref: list[float], allow: list[float], name: str) -> str | None:
     """Why a candidate's digest of one output cannot come from a result within tolerance,
-    or None. Float64 rounding of the reductions themselves is allowed for."""
+    or None. Float64 rounding of the reductions themselves is allowed for. ``got`` comes from
+    the candidate's process: a row without every field is a mismatch (an empty row once
+    matched everything, and a kernel that skipped every timed call was ACCEPTed)."""
+    if len(got) != len(DIGEST_FIELDS):
+        return f"output {name!r}: {len(got)} digest fields where there are {len(DIGEST_FIELDS)}"
     for field, g, r, a in zip(DIGEST_FIELDS, got, ref, allow):
         if not math.isfinite(r):
             continue  # the reference itself overflows here: nothing to hold the candidate to
