@@ -129,14 +129,34 @@ class TrustedRole:
             # one output at a time: the candidate's is read, compared and dropped, and the
             # reference's is let go as soon as it has been compared with it
             ref, refs[i] = refs[i], None
+            # The description comes from the candidate's process: held to the reference's
+            # before anything is made of it (a shape of 2**63 x 0 is 0 bytes, passed the size
+            # check, and raised in torch: the verdict was withheld, and the error text told a
+            # held-out shape).
+            wrong = _described_wrongly(meta, ref, name)
+            if wrong is not None:
+                return m.CompareReply(ok=True, passed=False, status=wrong[0], message=wrong[1], reports=reports)
+            adversarial = origin is not None and origin[4] != "normal"
             try:
                 out = read_tensor(meta, self.device)
-            except (ValueError, OSError) as exc:
-                return m.CompareReply(ok=True, passed=False, status="RUNTIME_ERROR", message=str(exc))
-            adversarial = origin is not None and origin[4] != "normal"
-            report = compare(
-                out, ref, tol["atol"], tol["rtol"], name, row_scaled=adversarial, chunk_elements=chunk, **spec_args(tol)
-            )
+                report = compare(
+                    out,
+                    ref,
+                    tol["atol"],
+                    tol["rtol"],
+                    name,
+                    row_scaled=adversarial,
+                    chunk_elements=chunk,
+                    **spec_args(tol),
+                )
+            except Exception as exc:  # noqa: BLE001 - whatever the candidate's file makes fail is its own
+                return m.CompareReply(
+                    ok=True,
+                    passed=False,
+                    status="RUNTIME_ERROR",
+                    message=f"output {name!r} could not be read as described: {type(exc).__name__}: {exc}"[:500],
+                    reports=reports,
+                )
             del ref, out
             if not report["ok"] and report["status"] == "INCORRECT_NUMERICAL" and origin is not None:
                 report = self._against_float64(origin, len(reports), meta, report, tol, name, chunk)
@@ -500,3 +520,15 @@ def _dynamo_counters() -> dict | None:
         "graph_breaks": int(sum(counters["graph_break"].values())),
         "recompiles": int(sum(counters["recompiles"].values())) if "recompiles" in counters else None,
     }
+
+
+def _described_wrongly(meta: dict, ref: torch.Tensor, name: str) -> tuple[str, str] | None:
+    """(status, message) when the candidate's description of an output is not the
+    reference's dtype and shape; None when it is."""
+    dtype, shape = meta.get("dtype"), meta.get("shape")
+    want = str(ref.dtype).replace("torch.", "")
+    if dtype != want:
+        return "INCORRECT_DTYPE", f"{name}: dtype {str(dtype)[:40]}, expected {want}"
+    if not isinstance(shape, list) or shape != list(ref.shape):
+        return "INCORRECT_SHAPE", f"{name}: shape {str(shape)[:80]}, expected {list(ref.shape)}"
+    return None
