@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from .. import outside_clock
 from ..problems import tolerance as tolerance_mod
 from ..problems.schema import Definition, Workload
@@ -38,6 +40,7 @@ from ..runner.freeze import FreezeError, frozen
 from ..runner.process import WorkerProcess
 from .asking import Asked, ask
 from .reasons import GuardError, Rejection, Unpaired, candidate_status, first_line
+from ..verdict import Timing
 from .reference_side import ReferenceSide
 
 log = logging.getLogger(__name__)
@@ -137,6 +140,28 @@ def candidate_stopped(worker: WorkerProcess, w: Workload, during: str, accuse: b
         raise StoppedButRan("benchmark", "REWARD_HACK", reason, None, w.uuid) from failed
     if failed is not None:
         raise failed
+
+
+# what the guard adds to a workload's figures itself; a candidate's process that sends them is ignored
+_GUARD_FIGURES = ("outside_clock", "floored_by_outside_clock", "inside_median_ms")
+
+
+def _reported_figures(raw: dict[str, Any], w: Workload) -> dict[str, Any]:
+    """The figures the candidate's process reported, as the verdict's ``Timing`` types them:
+    a figure of the wrong type (a red team's relative standard error as a string) raised in
+    the guard and withheld the verdict. Out of protocol: REWARD_HACK."""
+    try:
+        figures = Timing.model_validate({k: v for k, v in raw.items() if k not in _GUARD_FIGURES}, strict=True)
+    except ValidationError as exc:
+        raise Rejection(
+            "benchmark",
+            "REWARD_HACK",
+            f"the candidate's worker reported the timing of {w.uuid} out of protocol: "
+            f"{'.'.join(str(p) for p in exc.errors()[0]['loc'])}: {exc.errors()[0]['msg']}",
+            None,
+            w.uuid,
+        ) from None
+    return figures.model_dump(exclude_none=True)
 
 
 def _check_figures(stats: dict[str, Any], w: Workload) -> None:
@@ -301,7 +326,7 @@ def time_workload(
     got = reading.reply(cx.timeout)
     if not got.ok:
         raise _failed(got, w, "reading the timing of")
-    stats = got.stats
+    stats = _reported_figures(got.stats, w)
     _check_figures(stats, w)
 
     loop_kind = _loop_kind(ref, d, w)
