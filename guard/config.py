@@ -16,6 +16,12 @@ class GuardConfig(BaseModel):
     # Decision
     noise_floor: float = Field(0.01, ge=0, description="ACCEPT needs at least this speedup")
     noise_sigmas: float = Field(3.0, ge=0, description="threshold in standard errors of the medians")
+    rel_se_cap: float = Field(
+        0.1,
+        gt=0,
+        description="the most a median's relative standard error counts in a threshold: the figure "
+        "comes from the candidate's process (an incumbent that reported 1000 blocked every challenger)",
+    )
     pairing_band_gpu: float = Field(
         1.3,
         gt=1,

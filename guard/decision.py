@@ -35,8 +35,16 @@ def compare(
     if not common:
         return None
     logs = [math.log(old[w][0] / new[w][0]) for w in common]
-    var = sum(new[w][1] ** 2 + old[w][1] ** 2 for w in common) / len(common) ** 2
+    var = sum(spread(new[w][1], cfg) ** 2 + spread(old[w][1], cfg) ** 2 for w in common) / len(common) ** 2
     return Comparison(math.exp(sum(logs) / len(logs)), threshold_from_log(cfg.noise_sigmas * math.sqrt(var), cfg))
+
+
+def spread(rel_se: float, cfg: GuardConfig) -> float:
+    """A median's relative standard error as a threshold may use it: the figure comes from the
+    candidate's process, and a red team's incumbent that reported 1000 got a threshold of
+    5e23% that no honest challenger could pass (it kept the global best). Bounded by
+    ``rel_se_cap``; a spread that large says the median decides little anyway."""
+    return min(max(rel_se, 0.0), cfg.rel_se_cap)
 
 
 def threshold_from_log(margin: float, cfg: GuardConfig) -> float:

@@ -88,6 +88,26 @@ def test_thresholds_are_margins_on_the_log_of_the_speedup():
     assert decide(Comparison(1.40, threshold_from_log(0.35, cfg))) == "KEEP"
 
 
+def test_a_reported_spread_cannot_raise_a_threshold_past_its_cap():
+    """A red team's incumbent reported a relative standard error of 1000 with honest, slow
+    medians: its threshold became 5e23%, and an honest challenger 17x faster was only KEEP and
+    never took the global best. The spread a threshold uses is capped (``rel_se_cap``), in the
+    stored comparison and in the paired one."""
+    from guard.decision import compare
+
+    cfg = GuardConfig()
+    slow = {"a": (30.0, 1000.0), "b": (30.0, 1000.0)}
+    fast = {"a": (1.0, 0.01), "b": (1.0, 0.01)}
+    c = compare(fast, slow, cfg)
+    assert c is not None and c.speedup == pytest.approx(30.0)
+    capped = math.expm1(cfg.noise_sigmas * math.sqrt(2 * (cfg.rel_se_cap**2 + 0.01**2)) / 2)
+    assert c.threshold == pytest.approx(capped) and decide(c) == "ACCEPT"
+    paired = paired_comparison(
+        {w: {"incumbent": [(30.0, 1000.0)] * 2, "challenger": [(1.0, 0.01)] * 2} for w in ("a", "b")}, cfg
+    )
+    assert paired is not None and decide(paired) == "ACCEPT"
+
+
 def test_turns_are_repeated_until_the_noise_estimate_has_its_degrees_of_freedom():
     from guard.pairing import pairing_rounds
 
