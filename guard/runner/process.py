@@ -342,7 +342,12 @@ class WorkerProcess:
         except protocol.ReplyTimeout:
             self.kill()
             raise WorkerTimeout(f"{self.role} worker gave no answer to {op!r} within {timeout:.0f} s") from None
-        except (protocol.PeerGone, OSError, protocol.ProtocolError):
+        except protocol.ProtocolError as exc:  # alive, perhaps, but no longer in the protocol
+            self.kill()
+            raise WorkerDied(
+                f"{self.role} worker sent a malformed reply to {op!r}: {exc}", None, self.log_tail()
+            ) from None
+        except (protocol.PeerGone, OSError):
             raise self._died(op) from None
 
     def _died(self, op: str) -> WorkerDied:
