@@ -73,6 +73,10 @@ class Timing(_Part):
     cupti_error: str | None = None  # why CUPTI gave no usable record (cuda-graph)
     graph_error: str | None = None  # why the call could not be captured in a graph
     device_ops_per_call: float | None = None  # kernels, copies and memsets of one call
+    event_mean_ms: float | None = None
+    iters_run: int | None = None  # eager loops may stop early at their time limit
+    flush_ms: float | None = None  # one flush pass, as the candidate's worker measured it
+    pad_ms: float | None = None  # idle device time before each timed call
 
 
 class Checked(_Part):

@@ -149,9 +149,12 @@ _GUARD_FIGURES = ("outside_clock", "floored_by_outside_clock", "inside_median_ms
 def _reported_figures(raw: dict[str, Any], w: Workload) -> dict[str, Any]:
     """The figures the candidate's process reported, as the verdict's ``Timing`` types them:
     a figure of the wrong type (a red team's relative standard error as a string) raised in
-    the guard and withheld the verdict. Out of protocol: REWARD_HACK."""
+    the guard and withheld the verdict: out of protocol, REWARD_HACK. Only the fields
+    ``Timing`` names are kept (another, nested 600 deep, went into the verdict and could not
+    be stored; 250 deep, it was stored and could not be read back); the guard adds its own."""
+    named = set(Timing.model_fields) - set(_GUARD_FIGURES)
     try:
-        figures = Timing.model_validate({k: v for k, v in raw.items() if k not in _GUARD_FIGURES}, strict=True)
+        figures = Timing.model_validate({k: v for k, v in raw.items() if k in named}, strict=True)
     except ValidationError as exc:
         raise Rejection(
             "benchmark",
