@@ -70,3 +70,36 @@ def test_a_dropped_request_is_answered_once_and_its_failure_swallowed():
     answered.drop(5)  # already read: nothing more to wait for
     assert worker.received == 2
     Asked(Counting("candidate", WorkerDied("killed", -9, "")), m.Memory(), m.MemoryReply, "benchmark").drop(5)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"[" * 3000 + b"]" * 3000, b'{"n": ' + b"7" * 5001 + b"}", b'{"a": 1', b"\xff\xfe", b"[1, 2]"],
+    ids=["nested-3000-deep", "5001-digit-integer", "cut-short", "not-utf8", "not-an-object"],
+)
+def test_whatever_a_peers_bytes_make_the_decoder_raise_is_a_malformed_message(payload):
+    """A candidate's worker raised its own recursion limit and sent a reply nested 3000 deep:
+    the decoder's RecursionError (and a long integer's ValueError) escaped as neither a
+    malformed message nor a verdict (red team, session 17)."""
+    import socket
+
+    from guard.runner import protocol
+
+    a, b = socket.socketpair()
+    try:
+        a.sendall(protocol._HEADER.pack(len(payload)) + payload)
+        with pytest.raises(protocol.ProtocolError):
+            protocol.recv(b, timeout=5)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_failed_reply_may_carry_only_a_failures_status():
+    from guard.cascade.reasons import candidate_status
+
+    assert candidate_status("INCORRECT_NUMERICAL") == "INCORRECT_NUMERICAL"
+    assert candidate_status("INTERNAL") == candidate_status(None) == "RUNTIME_ERROR"
+    # a wrong kernel's worker once answered "failed, status PASSED" and was recorded PASSED;
+    # a status that does not exist withheld the verdict
+    assert candidate_status("PASSED") == candidate_status("PASSED_WITH_HONOURS") == "REWARD_HACK"

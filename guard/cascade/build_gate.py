@@ -51,9 +51,11 @@ def build(
         reply = m.parse_reply(raw, m.PrepareReply)
     except m.MessageError as exc:
         return m.Reply(ok=False, status="RUNTIME_ERROR", message=f"the worker answered out of protocol: {exc}")
-    if not reply.ok and reply.status in (None, "", "INTERNAL"):
-        log.warning("the candidate's worker failed while building it: %s", first_line(reply.message or ""))
-        return reply.model_copy(update={"status": candidate_status(reply.status)})
+    if not reply.ok:
+        if reply.status == "INTERNAL":
+            log.warning("the candidate's worker failed while building it: %s", first_line(reply.message or ""))
+        status = candidate_status(reply.status) if reply.status else "COMPILE_ERROR"
+        return reply.model_copy(update={"status": status})
     if reply.ok and language == "cuda_cpp":
         digest = extension_digest(solution)
         if digest is not None:

@@ -55,10 +55,29 @@ def trim_log(text: str) -> str:
     return "\n".join(lines[-15:])[-3000:]
 
 
+# what a failed reply of the candidate's worker may say of its candidate
+FAILING_STATUSES = (
+    "COMPILE_ERROR",
+    "RUNTIME_ERROR",
+    "TIMEOUT",
+    "INCORRECT_SHAPE",
+    "INCORRECT_DTYPE",
+    "INCORRECT_NUMERICAL",
+    "REWARD_HACK",
+)
+
+
 def candidate_status(status: str | None) -> str:
-    """The status of a failed reply of the candidate's worker, once its build is done. INTERNAL
-    says the worker's own code failed, but from the build on the candidate's code runs in that
-    process and can make any step fail, or answer anything (a red team withheld its verdicts so,
-    with a folder where an output file was to go): it is the candidate's RUNTIME_ERROR. The
-    worker's text stays in the diagnostic, and the caller logs it, for a fault of the guard's own."""
-    return "RUNTIME_ERROR" if status in (None, "", "INTERNAL") else status
+    """The status of a failed reply of the candidate's worker, once its build has begun. From
+    then on the candidate's code runs in that process and can make any step fail, or answer
+    anything. INTERNAL says the worker's own code failed, but is the candidate's RUNTIME_ERROR
+    (a red team withheld its verdicts so, with a folder where an output file was to go), as is
+    a reply without a status. A status that is not a failure's (PASSED on a failed reply, once
+    recorded for a wrong kernel) or not a status at all (which withheld the verdict) is out of
+    protocol: REWARD_HACK (red team, session 17). The worker's text stays in the diagnostic,
+    and the caller logs it, for a fault of the guard's own."""
+    if status in FAILING_STATUSES:
+        return status
+    if status in (None, "", "INTERNAL"):
+        return "RUNTIME_ERROR"
+    return "REWARD_HACK"
