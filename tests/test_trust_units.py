@@ -657,3 +657,29 @@ def test_a_tree_that_will_not_stop_is_the_stopped_candidates_doing(monkeypatch):
         with timed_workload.candidate_stopped(worker, w, "while the other candidate was timed", accuse=False):
             pass
     assert unpaired.value.status == "REWARD_HACK"
+
+
+def test_reported_timing_figures_are_typed_named_and_short():
+    """What the candidate's worker reports of its timing enters the verdict only as the
+    verdict's Timing names and types it: a figure as text is out of protocol, a field of its
+    own is dropped (one nested 250 deep made a stored verdict unreadable), the guard's own
+    fields cannot be sent, and a text is cut to a line."""
+    from guard.cascade.reasons import Rejection
+    from guard.cascade.timed_workload import _reported_figures
+    from guard.problems.schema import Workload
+
+    w = Workload(uuid="w1", axes={})
+    figures = _reported_figures(
+        {
+            "median_ms": 0.5,
+            "rel_se": 0.01,
+            "n": 100,
+            "cupti_error": "x" * 10_000,
+            "note": {"x": {"x": {}}},
+            "floored_by_outside_clock": True,
+        },
+        w,
+    )
+    assert figures == {"median_ms": 0.5, "rel_se": 0.01, "n": 100, "cupti_error": "x" * 300}
+    with pytest.raises(Rejection, match="out of protocol"):
+        _reported_figures({"median_ms": 0.5, "rel_se": "0.01"}, w)

@@ -164,7 +164,8 @@ def _reported_figures(raw: dict[str, Any], w: Workload) -> dict[str, Any]:
             None,
             w.uuid,
         ) from None
-    return figures.model_dump(exclude_none=True)
+    # its texts (the method, why CUPTI or a graph failed) shown, not read: a line each at most
+    return {k: v[:300] if isinstance(v, str) else v for k, v in figures.model_dump(exclude_none=True).items()}
 
 
 def _check_figures(stats: dict[str, Any], w: Workload) -> None:
