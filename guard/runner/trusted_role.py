@@ -149,6 +149,8 @@ class TrustedRole:
                     chunk_elements=chunk,
                     **spec_args(tol),
                 )
+            except (MemoryError, torch.OutOfMemoryError):
+                raise  # the description is the reference's: memory is the guard's to plan, not the candidate's fault
             except Exception as exc:  # noqa: BLE001 - whatever the candidate's file makes fail is its own
                 return m.CompareReply(
                     ok=True,
