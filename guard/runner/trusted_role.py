@@ -18,7 +18,7 @@ from .compare import compare, spec_args
 from .compare_scan import all_finite
 from .harness import T
 from .inputs import InputMaker, torch_dtype
-from .tensorio import read_tensor
+from .tensorio import dtype_name, read_tensor
 from .timing import Timer
 
 
@@ -528,7 +528,7 @@ def _described_wrongly(meta: dict, ref: torch.Tensor, name: str) -> tuple[str, s
     """(status, message) when the candidate's description of an output is not the
     reference's dtype and shape; None when it is."""
     dtype, shape = meta.get("dtype"), meta.get("shape")
-    want = str(ref.dtype).replace("torch.", "")
+    want = dtype_name(ref)
     if dtype != want:
         return "INCORRECT_DTYPE", f"{name}: dtype {str(dtype)[:40]}, expected {want}"
     if not isinstance(shape, list) or shape != list(ref.shape):
