@@ -45,6 +45,10 @@ class OutsideClock(BaseModel):
     windows: int = 1  # windows run on each side; more than the first only while contradicted
     # seconds waited for a starting worker before the last windows (None: none were run after one)
     quiet_wait_s: float | None = None
+    # the host set the candidate's loop's pace (by its own process's account, more host time
+    # per iteration than the capped padding covers): the outside figure then holds host time
+    # the inside one does not, so it floors the decided figure instead of holding it to a band
+    host_bound: bool = False
 
 
 def judge(
@@ -59,18 +63,25 @@ def judge(
     loop: str = "captured",
     pad_ms: float = 0.0,
     check_short: bool = True,
+    host_bound: bool = False,
 ) -> OutsideClock:
     """The outside figure per call and whether the inside one is within the band of it. An
     outside figure above the inside one counts against a candidate; so does one below minus
     the band (``check_short``: on a GPU), which no call can cost: the candidate's loop skipped
     part of the loop's own work (padding, which a candidate could otherwise drop to hide its
     call's time behind it). On the CPU, whose loop has no padding, a busy machine can make
-    the trusted window the longer one by more than the band."""
+    the trusted window the longer one by more than the band.
+
+    ``host_bound``: the two figures do not measure the same thing (an eager call whose launches
+    take longer on the host than the padding lets the device run ahead: the outside figure
+    holds that host time, a CUPTI span does not), so a gap is no evidence; the caller floors
+    the decided figure by the outside one instead, and only a short loop is contradicted."""
     loop_ms = loop_wall_s / max(1, loop_iters) * 1e3
     outside = run_wall_s / max(1, run_iters) * 1e3 - loop_ms
     abs_band_ms = abs_band_ms + loop_slack * max(0.0, loop_ms)
     short_loop = check_short and outside < -abs_band_ms
-    agrees = outside <= inside_ms * (1.0 + rel_band) + abs_band_ms and not short_loop
+    within = host_bound or outside <= inside_ms * (1.0 + rel_band) + abs_band_ms
+    agrees = within and not short_loop
     return OutsideClock(
         run_wall_s=run_wall_s,
         run_iters=run_iters,
@@ -84,6 +95,7 @@ def judge(
         short_loop=short_loop,
         loop=loop,
         pad_ms=pad_ms,
+        host_bound=host_bound,
     )
 
 

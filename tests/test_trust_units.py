@@ -296,6 +296,36 @@ def test_on_the_cpu_the_outside_clock_runs_more_windows_while_its_figure_decides
     assert not more(slower, 1, first=1, most=3)  # a GPU's figure is never floored
 
 
+def test_a_host_bound_gpu_loop_floors_the_figure_instead_of_accusing():
+    from types import SimpleNamespace
+
+    from guard.cascade import timed_workload as tw
+    from guard.config import GuardConfig
+
+    cfg = GuardConfig(confirm_pad_max_ms=0.15)
+    gpu = SimpleNamespace(device=SimpleNamespace(kind="cuda"), cfg=cfg)
+    # a Triton call whose host time per iteration (0.3 ms, by its own process's account) the
+    # capped padding (0.15 ms of 30 us passes) cannot cover: the host paces its loop
+    assert tw._pad_passes(gpu, 0.3, 0.03) == (5, pytest.approx(0.15), True)
+    assert tw._pad_passes(gpu, 0.1, 0.03) == (5, pytest.approx(0.15), False)
+    assert tw._outside_figure_floors(gpu, True) and not tw._outside_figure_floors(gpu, False)
+    cpu = SimpleNamespace(device=SimpleNamespace(kind="cpu"), cfg=cfg)
+    assert tw._pad_passes(cpu, 0.3, 0.03) == (0, 0.0, False) and tw._outside_figure_floors(cpu, False)
+    # as the H200 saw it: 106 us a call outside, 9 us inside; the band would accuse ...
+    args = (0.0172, 54, 0.0115, 54, 0.009, 0.1, 0.01, 0.25)
+    assert not outside_clock.judge(*args, pad_ms=0.15).agrees
+    # ... but the figures measure different things: the outside one decides
+    clock = outside_clock.judge(*args, pad_ms=0.15, host_bound=True)
+    assert clock.agrees and clock.host_bound
+    stats = {"median_ms": 0.009}
+    tw._floor_by_outside_clock(stats, clock)
+    assert stats["median_ms"] == pytest.approx(clock.outside_ms) and stats["inside_median_ms"] == 0.009
+    assert stats["floored_by_outside_clock"]
+    # a loop that skipped its padding is still contradicted
+    short = outside_clock.judge(0.005, 54, 0.0115, 54, 0.009, 0.1, 0.01, 0.25, pad_ms=0.15, host_bound=True)
+    assert short.short_loop and not short.agrees
+
+
 def test_the_outside_clock_checks_the_median_that_decides():
     # a median forged while the mean and the event windows were kept is judged by the median
     stats = {

@@ -190,10 +190,12 @@ def _check_figures(stats: dict[str, Any], w: Workload) -> None:
         )
 
 
-def _outside_figure_floors(ref: ReferenceSide) -> bool:
+def _outside_figure_floors(ref: ReferenceSide, host_bound: bool) -> bool:
     """Whether the outside figure is a floor under the decided one (``_floor_by_outside_clock``):
-    on the CPU, whose band cannot hold the candidate's own median to it."""
-    return ref.device.kind != "cuda"
+    on the CPU, whose band cannot hold the candidate's own median to it, and on a GPU whose loop
+    the host paces (``_pad_passes``), where the outside figure holds host time that the
+    candidate's device span does not."""
+    return ref.device.kind != "cuda" or host_bound
 
 
 def _floor_by_outside_clock(stats: dict[str, Any], clock: outside_clock.OutsideClock) -> None:
@@ -202,7 +204,10 @@ def _floor_by_outside_clock(stats: dict[str, Any], clock: outside_clock.OutsideC
     calls take a fraction of a millisecond: a red team halved its medians and was ACCEPTed. The
     figure that decides is therefore never below what the guard's own clock saw per call; the
     candidate's own median is kept beside it (``inside_median_ms``). Tampering can then only
-    make a CPU figure slower. A GPU keeps CUPTI's figure, held to a 10% band."""
+    make a CPU figure slower. A GPU keeps CUPTI's figure, held to a 10% band, except where its
+    loop is host-bound: there an honest eager call's host time is in the outside figure and not
+    in its span (a Triton call of two launches: 106 us outside, 9 us inside, on the H200), and
+    the guard's figure, which is never below the call's device time, decides."""
     inside = float(stats["median_ms"])
     if clock.outside_ms > inside:
         stats["inside_median_ms"] = inside
@@ -227,21 +232,26 @@ def _bands(ref: ReferenceSide, loop: str) -> tuple[float, float, float]:
     return c.outside_rel_band, c.outside_abs_band_ms_host, c.outside_loop_slack_host
 
 
-def _pad_passes(ref: ReferenceSide, host_ms: float, flush_ms: float) -> tuple[int, float]:
-    """Flush passes before each iteration of the outside clock's loop, and about how long
-    they take: enough for the host to enqueue one iteration meanwhile, so the device never
-    waits for it. Both workers queue the same count. The figures come from the candidate's
-    process, hence the cap: too little padding only makes its own loop slower."""
+def _pad_passes(ref: ReferenceSide, host_ms: float, flush_ms: float) -> tuple[int, float, bool]:
+    """Flush passes before each iteration of the outside clock's loop, about how long they
+    take, and whether the cap cut them short: enough for the host to enqueue one iteration
+    meanwhile, so the device never waits for it. Both workers queue the same count. The
+    figures come from the candidate's process, hence the cap (padding widens the band): too
+    little padding only makes its own loop slower. Cut short, the loop is host-bound by the
+    candidate's own account, and its outside figure floors the decided one
+    (``_outside_figure_floors``): a candidate that overstates its host time to get there is
+    held to the guard's clock itself, a tighter bound than the band."""
     if ref.device.kind != "cuda":
-        return 0, 0.0
+        return 0, 0.0, False
     # a floor below any GPU's pass over twice its L2, so a tiny reported figure cannot inflate
     # the count; a figure that is not a number is refused at once
     if not (math.isfinite(flush_ms) and math.isfinite(host_ms)):
         raise ValueError(f"the candidate's worker reported flush {flush_ms!r} ms, host {host_ms!r} ms")
     flush_ms = max(flush_ms, 0.02)
     cap = math.ceil(ref.cfg.confirm_pad_max_ms / flush_ms)
-    passes = min(cap, math.ceil(1.25 * max(0.0, host_ms) / flush_ms))
-    return passes, passes * flush_ms
+    wanted = math.ceil(1.25 * max(0.0, host_ms) / flush_ms)
+    passes = min(cap, wanted)
+    return passes, passes * flush_ms, wanted > cap
 
 
 @dataclass
@@ -335,7 +345,7 @@ def time_workload(
 
     loop_kind = _loop_kind(ref, d, w)
     try:
-        passes, pad = _pad_passes(ref, armed.confirm_host_ms, armed.flush_ms)
+        passes, pad, host_bound = _pad_passes(ref, armed.confirm_host_ms, armed.flush_ms)
     except ValueError as exc:
         raise Rejection("benchmark", "REWARD_HACK", f"warming up {w.uuid}: {exc}", None, w.uuid) from None
     copies = armed.plan.method != "cuda-graph" and not dps
@@ -355,11 +365,15 @@ def time_workload(
             loop_kind,
             pad,
             check_short=ref.device.kind == "cuda",
+            host_bound=host_bound,
         ).model_copy(update={"windows": len(run_walls)})
 
-    run_walls, loop_walls, confirms, clock = _outside_windows(cx, run_seed, n, passes, copies, projection_seed, judge)
+    floors = _outside_figure_floors(ref, host_bound)
+    run_walls, loop_walls, confirms, clock = _outside_windows(
+        cx, run_seed, n, passes, copies, projection_seed, judge, floors
+    )
     stats["outside_clock"] = clock.model_dump()
-    if _outside_figure_floors(ref):
+    if floors:
         _floor_by_outside_clock(stats, clock)
 
     # every window's calls checked as many as the timed loop's: the shortest window decides
@@ -380,6 +394,7 @@ def _outside_windows(
     copies: bool,
     projection_seed: int,
     judge: Callable[[list[float], list[float]], outside_clock.OutsideClock],
+    floors: bool,
 ) -> tuple[list[float], list[float], list[tuple[int, list[Any]]], outside_clock.OutsideClock]:
     """The outside clock: the candidate's loop of calls, then the same loop without the call in
     the trusted worker while the candidate's processes are stopped; each window on new data,
@@ -439,9 +454,7 @@ def _outside_windows(
         confirms.append((seed, confirmed.digests))
         return judge(run_walls, loop_walls)
 
-    clock = outside_clock.run_windows(
-        window, ref.cfg.outside_windows_first, most, _outside_figure_floors(ref), ref.pool.quiet_spare
-    )
+    clock = outside_clock.run_windows(window, ref.cfg.outside_windows_first, most, floors, ref.pool.quiet_spare)
     return run_walls, loop_walls, confirms, clock
 
 
