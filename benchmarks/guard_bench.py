@@ -7,7 +7,12 @@
 2. The spread of repeated evaluations of one kernel (each trivially changed, so measured
    again) and 3. false ACCEPTs among those resubmissions of the incumbent.
 
-Usage: python -m benchmarks.guard_bench OUT_DIR [--resubmissions 20] [--device cuda]
+Usage: python -m benchmarks.guard_bench OUT_DIR [--resubmissions 20] [--device cuda] [--gpus N]
+
+``--gpus N`` splits the resubmissions over N GPUs of one host, one process each (its own
+workspace and incumbent, ``CUDA_VISIBLE_DEVICES`` set), so that 50 fit in one device call;
+each device's spread is reported on its own (two devices' figures are not one sample) and
+the false ACCEPTs and rejections are summed.
 """
 
 from __future__ import annotations
@@ -15,11 +20,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -162,6 +170,50 @@ def spread_study(guard, problem, source, n, agent="incumbent", base=1000, deadli
     }
 
 
+def spread_on_gpus(args: argparse.Namespace, gpus: int) -> dict:
+    """The spread study split over ``gpus`` child processes of this script, one GPU each,
+    their output prefixed with the GPU's index; their spreads side by side and the counts summed."""
+    each = math.ceil(args.resubmissions / gpus)
+    work = Path(tempfile.mkdtemp(prefix="guard-bench-gpus-"))
+    children = []
+    for i in range(gpus):
+        cmd = [sys.executable, "-m", "benchmarks.guard_bench", str(work / f"gpu{i}"), "--skip-latency"]
+        cmd += ["--resubmissions", str(each), "--spread-time-limit", str(args.spread_time_limit)]
+        cmd += ["--device", args.device]
+        cmd += [x for o in args.overrides for x in ("--set", o)]
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(i)}
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        echo = threading.Thread(target=_prefixed, args=(proc, f"[gpu {i}] "), daemon=True)
+        echo.start()
+        children.append((proc, echo))
+    for proc, echo in children:
+        proc.wait()
+        echo.join()
+    per_gpu = []
+    for i, (proc, _) in enumerate(children):
+        path = work / f"gpu{i}" / "guard_bench.json"
+        got = json.loads(path.read_text()) if path.exists() else {}
+        per_gpu.append({"gpu": i, "exit": proc.returncode, "device": got.get("device"), "spread": got.get("spread")})
+    spreads = [g["spread"] for g in per_gpu if g["spread"]]
+    return {
+        "problem": spreads[0]["problem"] if spreads else None,
+        "gpus": per_gpu,
+        "resubmissions": sum(sp["resubmissions"] for sp in spreads),
+        "false_accepts": sum(sp["false_accepts"] for sp in spreads),
+        "false_rejections": [r for sp in spreads for r in sp["false_rejections"]],
+        "paired_decisions": sum(sp.get("paired_decisions") or 0 for sp in spreads),
+        "failed_gpus": [g["gpu"] for g in per_gpu if g["exit"] != 0 or not g["spread"]],
+    }
+
+
+def _prefixed(proc: subprocess.Popen, prefix: str) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        print(prefix + line, end="", flush=True)
+
+
 def with_overrides(cfg: GuardConfig, overrides: list[str]) -> GuardConfig:
     """``cfg`` with ``FIELD=VALUE`` settings, each value parsed and checked as the field's type."""
     fields = dict(cfg.model_dump())
@@ -179,6 +231,9 @@ def main() -> int:
     ap.add_argument("--resubmissions", type=int, default=20)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--warm-runs", type=int, default=3)
+    ap.add_argument(
+        "--gpus", type=int, default=1, help="split the resubmissions over this many GPUs of the host (see above)"
+    )
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-spread", action="store_true")
     ap.add_argument(
@@ -210,6 +265,21 @@ def main() -> int:
     )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.gpus < 1:
+        raise SystemExit("--gpus: at least 1")
+    if args.gpus > 1 and not args.skip_spread:
+        if not args.skip_latency:
+            raise SystemExit("--gpus N times the spread only: add --skip-latency (run the latency study on its own)")
+        result = {
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "host": platform.node(),
+            "python": platform.python_version(),
+            "overrides": args.overrides,
+            "spread": spread_on_gpus(args, args.gpus),
+        }
+        (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
+        print(render(result))
+        return 1 if result["spread"]["failed_gpus"] else 0
     profiles = Path(tempfile.mkdtemp(prefix="worker-profiles-")) if args.profile_workers else None
     if profiles is not None:
         os.environ[request_profile.ENV] = str(profiles)
@@ -254,7 +324,7 @@ def main() -> int:
 
 
 def render(r: dict) -> str:
-    lines = [f"guard benchmark {r['date']} on {r['device'].get('name')}"]
+    lines = [f"guard benchmark {r['date']} on {(r.get('device') or {}).get('name', 'several GPUs')}"]
     if r.get("overrides"):
         lines.append("config overrides: " + " ".join(r["overrides"]))
     for s in r.get("latency", []):
@@ -269,7 +339,16 @@ def render(r: dict) -> str:
             }
             lines.append(f"  {label:<22} " + "  ".join(f"{k} {v:6.2f}s" for k, v in med.items()))
     sp = r.get("spread")
-    if sp and "geomean_cv" not in sp:
+    if sp and "gpus" in sp:
+        lines.append(
+            f"\nspread over {sp['resubmissions']} resubmissions of {sp['problem']} on {len(sp['gpus'])} GPUs: "
+            f"false ACCEPTs {sp['false_accepts']}, false rejections {len(sp['false_rejections'])}, "
+            f"paired {sp['paired_decisions']}, GPUs that failed {sp['failed_gpus']}"
+        )
+        for g in sp["gpus"]:
+            one = render({"date": r["date"], "device": g["device"] or {}, "spread": g["spread"]}) if g["spread"] else ""
+            lines.append(f"  GPU {g['gpu']} (exit {g['exit']}): " + (one.split("\n", 2)[-1] or "no result"))
+    elif sp and "geomean_cv" not in sp:
         lines.append(f"\nspread: every resubmission refused: {sp['false_rejections']}")
     elif sp:
         lines.append(

@@ -191,9 +191,12 @@ def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(se
         assert dup.duplicate_of == again.candidate_id and dup.decision != "ACCEPT", dup.reason
         # A challenger that aborts its own worker when it is timed again side by side is judged
         # on that failure, never on the stored figures the pairing exists to correct.
-        with guard.db.transaction() as c:  # clearly slower, still inside the band: paired
+        # 4x slower, still inside the band: paired, even when a loaded machine makes the
+        # challenger's own figures 3x slow (at 1.8x a CI run beside other work saw 1.09x: KEEP
+        # within the noise, never re-measured)
+        with guard.db.transaction() as c:
             c.execute(
-                "UPDATE workload_results SET latency_ms = latency_ms * 1.8 / 1.4 WHERE candidate_id = ?",
+                "UPDATE workload_results SET latency_ms = latency_ms * 4.0 / 1.4 WHERE candidate_id = ?",
                 (first.candidate_id,),
             )
         quitter = guard.evaluate(from_source(ABORTS_WHEN_TIMED_AGAIN, None, "kernel.py"), RMS, agent="agent-p")

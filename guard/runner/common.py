@@ -88,6 +88,7 @@ def storage_range(t: torch.Tensor) -> tuple[int, int]:
 
 
 def dtype_name(t: torch.Tensor) -> str:
+    """``bfloat16`` for ``torch.bfloat16``: the name the definitions and messages use."""
     return str(t.dtype).replace("torch.", "")
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from .common import dtype_name
 from .compare_scan import Scan, scan_exact, scan_floats
 from .messages import DEFAULT_CHUNK_ELEMENTS
 
@@ -70,7 +71,7 @@ def compare(
     a whole output is ever made. ``same_dtype=False`` compares values only (the float64
     recheck, against a reference evaluated in float64)."""
     if same_dtype and out.dtype != ref.dtype:
-        return _fail("INCORRECT_DTYPE", f"{name}: dtype {_dt(out)}, expected {_dt(ref)}")
+        return _fail("INCORRECT_DTYPE", f"{name}: dtype {dtype_name(out)}, expected {dtype_name(ref)}")
     if tuple(out.shape) != tuple(ref.shape):
         return _fail("INCORRECT_SHAPE", f"{name}: shape {list(out.shape)}, expected {list(ref.shape)}")
     if out.numel() == 0:
@@ -162,10 +163,6 @@ def _within_ratio(
             **stats,
         )
     return {"ok": True, "status": "PASSED", "within_ratio": True, "outlier_factor": factor, **stats}
-
-
-def _dt(t: torch.Tensor) -> str:
-    return str(t.dtype).replace("torch.", "")
 
 
 def _fail(status: str, message: str, **stats: Any) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .common import dtype_name
 from .harness import T
 
 ELEMENT_SIZE = {
@@ -32,10 +33,6 @@ _OS_OPEN, _OS_WRITE, _OS_CLOSE = os.open, os.write, os.close
 # Page-locked host buffers (torch caches them for reuse) up to this size: beyond it, pinning a
 # fresh buffer costs more than the faster copy saves, and the cache would keep gigabytes.
 PINNED_MAX_BYTES = 256 << 20
-
-
-def dtype_name(t: torch.Tensor) -> str:
-    return str(t.dtype).replace("torch.", "")
 
 
 def write_tensor(t: torch.Tensor, path: Path) -> dict[str, Any]:

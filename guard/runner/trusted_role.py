@@ -13,12 +13,19 @@ import torch
 from . import ceilings, replays
 from . import messages as m
 from .confirm import ConfirmLoop
-from .common import load_module_from_source, normalize_outputs, PeakMeter, release_device_cache, trim_host_heap
+from .common import (
+    dtype_name,
+    load_module_from_source,
+    normalize_outputs,
+    PeakMeter,
+    release_device_cache,
+    trim_host_heap,
+)
 from .compare import compare, spec_args
 from .compare_scan import all_finite
 from .harness import T
 from .inputs import InputMaker, torch_dtype
-from .tensorio import dtype_name, read_tensor
+from .tensorio import read_tensor
 from .timing import Timer
 
 
