@@ -74,13 +74,14 @@ def test_a_dropped_request_is_answered_once_and_its_failure_swallowed():
 
 @pytest.mark.parametrize(
     "payload",
-    [b"[" * 3000 + b"]" * 3000, b'{"n": ' + b"7" * 5001 + b"}", b'{"a": 1', b"\xff\xfe", b"[1, 2]"],
-    ids=["nested-3000-deep", "5001-digit-integer", "cut-short", "not-utf8", "not-an-object"],
+    [b"[" * 100_000 + b"]" * 100_000, b'{"n": ' + b"7" * 5001 + b"}", b'{"a": 1', b"\xff\xfe", b"[1, 2]"],
+    ids=["nested-100000-deep", "5001-digit-integer", "cut-short", "not-utf8", "not-an-object"],
 )
 def test_whatever_a_peers_bytes_make_the_decoder_raise_is_a_malformed_message(payload):
     """A candidate's worker raised its own recursion limit and sent a reply nested 3000 deep:
     the decoder's RecursionError (and a long integer's ValueError) escaped as neither a
-    malformed message nor a verdict (red team, session 17)."""
+    malformed message nor a verdict (red team, session 17). (3000 deep decodes on Python 3.12,
+    whose decoder's limit is its C stack's: it is then refused as a reply with an extra field.)"""
     import socket
 
     from guard.runner import protocol
@@ -103,3 +104,14 @@ def test_a_failed_reply_may_carry_only_a_failures_status():
     # a wrong kernel's worker once answered "failed, status PASSED" and was recorded PASSED;
     # a status that does not exist withheld the verdict
     assert candidate_status("PASSED") == candidate_status("PASSED_WITH_HONOURS") == "REWARD_HACK"
+
+
+def test_bytes_that_are_no_message_are_out_of_protocol_as_a_reply_that_does_not_validate():
+    """Whether a deep reply fails to decode or decodes and fails to validate depends on the
+    Python version; the candidate's verdict must not."""
+    from guard.cascade.reasons import died
+    from guard.runner.process import MalformedReply
+
+    garbled = died("correctness", MalformedReply("candidate worker sent a malformed reply", None, ""))
+    assert garbled.status == "REWARD_HACK" and "out of protocol" in garbled.reason
+    assert died("correctness", WorkerDied("killed", -9, "")).status == "RUNTIME_ERROR"

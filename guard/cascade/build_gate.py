@@ -15,7 +15,7 @@ from ..config import GuardConfig
 from ..paths import cache_dir
 from ..problems.problem import Problem
 from ..runner import messages as m
-from ..runner.process import WorkerProcess
+from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from .reasons import GuardError, candidate_status, first_line
 
 log = logging.getLogger(__name__)
@@ -39,24 +39,26 @@ def build(
         blob_root=str(problem.root) if problem.root else None,
         settle_dynamo=names_dynamo(json.dumps(solution), problem.definition.reference),
     )
-    try:
+    try:  # no candidate code has run in the worker yet: any failure here is the guard's
         ready = m.parse_reply(worker.request(setup.model_dump(mode="json"), cfg.call_timeout_s), m.Reply)
     except m.MessageError as exc:
         raise GuardError(f"the candidate worker answered its set-up out of protocol: {exc}") from None
+    except (WorkerDied, WorkerTimeout) as exc:
+        raise GuardError(f"the candidate worker failed while setting up the problem: {exc}") from None
     if not ready.ok:
         raise GuardError(f"the candidate worker could not set up the problem: {first_line(ready.message or '')}")
     request = m.Prepare(solution=solution, language=language, build_cache=str(extension_cache()))
     raw = worker.request(request.model_dump(mode="json"), cfg.build_timeout_s)
     try:
         reply = m.parse_reply(raw, m.PrepareReply)
-    except m.MessageError as exc:
-        return m.Reply(ok=False, status="RUNTIME_ERROR", message=f"the worker answered out of protocol: {exc}")
+    except m.MessageError as exc:  # as any other request's reply (``asking``): the candidate's doing
+        return m.Reply(ok=False, status="REWARD_HACK", message=f"the worker answered out of protocol: {exc}")
     if not reply.ok:
         if reply.status == "INTERNAL":
             log.warning("the candidate's worker failed while building it: %s", first_line(reply.message or ""))
         status = candidate_status(reply.status) if reply.status else "COMPILE_ERROR"
         return reply.model_copy(update={"status": status})
-    if reply.ok and language == "cuda_cpp":
+    if language == "cuda_cpp":
         digest = extension_digest(solution)
         if digest is not None:
             publish_build(worker.workdir, digest, extension_cache())

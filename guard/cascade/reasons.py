@@ -4,7 +4,7 @@ candidate's (``GuardError``); and the text helpers that word those reasons."""
 
 from __future__ import annotations
 
-from ..runner.process import WorkerDied, WorkerTimeout
+from ..runner.process import MalformedReply, WorkerDied, WorkerTimeout
 
 
 class GuardError(RuntimeError):
@@ -40,6 +40,12 @@ def timed_out(gate: str, exc: WorkerTimeout, limit_s: float) -> Rejection:
 
 
 def died(gate: str, exc: WorkerDied) -> Rejection:
+    """The candidate's worker died, or sent bytes that are no message: out of protocol, as a
+    reply that does not validate is (``asking``); no honest candidate writes to its socket.
+    Which of the two a deep reply is depends on the decoder (Python 3.11's raised at 1000
+    levels, 3.12's read 3000), so both get the same verdict."""
+    if isinstance(exc, MalformedReply):
+        return Rejection(gate, "REWARD_HACK", f"the candidate's worker answered out of protocol: {exc}", None)
     return Rejection(gate, "RUNTIME_ERROR", f"the candidate's process died: {exc}", trim_log(exc.log_tail))
 
 

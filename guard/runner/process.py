@@ -67,6 +67,11 @@ class WorkerDied(RuntimeError):
         self.log_tail = log_tail
 
 
+class MalformedReply(WorkerDied):
+    """The worker sent bytes that are no message (they do not decode): it is killed, as if it
+    had died; a candidate's worker that does so answered out of protocol (``reasons.died``)."""
+
+
 class WorkerTimeout(RuntimeError):
     pass
 
@@ -344,7 +349,7 @@ class WorkerProcess:
             raise WorkerTimeout(f"{self.role} worker gave no answer to {op!r} within {timeout:.0f} s") from None
         except protocol.ProtocolError as exc:  # alive, perhaps, but no longer in the protocol
             self.kill()
-            raise WorkerDied(
+            raise MalformedReply(
                 f"{self.role} worker sent a malformed reply to {op!r}: {exc}", None, self.log_tail()
             ) from None
         except (protocol.PeerGone, OSError):

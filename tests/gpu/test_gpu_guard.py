@@ -70,6 +70,33 @@ def test_cuda_cpp_seed_builds_and_passes(gpu_guard):
     assert v.status == "PASSED", f"{v.reason}\n{v.diagnostic}"
 
 
+def _floored_throughout(v) -> bool:
+    """Every workload's decided figure is the guard's own clock's, on a loop the host paced
+    (``timed_workload._pad_passes``): what the candidate's process reported was not used.
+    There an honest eager call's host time is in the outside figure and not in its device
+    span, so a gap is no evidence: a timing forger whose call is host-heavy (eager PyTorch,
+    eight launches) is then held to the guard's clock rather than named."""
+    for w in v.workloads:
+        oc = w.timing.outside_clock
+        if oc is None or not oc.host_bound or not (w.timing.model_extra or {}).get("floored_by_outside_clock"):
+            return False
+        if not w.latency_ms == oc.outside_ms > oc.inside_ms:
+            return False
+    return bool(v.workloads)
+
+
+def _assert_expected(v, path, expected: str) -> None:
+    if expected == "REWARD_HACK" and v.status == "PASSED" and _floored_throughout(v):
+        return
+    clocks = "\n".join(
+        f"  {w.uuid}: decided {w.latency_ms * 1e3:.1f} us, inside {oc.inside_ms * 1e3:.1f} us, outside "
+        f"{oc.outside_ms * 1e3:.1f} us, band {oc.abs_band_ms * 1e3:.1f} us, host-bound {oc.host_bound}"
+        for w in v.workloads
+        if (oc := w.timing.outside_clock) is not None
+    )
+    assert v.status == expected, f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}\n{clocks}"
+
+
 @pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)
 def test_cheats_on_gpu_runtime_defence(gpu_guard_runtime, path):
     exp = expectation(path)
@@ -86,7 +113,7 @@ def test_cheats_on_gpu_runtime_defence(gpu_guard_runtime, path):
             assert w.timing.outside_clock is not None and w.timing.outside_clock.agrees, w.uuid
             assert w.timing.method in ("cuda-graph+cupti", "cuda-events+cupti"), w.timing.method
     else:
-        assert v.status == expected, f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
+        _assert_expected(v, path, expected)
     after = submit(g, honest_source(), f"after-{path.stem}")
     assert after.status == "PASSED", after.reason
 
@@ -106,7 +133,7 @@ def test_cheats_on_gpu_with_the_screen_on(gpu_guard, path):
         assert v.status == "PASSED", f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
         assert all(w.timing.outside_clock is not None and w.timing.outside_clock.agrees for w in v.workloads)
     else:
-        assert v.status == expected, f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
+        _assert_expected(v, path, expected)
 
 
 SIDE_STREAM = """
