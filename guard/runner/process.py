@@ -347,13 +347,13 @@ class WorkerProcess:
         except protocol.ReplyTimeout:
             self.kill()
             raise WorkerTimeout(f"{self.role} worker gave no answer to {op!r} within {timeout:.0f} s") from None
+        except (protocol.PeerGone, OSError):  # PeerGone first: it is a ProtocolError too
+            raise self._died(op) from None
         except protocol.ProtocolError as exc:  # alive, perhaps, but no longer in the protocol
             self.kill()
             raise MalformedReply(
                 f"{self.role} worker sent a malformed reply to {op!r}: {exc}", None, self.log_tail()
             ) from None
-        except (protocol.PeerGone, OSError):
-            raise self._died(op) from None
 
     def _died(self, op: str) -> WorkerDied:
         try:
