@@ -79,6 +79,7 @@ def test_cheat_with_screen_and_runtime_defence_alone(guard, guard_runtime_only, 
         assert v.decision == "REJECT" and v.gate in ("build", "correctness", "benchmark")
     if exp["heldout"]:
         assert "held-out" in v.reason and "shape not shown" in v.reason
+        assert not v.diagnostic, v.diagnostic  # nothing the candidate's process said or chose
         assert v.first_failing_workload.startswith("held-out")
     if path.stem in FAULTS:
         # The worker died or was killed and was replaced: the next candidate is judged correctly.

@@ -18,11 +18,12 @@ from ..problems import tolerance as tolerance_mod
 from ..problems.derive import largest_tensor
 from ..problems.schema import Definition, Workload
 from ..runner import messages as m
+from ..runner.process import WorkerDied, WorkerTimeout
 from ..verdict import Checked
 from . import memory_plan
 from .asking import Asked, ask
 from .context import EvalContext
-from .reasons import GuardError, Rejection, candidate_status, first_line
+from .reasons import GuardError, Rejection, candidate_status, died, first_line
 
 log = logging.getLogger(__name__)
 
@@ -219,8 +220,13 @@ def _start_check(ctx: EvalContext, group: _Group) -> _Checking:
 def _finish_check(ctx: EvalContext, checking: _Checking) -> tuple[_Group, m.CheckReply]:
     """The candidate's outputs of a started group (a ``Rejection`` when its run failed)."""
     group = checking.group
-    with checking.slot:
-        reply = checking.asked.reply(ctx.cfg.call_timeout_s)
+    try:
+        with checking.slot:
+            reply = checking.asked.reply(ctx.cfg.call_timeout_s)
+    except (WorkerDied, WorkerTimeout, Rejection) as exc:
+        if group.visible:
+            raise
+        raise _hidden_failure(exc, group) from None
     if not reply.ok:
         release(ctx, [r.tag for r in group.kept])
         if reply.status == "INTERNAL":
@@ -229,6 +235,21 @@ def _finish_check(ctx: EvalContext, checking: _Checking) -> tuple[_Group, m.Chec
             "correctness", candidate_status(reply.status), reply.message or "", group.w, group.visible, group.label
         )
     return group, reply
+
+
+def _hidden_failure(exc: WorkerDied | WorkerTimeout | Rejection, group: _Group) -> Rejection:
+    """The verdict of a candidate's worker that died, hung or answered out of protocol on a
+    held-out workload, without what its process said: its log tail and any text it chose
+    carry what it saw (a candidate that printed the held-out shape and exited had it shown in
+    the verdict's diagnostic). The operator's log keeps the whole of it."""
+    log.warning("the candidate's worker failed on %s: %s", group.label, exc)
+    if isinstance(exc, WorkerTimeout):
+        status = "TIMEOUT"
+    elif isinstance(exc, WorkerDied):
+        status = died("correctness", exc).status
+    else:
+        status = exc.status
+    return failure("correctness", status, "", group.w, False, group.label)
 
 
 def _judge(
@@ -258,7 +279,12 @@ def _judge(
     for rnd, got in zip(group.kept, reply.rounds):
         # The guard names the files itself: a path from the candidate's reply could make
         # the guard delete, or the trusted worker read, any file (the secret, the database).
-        metas = own_files(got.outputs, ctx.outdir, rnd.tag, len(names))
+        try:
+            metas = own_files(got.outputs, ctx.outdir, rnd.tag, len(names))
+        except Rejection as rej:  # its message quotes the name the candidate's process chose
+            if group.visible:
+                raise
+            raise _hidden_failure(rej, group) from None
         cmp = ask(
             trusted,
             m.Compare(

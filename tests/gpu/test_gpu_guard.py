@@ -86,8 +86,13 @@ def _floored_throughout(v) -> bool:
 
 
 def _assert_expected(v, path, expected: str) -> None:
-    if expected == "REWARD_HACK" and v.status == "PASSED" and _floored_throughout(v):
-        return
+    """``expected``, a status; ``FLOORED`` (a timing forger whose call is host-heavy): named
+    REWARD_HACK, or PASSED with every figure the guard's own (``_assert_no_gain`` then holds
+    it to the honest kernel's device time)."""
+    if expected == "FLOORED":
+        if v.status == "PASSED" and _floored_throughout(v):
+            return
+        expected = "REWARD_HACK"
     clocks = "\n".join(
         f"  {w.uuid}: decided {w.latency_ms * 1e3:.1f} us, inside {oc.inside_ms * 1e3:.1f} us, outside "
         f"{oc.outside_ms * 1e3:.1f} us, band {oc.abs_band_ms * 1e3:.1f} us, host-bound {oc.host_bound}"
@@ -116,6 +121,16 @@ def test_cheats_on_gpu_runtime_defence(gpu_guard_runtime, path):
         _assert_expected(v, path, expected)
     after = submit(g, honest_source(), f"after-{path.stem}")
     assert after.status == "PASSED", after.reason
+    if v.status == "PASSED" and expected == "FLOORED":
+        _assert_no_gain(v, after)
+
+
+def _assert_no_gain(cheat, honest) -> None:
+    """Every figure of a floored forger at least the same kernel's device time, honestly
+    reported (its CUPTI span, ``inside_ms``), less 10% for the run-to-run spread."""
+    spans = {w.uuid: w.timing.outside_clock.inside_ms for w in honest.workloads if w.timing.outside_clock}
+    for w in cheat.workloads:
+        assert w.latency_ms >= 0.9 * spans[w.uuid], (w.uuid, w.latency_ms, spans[w.uuid])
 
 
 @pytest.mark.parametrize("path", CHEAT_FILES, ids=lambda p: p.stem)
