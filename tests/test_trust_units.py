@@ -308,6 +308,9 @@ def test_a_host_bound_gpu_loop_floors_the_figure_instead_of_accusing():
     # capped padding (0.15 ms of 30 us passes) cannot cover: the host paces its loop
     assert tw._pad_passes(gpu, 0.3, 0.03) == (5, pytest.approx(0.15), True)
     assert tw._pad_passes(gpu, 0.1, 0.03) == (5, pytest.approx(0.15), False)
+    # a finite figure near the largest double once overflowed ceil() and withheld the verdict
+    assert tw._pad_passes(gpu, 1e308, 0.03)[::2] == (5, True)
+    assert tw._pad_passes(gpu, 0.3, 1e-300)[::2] == (8, True)  # a tiny pass is taken as 0.02 ms
     assert tw._outside_figure_floors(gpu, True) and not tw._outside_figure_floors(gpu, False)
     cpu = SimpleNamespace(device=SimpleNamespace(kind="cpu"), cfg=cfg)
     assert tw._pad_passes(cpu, 0.3, 0.03) == (0, 0.0, False) and tw._outside_figure_floors(cpu, False)

@@ -249,8 +249,9 @@ def _pad_passes(ref: ReferenceSide, host_ms: float, flush_ms: float) -> tuple[in
         raise ValueError(f"the candidate's worker reported flush {flush_ms!r} ms, host {host_ms!r} ms")
     flush_ms = max(flush_ms, 0.02)
     cap = math.ceil(ref.cfg.confirm_pad_max_ms / flush_ms)
-    wanted = math.ceil(1.25 * max(0.0, host_ms) / flush_ms)
-    passes = min(cap, wanted)
+    # compared as floats: a finite figure near the largest double overflows ceil's integer
+    wanted = 1.25 * max(0.0, host_ms) / flush_ms
+    passes = min(cap, math.ceil(wanted)) if wanted <= cap else cap
     return passes, passes * flush_ms, wanted > cap
 
 
