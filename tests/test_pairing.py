@@ -289,3 +289,27 @@ def test_gpu_figures_without_cupti_are_never_decisive_unpaired():
     # the CPU's clocks are what they are on both sides: nothing to refuse there
     assert without_cupti([result("a", "host-clock")], {"a": "host-clock"}) == []
     assert without_cupti([result("z", "cuda-graph")], stored) == []  # not in common
+    # a figure the outside clock floored on a host-bound loop holds host time: loose too
+    floored = WorkloadResult(
+        uuid="a", latency_ms=1.0, timing=Timing(method="cuda-events+cupti", floored_by_outside_clock=True)
+    )
+    assert without_cupti([floored], stored) == ["a"]
+    assert timing_methods_of({"a": {"method": "cuda-events+cupti", "floored_by_outside_clock": True}}) == {
+        "a": "cuda-events+cupti+floored"
+    }
+    assert without_cupti([result("a", "cuda-events+cupti")], {"a": "cuda-events+cupti+floored"}) == ["a"]
+
+
+def timing_methods_of(timings: dict) -> dict:
+    """``pairing_gate.timing_methods`` over stored rows holding these timings."""
+    import json
+    import sqlite3
+
+    from guard.cascade.pairing_gate import timing_methods
+
+    c = sqlite3.connect(":memory:")
+    c.row_factory = sqlite3.Row
+    c.execute("CREATE TABLE workload_results (candidate_id, workload, result_json)")
+    for w, t in timings.items():
+        c.execute("INSERT INTO workload_results VALUES ('c', ?, ?)", (w, json.dumps({"timing": t})))
+    return timing_methods(c, "c")

@@ -49,24 +49,32 @@ def timing_methods(c: sqlite3.Connection, cid: str) -> dict[str, str]:
     for r in rows:
         timing = json.loads(r["result_json"] or "{}").get("timing") or {}
         if timing.get("method"):
-            out[r["workload"]] = timing["method"]
+            out[r["workload"]] = _method(timing["method"], timing.get("floored_by_outside_clock"))
     return out
+
+
+def _method(method: str | None, floored: object) -> str | None:
+    """The method as pairing reads it: a figure the outside clock floored was not CUPTI's."""
+    return f"{method}+floored" if method and floored else method
 
 
 def without_cupti(workloads: list[WorkloadResult], stored: dict[str, str]) -> list[str]:
     """Workloads, in common with a stored candidate, that a GPU timed without CUPTI's device
     records on either side (CUDA events alone: the launch and its jitter included, and a
     window's shift that their own spread does not show; session 12 saw a 1.37x false
-    ACCEPT from such figures). Two clocks, or one this loose, decide nothing unpaired."""
+    ACCEPT from such figures). Two clocks, or one this loose, decide nothing unpaired. Nor
+    does a GPU figure that the outside clock floored (a host-bound loop): it holds host time,
+    which moves with the machine's load, and keeps the spread of the span it replaced."""
 
     def loose(method: str | None) -> bool:
-        return method is not None and method.startswith("cuda") and "cupti" not in method
+        return method is not None and method.startswith("cuda") and ("cupti" not in method or "floored" in method)
 
-    return [
-        w.uuid
-        for w in workloads
-        if w.uuid in stored and (loose(stored[w.uuid]) or loose(w.timing.method if w.timing else None))
-    ]
+    def current(w: WorkloadResult) -> str | None:
+        if w.timing is None:
+            return None
+        return _method(w.timing.method, (w.timing.model_extra or {}).get("floored_by_outside_clock"))
+
+    return [w.uuid for w in workloads if w.uuid in stored and (loose(stored[w.uuid]) or loose(current(w)))]
 
 
 def unclear_why(
@@ -87,7 +95,8 @@ def unclear_why(
         return f"the incumbent was measured on another device ({measured_on(row)})" if unclear else None
     if loose := without_cupti(workloads, timing_methods(c, row["id"])):
         unclear = needs_pairing(stored, math.inf)
-        return f"timed without CUPTI on one side ({len(loose)} workloads, e.g. {loose[0]})" if unclear else None
+        why = f"timed without CUPTI, or floored by the guard's clock, on one side ({len(loose)} workloads, e.g. {loose[0]})"
+        return why if unclear else None
     return "the stored comparison is not clear-cut" if needs_pairing(stored, pairing_band(cfg, device)) else None
 
 
