@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from ..pairing import PairedSamples, pairing_rounds
 from ..runner.pool import WorkerPool
-from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
+from ..runner.process import MalformedReply, WorkerDied, WorkerProcess, WorkerTimeout
 from .context import EvalContext
 from .build_gate import build
 from .reasons import GuardError, Rejection, Unpaired, first_line
@@ -55,7 +55,11 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
         except GuardError as exc:  # its worker's own set-up: the stored measurement decides
             raise Unpaired(f"the incumbent {incumbent['id']} could not be set up: {exc}") from None
         if not reply.ok:
-            raise Unpaired(f"the incumbent {incumbent['id']} does not build here: {first_line(reply.message or '')}")
+            # a build answered out of protocol is the incumbent's REWARD_HACK, as a challenger's is
+            status = reply.status if reply.status == "REWARD_HACK" else None
+            raise Unpaired(
+                f"the incumbent {incumbent['id']} does not build here: {first_line(reply.message or '')}", status
+            )
         dps = {"incumbent": _dps(json.loads(incumbent["solution_json"])), "challenger": ctx.dps}
         rng = random.Random(ctx.eval_seed ^ 0x5A5A)
         samples: dict[str, PairedSamples] = {}
@@ -103,6 +107,8 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
             # in the benchmark (not a reason to fall back on the stored figures, which a
             # candidate that aborts when re-measured would otherwise choose)
             raise
-        raise Unpaired(f"re-measuring {incumbent['id']} failed: {exc}") from None
+        # bytes that are no message: out of protocol, the incumbent's REWARD_HACK (``reasons.died``)
+        status = "REWARD_HACK" if isinstance(exc, MalformedReply) else None
+        raise Unpaired(f"re-measuring {incumbent['id']} failed: {exc}", status) from None
     finally:
         pool.discard(inc)

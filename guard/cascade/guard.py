@@ -387,5 +387,10 @@ class Guard:
             raw = worker.request(m.Memory(reset=reset).model_dump(), 30)
             reply = m.parse_reply(raw, m.MemoryReply)
             return reply.peak_bytes, reply.by_op
-        except (WorkerDied, WorkerTimeout, m.MessageError):
+        except m.MessageError:
+            # out of protocol, as bytes that do not decode are (MalformedReply kills the worker):
+            # the same end for both, so the verdict does not depend on which the decoder saw
+            worker.kill()
+            return None
+        except (WorkerDied, WorkerTimeout):
             return None

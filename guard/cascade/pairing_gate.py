@@ -53,9 +53,9 @@ def timing_methods(c: sqlite3.Connection, cid: str) -> dict[str, str]:
     return out
 
 
-def _method(method: str | None, floored: object) -> str | None:
+def _method(method: str, floored: object) -> str:
     """The method as pairing reads it: a figure the outside clock floored was not CUPTI's."""
-    return f"{method}+floored" if method and floored else method
+    return f"{method}+floored" if floored else method
 
 
 def without_cupti(workloads: list[WorkloadResult], stored: dict[str, str]) -> list[str]:
@@ -70,7 +70,7 @@ def without_cupti(workloads: list[WorkloadResult], stored: dict[str, str]) -> li
         return method is not None and method.startswith("cuda") and ("cupti" not in method or "floored" in method)
 
     def current(w: WorkloadResult) -> str | None:
-        if w.timing is None:
+        if w.timing is None or not w.timing.method:
             return None
         return _method(w.timing.method, (w.timing.model_extra or {}).get("floored_by_outside_clock"))
 
