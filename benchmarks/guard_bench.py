@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import platform
 import statistics
@@ -173,24 +172,22 @@ def spread_study(guard, problem, source, n, agent="incumbent", base=1000, deadli
 def spread_on_gpus(args: argparse.Namespace, gpus: int) -> dict:
     """The spread study split over ``gpus`` child processes of this script, one GPU each,
     their output prefixed with the GPU's index; their spreads side by side and the counts summed."""
-    each = math.ceil(args.resubmissions / gpus)
+    visible = [x for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+    if visible and len(visible) < gpus:
+        raise SystemExit(f"--gpus {gpus}: CUDA_VISIBLE_DEVICES names only {len(visible)}")
+    # as even a split as the count allows: 50 over 4 is 13, 13, 12, 12
+    counts = [args.resubmissions // gpus + (i < args.resubmissions % gpus) for i in range(gpus)]
     work = Path(tempfile.mkdtemp(prefix="guard-bench-gpus-"))
-    children = []
-    for i in range(gpus):
-        cmd = [sys.executable, "-m", "benchmarks.guard_bench", str(work / f"gpu{i}"), "--skip-latency"]
-        cmd += ["--resubmissions", str(each), "--spread-time-limit", str(args.spread_time_limit)]
-        cmd += ["--device", args.device]
-        cmd += [x for o in args.overrides for x in ("--set", o)]
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(i)}
-        proc = subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-        )
-        echo = threading.Thread(target=_prefixed, args=(proc, f"[gpu {i}] "), daemon=True)
-        echo.start()
-        children.append((proc, echo))
-    for proc, echo in children:
-        proc.wait()
-        echo.join()
+    children: list[tuple[subprocess.Popen, threading.Thread]] = []
+    try:
+        _start_children(args, gpus, counts, visible, work, children)
+        for proc, echo in children:
+            proc.wait()
+            echo.join()
+    finally:  # a parent stopped early takes its children with it
+        for proc, _ in children:
+            if proc.poll() is None:
+                proc.kill()
     per_gpu = []
     for i, (proc, _) in enumerate(children):
         path = work / f"gpu{i}" / "guard_bench.json"
@@ -204,8 +201,32 @@ def spread_on_gpus(args: argparse.Namespace, gpus: int) -> dict:
         "false_accepts": sum(sp["false_accepts"] for sp in spreads),
         "false_rejections": [r for sp in spreads for r in sp["false_rejections"]],
         "paired_decisions": sum(sp.get("paired_decisions") or 0 for sp in spreads),
+        # a child whose incumbent was refused wrote no spread: its GPU is listed here
         "failed_gpus": [g["gpu"] for g in per_gpu if g["exit"] != 0 or not g["spread"]],
     }
+
+
+def _start_children(
+    args: argparse.Namespace,
+    gpus: int,
+    counts: list[int],
+    visible: list[str],
+    work: Path,
+    children: list[tuple[subprocess.Popen, threading.Thread]],
+) -> None:
+    for i in range(gpus):
+        each = counts[i]
+        cmd = [sys.executable, "-m", "benchmarks.guard_bench", str(work / f"gpu{i}"), "--skip-latency"]
+        cmd += ["--resubmissions", str(each), "--spread-time-limit", str(args.spread_time_limit)]
+        cmd += ["--device", args.device]
+        cmd += [x for o in args.overrides for x in ("--set", o)]
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible[i] if visible else str(i)}
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        echo = threading.Thread(target=_prefixed, args=(proc, f"[gpu {i}] "), daemon=True)
+        echo.start()
+        children.append((proc, echo))
 
 
 def _prefixed(proc: subprocess.Popen, prefix: str) -> None:
@@ -268,8 +289,8 @@ def main() -> int:
     if args.gpus < 1:
         raise SystemExit("--gpus: at least 1")
     if args.gpus > 1 and not args.skip_spread:
-        if not args.skip_latency:
-            raise SystemExit("--gpus N times the spread only: add --skip-latency (run the latency study on its own)")
+        if not args.skip_latency or args.profile_workers:
+            raise SystemExit("--gpus N times the spread only: add --skip-latency, leave out --profile-workers")
         result = {
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "host": platform.node(),

@@ -104,8 +104,8 @@ def another_window(clock: OutsideClock | None, done: int, first: int, most: int,
     then, up to ``most``, only while the figure is contradicted. A pause only lengthens a window,
     so another can only shorten the shortest and clear an honest figure that a pause made look
     slow; a forged figure is contradicted in every window, so it gains nothing from more.
-    ``floors`` (the CPU, where the outside figure becomes the verdict's when it is the larger):
-    also while it is, since a pause in the trusted loop's window shortens the outside figure
+    ``floors`` (the CPU, and a host-bound GPU loop, where the outside figure becomes the
+    verdict's when it is the larger): also while it is, since a pause in the trusted loop's window shortens the outside figure
     (once 6x on a loaded 2-core machine: a forged figure floored by it gained 10x on one
     workload), and only the shortest trusted window of several is free of it."""
     if done >= most:

@@ -293,7 +293,7 @@ def test_on_the_cpu_the_outside_clock_runs_more_windows_while_its_figure_decides
     more = outside_clock.another_window
     assert more(slower, 1, first=1, most=3, floors=True) and not more(slower, 3, first=1, most=3, floors=True)
     assert not more(faster, 1, first=1, most=3, floors=True)  # its own figure decides
-    assert not more(slower, 1, first=1, most=3)  # a GPU's figure is never floored
+    assert not more(slower, 1, first=1, most=3)  # a figure that is not floored (a GPU loop the device paces)
 
 
 def test_a_host_bound_gpu_loop_floors_the_figure_instead_of_accusing():
