@@ -8,6 +8,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
   || { echo "wheel install failed"; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export KERNELARC_CACHE_DIR=/tmp/kacache
+# each test's outcome as it ends (tests/conftest.py): a call cut off by its limit keeps them
+[ -n "${OUT:-}" ] && export KERNELARC_TEST_LOG="$OUT/tests.log"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 # every figure is taken with the candidate sandbox on: say which, and stop without it

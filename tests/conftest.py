@@ -53,6 +53,21 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=key)
 
 
+def pytest_runtest_logreport(report) -> None:
+    """With ``KERNELARC_TEST_LOG`` set, each test's outcome is appended to that file as it
+    ends: a device call cut off by its time limit (pytest's own summary and junit file come
+    only at the end) still brings back what ran, failures with their first lines."""
+    path = os.environ.get("KERNELARC_TEST_LOG")
+    if not path or (report.when != "call" and report.passed):
+        return
+    line = f"{report.outcome.upper()} {report.nodeid} ({report.when}, {report.duration:.1f} s)\n"
+    if report.failed:
+        text = str(report.longrepr)
+        line += "".join(f"    {ln}\n" for ln in text.splitlines()[-12:])
+    with open(path, "a") as log:
+        log.write(line)
+
+
 def pytest_unconfigure(config) -> None:
     """Remove this process's temp folder (caches, workspaces) once its fixtures are closed: a
     run left about 6 MB in /tmp per process, and every run made new ones."""
