@@ -115,3 +115,24 @@ def test_bytes_that_are_no_message_are_out_of_protocol_as_a_reply_that_does_not_
     garbled = died("correctness", MalformedReply("candidate worker sent a malformed reply", None, ""))
     assert garbled.status == "REWARD_HACK" and "out of protocol" in garbled.reason
     assert died("correctness", WorkerDied("killed", -9, "")).status == "RUNTIME_ERROR"
+
+
+def test_a_lone_surrogate_from_a_worker_cannot_withhold_the_verdict():
+    """A candidate that raised RuntimeError("bad \\ud800 value") had its worker send the escape,
+    which decodes to a string UTF-8 cannot encode: storing the verdict failed and the
+    evaluation ended without one (red team, session 18). Every string of a reply is made
+    encodable; a proper pair (an emoji) stays as it is."""
+    import json
+    import socket
+
+    from guard.runner import protocol
+
+    a, b = socket.socketpair()
+    try:
+        protocol.send(a, {"ok": False, "message": "bad \ud800 value", "k\udfff": ["smile \U0001f600"]})
+        got = protocol.recv(b, timeout=5)
+    finally:
+        a.close()
+        b.close()
+    assert got == {"ok": False, "message": "bad ? value", "k?": ["smile \U0001f600"]}
+    json.dumps(got, ensure_ascii=False).encode("utf-8")  # storable

@@ -7,6 +7,7 @@ code in the parent. Bulk tensor data travels as files (see tensorio), not messag
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
 import struct
@@ -73,4 +74,23 @@ def recv(sock: socket.socket, timeout: float | None = None) -> dict[str, Any]:
         raise ProtocolError(f"malformed message: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(message, dict):
         raise ProtocolError("message is not an object")
+    if _SURROGATE.search(data):
+        message = _encodable(message)
     return message
+
+
+# A \ud800-\udfff escape: a lone one decodes to a string that UTF-8 cannot encode, and a
+# candidate's exception text carrying one ended an evaluation without a verdict when the
+# verdict was stored (red team, session 18). Pairs (emoji, escaped) are searched too; rare.
+_SURROGATE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` with every string (keys too) made encodable: a lone surrogate becomes '?'."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, list):
+        return [_encodable(v) for v in value]
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    return value
