@@ -136,3 +136,12 @@ def test_a_lone_surrogate_from_a_worker_cannot_withhold_the_verdict():
         b.close()
     assert got == {"ok": False, "message": "bad ? value", "k?": ["smile \U0001f600"]}
     json.dumps(got, ensure_ascii=False).encode("utf-8")  # storable
+
+
+def test_a_memory_report_names_only_request_kinds_that_exist():
+    """The names become keys of the verdict's peak_memory_by_gate: a candidate's worker named
+    one "SHAPE=29x4096" and showed the held-out shapes it had seen (red team, session 18)."""
+    ok = m.parse_reply({"ok": True, "peak_bytes": 5, "by_op": {"check": 5, "arm": 3}}, m.MemoryReply)
+    assert ok.by_op == {"check": 5, "arm": 3}
+    with pytest.raises(m.MessageError, match="request kinds that do not exist"):
+        m.parse_reply({"ok": True, "peak_bytes": 5, "by_op": {"SHAPE=29x4096": 5}}, m.MemoryReply)

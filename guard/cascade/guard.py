@@ -386,7 +386,7 @@ class Guard:
         try:
             raw = worker.request(m.Memory(reset=reset).model_dump(), 30)
             reply = m.parse_reply(raw, m.MemoryReply)
-            return reply.peak_bytes, reply.by_op
+            return (reply.peak_bytes, reply.by_op) if reply.ok else None  # failed: unknown, not 0
         except m.MessageError:
             # out of protocol, as bytes that do not decode are (MalformedReply kills the worker):
             # the same end for both, so the verdict does not depend on which the decoder saw

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 
 # Elements compared (or checked finite) at a time by default.
@@ -244,6 +244,12 @@ TrustedRequest = Annotated[
     LoadProblem | Reference | Compare | Release | Baseline | Ceilings | Overhead | VerifyReplays | Memory | DeviceIdle,
     Field(discriminator="op"),
 ]
+# every request kind's name: what a worker's memory report may be broken down by
+REQUEST_OPS = frozenset(
+    model.model_fields["op"].default
+    for model in (Setup, Prepare, Check, Arm, Run, Confirm, Stats, Memory)
+    + (LoadProblem, Reference, Compare, Release, Baseline, Ceilings, Overhead, VerifyReplays, DeviceIdle, Exit)
+)
 _CANDIDATE = TypeAdapter(CandidateRequest)
 _TRUSTED = TypeAdapter(TrustedRequest)
 
@@ -330,6 +336,16 @@ class OverheadReply(Reply):
 class MemoryReply(Reply):
     peak_bytes: int = 0
     by_op: dict[str, int] = Field(default_factory=dict)  # the peak of each request kind
+
+    @field_validator("by_op")
+    @classmethod
+    def _known_ops(cls, by_op: dict[str, int]) -> dict[str, int]:
+        # the names become keys of the verdict's peak_memory_by_gate: a candidate's worker
+        # once named one "SHAPE=29x4096" and showed held-out shapes there (red team, session 18)
+        unknown = sorted(set(by_op) - REQUEST_OPS)
+        if unknown:
+            raise ValueError(f"{len(unknown)} request kinds that do not exist")
+        return by_op
 
 
 class DeviceIdleReply(Reply):

@@ -76,7 +76,8 @@ def recv(sock: socket.socket, timeout: float | None = None) -> dict[str, Any]:
         raise ProtocolError("message is not an object")
     if _SURROGATE.search(data):
         message = _encodable(message)
-    return message
+    out: dict[str, Any] = message
+    return out
 
 
 # A \ud800-\udfff escape: a lone one decodes to a string that UTF-8 cannot encode, and a
