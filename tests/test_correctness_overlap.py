@@ -104,10 +104,17 @@ def order(log: list[tuple[str, ...]]) -> list[str]:
     return [f"{e[0][0]}:{e[2]}" + (f":{e[3]}" if len(e) > 3 else "") for e in log if e[1] == "sent"]
 
 
+def check_both(ctx):
+    """The visible part, then the held-out one, as ``Guard.evaluate`` runs them (with the
+    benchmark between them)."""
+    return correctness_gate.merged(correctness_gate.check(ctx, "visible"), correctness_gate.check(ctx, "heldout"))
+
+
 def test_the_next_group_runs_while_the_last_is_compared(tmp_path):
     ctx, log = context(tmp_path)
-    checked = correctness_gate.check(ctx)
+    checked = check_both(ctx)
     assert checked.rounds == 5  # 2 + 2 visible, 1 held-out
+    assert checked.visible_workloads == 2 and checked.heldout_workloads == 1
     assert order(log) == [
         "t:reference:w0r0",
         "c:check:w0r0",
@@ -115,17 +122,18 @@ def test_the_next_group_runs_while_the_last_is_compared(tmp_path):
         "c:check:w1r0",  # started before a's rounds are compared
         "t:compare:w0r0",
         "t:compare:w0r1",
-        "t:reference:w2r0",
-        "c:check:w2r0",
         "t:compare:w1r0",
         "t:compare:w1r1",
+        # the held-out part, later (its tags go on from the visible ones')
+        "t:reference:w2r0",
+        "c:check:w2r0",
         "t:compare:w2r0",
     ]
 
 
 def test_groups_larger_than_the_overlap_limit_take_turns(tmp_path):
     ctx, log = context(tmp_path, overlap_rounds_bytes=0)
-    assert correctness_gate.check(ctx).rounds == 5
+    assert check_both(ctx).rounds == 5
     steps = order(log)
     assert steps[:5] == ["t:reference:w0r0", "c:check:w0r0", "t:compare:w0r0", "t:compare:w0r1", "t:reference:w1r0"]
 
@@ -133,7 +141,7 @@ def test_groups_larger_than_the_overlap_limit_take_turns(tmp_path):
 def test_the_first_failure_decides_and_the_started_group_is_drained(tmp_path):
     ctx, log = context(tmp_path, fail_tag="w0r1")
     with pytest.raises(Rejection) as caught:
-        correctness_gate.check(ctx)
+        correctness_gate.check(ctx, "visible")
     assert caught.value.status == "INCORRECT_NUMERICAL" and caught.value.workload == "a"
     steps = order(log)
     assert "t:compare:w1r0" not in steps  # nothing of b is judged
@@ -152,6 +160,6 @@ def test_determinism_is_asked_of_the_first_group_of_each_visible_workload_only(t
         send(message)
 
     ctx.cand.send = keep  # type: ignore[method-assign]
-    correctness_gate.check(ctx)
+    check_both(ctx)
     flags = [(m["rounds"][0]["tag"], m["determinism"]) for m in sent]
     assert flags == [("w0r0", True), ("w0r1", False), ("w1r0", True), ("w1r1", False), ("w2r0", False)]

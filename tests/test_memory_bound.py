@@ -109,7 +109,10 @@ def test_the_trusted_workers_peak_is_within_the_stated_multiple(session_tmp):
     finally:
         g.close()
     assert v.status == "INCORRECT_SHAPE" and "held-out" in (v.reason or ""), v.reason
-    used = v.peak_memory_bytes["trusted"] - idle
+    # the correctness gate's peak, held-out rounds included: since session 18 they come after
+    # the benchmark, whose own peak (the outside clock's input sets) is reported apart, under
+    # "benchmark", and is not what this bound is about (docs/kernelbench.md)
+    used = v.peak_memory_by_gate["correctness"]["trusted"] - idle
     assert used <= BOUND * need, (
         f"the trusted worker used {used >> 20} MiB over its idle {idle >> 20} MiB, more than {BOUND:g}x "
         f"the {need >> 20} MiB one call needs alone"

@@ -94,19 +94,27 @@ class _Checking:
     slot: contextlib.ExitStack  # the timing slot, held shared while candidate code runs
 
 
-def check(ctx: EvalContext) -> Checked:
-    """Run the rounds; the verdict's ``checked`` on success, a ``Rejection`` otherwise.
+def check(ctx: EvalContext, part: Literal["visible", "heldout"] = "visible") -> Checked:
+    """Run the rounds of the visible workloads, or of the held-out ones (``part``); the
+    verdict's ``checked`` on success, a ``Rejection`` otherwise.
+
+    The held-out workloads are checked last, after the benchmark and any paired
+    re-measurement (``Guard.evaluate``): the candidate's process sees their shapes there, and
+    whatever it reports afterwards (a later failure's text, its timing fields) could carry them
+    back to the agent (red team, session 18). After them nothing it says is shown.
 
     The two workers take turns per group of rounds, and overlap where memory allows: while the
     trusted worker compares one group's outputs (and makes the next group's reference), the
     candidate's worker already runs the next group. Nothing about a verdict changes (every
     round is compared, in order, and the first failure decides); only the wait does."""
     ref, cfg, d, wset, progress = ctx.ref, ctx.cfg, ctx.definition, ctx.wset, ctx.progress
-    plan = [(w, True, w.uuid) for w in wset.visible] + [
-        (w, False, f"held-out workload {i + 1} of {len(wset.heldout)}") for i, w in enumerate(wset.heldout)
-    ]
+    if part == "visible":
+        plan = [(w, True, w.uuid) for w in wset.visible]
+    else:
+        plan = [(w, False, f"held-out workload {i + 1} of {len(wset.heldout)}") for i, w in enumerate(wset.heldout)]
+    first = 0 if part == "visible" else len(wset.visible)  # the round tags of the two parts never meet
     groups: list[_Group] = []
-    for idx, (w, visible, label) in enumerate(plan):
+    for idx, (w, visible, label) in enumerate(plan, start=first):
         planned = [
             m.Round(seed=ref.seed("round", ctx.eval_seed, w.uuid, r), kind=kind, tag=f"w{idx}r{r}")
             for r, kind in enumerate(rounds(cfg, d, w, visible))
@@ -125,7 +133,7 @@ def check(ctx: EvalContext) -> Checked:
                 _judge(ctx, _finish_check(ctx, checking), tally, errors)
                 checking = None
             if group.index != shown:
-                progress("correctness", group.index, len(plan), group.label)
+                progress("correctness", group.index - first, len(plan), group.label)
                 shown = group.index
             # the trusted worker makes this group's reference while the candidate's worker
             # still runs the previous group; then this group runs while that one is compared
@@ -143,14 +151,25 @@ def check(ctx: EvalContext) -> Checked:
         if checking is not None:  # a failure while the candidate's worker may still run a group
             with checking.slot:
                 checking.asked.drop(cfg.call_timeout_s)
-    progress("correctness", len(plan), len(plan), "all workloads passed")
+    progress("correctness", len(plan), len(plan), f"all {part} workloads passed")
     return Checked(
-        visible_workloads=len(wset.visible),
-        heldout_workloads=len(wset.heldout),
+        visible_workloads=len(wset.visible) if part == "visible" else 0,
+        heldout_workloads=len(wset.heldout) if part == "heldout" else 0,
         rounds=tally["rounds"],
         rounds_skipped=tally["skipped"],
         determinism=cfg.check_determinism,
         errors=errors,
+    )
+
+
+def merged(visible: Checked, heldout: Checked) -> Checked:
+    """The verdict's ``checked`` from the two parts' (errors are the visible workloads')."""
+    return visible.model_copy(
+        update={
+            "heldout_workloads": heldout.heldout_workloads,
+            "rounds": (visible.rounds or 0) + (heldout.rounds or 0),
+            "rounds_skipped": (visible.rounds_skipped or 0) + (heldout.rounds_skipped or 0),
+        }
     )
 
 
