@@ -163,3 +163,22 @@ def test_determinism_is_asked_of_the_first_group_of_each_visible_workload_only(t
     check_both(ctx)
     flags = [(m["rounds"][0]["tag"], m["determinism"]) for m in sent]
     assert flags == [("w0r0", True), ("w0r1", False), ("w1r0", True), ("w1r1", False), ("w2r0", False)]
+
+
+def test_a_worker_that_ends_between_held_out_groups_shows_nothing_it_said(tmp_path):
+    """A candidate that printed a held-out shape and had its process end after its reply (a
+    timer's signal) died on the guard's next send, outside any reply: its log tail came back
+    in the diagnostic (review, session 18). The held-out part reports any failure bare."""
+    from guard.runner.process import WorkerDied
+
+    ctx, _ = context(tmp_path)
+    ctx.cand.send = lambda message: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        WorkerDied("candidate worker exited with status 142 during 'check'", 142, "held-out shape: (17,)")
+    )
+    with pytest.raises(Rejection) as caught:
+        correctness_gate.check(ctx, "heldout")
+    rej = caught.value
+    assert rej.status == "RUNTIME_ERROR" and "shape not shown" in rej.reason and rej.diagnostic is None
+    assert "17" not in rej.reason
+    with pytest.raises(WorkerDied):  # a visible workload's death keeps its text, for the cascade
+        correctness_gate.check(ctx, "visible")

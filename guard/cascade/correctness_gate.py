@@ -95,6 +95,18 @@ class _Checking:
 
 
 def check(ctx: EvalContext, part: Literal["visible", "heldout"] = "visible") -> Checked:
+    """``_check``; for the held-out part, any failure of the candidate's worker (a Rejection,
+    its death or hang, wherever in the part it surfaces: a worker that ended between two
+    groups once showed its log tail) is reported without anything its process said."""
+    if part == "visible":
+        return _check(ctx, part)
+    try:
+        return _check(ctx, part)
+    except (WorkerDied, WorkerTimeout, Rejection) as exc:
+        raise _hidden_failure(exc) from None
+
+
+def _check(ctx: EvalContext, part: Literal["visible", "heldout"]) -> Checked:
     """Run the rounds of the visible workloads, or of the held-out ones (``part``); the
     verdict's ``checked`` on success, a ``Rejection`` otherwise.
 
@@ -239,13 +251,8 @@ def _start_check(ctx: EvalContext, group: _Group) -> _Checking:
 def _finish_check(ctx: EvalContext, checking: _Checking) -> tuple[_Group, m.CheckReply]:
     """The candidate's outputs of a started group (a ``Rejection`` when its run failed)."""
     group = checking.group
-    try:
-        with checking.slot:
-            reply = checking.asked.reply(ctx.cfg.call_timeout_s)
-    except (WorkerDied, WorkerTimeout, Rejection) as exc:
-        if group.visible:
-            raise
-        raise _hidden_failure(exc, group) from None
+    with checking.slot:
+        reply = checking.asked.reply(ctx.cfg.call_timeout_s)
     if not reply.ok:
         release(ctx, [r.tag for r in group.kept])
         if reply.status == "INTERNAL":
@@ -256,19 +263,20 @@ def _finish_check(ctx: EvalContext, checking: _Checking) -> tuple[_Group, m.Chec
     return group, reply
 
 
-def _hidden_failure(exc: WorkerDied | WorkerTimeout | Rejection, group: _Group) -> Rejection:
-    """The verdict of a candidate's worker that died, hung or answered out of protocol on a
-    held-out workload, without what its process said: its log tail and any text it chose
-    carry what it saw (a candidate that printed the held-out shape and exited had it shown in
-    the verdict's diagnostic). The operator's log keeps the whole of it."""
-    log.warning("the candidate's worker failed on %s: %s", group.label, exc)
+def _hidden_failure(exc: WorkerDied | WorkerTimeout | Rejection) -> Rejection:
+    """The verdict of a candidate's worker that failed on the held-out part, without what its
+    process said: its log tail and any text it chose carry what it saw (a candidate that
+    printed the held-out shape and exited had it shown in the verdict's diagnostic). The
+    operator's log keeps the whole of it."""
+    log.warning("the candidate's worker failed on the held-out workloads: %s", exc)
     if isinstance(exc, WorkerTimeout):
         status = "TIMEOUT"
     elif isinstance(exc, WorkerDied):
         status = died("correctness", exc).status
     else:
         status = exc.status
-    return failure("correctness", status, "", group.w, False, group.label)
+    label = exc.workload if isinstance(exc, Rejection) and exc.workload else "held-out workload"
+    return hidden_failure("correctness", status, label)
 
 
 def _judge(
@@ -298,12 +306,7 @@ def _judge(
     for rnd, got in zip(group.kept, reply.rounds):
         # The guard names the files itself: a path from the candidate's reply could make
         # the guard delete, or the trusted worker read, any file (the secret, the database).
-        try:
-            metas = own_files(got.outputs, ctx.outdir, rnd.tag, len(names))
-        except Rejection as rej:  # its message quotes the name the candidate's process chose
-            if group.visible:
-                raise
-            raise _hidden_failure(rej, group) from None
+        metas = own_files(got.outputs, ctx.outdir, rnd.tag, len(names))
         cmp = ask(
             trusted,
             m.Compare(
@@ -403,7 +406,11 @@ def failure(
         rej = Rejection(gate, status, f"{status} on {where}: {first_line(message)}", message, w.uuid)
         rej.errors = errors
         return rej
-    # Held-out workloads stay hidden: say what failed, not the shape or positions.
+    return hidden_failure(gate, status, label)
+
+
+def hidden_failure(gate: str, status: str, label: str) -> Rejection:
+    """A held-out workload's failure: what failed, not the shape, positions or any text."""
     hint = (
         "it passes the visible workloads, so look at sizes that are odd, not powers of two, "
         "or outside the shapes you tuned for (masking, tails, strides)"
