@@ -161,6 +161,22 @@ class GuardConfig(BaseModel):
         description="cap on the device work queued before each iteration of the outside "
         "clock's loop (1.25 x the host's time to enqueue one, as measured at warm-up)",
     )
+    confirm_held_max_bytes: int = Field(
+        256 << 20,
+        ge=0,
+        description="CPU: the most output bytes the outside clock's loop holds in the candidate's "
+        "worker for the guard to read (its calls are cut to fit, two at least)",
+    )
+    confirm_held_max_calls: int = Field(
+        4096, ge=2, description="CPU: the most calls an outside clock's loop runs (and holds the outputs of)"
+    )
+    outside_window_s_cpu: float = Field(
+        0.05,
+        ge=0,
+        description="CPU: the shortest window of the outside clock's loop; a first window shorter than "
+        "this sets the calls per window for the rest (a window's own fixed cost, the requests and the "
+        "stop, is milliseconds that vary: over a few calls it swamped them)",
+    )
     outside_rel_band_cpu: float = Field(1.0, ge=0, description="relative part of the band, CPU")
     outside_abs_band_ms_cpu: float = Field(5.0, ge=0, description="absolute part of the band, CPU")
     outside_loop_slack_cpu: float = Field(

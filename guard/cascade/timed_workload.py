@@ -23,6 +23,7 @@ import gc
 import logging
 import math
 import random
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from .. import outside_clock
+from . import held_outputs
 from ..problems import tolerance as tolerance_mod
 from ..problems.schema import Definition, Workload
 from ..runner import messages as m
@@ -263,6 +265,7 @@ class _Workload:
     worker: WorkerProcess
     trusted: WorkerProcess
     key: str
+    d: Definition
     w: Workload
     workload: dict[str, Any]
     axes: dict[str, int]
@@ -289,6 +292,7 @@ def time_workload(
         worker,
         trusted,
         key,
+        d,
         w,
         w.model_dump(mode="json"),
         d.resolve_axes(w.axes),
@@ -300,6 +304,12 @@ def time_workload(
 
     timing = ref.timing_config()
     projection_seed = ref.seed("confirm-projection", run_seed)
+    # a CPU's loop holds its calls' outputs for the guard to read (``held_outputs``): as many as fit
+    held = (
+        0
+        if ref.device.kind == "cuda"
+        else held_outputs.held_calls(d, w, cfg.confirm_held_max_bytes, cfg.confirm_held_max_calls)
+    )
     armed = _call(
         worker,
         m.Arm(
@@ -310,6 +320,7 @@ def time_workload(
             config=timing,
             tolerances=tolerances,
             confirm_projection_seed=projection_seed,
+            confirm_rows=held,
         ),
         m.ArmReply,
         cx.timeout,
@@ -333,7 +344,15 @@ def time_workload(
     try:
         chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
         _verify_calls(
-            cx, run_seed, "seeded", projection_seed, chosen, ran.digests, tolerances, list(d.outputs), "timed"
+            cx,
+            run_seed,
+            "seeded",
+            projection_seed,
+            chosen,
+            [ran.digests[i] for i in chosen],
+            tolerances,
+            list(d.outputs),
+            "timed",
         )
     except BaseException:
         reading.drop(cx.timeout)
@@ -352,13 +371,17 @@ def time_workload(
     copies = armed.plan.method != "cuda-graph" and not dps
     rel, abs_ms, slack = _bands(ref, loop_kind)
 
+    n_loop = min(n, held) if held else n
+    if held:  # enough calls that a window's own fixed cost is small beside them
+        n_loop = _calls_per_window(cx, run_seed, n_loop, held)
+
     def judge(run_walls: list[float], loop_walls: list[float]) -> outside_clock.OutsideClock:
         # pauses (a collection, the scheduler) only lengthen a window: the shortest of each is the loop
         return outside_clock.judge(
             min(run_walls),
-            n,
+            n_loop,
             min(loop_walls),
-            n,
+            n_loop,
             outside_clock.inside_figure_ms(stats),
             rel,
             abs_ms,
@@ -371,20 +394,57 @@ def time_workload(
 
     floors = _outside_figure_floors(ref, host_bound)
     run_walls, loop_walls, confirms, clock = _outside_windows(
-        cx, run_seed, n, passes, copies, projection_seed, judge, floors
+        cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng
     )
+    target = cfg.outside_window_s_cpu
+    if held and n_loop < held and min(run_walls) < target / 2:
+        # the probe that set the calls per window ran slower than the windows (a candidate that
+        # slowed it would get short windows, whose fixed cost is noise it could gain from): the
+        # windows again, with as many calls as the shortest of them says
+        n_loop = held_outputs.calls_for_window(n_loop, min(run_walls), target, held)
+        run_walls, loop_walls, confirms, clock = _outside_windows(
+            cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng
+        )
     stats["outside_clock"] = clock.model_dump()
     if floors:
         _floor_by_outside_clock(stats, clock)
 
     # every window's calls checked as many as the timed loop's: the shortest window decides
-    for seed, digests in confirms:
-        chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
-        _verify_calls(
-            cx, seed, "stream", projection_seed, chosen, digests, tolerances, list(d.outputs), "outside clock's"
-        )
-    _reject_disagreement(cx, clock, run_walls, loop_walls, n)
+    try:
+        for c in confirms:
+            _verify_calls(
+                cx,
+                c.seed,
+                "stream",
+                projection_seed,
+                c.chosen,
+                c.digests,
+                tolerances,
+                list(d.outputs),
+                "outside clock's",
+                c.read,
+            )
+    finally:
+        shutil.rmtree(cx.trusted.workdir / "read", ignore_errors=True)
+    _reject_disagreement(cx, clock, run_walls, loop_walls, n_loop)
     return {"stats": stats, "nvml": {"before": before, "after": after}}
+
+
+def _calls_per_window(cx: _Workload, run_seed: int, calls: int, most: int) -> int:
+    """A CPU: the calls per window of the outside clock's loop, from one loop of ``calls`` timed by
+    the guard's clock (its outputs are not read: the windows that decide come after, on their own
+    data). Only a loop that is slower than it need be lengthens it: a candidate gains nothing."""
+    target = cx.ref.cfg.outside_window_s_cpu
+    if calls >= most or target <= 0:
+        return calls
+    seed = cx.ref.seed("confirm-probe", run_seed)
+    with _no_gc():
+        t0 = time.monotonic()
+        probe = _call(cx.worker, m.Confirm(seed=seed, iters=calls), m.ConfirmReply, cx.timeout)
+        wall = time.monotonic() - t0
+    if not probe.ok:
+        raise _failed(probe, cx.w, "timing")
+    return held_outputs.calls_for_window(calls, wall, target, most)
 
 
 def _outside_windows(
@@ -396,20 +456,28 @@ def _outside_windows(
     projection_seed: int,
     judge: Callable[[list[float], list[float]], outside_clock.OutsideClock],
     floors: bool,
-) -> tuple[list[float], list[float], list[tuple[int, list[Any]]], outside_clock.OutsideClock]:
+    check_rng: random.Random,
+) -> tuple[list[float], list[float], list[_Checked], outside_clock.OutsideClock]:
     """The outside clock: the candidate's loop of calls, then the same loop without the call in
     the trusted worker while the candidate's processes are stopped; each window on new data,
     as many as ``outside_clock.run_windows`` decides (more only while ``judge`` finds the figure
-    contradicted). (walls of the candidate's loops, walls of the trusted loops, (seed, digests) per window,
-    the judgement on all the windows run)."""
+    contradicted). (walls of the candidate's loops, walls of the trusted loops, the calls to
+    check per window, the judgement on all the windows run).
+
+    On a CPU the loop holds its outputs in the candidate's worker (``held_outputs``): the
+    candidate's window ends when its whole tree is stopped, not when it replies (a thread that
+    went on computing after the reply would otherwise do its work off the clock), the chosen
+    calls' outputs are read out of it then, and the trusted window ends the same way."""
     ref, w = cx.ref, cx.w
+    held = ref.device.kind != "cuda"
     run_walls: list[float] = []
     loop_walls: list[float] = []
-    confirms: list[tuple[int, list[Any]]] = []
+    confirms: list[_Checked] = []
     most = ref.cfg.outside_windows if ref.device.kind == "cuda" else ref.cfg.outside_windows_cpu
 
     def window() -> outside_clock.OutsideClock:
         seed = ref.seed(f"confirm-{len(run_walls)}", run_seed)
+        chosen = sorted(check_rng.sample(range(n), min(ref.cfg.replay_checks, n)))
         with _no_gc():
             t0 = time.monotonic()
             confirmed = _call(
@@ -418,15 +486,21 @@ def _outside_windows(
             run_wall = time.monotonic() - t0
         if not confirmed.ok:
             raise _failed(confirmed, w, "timing")
-        if len(confirmed.digests) != n:
+        calls = len(confirmed.held) if held else len(confirmed.digests)
+        if calls != n:
             raise Rejection(
                 "benchmark",
                 "REWARD_HACK",
-                f"the outside clock's loop on {w.uuid} reported {len(confirmed.digests)} calls for {n}",
+                f"the outside clock's loop on {w.uuid} reported {calls} calls for {n}",
                 None,
                 w.uuid,
             )
+        read = None
         with candidate_stopped(cx.worker, w, "while the guard timed its loop without the call"):
+            if held:
+                run_wall = time.monotonic() - t0
+                dest = cx.trusted.workdir / "read" / f"window{len(run_walls)}"
+                read = held_outputs.read_chosen(cx.worker, confirmed, chosen, cx.d, w, dest)
             wait_device_idle(ref, cx.trusted, w, "before the guard's loop")
             with _no_gc():
                 t0 = time.monotonic()
@@ -447,16 +521,31 @@ def _outside_windows(
                     cx.timeout,
                 )
                 loop_wall = time.monotonic() - t0
+                if held:  # ended as the candidate's window was: once its tree is stopped
+                    with frozen(cx.trusted.proc.pid if cx.trusted.proc is not None else None):
+                        loop_wall = time.monotonic() - t0
             wait_device_idle(ref, cx.trusted, w, "after the guard's loop")
         if not loop.ok:
             raise GuardError(f"the trusted worker could not run the timing loop: {loop.message}")
         run_walls.append(run_wall)
         loop_walls.append(loop_wall - loop.setup_s)
-        confirms.append((seed, confirmed.digests))
+        digests = [] if held else [confirmed.digests[i] for i in chosen]
+        confirms.append(_Checked(seed, chosen, digests, read))
         return judge(run_walls, loop_walls)
 
     clock = outside_clock.run_windows(window, ref.cfg.outside_windows_first, most, floors, ref.pool.quiet_spare)
     return run_walls, loop_walls, confirms, clock
+
+
+@dataclass
+class _Checked:
+    """One window's calls to check: their seed, which, and their digests (a GPU) or outputs as
+    the guard read them (a CPU)."""
+
+    seed: int
+    chosen: list[int]
+    digests: list[Any]
+    read: list[list[m.ReadOutput | None]] | None
 
 
 def _verify_calls(
@@ -469,8 +558,10 @@ def _verify_calls(
     tolerances: list[m.Tolerance],
     names: list[str],
     loop_name: str,
+    read: list[list[m.ReadOutput | None]] | None = None,
 ) -> None:
-    """The trusted worker's check of the chosen calls' digests; REWARD_HACK on a mismatch."""
+    """The trusted worker's check of the chosen calls' digests (``digests``, one per chosen
+    call), or of their outputs as the guard read them (``read``); REWARD_HACK on a mismatch."""
     w = cx.w
     verified = _call(
         cx.trusted,
@@ -483,9 +574,10 @@ def _verify_calls(
             regime=regime,
             projection_seed=projection_seed,
             iterations=chosen,
-            digests=[digests[i] for i in chosen],
+            digests=digests,
             tolerances=tolerances,
             names=names,
+            read=read,
         ),
         m.VerifyReply,
         max(cx.ref.cfg.call_timeout_s, 120),

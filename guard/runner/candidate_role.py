@@ -4,6 +4,7 @@ so nothing leaks from one candidate to the next. It never sees a reference outpu
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,12 +21,14 @@ from .common import (
     load_module_from_source,
     normalize_outputs,
     PeakMeter,
+    prefault_host_heap,
     release_device_cache,
     storage_range,
     trim_host_heap,
 )
 from .harness import T
 from .inputs import InputMaker, torch_dtype
+from .kept import KeptOutputs
 from .poison import poison_free_blocks, poison_in_place, poison_tensor
 from .snapshots import close, same_bytes, snapshot
 from .tensorio import write_tensor
@@ -55,6 +58,8 @@ class CandidateRole:
         self.plan: Plan | None = None
         self.refiller: replays.Refiller | None = None
         self.confirm_loop: ConfirmLoop | None = None
+        self._confirm_rows = 0
+        self._own_pid = os.getpid()  # before candidate code: the guard checks what it reads anyway
         self._finish = None
         self.threads = harness.thread_count()
 
@@ -260,6 +265,7 @@ class CandidateRole:
         self.workload, self.axes = msg.workload, msg.axes
         cfg, arm_seed = msg.config, msg.arm_seed
         self._confirm_projection_seed = msg.confirm_projection_seed
+        self._confirm_rows = msg.confirm_rows
         tolerances = [t.model_dump() for t in msg.tolerances]
         if self.timer is None:
             self.timer = Timer(self.device)
@@ -320,6 +326,14 @@ class CandidateRole:
         """The outside clock's loop over the live sets: a captured call's outputs are its
         graph's static outputs, destination-passing buffers are the call's own, and an eager
         call's outputs are copied into buffers of the definition's shapes."""
+        rows = max(self.plan.iters, 10)
+        if not self.cuda:  # held where the calls leave them (``kept``), a destination set per call
+            rows = self._confirm_rows or rows  # the guard's cap, by the outputs' size
+            kept = KeptOutputs(self.outs if self.dps else None, rows)
+            if not self.dps:  # an eager call's outputs come from the heap: its pages touched once, here
+                one = sum(t.numel() * t.element_size() for t in self._alloc_outputs(self.axes))
+                prefault_host_heap(rows * one)
+            return ConfirmLoop(self.device, self.sets, self.refiller, None, rows, self.timer.idle_passes, kept=kept)
         if self.plan.method == "cuda-graph":
             static = [replays.tensors_of(self._outputs(out)) for _, out in self.plan.graphs]
         elif self.dps:
@@ -331,7 +345,7 @@ class CandidateRole:
             self.sets,
             self.refiller,
             static,
-            max(self.plan.iters, 10),
+            rows,
             self.timer.idle_passes,
             projection_seed=self._confirm_projection_seed,
         )
@@ -393,13 +407,17 @@ class CandidateRole:
         inputs, calls and digests between this request and the reply."""
         if self.confirm_loop is None:
             return m.Reply(ok=False, status="INTERNAL", message="confirm before arm")
+        loop = self.confirm_loop
         try:
-            table = self.confirm_loop.run(msg.seed, msg.iters, self._loop_call(), msg.pad_passes, msg.copies)
+            table = loop.run(msg.seed, msg.iters, self._loop_call(), msg.pad_passes, msg.copies)
+            held = loop.kept.describe() if loop.kept is not None else []
         except CandidateFault:
             raise
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
-        return m.ConfirmReply(ok=True, digests=table)
+        # a CPU: the outputs stay held until the next loop; the guard reads them while this
+        # process is stopped, from the process that its own PID namespace numbers so
+        return m.ConfirmReply(ok=True, digests=table, held=held, pid=self._own_pid)
 
     def memory(self, msg: m.Memory) -> m.Reply:
         peak, by_op = self.meter.read(msg.reset)

@@ -21,7 +21,12 @@ A captured call (the timed loop's own graph) is replayed as it is; an eager call
 copied into the static buffers that the digest graph reads, and the trusted loop copies as many
 bytes. Inputs that a custom generator makes cannot be drawn in a graph: they are remade per call
 from the call's own seed (``replays.Refiller``), eagerly, and the loop is host-bound; the guard
-then applies the wider band. On the CPU the same loop runs eagerly.
+then applies the wider band.
+
+On a CPU the loop does nothing but the draws and the calls: each call's outputs are held where
+the call left them (``kept.KeptOutputs``) and the guard reads the ones it checks out of the
+worker's memory itself (``peek``); the trusted loop is the draws alone. Nothing is left in the
+candidate's process for it to do more cheaply than the trusted worker does.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import torch
 
 from . import replays
 from .harness import T
+from .kept import KeptOutputs
 
 # ``call(set)``: runs the candidate's call on the live set ``set``; returns the output tensors
 # to copy into the static buffers, or None when the call wrote them there itself
@@ -57,8 +63,13 @@ class ConfirmLoop:
         idle: Callable[[int], None],
         mirror: list[list[torch.Tensor]] | None = None,
         projection_seed: int = 0,
+        kept: KeptOutputs | None = None,
     ):
+        """``kept`` (a CPU, the candidate's loop, with ``static`` None): where the calls'
+        outputs are held. With neither ``static`` nor ``kept`` the loop is the draws alone (a
+        CPU's trusted loop)."""
         self.device = torch.device(device)
+        self.kept = kept
         self.sets, self.refiller, self.static, self.mirror = sets, refiller, static, mirror
         self.rows, self.idle = max(1, rows), idle
         self.regime = "seeded" if refiller.custom else "stream"
@@ -140,16 +151,23 @@ class ConfirmLoop:
         self.stream.seed(seed)
         if self.digests is not None:
             self.digests.reset()
+        if self.kept is not None:
+            self.kept.reset()
         self._sync()
         n = len(self.sets)
         collecting = gc.isenabled()
         gc.disable()  # a collection's pause in a window is noise the guard's clock would see
         t0 = T.perf_counter()
         try:
-            self._loop(seed, iters, call, pad_passes, n, copies)
+            if self.digests is not None:
+                self._loop(seed, iters, call, pad_passes, n, copies)
+            else:  # a CPU's (``kept``): the calls' outputs held, or the draws alone
+                self._held_loop(seed, iters, call, pad_passes, n)
             self.host_ms_per_iter = (T.perf_counter() - t0) * 1e3 / iters
             self._sync()
         finally:
+            if self.kept is not None:
+                self.kept.finish()
             if collecting:
                 gc.enable()
         return self.digests.read(iters) if self.digests is not None else []
@@ -172,6 +190,19 @@ class ConfirmLoop:
                 for dst, src in zip(self._spare()[k], self._outputs(k)):
                     T.copy_(dst, src)
             self._digest_step(k)
+
+    def _held_loop(self, seed: int, iters: int, call: LoopCall | None, pad_passes: int, n: int) -> None:
+        """A CPU's loop: the draws, and the call with its outputs held (none without a call)."""
+        kept = self.kept
+        if call is not None and kept is None:
+            raise RuntimeError("a loop of calls needs their outputs' digests or somewhere to hold them")
+        for it in range(iters):
+            k = it % n
+            self.idle(pad_passes)
+            self._refill(k, seed, it)
+            if call is not None and kept is not None:
+                kept.before(it, k)
+                kept.take(it, call(k))
 
     def _spare(self) -> list[list[torch.Tensor]]:
         """Buffers of the outputs' sizes, made once, for the copies a call without outputs of

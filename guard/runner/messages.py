@@ -50,6 +50,29 @@ class TensorMeta(_Msg):
     stride: list[int] | None = None
 
 
+class HeldOutput(_Msg):
+    """Where one output of one call of the outside clock's loop lies in the candidate worker's
+    memory (a CPU: ``runner/kept.py``). The guard reads it there itself while the worker is
+    stopped (``runner/peek.py``); a description that points at nothing readable is the
+    candidate's doing."""
+
+    address: int = Field(ge=0)
+    shape: list[Annotated[int, Field(ge=0)]]
+    stride: list[Annotated[int, Field(ge=0)]]
+    dtype: str
+
+
+class ReadOutput(_Msg):
+    """One output that the guard read out of the candidate worker's memory, as a raw file of
+    its storage span (``span`` elements) to be viewed with ``shape`` and ``stride``."""
+
+    file: str
+    span: int = Field(ge=0)
+    shape: list[Annotated[int, Field(ge=0)]]
+    stride: list[Annotated[int, Field(ge=0)]]
+    dtype: str
+
+
 class TimingConfig(_Msg):
     min_iters: int
     max_iters: int
@@ -112,6 +135,8 @@ class Arm(_OnWorkload):
     # until then: knowing them does not give the answer for inputs drawn later)
     confirm_projection_seed: int = 0
     tolerances: list[Tolerance] = Field(default_factory=list)
+    # a CPU: the most calls an outside clock's loop will hold the outputs of (0: no limit)
+    confirm_rows: int = Field(0, ge=0)
 
 
 class Run(_Msg):
@@ -218,6 +243,9 @@ class VerifyReplays(_OnProblemWorkload):
     digests: list[list[DigestRow]]
     tolerances: list[Tolerance]
     names: list[str]
+    # per chosen call, its outputs as the guard read them out of the candidate's memory (a CPU
+    # loop, whose digests are then the trusted worker's own; None: not a tensor there)
+    read: list[list[ReadOutput | None]] | None = None
 
 
 class Memory(_Msg):
@@ -354,7 +382,11 @@ class DeviceIdleReply(Reply):
 
 
 class ConfirmReply(Reply):
-    digests: list[list[DigestRow]] = Field(default_factory=list)
+    digests: list[list[DigestRow]] = Field(default_factory=list)  # a GPU loop: per call, per output
+    # a CPU loop: per call, per output, where it is held (None: not a tensor); and the worker's
+    # process id as its own PID namespace numbers it, to find its memory
+    held: list[list[HeldOutput | None]] = Field(default_factory=list)
+    pid: int = 0
 
 
 class VerifyReply(Reply):

@@ -5,6 +5,7 @@ reference outputs it holds cannot be reached by a candidate."""
 from __future__ import annotations
 
 import gc
+import math
 import traceback
 from pathlib import Path
 
@@ -353,8 +354,9 @@ class TrustedRole:
         if self.timer is None:
             self.timer = Timer(self.device)
         live = [maker.make(workload, axes, s, "normal") for s in sets]
-        static = [self._output_buffers(d, axes) for _ in live]
-        mirror = [[T.clone(t) for t in outs] for outs in static] if copies else None
+        # a CPU's loop is the draws alone (``ConfirmLoop``): no outputs to digest or copy
+        static = [self._output_buffers(d, axes) for _ in live] if self.cuda else None
+        mirror = [[T.clone(t) for t in outs] for outs in static] if copies and static is not None else None
         loop = ConfirmLoop(
             self.device,
             live,
@@ -398,7 +400,12 @@ class TrustedRole:
         d, module, maker = self.problems[key]
         projection = self._projection(msg.projection_seed if msg.regime == "stream" else msg.run_seed)
         refiller = replays.Refiller(maker, msg.workload, msg.axes)
-        digests = dict(zip(msg.iterations, msg.digests))
+        if msg.read is not None:  # a CPU loop: the outputs themselves, read by the guard
+            if len(msg.read) != len(msg.iterations):
+                return m.Reply(ok=False, status="INTERNAL", message="read outputs do not match the calls chosen")
+            digests = {i: self._digests_of_read(row, projection) for i, row in zip(msg.iterations, msg.read)}
+        else:
+            digests = dict(zip(msg.iterations, msg.digests))
         for iteration, args in self._replayed_inputs(msg, maker, refiller):
             got = digests[iteration]
             refs = self._reference_on(key, args)
@@ -434,6 +441,20 @@ class TrustedRole:
                     )
             del refs, args  # before the next call's inputs and reference are made: one call's worth held
         return m.VerifyReply(ok=True, passed=True, checked=len(msg.iterations))
+
+    @staticmethod
+    def _digests_of_read(row: list[m.ReadOutput | None], projection: replays.Projection) -> list[list[float]]:
+        """The digests of one call's outputs as the guard read them out of the candidate's
+        memory: each file is the output's storage span, viewed with its shape and strides."""
+        out = []
+        for r in row:
+            if r is None:  # not a tensor where the output should be: a mismatch
+                out.append([math.nan] * len(replays.DIGEST_FIELDS))
+                continue
+            flat = read_tensor({"file": r.file, "shape": [r.span], "dtype": r.dtype}, "cpu")
+            t = flat.as_strided(r.shape, r.stride) if r.span else flat.new_empty(r.shape)
+            out.append(replays.digest([t], projection)[0].tolist())
+        return out
 
     def _projection(self, seed: int) -> replays.Projection:
         """The projection of ``seed``: drawing its million signs costs tens of ms on a CPU, and

@@ -1,0 +1,206 @@
+"""A CPU's outside-clock loop holds its calls' outputs in the candidate's worker and the guard
+reads the chosen ones out of the worker's memory (``runner/kept.py``, ``runner/peek.py``,
+``guard/cascade/held_outputs.py``): nothing is digested or copied in the candidate's process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from guard.cascade import held_outputs  # noqa: E402
+from guard.problems.schema import Definition, Workload  # noqa: E402
+from guard.runner import messages as m  # noqa: E402
+from guard.runner import replays  # noqa: E402
+from guard.runner.confirm import ConfirmLoop  # noqa: E402
+from guard.runner.inputs import InputMaker  # noqa: E402
+from guard.runner.kept import KeptOutputs  # noqa: E402
+from guard.runner.peek import PeekError, process_with_ns_pid, read_held, span_elements  # noqa: E402
+from guard.runner.tensorio import read_tensor  # noqa: E402
+
+DEF = {
+    "name": "scale",
+    "reference": "def run(x):\n    return x * 2\n",
+    "axes": {"n": {"type": "var"}},
+    "inputs": {"x": {"shape": ["n", 64], "dtype": "float32"}},
+    "outputs": {"y": {"shape": ["n", 64], "dtype": "float32"}},
+}
+EXPECTED = [([4, 64], "float32")]
+
+
+def _loop(kept, sets, static=None, rows=8):
+    return ConfirmLoop(
+        "cpu", sets, replays.Refiller(InputMaker(DEF, "cpu"), {}, {"n": 4}), static, rows, lambda p: None, kept=kept
+    )
+
+
+def _sets(n=2):
+    maker = InputMaker(DEF, "cpu")
+    return [maker.make({}, {"n": 4}, seed=s) for s in range(1, n + 1)]
+
+
+def _read_back(held, tmp_path, tag="c"):
+    """What the guard reads at ``held``'s addresses in this very process."""
+    pid = process_with_ns_pid(os.getpid(), os.getpid())
+    out = read_held(pid, held, EXPECTED, tmp_path, tag)
+    tensors = []
+    for r in out:
+        flat = read_tensor({"file": r.file, "shape": [r.span], "dtype": r.dtype}, "cpu")
+        tensors.append(flat.as_strided(r.shape, r.stride))
+    return tensors
+
+
+def test_eager_outputs_are_held_where_the_call_left_them_and_read_back(tmp_path):
+    sets = _sets()
+    kept = KeptOutputs(None, 8)
+    loop = _loop(kept, sets)
+    returned = []
+
+    def call(k):
+        y = sets[k][0] * 2
+        returned.append(y)
+        return [y]
+
+    assert loop.run(seed=5, iters=6, call=call, pad_passes=0) == []  # no digests: nothing computed in-process
+    held = kept.describe()
+    assert len(held) == 6
+    assert [h[0].address for h in held] == [y.data_ptr() for y in returned]  # no copies either
+    # each call's own answer, on its own draw, as the trusted worker replays the draws
+    checker = _loop(None, _sets())
+    for it, args in checker.inputs_at(5, [0, 3, 5]):
+        (got,) = _read_back(held[it], tmp_path, f"i{it}")
+        assert torch.equal(got, args[0] * 2)
+
+
+def test_destination_passing_gets_a_buffer_set_per_call_and_its_own_back(tmp_path):
+    sets = _sets()
+    dests = [[torch.empty(4, 64)] for _ in sets]
+    originals = [d[0] for d in dests]
+    kept = KeptOutputs(dests, 8)
+    loop = _loop(kept, sets)
+
+    def in_place(k):
+        dests[k][0].copy_(sets[k][0] * 2)  # writes where the destination list points now
+
+    loop.run(seed=6, iters=5, call=in_place, pad_passes=0)
+    held = kept.describe()
+    assert len({h[0].address for h in held}) == 5  # never the same buffer twice
+    assert [d[0] for d in dests] == originals  # the timed loop's buffers are back
+    checker = _loop(None, _sets())
+    for it, args in checker.inputs_at(6, [1, 4]):
+        (got,) = _read_back(held[it], tmp_path, f"d{it}")
+        assert torch.equal(got, args[0] * 2)
+
+
+def test_the_trusted_loop_on_a_cpu_is_the_draws_alone():
+    sets = _sets()
+    before = [s[0].clone() for s in sets]
+    _loop(None, sets).run(seed=7, iters=4, call=None, pad_passes=0)
+    assert all(not torch.equal(a, s[0]) for a, s in zip(before, sets))  # drawn afresh
+    with pytest.raises(RuntimeError, match="hold them"):
+        _loop(None, sets).run(seed=7, iters=2, call=lambda k: [sets[k][0]], pad_passes=0)
+
+
+def test_a_stale_answer_read_back_fails_the_digest_check(tmp_path):
+    """A loop that answers only every other call (pointing the rest at the last answer) is
+    found: what the guard reads is checked against the reference on that call's inputs."""
+    sets = _sets()
+    kept = KeptOutputs(None, 8)
+    loop = _loop(kept, sets)
+    last = []
+
+    def lazy(k):
+        if not last or len(kept.held) % 2 == 0:
+            last[:] = [sets[k][0] * 2]
+        return list(last)
+
+    loop.run(seed=8, iters=4, call=lazy, pad_passes=0)
+    held = kept.describe()
+    projection = replays.Projection(3)
+    checker = _loop(None, _sets())
+    for it, args in checker.inputs_at(8, [1]):
+        (got,) = _read_back(held[it], tmp_path)
+        values, allow = replays.digest_bounds(args[0] * 2, 1e-3, 1e-3, projection)
+        mine = replays.digest([got], projection)[0].tolist()
+        assert replays.digest_mismatch(mine, values, allow, "y") is not None
+
+
+def test_descriptions_that_reach_beyond_an_output_are_refused_before_reading(tmp_path):
+    y = torch.ones(4, 64)
+    pid = os.getpid()
+    good = m.HeldOutput(address=y.data_ptr(), shape=[4, 64], stride=[64, 1], dtype="float32")
+    assert read_held(pid, [good], EXPECTED, tmp_path, "ok")[0].span == 256
+    cases = {
+        "shape": good.model_copy(update={"shape": [8, 64]}),
+        "dtype": good.model_copy(update={"dtype": "float64"}),
+        "strides": good.model_copy(update={"stride": [1 << 20, 1]}),  # a gigabyte from 256 floats
+        "readable": good.model_copy(update={"address": 8}),  # nothing mapped there
+    }
+    for why, h in cases.items():
+        with pytest.raises(PeekError):
+            read_held(pid, [h], EXPECTED, tmp_path, why)
+    with pytest.raises(PeekError):
+        read_held(pid, [good, good], EXPECTED, tmp_path, "count")
+    assert span_elements([3, 0], [1, 1]) == 0 and span_elements([2, 3], [3, 1]) == 6
+
+
+def test_the_guard_reads_a_stopped_child_processes_memory(tmp_path):
+    """The guard's real case: another process (here a child, as a worker is), found by the id
+    its PID namespace gives it, read while it waits."""
+    code = (
+        "import ctypes, sys, os\n"
+        "import torch\n"
+        "y = torch.arange(256, dtype=torch.float32).reshape(4, 64)\n"
+        "print(os.getpid(), y.data_ptr(), flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        ns_pid, address = (int(v) for v in child.stdout.readline().split())
+        pid = process_with_ns_pid(child.pid, ns_pid)
+        held = [m.HeldOutput(address=address, shape=[4, 64], stride=[64, 1], dtype="float32")]
+        (r,) = read_held(pid, held, EXPECTED, tmp_path, "child")
+        got = read_tensor({"file": r.file, "shape": [r.span], "dtype": r.dtype}, "cpu").reshape(4, 64)
+        assert torch.equal(got, torch.arange(256, dtype=torch.float32).reshape(4, 64))
+        with pytest.raises(PeekError, match="not in its tree"):
+            process_with_ns_pid(child.pid, 999_999_999)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_calls_per_window_fit_the_memory_and_lengthen_short_windows():
+    d = Definition.model_validate(DEF)
+    w = Workload.model_validate({"axes": {"n": 4}, "uuid": "w"})  # 1 KiB of output a call
+    assert held_outputs.held_calls(d, w, 64 << 10, 4096) == 64
+    assert held_outputs.held_calls(d, w, 100, 4096) == held_outputs.MIN_HELD_CALLS
+    assert held_outputs.held_calls(d, w, 1 << 30, 500) == 500
+    # a 5 ms window of 10 calls: 10 ms wanted, with a fifth to spare
+    assert held_outputs.calls_for_window(10, 0.005, 0.01, 1000) == 24
+    assert held_outputs.calls_for_window(10, 0.02, 0.01, 1000) == 10  # long enough already
+    assert held_outputs.calls_for_window(10, 0.0, 0.01, 100) == 100  # never past the cap
+
+
+def test_read_outputs_travel_in_the_verify_request():
+    r = m.ReadOutput(file="/x/c_0.bin", span=256, shape=[4, 64], stride=[64, 1], dtype="float32")
+    msg = m.VerifyReplays(
+        key="k",
+        workload={},
+        axes={},
+        sets=[1],
+        run_seed=1,
+        iterations=[0],
+        digests=[],
+        tolerances=[],
+        names=["y"],
+        read=[[r, None]],
+    )
+    assert m.VerifyReplays.model_validate(msg.model_dump()).read == [[r, None]]
+    with pytest.raises(ValueError):
+        m.HeldOutput(address=-1, shape=[1], stride=[1], dtype="float32")
+    assert Path(r.file).name == "c_0.bin"
