@@ -107,12 +107,15 @@ def another_window(clock: OutsideClock | None, done: int, first: int, most: int,
     ``floors`` (the CPU, and a host-bound GPU loop, where the outside figure becomes the
     verdict's when it is the larger): also while it is, since a pause in the trusted loop's window shortens the outside figure
     (once 6x on a loaded 2-core machine: a forged figure floored by it gained 10x on one
-    workload), and only the shortest trusted window of several is free of it."""
+    workload), and only the shortest trusted window of several is free of it. Likewise while
+    the outside figure is zero or less: no call costs that, the trusted window was stalled, and
+    a floor of zero would let a forged median decide (a red team's forged 1 us medians stood
+    so on 2 of 16 CPU workloads after a single window, session 19)."""
     if done >= most:
         return False
     if done < first or clock is None or not clock.agrees:
         return True
-    return floors and clock.outside_ms > clock.inside_ms
+    return floors and (clock.outside_ms > clock.inside_ms or clock.outside_ms <= 0)
 
 
 def run_windows(

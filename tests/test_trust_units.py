@@ -294,6 +294,11 @@ def test_on_the_cpu_the_outside_clock_runs_more_windows_while_its_figure_decides
     assert more(slower, 1, first=1, most=3, floors=True) and not more(slower, 3, first=1, most=3, floors=True)
     assert not more(faster, 1, first=1, most=3, floors=True)  # its own figure decides
     assert not more(slower, 1, first=1, most=3)  # a figure that is not floored (a GPU loop the device paces)
+    # a stalled trusted window makes the outside figure zero or less: unresolved, so another
+    # window, whatever the candidate's own figure says (a forged one is tiny)
+    stalled = outside_clock.judge(0.5, 100, 0.6, 100, inside_ms=0.001, rel_band=1.0, abs_band_ms=5.0, loop_slack=2.0)
+    assert stalled.outside_ms < 0 and stalled.agrees
+    assert more(stalled, 1, first=1, most=3, floors=True) and not more(stalled, 3, first=1, most=3, floors=True)
 
 
 def test_a_host_bound_gpu_loop_floors_the_figure_instead_of_accusing():

@@ -237,7 +237,10 @@ def test_l2_resident_inputs_are_flushed():
     timer = Timer("cuda")
 
     def median_copy_ms(flush: bool) -> float:
-        times = []
+        # enqueued back to back, synchronised once, as the timed loop runs: a synchronisation
+        # per copy lets the device idle between them and its clock drop (the flushed copies,
+        # with the flush keeping the device busy, then read faster than the cached ones)
+        pairs = []
         for _ in range(50):
             if flush:
                 timer._flush()  # what the timed loop runs before every call
@@ -245,9 +248,10 @@ def test_l2_resident_inputs_are_flushed():
             start.record()
             dst.copy_(src)
             end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        return sorted(times)[len(times) // 2]
+            pairs.append((start, end))
+        torch.cuda.synchronize()
+        times = sorted(a.elapsed_time(b) for a, b in pairs)
+        return times[len(times) // 2]
 
     median_copy_ms(False)  # warm-up
     flushed, cached = median_copy_ms(True), median_copy_ms(False)
