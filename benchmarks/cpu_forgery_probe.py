@@ -1,0 +1,113 @@
+"""What a forged median still gains on the CPU: the honest RMSNorm kernel and the same kernel
+with its reported median forged to 1 us (``tests/cheats/forges_median_keeping_mean.py``'s
+idea, without the mean), judged in turn by one guard with a user's settings and the static
+screen off, several rounds. Prints each verdict's decided figure per workload and, at the end, per workload the
+median of the forger's figures over the median of the honest ones (1.0: no gain).
+
+    python -m benchmarks.cpu_forgery_probe --rounds 4 [--out table.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.harness import RMS, honest_source, unique
+
+log = logging.getLogger("cpu_forgery_probe")
+
+FORGER = """
+import torch
+
+_role = torch.sys.modules["guard.runner.candidate_role"].CandidateRole
+_stats = _role.stats
+
+
+def _forged_stats(self, msg):
+    reply = _stats(self, msg)
+    if getattr(reply, "ok", False):
+        reply.stats["median_ms"] = 0.001
+    return reply
+
+
+_role.stats = _forged_stats
+
+
+def run(hidden_states, weight):
+    x = hidden_states.float()
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+
+    from guard.candidates.load import from_source
+    from guard.cascade import Guard
+    from guard.config import GuardConfig
+    from guard.workspace import Workspace
+
+    ws = Path(tempfile.mkdtemp(prefix="forgery-probe-")) / "ws"
+    # a user's settings (the screen off, to judge the run-time defences alone)
+    cfg = GuardConfig(static_screen=False, compile_baseline=False)
+    guard = Guard(Workspace.open(ws), cfg, device="cpu")
+    rows = []
+    try:
+        for r in range(args.rounds):
+            for kind, src in (("honest", honest_source()), ("forger", FORGER)):
+                v = guard.evaluate(from_source(unique(src), "pytorch"), RMS, agent=f"{kind}-{r}")
+                row = {"round": r, "kind": kind, "status": v.status, "decision": v.decision, "workloads": {}}
+                for w in v.workloads:
+                    oc = w.timing.outside_clock if w.timing else None
+                    row["workloads"][w.uuid] = {
+                        "decided_ms": w.latency_ms,
+                        "inside_ms": oc.inside_ms if oc else None,
+                        "outside_ms": oc.outside_ms if oc else None,
+                        "windows": oc.windows if oc else None,
+                        "calls": oc.run_iters if oc else None,
+                    }
+                rows.append(row)
+                figures = " ".join(f"{x['decided_ms']:.4f}" for x in row["workloads"].values())
+                log.info("round %d %-6s %s %s decided ms: %s", r, kind, v.status, v.decision, figures)
+    finally:
+        guard.close()
+    summary = {}
+    names = sorted({u for row in rows for u in row["workloads"]})
+    for u in names:
+        fig = {
+            k: [row["workloads"][u]["decided_ms"] for row in rows if row["kind"] == k and u in row["workloads"]]
+            for k in ("honest", "forger")
+        }
+        if fig["honest"] and fig["forger"]:
+            summary[u] = {
+                "honest_median_ms": statistics.median(fig["honest"]),
+                "forger_median_ms": statistics.median(fig["forger"]),
+                "forger_min_ms": min(fig["forger"]),
+                "gain": statistics.median(fig["honest"]) / statistics.median(fig["forger"]),
+                "worst_gain": statistics.median(fig["honest"]) / min(fig["forger"]),
+            }
+            log.info(
+                "%-32s honest %.4f ms, forger %.4f ms (min %.4f): gain %.2fx, worst %.2fx",
+                u,
+                summary[u]["honest_median_ms"],
+                summary[u]["forger_median_ms"],
+                summary[u]["forger_min_ms"],
+                summary[u]["gain"],
+                summary[u]["worst_gain"],
+            )
+    if args.out:
+        args.out.write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
