@@ -26,6 +26,7 @@ class PeekError(Exception):
 
 def process_with_ns_pid(root: int, ns_pid: int) -> int:
     """The process of ``root``'s tree that its innermost PID namespace numbers ``ns_pid``."""
+    numbered = False
     for pid in tree(root):
         try:
             status = Path(f"/proc/{pid}/status").read_text()
@@ -33,9 +34,12 @@ def process_with_ns_pid(root: int, ns_pid: int) -> int:
             continue
         for line in status.splitlines():
             if line.startswith("NSpid:"):
+                numbered = True
                 ids = line.split()[1:]
                 if ids and ids[-1] == str(ns_pid):
                     return pid
+    if not numbered:  # a kernel before 4.1 says nothing of namespaces: the guard's limit
+        raise OSError(f"no process of tree {root} shows its PID namespace ids (NSpid)")
     raise PeekError(f"the worker named process {ns_pid}, which is not in its tree")
 
 
