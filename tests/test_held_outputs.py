@@ -204,3 +204,30 @@ def test_read_outputs_travel_in_the_verify_request():
     with pytest.raises(ValueError):
         m.HeldOutput(address=-1, shape=[1], stride=[1], dtype="float32")
     assert Path(r.file).name == "c_0.bin"
+
+
+def test_the_trusted_loop_replies_with_as_many_descriptions_as_the_candidates(tmp_path):
+    """The guard's clock runs around both windows' replies: the trusted one carries as many
+    held-output descriptions as the candidate's (made and validated alike), so that cost is
+    charged to both windows, not to the candidate's alone."""
+    from guard.problems.derive import workload_set
+    from guard.problems.store import load_problem
+    from guard.runner import trusted_role as tr
+    from seeds import SEEDS_DIR
+
+    prob = load_problem(SEEDS_DIR / "rmsnorm_llama3_8b")
+    d = prob.definition
+    w = workload_set(prob, "cpu", b"secret").visible[0]
+    axes = d.resolve_axes(w.axes)
+    role = tr.TrustedRole("cpu", tmp_path)
+    key = d.content_hash()
+    assert role.handle({"op": "problem", "key": key, "definition": d.to_json(), "blob_root": None})["ok"]
+    reply = role.handle(
+        m.Overhead(key=key, workload=w.model_dump(mode="json"), axes=axes, sets=[1, 2], seed=3, iters=7).model_dump()
+    )
+    assert reply["ok"], reply
+    held = m.OverheadReply.model_validate(reply).held
+    assert len(held) == 7 and all(len(row) == len(d.outputs) for row in held)
+    (spec,) = d.outputs.values()
+    assert held[0][0].shape == list(d.shape_of(spec, axes)) and held[0][0].dtype == spec.dtype
+    assert held[0][0].stride[-1] == 1

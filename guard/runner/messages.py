@@ -359,6 +359,9 @@ class OverheadReply(Reply):
     iters: int = 0
     setup_s: float = 0.0  # measured by the trusted worker itself, taken out of the guard's figure
     digests: list[list[DigestRow]] = Field(default_factory=list)
+    # a CPU: as many descriptions as the candidate's reply carries (``ConfirmReply.held``), so
+    # that reading and validating it costs the two windows alike; their contents mean nothing
+    held: list[list[HeldOutput | None]] = Field(default_factory=list)
 
 
 class MemoryReply(Reply):
