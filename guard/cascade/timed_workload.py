@@ -393,24 +393,24 @@ def time_workload(
         ).model_copy(update={"windows": len(run_walls)})
 
     floors = _outside_figure_floors(ref, host_bound)
-    run_walls, loop_walls, confirms, clock = _outside_windows(
-        cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng
-    )
-    target = cfg.outside_window_s_cpu
-    if held and n_loop < held and min(run_walls) < target / 2:
-        # the probe that set the calls per window ran slower than the windows (a candidate that
-        # slowed it would get short windows, whose fixed cost is noise it could gain from): the
-        # windows again, with as many calls as the shortest of them says
-        n_loop = held_outputs.calls_for_window(n_loop, min(run_walls), target, held)
+    try:  # the outputs read out of the candidate's worker go when this workload is done
         run_walls, loop_walls, confirms, clock = _outside_windows(
             cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng
         )
-    stats["outside_clock"] = clock.model_dump()
-    if floors:
-        _floor_by_outside_clock(stats, clock)
+        target = cfg.outside_window_s_cpu
+        if held and n_loop < held and min(run_walls) < target / 2:
+            # the probe that set the calls per window ran slower than the windows (a candidate that
+            # slowed it would get short windows, whose fixed cost is noise it could gain from): the
+            # windows again, with as many calls as the shortest of them says
+            n_loop = held_outputs.calls_for_window(n_loop, min(run_walls), target, held)
+            run_walls, loop_walls, confirms, clock = _outside_windows(
+                cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng
+            )
+        stats["outside_clock"] = clock.model_dump()
+        if floors:
+            _floor_by_outside_clock(stats, clock)
 
-    # every window's calls checked as many as the timed loop's: the shortest window decides
-    try:
+        # every window's calls checked as many as the timed loop's: the shortest window decides
         for c in confirms:
             _verify_calls(
                 cx,

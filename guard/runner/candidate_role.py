@@ -27,7 +27,7 @@ from .common import (
     trim_host_heap,
 )
 from .harness import T
-from .inputs import InputMaker, torch_dtype
+from .inputs import InputMaker, spec_shape, torch_dtype
 from .kept import KeptOutputs
 from .poison import poison_free_blocks, poison_in_place, poison_tensor
 from .snapshots import close, same_bytes, snapshot
@@ -116,8 +116,7 @@ class CandidateRole:
     def _alloc_outputs(self, axes: dict) -> list[torch.Tensor]:
         outs = []
         for spec in self.d["outputs"].values():
-            shape = tuple(axes[x] if isinstance(x, str) else int(x) for x in (spec.get("shape") or []))
-            t = T.empty(shape, dtype=torch_dtype(spec["dtype"]), device=self.device)
+            t = T.empty(spec_shape(spec, axes), dtype=torch_dtype(spec["dtype"]), device=self.device)
             poison_tensor(t)
             outs.append(t)
         return outs

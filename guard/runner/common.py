@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import importlib.util
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
@@ -156,21 +156,25 @@ def clear_high_water() -> None:
         pass
 
 
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """glibc, for the heap's controls; None where the C library is another (nothing to tune)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim, libc.mallopt  # noqa: B018 - both must exist
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
 def trim_host_heap() -> None:
     """Give the C heap's free memory back to the system (glibc's ``malloc_trim``). Blocks under
     its mmap threshold (32 MiB at most) stay in the heap when freed and would count in the
     resident set, the CPU's peak-memory figure, long after the tensors that used them are gone."""
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        try:
-            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):  # not glibc: nothing to trim
-            _MALLOC_TRIM = False
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
-
-_MALLOC_TRIM: Callable[[int], object] | Literal[False] | None = None  # False: not glibc
 
 # glibc's mallopt parameters
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
@@ -182,12 +186,11 @@ def prefault_host_heap(nbytes: int) -> None:
     that size written and freed. Blocks allocated afterwards then reuse pages already touched:
     a loop that holds each call's outputs (``kept``) would otherwise pay a page fault per page
     of every output, which the same call timed on reused memory does not. Not glibc: nothing."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(_M_MMAP_MAX, 0)
-        libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1)  # an int: the largest
-    except (OSError, AttributeError):
+    libc = _glibc()
+    if libc is None:
         return
+    libc.mallopt(_M_MMAP_MAX, 0)
+    libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1)  # an int: the largest
     if nbytes > 0:
         block = T.zeros(nbytes, dtype=torch.uint8)
         del block

@@ -68,6 +68,11 @@ def sub_seed(seed: int, *parts: object) -> int:
     return h
 
 
+def spec_shape(spec: dict[str, Any], axes: dict[str, int]) -> tuple[int, ...]:
+    """A tensor spec's shape with its named axes resolved (a scalar spec: ``()``)."""
+    return tuple(axes[d] if isinstance(d, str) else int(d) for d in (spec.get("shape") or []))
+
+
 class InputMaker:
     """Inputs for one definition on one device. ``reference_module`` provides custom inputs."""
 
@@ -122,7 +127,7 @@ class InputMaker:
         kind_of = ispec.get("type", "random")
         if kind_of == "scalar":
             return ispec["value"]
-        shape = tuple(axes[d] if isinstance(d, str) else int(d) for d in (tspec.get("shape") or []))
+        shape = spec_shape(tspec, axes)
         dtype = tspec["dtype"]
         if tspec.get("shape") is None:  # a scalar the workload did not set
             return 1e-5 if dtype.startswith("float") else 1

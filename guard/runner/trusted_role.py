@@ -25,7 +25,7 @@ from .common import (
 from .compare import compare, spec_args
 from .compare_scan import all_finite
 from .harness import T
-from .inputs import InputMaker, torch_dtype
+from .inputs import InputMaker, spec_shape, torch_dtype
 from .tensorio import read_tensor
 from .timing import Timer
 
@@ -349,7 +349,7 @@ class TrustedRole:
         d = self.problems[key][0]
         outs = []
         for spec in d["outputs"].values():
-            shape = [axes[x] if isinstance(x, str) else int(x) for x in (spec.get("shape") or [])]
+            shape = list(spec_shape(spec, axes))
             stride, step = [], 1
             for size in reversed(shape):
                 stride.insert(0, step)
@@ -404,8 +404,7 @@ class TrustedRole:
     def _output_buffers(self, d: dict, axes: dict) -> list[torch.Tensor]:
         bufs = []
         for spec in d["outputs"].values():
-            shape = tuple(axes[x] if isinstance(x, str) else int(x) for x in (spec.get("shape") or []))
-            bufs.append(torch.empty(shape, dtype=torch_dtype(spec["dtype"]), device=self.device))
+            bufs.append(torch.empty(spec_shape(spec, axes), dtype=torch_dtype(spec["dtype"]), device=self.device))
         return bufs
 
     def verify_replays(self, msg: m.VerifyReplays) -> m.Reply:
