@@ -3,8 +3,10 @@ with its reported median forged to 1 us (``tests/cheats/forges_median_keeping_me
 idea, without the mean), judged in turn by one guard with a user's settings and the static
 screen off, several rounds. Prints each verdict's decided figure per workload and, at the end, per workload the
 median of the forger's figures over the median of the honest ones (1.0: no gain).
+``--forger second-core``: the forger also runs the outside clock's calls on a second core
+while its loop draws (``tests/cheats/calls_on_a_second_core.py``).
 
-    python -m benchmarks.cpu_forgery_probe --rounds 4 [--out table.json]
+    python -m benchmarks.cpu_forgery_probe --rounds 4 [--forger second-core] [--out table.json]
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness import RMS, honest_source, unique
+from benchmarks.harness import CHEATS, RMS, honest_source, unique
 
 log = logging.getLogger("cpu_forgery_probe")
 
@@ -47,8 +49,10 @@ def run(hidden_states, weight):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--forger", choices=("median", "second-core"), default="median")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    forger = FORGER if args.forger == "median" else (CHEATS / "calls_on_a_second_core.py").read_text()
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 
     from guard.candidates.load import from_source
@@ -63,7 +67,7 @@ def main() -> int:
     rows = []
     try:
         for r in range(args.rounds):
-            for kind, src in (("honest", honest_source()), ("forger", FORGER)):
+            for kind, src in (("honest", honest_source()), ("forger", forger)):
                 v = guard.evaluate(from_source(unique(src), "pytorch"), RMS, agent=f"{kind}-{r}")
                 row = {"round": r, "kind": kind, "status": v.status, "decision": v.decision, "workloads": {}}
                 for w in v.workloads:
@@ -105,7 +109,7 @@ def main() -> int:
                 summary[u]["worst_gain"],
             )
     if args.out:
-        args.out.write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))
+        args.out.write_text(json.dumps({"forger": args.forger, "rows": rows, "summary": summary}, indent=1))
     return 0
 
 

@@ -138,7 +138,7 @@ class HttpServer:
 
 
 def expectation(path) -> dict:
-    """The fields of a cheat's EXPECT line (screen=, runtime=, PROBLEM=; heldout: HELDOUT)."""
+    """The fields of a cheat's EXPECT line (screen=, runtime=, PROBLEM=; flags: HELDOUT, DPS, PARALLEL)."""
     text = path.read_text()
     m = re.search(r"EXPECT ([^\"\n]*)", text)
     assert m, f"{path.name} has no EXPECT line"
@@ -146,6 +146,7 @@ def expectation(path) -> dict:
     fields = dict(kv.split("=") for kv in words if "=" in kv)
     fields["heldout"] = "HELDOUT" in words
     fields["dps"] = "DPS" in words
+    fields["parallel"] = "PARALLEL" in words
     return fields
 
 

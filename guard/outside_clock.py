@@ -49,6 +49,9 @@ class OutsideClock(BaseModel):
     # per iteration than the capped padding covers): the outside figure then holds host time
     # the inside one does not, so it floors the decided figure instead of holding it to a band
     host_bound: bool = False
+    # a CPU: CPU time the candidate's tree used beside its busiest thread in the window that
+    # decided (other cores at once), charged to that window on top of its wall time
+    parallel_s: float = 0.0
 
 
 def judge(

@@ -73,6 +73,8 @@ def test_cheat_with_screen_and_runtime_defence_alone(guard, guard_runtime_only, 
             oc = w.timing.outside_clock
             assert oc is not None and (w.timing.model_extra or {}).get("floored_by_outside_clock"), w.uuid
             assert w.latency_ms == oc.outside_ms > oc.inside_ms, (w.uuid, w.latency_ms, oc)
+            if exp["parallel"]:  # its calls ran beside its loop: the window paid for them
+                assert oc.parallel_s > 0, (w.uuid, oc)
     else:
         assert v.status == exp["runtime"], f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
     if v.status != "PASSED":

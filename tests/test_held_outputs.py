@@ -188,6 +188,16 @@ def test_calls_per_window_fit_the_memory_and_lengthen_short_windows():
     assert held_outputs.calls_for_window(10, 0.0, 0.01, 100) == 100  # never past the cap
 
 
+def test_windows_run_again_when_short_or_when_the_calls_were_lost_in_noise():
+    # (calls, shortest window s, outside figure ms, target s, most calls)
+    assert held_outputs.longer_windows(10, 0.002, 0.1, 0.01, 1000) == 60  # short: lengthened to the target
+    assert held_outputs.longer_windows(10, 0.02, 0.1, 0.01, 1000) is None  # long enough, resolved
+    # long enough, but no call cost anything by the guard's clock: a forged median would decide
+    assert held_outputs.longer_windows(10, 0.02, 0.0, 0.01, 1000) == 40
+    assert held_outputs.longer_windows(10, 0.02, -0.3, 0.01, 25) == 25  # at most the cap
+    assert held_outputs.longer_windows(25, 0.02, -0.3, 0.01, 25) is None  # at the cap already
+
+
 def test_read_outputs_travel_in_the_verify_request():
     r = m.ReadOutput(file="/x/c_0.bin", span=256, shape=[4, 64], stride=[64, 1], dtype="float32")
     msg = m.VerifyReplays(

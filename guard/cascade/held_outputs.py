@@ -34,6 +34,22 @@ def calls_for_window(calls: int, wall_s: float, target_s: float, most: int) -> i
     return min(most, max(calls, math.ceil(calls * 1.2 * target_s / max(wall_s, 1e-6))))
 
 
+def longer_windows(calls: int, shortest_s: float, outside_ms: float, target_s: float, most: int) -> int | None:
+    """The calls per window to run the windows again with, or None when those run stand. Again
+    when the windows came out shorter than half the target (the probe that set the calls ran
+    slower than they did: a candidate that slowed it would get short windows, whose fixed cost
+    is noise it could gain from), with as many calls as the shortest says; and when the calls
+    were lost in the windows' noise (a figure of zero or less after every window, where a
+    forged median would stand), with four times as many. At most ``most``."""
+    if calls >= most:
+        return None
+    if shortest_s < target_s / 2:
+        return calls_for_window(calls, shortest_s, target_s, most)
+    if outside_ms <= 0:
+        return min(most, 4 * calls)
+    return None
+
+
 def read_chosen(
     worker: WorkerProcess,
     reply: m.ConfirmReply,

@@ -39,6 +39,7 @@ from ..runner import messages as m
 from ..runner import nvml
 from ..runner.refill_kinds import stream_refill_possible
 from ..runner.freeze import FreezeError, frozen
+from ..runner import tree_cpu
 from ..runner.process import WorkerProcess
 from .asking import Asked, ask
 from .reasons import GuardError, Rejection, Unpaired, candidate_status, first_line
@@ -398,11 +399,9 @@ def time_workload(
             cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng
         )
         target = cfg.outside_window_s_cpu
-        if held and n_loop < held and min(run_walls) < target / 2:
-            # the probe that set the calls per window ran slower than the windows (a candidate that
-            # slowed it would get short windows, whose fixed cost is noise it could gain from): the
-            # windows again, with as many calls as the shortest of them says
-            n_loop = held_outputs.calls_for_window(n_loop, min(run_walls), target, held)
+        longer = held_outputs.longer_windows(n_loop, min(run_walls), clock.outside_ms, target, held) if held else None
+        if longer is not None:
+            n_loop = longer
             run_walls, loop_walls, confirms, clock = _outside_windows(
                 cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng
             )
@@ -467,17 +466,24 @@ def _outside_windows(
     On a CPU the loop holds its outputs in the candidate's worker (``held_outputs``): the
     candidate's window ends when its whole tree is stopped, not when it replies (a thread that
     went on computing after the reply would otherwise do its work off the clock), the chosen
-    calls' outputs are read out of it then, and the trusted window ends the same way."""
+    calls' outputs are read out of it then, and the trusted window ends the same way. Each
+    window is charged its wall time plus the CPU time its tree used beside its busiest thread
+    (``runner.tree_cpu``): calls run on a second core while the loop drew are paid for."""
     ref, w = cx.ref, cx.w
     held = ref.device.kind != "cuda"
-    run_walls: list[float] = []
+    run_walls: list[float] = []  # charged: wall time, and CPU time on other cores (a CPU)
+    run_parallel: list[float] = []
     loop_walls: list[float] = []
     confirms: list[_Checked] = []
     most = ref.cfg.outside_windows if ref.device.kind == "cuda" else ref.cfg.outside_windows_cpu
 
+    run_pid = cx.worker.proc.pid if cx.worker.proc is not None else None
+    loop_pid = cx.trusted.proc.pid if cx.trusted.proc is not None else None
+
     def window() -> outside_clock.OutsideClock:
         seed = ref.seed(f"confirm-{len(run_walls)}", run_seed)
         chosen = sorted(check_rng.sample(range(n), min(ref.cfg.replay_checks, n)))
+        cpu0 = tree_cpu.read(run_pid if held else None)
         with _no_gc():
             t0 = time.monotonic()
             confirmed = _call(
@@ -496,12 +502,16 @@ def _outside_windows(
                 w.uuid,
             )
         read = None
+        parallel = 0.0
         with candidate_stopped(cx.worker, w, "while the guard timed its loop without the call"):
-            if held:
+            if held:  # and what the tree ran on other cores meanwhile, paid for
                 run_wall = time.monotonic() - t0
+                parallel = tree_cpu.parallel_ns(cpu0, tree_cpu.read(run_pid)) / 1e9
+                run_wall += parallel
                 dest = cx.trusted.workdir / "read" / f"window{len(run_walls)}"
                 read = held_outputs.read_chosen(cx.worker, confirmed, chosen, cx.d, w, dest)
             wait_device_idle(ref, cx.trusted, w, "before the guard's loop")
+            loop_cpu0 = tree_cpu.read(loop_pid if held else None)
             with _no_gc():
                 t0 = time.monotonic()
                 loop = _call(
@@ -521,17 +531,19 @@ def _outside_windows(
                     cx.timeout,
                 )
                 loop_wall = time.monotonic() - t0
-                if held:  # ended as the candidate's window was: once its tree is stopped
-                    with frozen(cx.trusted.proc.pid if cx.trusted.proc is not None else None):
-                        loop_wall = time.monotonic() - t0
+                if held:  # ended and charged as the candidate's window was
+                    with frozen(loop_pid):
+                        loop_wall = tree_cpu.charged_s(time.monotonic() - t0, loop_cpu0, tree_cpu.read(loop_pid))
             wait_device_idle(ref, cx.trusted, w, "after the guard's loop")
         if not loop.ok:
             raise GuardError(f"the trusted worker could not run the timing loop: {loop.message}")
         run_walls.append(run_wall)
+        run_parallel.append(parallel)
         loop_walls.append(loop_wall - loop.setup_s)
         digests = [] if held else [confirmed.digests[i] for i in chosen]
         confirms.append(_Checked(seed, chosen, digests, read))
-        return judge(run_walls, loop_walls)
+        shortest = min(range(len(run_walls)), key=run_walls.__getitem__)
+        return judge(run_walls, loop_walls).model_copy(update={"parallel_s": run_parallel[shortest]})
 
     clock = outside_clock.run_windows(window, ref.cfg.outside_windows_first, most, floors, ref.pool.quiet_spare)
     return run_walls, loop_walls, confirms, clock

@@ -63,7 +63,7 @@ class Freeze:
         )
 
 
-def _stat_fields(pid: int, tid: str | None = None) -> list[str] | None:
+def stat_fields(pid: int, tid: str | None = None) -> list[str] | None:
     """The fields of /proc/PID/stat (or of one thread's, /proc/PID/task/TID/stat) after the
     command name (state first), or None when gone."""
     path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
@@ -82,7 +82,7 @@ def descendants(pid: int) -> list[int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(int(entry.name))
+        fields = stat_fields(int(entry.name))
         if fields and len(fields) > 1:
             children.setdefault(int(fields[1]), []).append(int(entry.name))
     out, todo = [], [pid]
@@ -98,7 +98,7 @@ def tree(pid: int) -> list[int]:
     tree alone, fast enough to keep up with processes that fork and exit), or from every
     process's parent link where the kernel lacks those lists."""
     if not Path(f"/proc/{pid}/task").exists():
-        return [pid] if _stat_fields(pid) is not None else []
+        return [pid] if stat_fields(pid) is not None else []
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
@@ -130,7 +130,7 @@ def _stopped(pid: int) -> bool:
     except OSError:
         return True
     for tid in tasks:
-        fields = _stat_fields(pid, tid)
+        fields = stat_fields(pid, tid)
         if fields and fields[0] not in "TtZX":
             return False
     return True
@@ -141,7 +141,7 @@ def cpu_seconds(pids: list[int]) -> float:
     exited children."""
     ticks = 0
     for p in pids:
-        fields = _stat_fields(p)
+        fields = stat_fields(p)
         if fields and len(fields) > 14:
             ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
     return ticks * _TICK_S

@@ -1,0 +1,82 @@
+"""The CPU time a worker's whole process tree has used, read from outside it.
+
+On a CPU the outside clock charges a window its wall time plus the CPU time the tree used
+beside its busiest thread: a candidate whose calls ran on a second core while its loop drew
+the next inputs (a helper thread, an OpenMP pool, a process forked at import) would otherwise
+be charged the longer of the two, where a single-threaded honest kernel is charged their sum.
+One thread per CPU worker is a convention (``OMP_NUM_THREADS=1``) the candidate's code can
+break; the kernel's accounting of the CPU time it used is out of its reach. Work split over
+two cores so costs at least what it would on one: the wall covers the longer part, the
+excess the shorter.
+
+Each process is read through its process CPU clock (``clock_gettime`` on the clock that
+``clock_getcpuclockid`` names: nanoseconds, its exited threads included, readable by a
+process of the same PID namespace or a parent one), what it reaped of its exited children from
+``/proc/PID/stat`` (clock ticks: only a process that ends inside a window is counted at that
+grain), and each live thread's run time from its ``schedstat``. What a window cannot see: a
+thread running when the window starts has its current slice (milliseconds at most) read late
+(an honest worker's threads wait for the request then).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from .freeze import run_ns, stat_fields, tree
+
+_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+_CPUCLOCK_SCHED = 2  # the kernel's clock id of a process's CPU time: ((~pid) << 3) | CPUCLOCK_SCHED
+
+
+def process_cpu_ns(pid: int) -> int | None:
+    """CPU time of the process ``pid`` (all its threads, live or exited), or None when gone."""
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | _CPUCLOCK_SCHED)
+    except OSError:
+        fields = stat_fields(pid)  # a kernel without the clock: utime + stime, in ticks
+        return None if fields is None or len(fields) < 13 else (int(fields[11]) + int(fields[12])) * _TICK_NS
+
+
+def reaped_cpu_ns(pid: int) -> int:
+    """CPU time of the exited children ``pid`` has reaped (cutime + cstime)."""
+    fields = stat_fields(pid)
+    return 0 if fields is None or len(fields) < 15 else (int(fields[13]) + int(fields[14])) * _TICK_NS
+
+
+@dataclass(frozen=True)
+class TreeCpu:
+    """One reading of a tree's CPU time: in all (each process's own and what it reaped) and by
+    thread, for the threads alive at the reading ((pid, tid) -> ns, from ``schedstat``)."""
+
+    total_ns: int = 0
+    threads: dict[tuple[int, int], int] = field(default_factory=dict)
+
+
+def read(pid: int | None) -> TreeCpu:
+    """``pid``'s whole tree now. The totals are read before the threads: what a thread runs
+    between the two readings of a window's start is then charged as excess, never hidden."""
+    if pid is None:
+        return TreeCpu()
+    pids = tree(pid)
+    total = 0
+    for p in pids:
+        own = process_cpu_ns(p)
+        if own is not None:
+            total += own + reaped_cpu_ns(p)
+    threads = {(p, tid): ns for p in pids for tid, ns in (run_ns(p) or {}).items()}
+    return TreeCpu(total, threads)
+
+
+def parallel_ns(before: TreeCpu, after: TreeCpu) -> int:
+    """CPU time the tree used between two readings beyond its busiest thread's: what ran beside
+    that thread on other cores (threads and processes that came and went meanwhile counted in
+    full). A tree that ran on one core has none to speak of."""
+    busiest = max((ns - before.threads[key] for key, ns in after.threads.items() if key in before.threads), default=0)
+    return max(0, after.total_ns - before.total_ns - busiest)
+
+
+def charged_s(wall_s: float, before: TreeCpu, after: TreeCpu) -> float:
+    """What a window is charged: its wall time plus what the tree ran beside its busiest thread."""
+    return wall_s + parallel_ns(before, after) / 1e9

@@ -1,0 +1,84 @@
+"""The CPU time of a worker's tree, read from outside it (``guard.runner.tree_cpu``): what a
+CPU window of the outside clock is charged beyond its wall time. Each case runs a fixed amount
+of CPU time (not of wall time), so the figures hold on a loaded machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from guard.runner import tree_cpu
+
+SPIN_S = 0.2
+
+# A process that, on each command, burns SPIN_S of CPU time: on its main thread ("main"), on a
+# thread started and joined for it ("thread"), or in a child forked, waited for and reaped ("fork").
+WORKER = textwrap.dedent(
+    f"""
+    import os, sys, threading, time
+
+    def spin(clock):
+        end = clock() + {SPIN_S}
+        while clock() < end:
+            pass
+
+    for line in sys.stdin:
+        how = line.strip()
+        if how == "main":
+            spin(time.thread_time)
+        elif how == "thread":
+            t = threading.Thread(target=spin, args=(time.thread_time,))
+            t.start()
+            t.join()
+        elif how == "fork":
+            child = os.fork()
+            if child == 0:
+                spin(time.process_time)
+                os._exit(0)
+            os.waitpid(child, 0)
+        print("done", flush=True)
+    """
+)
+
+
+@pytest.fixture
+def worker():
+    proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _window(proc: subprocess.Popen, how: str) -> tuple[tree_cpu.TreeCpu, tree_cpu.TreeCpu]:
+    assert proc.stdin is not None and proc.stdout is not None
+    before = tree_cpu.read(proc.pid)
+    proc.stdin.write(how + "\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "done"
+    return before, tree_cpu.read(proc.pid)
+
+
+def test_work_on_the_busiest_thread_is_not_charged_again(worker):
+    before, after = _window(worker, "main")
+    assert after.total_ns - before.total_ns >= SPIN_S * 1e9  # the tree's CPU time saw it
+    assert tree_cpu.parallel_ns(before, after) < 0.05e9  # the wall time holds it already
+
+
+@pytest.mark.parametrize("how", ["thread", "fork"])
+def test_work_beside_the_busiest_thread_is_charged_in_full(worker, how):
+    """A thread that came and went, or a child process reaped, inside the window: neither is
+    alive at either reading, and all its CPU time is charged on top of the wall time."""
+    before, after = _window(worker, how)
+    # a reaped child is counted in clock ticks: one tick of slack
+    assert tree_cpu.parallel_ns(before, after) >= SPIN_S * 1e9 - tree_cpu._TICK_NS
+    assert tree_cpu.charged_s(1.0, before, after) >= 1.0 + SPIN_S - tree_cpu._TICK_NS / 1e9
+
+
+def test_a_gone_process_reads_as_nothing():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert tree_cpu.process_cpu_ns(proc.pid) is None
+    assert tree_cpu.read(None) == tree_cpu.TreeCpu()
