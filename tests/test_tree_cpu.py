@@ -15,10 +15,11 @@ from guard.runner import tree_cpu
 SPIN_S = 0.2
 
 # A process that, on each command, burns SPIN_S of CPU time: on its main thread ("main"), on a
-# thread started and joined for it ("thread"), or in a child forked, waited for and reaped ("fork").
+# thread started and joined for it ("thread"), in a child forked, waited for and reaped ("fork"),
+# or in a child left running that the kernel reaps when it is killed ("bank", then "spend the bank").
 WORKER = textwrap.dedent(
     f"""
-    import os, sys, threading, time
+    import os, signal, sys, threading, time
 
     def spin(clock):
         end = clock() + {SPIN_S}
@@ -39,6 +40,17 @@ WORKER = textwrap.dedent(
                 spin(time.process_time)
                 os._exit(0)
             os.waitpid(child, 0)
+        elif how == "bank":  # a child that has run, to be reaped by the kernel when it ends
+            signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+            bank = os.fork()
+            if bank == 0:
+                spin(time.process_time)
+                signal.pause()
+        elif how == "spend the bank":  # the bank ends; a thread runs beside the main thread
+            os.kill(bank, signal.SIGKILL)
+            t = threading.Thread(target=spin, args=(time.thread_time,))
+            t.start()
+            t.join()
         print("done", flush=True)
     """
 )
@@ -76,6 +88,17 @@ def test_work_beside_the_busiest_thread_is_charged_in_full(worker, how):
     slack_ns = 2 * tree_cpu._TICK_NS
     assert tree_cpu.parallel_ns(before, after) >= SPIN_S * 1e9 - slack_ns
     assert tree_cpu.charged_s(1.0, before, after) >= 1.0 + SPIN_S - slack_ns / 1e9
+
+
+def test_a_process_that_ends_unreaped_in_a_window_is_named_and_takes_nothing_away(worker):
+    """A red team's bank (session 20): a child that ran before the window and is killed inside
+    it, its parent ignoring SIGCHLD, took its whole CPU time out of the tree's total and hid a
+    helper thread's work. Each process is counted by its own difference now, and the one that
+    went is named (the guard refuses such a window)."""
+    _window(worker, "bank")
+    before, after = _window(worker, "spend the bank")
+    assert len(tree_cpu.vanished(before, after)) == 1
+    assert tree_cpu.parallel_ns(before, after) >= SPIN_S * 1e9 * 0.95
 
 
 def test_a_gone_process_reads_as_nothing():

@@ -506,7 +506,17 @@ def _outside_windows(
         with candidate_stopped(cx.worker, w, "while the guard timed its loop without the call"):
             if held:  # and what the tree ran on other cores meanwhile, paid for
                 run_wall = time.monotonic() - t0
-                parallel = tree_cpu.parallel_ns(cpu0, tree_cpu.read(run_pid)) / 1e9
+                cpu1 = tree_cpu.read(run_pid)
+                if gone := tree_cpu.vanished(cpu0, cpu1):
+                    raise Rejection(
+                        "benchmark",
+                        "REWARD_HACK",
+                        f"processes {gone} of the candidate's tree ended while the guard's clock timed its "
+                        f"loop on {w.uuid}: the CPU time they used cannot be charged",
+                        None,
+                        w.uuid,
+                    )
+                parallel = tree_cpu.parallel_ns(cpu0, cpu1) / 1e9
                 run_wall += parallel
                 dest = cx.trusted.workdir / "read" / f"window{len(run_walls)}"
                 read = held_outputs.read_chosen(cx.worker, confirmed, chosen, cx.d, w, dest)

@@ -13,9 +13,13 @@ Each process is read through its process CPU clock (``clock_gettime`` on the clo
 ``clock_getcpuclockid`` names: nanoseconds, its exited threads included, readable by a
 process of the same PID namespace or a parent one), what it reaped of its exited children from
 ``/proc/PID/stat`` (clock ticks: only a process that ends inside a window is counted at that
-grain), and each live thread's run time from its ``schedstat``. What a window cannot see: a
-thread running when the window starts has its current slice (milliseconds at most) read late
-(an honest worker's threads wait for the request then).
+grain), and each live thread's run time from its ``schedstat``. A process that ends inside a
+window without a parent in the tree to reap it (a parent that ignores SIGCHLD) takes its CPU
+time out of every count: the window is refused (``vanished``). What a window cannot see: a
+process that starts and ends inside it, reaped so (its CPU time is never read; a cgroup's
+count, or no process creation in a timed worker, would close it), and the current slice of a
+thread running when the window starts (milliseconds at most; an honest worker's threads wait
+for the request then).
 """
 
 from __future__ import annotations
@@ -45,36 +49,56 @@ def reaped_cpu_ns(pid: int) -> int:
     return 0 if fields is None or len(fields) < 15 else (int(fields[13]) + int(fields[14])) * _TICK_NS
 
 
+# a process as one reading names it: its pid and its start time (a pid can be reused)
+ProcessKey = tuple[int, int]
+
+
 @dataclass(frozen=True)
 class TreeCpu:
-    """One reading of a tree's CPU time: in all (each process's own and what it reaped) and by
+    """One reading of a tree's CPU time: by process (each one's own and what it reaped) and by
     thread, for the threads alive at the reading ((pid, tid) -> ns, from ``schedstat``)."""
 
-    total_ns: int = 0
+    processes: dict[ProcessKey, int] = field(default_factory=dict)
     threads: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    @property
+    def total_ns(self) -> int:
+        return sum(self.processes.values())
 
 
 def read(pid: int | None) -> TreeCpu:
-    """``pid``'s whole tree now. The totals are read before the threads: what a thread runs
+    """``pid``'s whole tree now. The processes are read before the threads: what a thread runs
     between the two readings of a window's start is then charged as excess, never hidden."""
     if pid is None:
         return TreeCpu()
     pids = tree(pid)
-    total = 0
+    processes: dict[ProcessKey, int] = {}
     for p in pids:
+        fields = stat_fields(p)
         own = process_cpu_ns(p)
-        if own is not None:
-            total += own + reaped_cpu_ns(p)
+        if fields is not None and len(fields) > 19 and own is not None:
+            processes[(p, int(fields[19]))] = own + reaped_cpu_ns(p)
     threads = {(p, tid): ns for p in pids for tid, ns in (run_ns(p) or {}).items()}
-    return TreeCpu(total, threads)
+    return TreeCpu(processes, threads)
+
+
+def vanished(before: TreeCpu, after: TreeCpu) -> list[int]:
+    """The processes of the first reading that the second does not find. What such a process
+    ran between the two is lost to the accounting (a parent that ignores SIGCHLD has its
+    children reaped by the kernel, their CPU time with them), so a window that loses one
+    cannot be charged; an honest worker's tree does not change while it is timed."""
+    return sorted(pid for pid, start in before.processes.keys() - after.processes.keys())
 
 
 def parallel_ns(before: TreeCpu, after: TreeCpu) -> int:
     """CPU time the tree used between two readings beyond its busiest thread's: what ran beside
-    that thread on other cores (threads and processes that came and went meanwhile counted in
-    full). A tree that ran on one core has none to speak of."""
+    that thread on other cores (threads that came and went meanwhile, and processes that came,
+    counted in full). Each process is counted by its own difference, so one that went
+    (``vanished``) takes nothing away from the others. A tree that ran on one core has none
+    to speak of."""
+    used = sum(ns - before.processes.get(key, 0) for key, ns in after.processes.items())
     busiest = max((ns - before.threads[key] for key, ns in after.threads.items() if key in before.threads), default=0)
-    return max(0, after.total_ns - before.total_ns - busiest)
+    return max(0, used - busiest)
 
 
 def charged_s(wall_s: float, before: TreeCpu, after: TreeCpu) -> float:
