@@ -504,20 +504,8 @@ def _outside_windows(
         read = None
         parallel = 0.0
         with candidate_stopped(cx.worker, w, "while the guard timed its loop without the call"):
-            if held:  # and what the tree ran on other cores meanwhile, paid for
-                run_wall = time.monotonic() - t0
-                cpu1 = tree_cpu.read(run_pid)
-                if gone := tree_cpu.vanished(cpu0, cpu1):
-                    raise Rejection(
-                        "benchmark",
-                        "REWARD_HACK",
-                        f"processes {gone} of the candidate's tree ended while the guard's clock timed its "
-                        f"loop on {w.uuid}: the CPU time they used cannot be charged",
-                        None,
-                        w.uuid,
-                    )
-                parallel = tree_cpu.parallel_ns(cpu0, cpu1) / 1e9
-                run_wall += parallel
+            if held:
+                run_wall, parallel = _charged(time.monotonic() - t0, cpu0, run_pid, w)
                 dest = cx.trusted.workdir / "read" / f"window{len(run_walls)}"
                 read = held_outputs.read_chosen(cx.worker, confirmed, chosen, cx.d, w, dest)
             wait_device_idle(ref, cx.trusted, w, "before the guard's loop")
@@ -557,6 +545,24 @@ def _outside_windows(
 
     clock = outside_clock.run_windows(window, ref.cfg.outside_windows_first, most, floors, ref.pool.quiet_spare)
     return run_walls, loop_walls, confirms, clock
+
+
+def _charged(wall_s: float, before: tree_cpu.TreeCpu, pid: int | None, w: Workload) -> tuple[float, float]:
+    """A CPU window of the candidate's that ends now (its tree stopped): (what it is charged,
+    the part of that its tree ran on other cores beside its busiest thread). A window in which
+    a process of the tree ended is REWARD_HACK: what that process ran cannot be counted."""
+    after = tree_cpu.read(pid)
+    if gone := tree_cpu.vanished(before, after):
+        raise Rejection(
+            "benchmark",
+            "REWARD_HACK",
+            f"processes {gone} of the candidate's tree ended while the guard's clock timed its loop on "
+            f"{w.uuid}: the CPU time they used cannot be charged",
+            None,
+            w.uuid,
+        )
+    parallel = tree_cpu.parallel_ns(before, after) / 1e9
+    return wall_s + parallel, parallel
 
 
 @dataclass
