@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-from guard.runner.freeze import tree
+from guard.runner.proc_tree import tree
 from guard.sandbox import bwrap
 
 PAYLOAD = b"SECRET-PAYLOAD-1234"

@@ -21,8 +21,9 @@ torch = pytest.importorskip("torch")
 from guard import outside_clock  # noqa: E402
 from guard.runner import messages as m  # noqa: E402
 from guard.runner import replays  # noqa: E402
-from guard.runner.freeze import descendants, frozen  # noqa: E402
+from guard.runner.freeze import frozen  # noqa: E402
 from guard.runner.inputs import InputMaker  # noqa: E402
+from guard.runner.proc_tree import descendants  # noqa: E402
 
 DEF = {
     "name": "scale",

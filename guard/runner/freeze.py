@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .proc_tree import run_ns, stat_fields, tree
+
 log = logging.getLogger(__name__)
 
 # a clock tick of CPU time (USER_HZ): what /proc's utime and stime count in
@@ -63,63 +65,6 @@ class Freeze:
         )
 
 
-def stat_fields(pid: int, tid: str | None = None) -> list[str] | None:
-    """The fields of /proc/PID/stat (or of one thread's, /proc/PID/task/TID/stat) after the
-    command name (state first), or None when gone."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    try:
-        stat = Path(path).read_text()
-    except OSError:
-        return None
-    # the command name may hold spaces and parentheses: fields follow the last ')'
-    return stat[stat.rfind(")") + 2 :].split()
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it, from the parent links of every process in /proc
-    (for kernels without /proc/PID/task/TID/children)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = stat_fields(int(entry.name))
-        if fields and len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
-def tree(pid: int) -> list[int]:
-    """``pid`` and every process below it: from each thread's list of children (a walk of the
-    tree alone, fast enough to keep up with processes that fork and exit), or from every
-    process's parent link where the kernel lacks those lists."""
-    if not Path(f"/proc/{pid}/task").exists():
-        return [pid] if stat_fields(pid) is not None else []
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            tasks = list(Path(f"/proc/{p}/task").iterdir())
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                text = (task / "children").read_text()
-            except FileNotFoundError:
-                if p == pid and task.name == str(pid):  # no children lists in this kernel
-                    return descendants(pid)
-                continue
-            except OSError:
-                continue
-            todo.extend(int(c) for c in text.split())
-    return out
-
-
 def _stopped(pid: int) -> bool:
     """Whether every thread of the process has taken the stop (or it is a zombie, or gone).
     SIGSTOP stops a process's threads one by one, and a thread inside a driver call (D)
@@ -145,24 +90,6 @@ def cpu_seconds(pids: list[int]) -> float:
         if fields and len(fields) > 14:
             ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
     return ticks * _TICK_S
-
-
-def run_ns(pid: int) -> dict[int, int] | None:
-    """Nanoseconds each thread of the process has run, by thread id (the scheduler's own count,
-    which grows by any wake-up, however short), or None where the kernel does not keep it.
-    Per thread, not summed: a thread that exits takes its count with it, so a process that
-    swaps an old thread for a new one while it should be stopped can leave a smaller sum."""
-    out: dict[int, int] = {}
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return None
-    for task in tasks:
-        try:
-            out[int(task.name)] = int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return out or None
 
 
 def woke(before: dict[int, int], after: dict[int, int]) -> bool:

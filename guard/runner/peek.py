@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..problems.dtypes import dtype_info
 from . import messages as m
-from .freeze import tree
+from .proc_tree import tree
 
 
 class PeekError(Exception):

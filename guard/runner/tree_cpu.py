@@ -28,25 +28,20 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .freeze import run_ns, stat_fields, tree
+from .proc_tree import run_ns, stat_fields, tree
 
 _TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 _CPUCLOCK_SCHED = 2  # the kernel's clock id of a process's CPU time: ((~pid) << 3) | CPUCLOCK_SCHED
 
 
-def process_cpu_ns(pid: int) -> int | None:
-    """CPU time of the process ``pid`` (all its threads, live or exited), or None when gone."""
+def process_cpu_ns(pid: int, fields: list[str] | None = None) -> int | None:
+    """CPU time of the process ``pid`` (all its threads, live or exited), or None when gone.
+    ``fields``: its stat fields when the caller has read them (the fallback needs them)."""
     try:
         return time.clock_gettime_ns(((~pid) << 3) | _CPUCLOCK_SCHED)
     except OSError:
-        fields = stat_fields(pid)  # a kernel without the clock: utime + stime, in ticks
+        fields = fields or stat_fields(pid)  # a kernel without the clock: utime + stime, in ticks
         return None if fields is None or len(fields) < 13 else (int(fields[11]) + int(fields[12])) * _TICK_NS
-
-
-def reaped_cpu_ns(pid: int) -> int:
-    """CPU time of the exited children ``pid`` has reaped (cutime + cstime)."""
-    fields = stat_fields(pid)
-    return 0 if fields is None or len(fields) < 15 else (int(fields[13]) + int(fields[14])) * _TICK_NS
 
 
 # a process as one reading names it: its pid and its start time (a pid can be reused)
@@ -74,10 +69,10 @@ def read(pid: int | None) -> TreeCpu:
     pids = tree(pid)
     processes: dict[ProcessKey, int] = {}
     for p in pids:
-        fields = stat_fields(p)
-        own = process_cpu_ns(p)
+        fields = stat_fields(p)  # read once: the start time, and what the process reaped (cutime + cstime)
+        own = process_cpu_ns(p, fields)
         if fields is not None and len(fields) > 19 and own is not None:
-            processes[(p, int(fields[19]))] = own + reaped_cpu_ns(p)
+            processes[(p, int(fields[19]))] = own + (int(fields[13]) + int(fields[14])) * _TICK_NS
     threads = {(p, tid): ns for p in pids for tid, ns in (run_ns(p) or {}).items()}
     return TreeCpu(processes, threads)
 
