@@ -64,6 +64,21 @@ def test_derived_workloads_are_small_odd_and_secret_keyed():
         assert b % 2 == 1 and b & (b - 1) != 0 and b not in visible
 
 
+def test_a_held_out_workload_is_never_a_shape_already_checked():
+    """A draw that repeats a visible shape, or an earlier held-out one, hides nothing and only
+    costs rounds (a KernelBench file's one shape, drawn three times, at 6 GiB a round): a
+    problem with a single shape gets no held-out workload, one with a range gets distinct ones."""
+    problem, _ = import_sol_folder(SOL_EXAMPLES / "rmsnorm_h4096")
+    d = problem.definition
+    one = problem.workloads[:1]
+    assert heldout_workloads(d, one, b"a" * 32, "cuda") == []
+    for secret in (b"a" * 32, b"b" * 32, b"c" * 32):
+        for device in ("cuda", "cpu"):
+            ws = workload_set(problem, device, secret)
+            shapes = [w.axes for w in ws.visible + ws.heldout]
+            assert ws.heldout and len(shapes) == len({tuple(sorted(a.items())) for a in shapes})
+
+
 def test_constraints_hold_in_derived_workloads():
     problem, _ = import_sol_folder(SOL_EXAMPLES / "gqa_paged_decode_h32_kv8_d128_ps1")
     for device in ("cpu", "cuda"):

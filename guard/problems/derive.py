@@ -220,7 +220,13 @@ def _odd_non_pow2(rng: random.Random, lo: int, hi: int, avoid: set[int]) -> int:
 
 
 def heldout_workloads(d: Definition, visible: list[Workload], secret: bytes, device_class: str) -> list[Workload]:
-    """Other values of the var axes, odd and non-power-of-two, inside the visible range."""
+    """Other values of the var axes, odd and non-power-of-two, inside the visible range.
+
+    A draw whose axes are a visible workload's, or an earlier held-out one's, is dropped: it
+    hides no shape, and at a real size it cost as much as the visible rounds (a KernelBench
+    file has one shape, so its three held-out workloads were that shape again: 36-42 s of
+    six 6 GiB rounds on the H200). Up to four draws per workload are tried, so a problem with
+    a single shape gets none."""
     count = d.kernelarc.heldout_count
     if count == 0 or not visible:
         return []
@@ -229,8 +235,11 @@ def heldout_workloads(d: Definition, visible: list[Workload], secret: bytes, dev
     free = [a for a in d.var_axes if a not in deps]
     if d.kernelarc.heldout_axes is not None:
         free = [a for a in free if a in d.kernelarc.heldout_axes]
+    taken = [w.axes for w in visible]
     out: list[Workload] = []
-    for i in range(count):
+    for _ in range(4 * count):
+        if len(out) == count:
+            break
         base = rng.choice(visible)
         axes = dict(base.axes)
         for a in free:
@@ -242,5 +251,8 @@ def heldout_workloads(d: Definition, visible: list[Workload], secret: bytes, dev
         axes = apply_constraints(d, axes)
         if device_class == "cpu":
             axes = shrink(d, axes, cpu_budget(d))
-        out.append(_resized(base, f"heldout-{device_class}-{i}", axes))
+        if axes in taken:
+            continue
+        taken.append(axes)
+        out.append(_resized(base, f"heldout-{device_class}-{len(out)}", axes))
     return out
