@@ -5,7 +5,7 @@ so nothing leaks from one candidate to the next. It never sees a reference outpu
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from .harness import T
 from .inputs import InputMaker, spec_shape, torch_dtype
 from .kept import KeptOutputs
 from .poison import poison_free_blocks, poison_in_place, poison_tensor
-from .snapshots import HOST_COPY_BYTES, close, same_bytes, snapshot
+from .snapshots import close, same_bytes, snapshot
 from .tensorio import write_tensor
 from .timing import Plan, Timer
 
@@ -121,13 +121,11 @@ class CandidateRole:
             outs.append(t)
         return outs
 
-    def _call(self, args: list, axes: dict, remake: Callable[[], list] | None = None) -> list[torch.Tensor]:
-        """One checked call. ``remake`` makes ``args`` again from their seed: large device
-        inputs are then checked unchanged against a second making instead of a copy."""
+    def _call(self, args: list, axes: dict) -> list[torch.Tensor]:
         names = list(self.d["outputs"])
         dps_outs = self._alloc_outputs(axes) if self.dps else []
         with self._after_candidate_code("before its call"):
-            unchanged_inputs = _inputs_to_compare(args, remake)
+            before = [snapshot(a) if T.isinstance(a, T.tensor_type) else a for a in args]
             poison_free_blocks(torch.device(self.device))
         threads = harness.thread_count()
         try:
@@ -168,8 +166,6 @@ class CandidateRole:
                     if lo < ohi and olo < hi:
                         raise CandidateFault("REWARD_HACK", f"outputs {oname!r} and {name!r} share memory")
                 seen_out.append((name, (lo, hi)))
-        with self._after_candidate_code("after its call"):
-            before = unchanged_inputs()
         for iname, a, c in zip(self.d["inputs"], args, before):
             if T.isinstance(a, T.tensor_type) and not same_bytes(a, c):
                 raise CandidateFault("REWARD_HACK", f"input {iname!r} was modified; inputs are read-only")
@@ -210,16 +206,12 @@ class CandidateRole:
         axes, workload = msg.axes, msg.workload
         rounds = []
         for i, rnd in enumerate(msg.rounds):
-
-            def remake(rnd: m.Round = rnd) -> list:
-                return self.maker.make(workload, axes, rnd.seed, rnd.kind)
-
             try:
-                args = remake()
+                args = self.maker.make(workload, axes, rnd.seed, rnd.kind)
             except Exception as exc:  # inputs are the guard's job: not the candidate's fault
                 # but its process: the type only, never text the candidate's code may have set
                 return m.Reply(ok=False, status="INTERNAL", message=f"making inputs failed ({type(exc).__name__})")
-            outs = self._call(args, axes, remake)
+            outs = self._call(args, axes)
             if msg.determinism and i == 0:
                 # the first call's outputs kept as copies (a large one on the host), so the
                 # second call reuses their device memory instead of adding its own
@@ -227,7 +219,7 @@ class CandidateRole:
                     first = [snapshot(t) for t in outs]
                     poison_in_place(outs)
                 del outs
-                outs = self._call(args, axes, remake)
+                outs = self._call(args, axes)
                 for name, a, b in zip(self.d["outputs"], outs, first):
                     if not same_bytes(a, b):
                         raise CandidateFault(
@@ -452,22 +444,6 @@ class CandidateRole:
             )
         if broken:
             raise CandidateFault("REWARD_HACK", "; ".join(broken))
-
-
-def _inputs_to_compare(
-    args: list, remake: Callable[[], list] | None, large_bytes: int = HOST_COPY_BYTES
-) -> Callable[[], list]:
-    """What a call's inputs must still hold after it, as a function to call then: copies
-    taken now or, where an input is large and the inputs can be made again from their seed,
-    a second making after the call. On the H200 a 6 GiB input's copy went through host memory
-    and back, seconds a round; the GPU draws it again in milliseconds and nothing is held
-    during the call. Inputs are made in this process either way, so the second making is as
-    far from the candidate's reach as the first."""
-    large = any(T.isinstance(a, T.tensor_type) and T.numel(a) * a.element_size() >= large_bytes for a in args)
-    if remake is not None and large:
-        return remake
-    before = [snapshot(a) if T.isinstance(a, T.tensor_type) else a for a in args]
-    return lambda: before
 
 
 def _same_results(eager: list, got: list, tolerances: list[dict]) -> str | None:
