@@ -16,27 +16,44 @@ from launcher.clients import AgentContext, get_client
 from helpers import RMS, fast_workspace, honest_source
 
 SOURCE = honest_source()
-SCRIPT = [
-    ("get_problem", {"problem": RMS}),
-    ("submit_candidate", {"problem": RMS, "source": SOURCE, "notes": "fp32 torch"}),
-    # on a loaded machine the verdict may not be in by the time submit answers: wait for it
-    lambda results: (
-        "get_result",
-        {"job_id": next(r["job_id"] for r in results if isinstance(r, dict) and "job_id" in r), "wait_s": 600},
-    ),
-    lambda results: (
-        "record",
-        {
-            "problem": RMS,
-            "kind": "insight",
-            "text": "float32 torch passes every round",
-            "evidence": next(
-                r["candidate_id"] for r in reversed(results) if isinstance(r, dict) and r.get("candidate_id")
-            ),
-        },
-    ),
-    ("peek_best", {"problem": RMS}),
-]
+FINAL = ("done", "error", "interrupted", "cancelled")
+
+
+def _agent_plan(results: list) -> tuple[str, dict] | None:
+    """One agent's turns: read the problem, submit, wait for the verdict however long the
+    machine takes (a loaded one answers "still queued" several times), then record an insight
+    tied to the candidate and peek at the best. Ends early, without a crash in the fake API,
+    if the submission is refused or its job ends without a verdict: the test then says why."""
+    if not results:
+        return "get_problem", {"problem": RMS}
+    if len(results) == 1:
+        return "submit_candidate", {"problem": RMS, "source": SOURCE, "notes": "fp32 torch"}
+    jobs = [(i, r) for i, r in enumerate(results) if isinstance(r, dict) and "job_id" in r]
+    if not jobs:
+        return None
+    ended = next(((i, r) for i, r in jobs if r.get("state") in FINAL), None)
+    if ended is None:
+        return ("get_result", {"job_id": jobs[0][1]["job_id"], "wait_s": 600}) if len(results) < 40 else None
+    at, job = ended
+    if job["state"] != "done" or not job.get("candidate_id"):
+        return None
+    after = len(results) - at - 1
+    if after == 0:
+        text = "float32 torch passes every round"
+        return "record", {"problem": RMS, "kind": "insight", "text": text, "evidence": job["candidate_id"]}
+    return ("peek_best", {"problem": RMS}) if after == 1 else None
+
+
+def _what_happened(ws: Path, run_dir: Path | None) -> str:
+    """The jobs and candidates of the run, and the end of the server's log: enough to tell a
+    refused or failed evaluation from a slow one when the assertion fails on a CI machine."""
+    from guard.archive.db import Database
+
+    db = Database(ws / "workspace.db")
+    jobs = [dict(r) for r in db.query("SELECT agent, state, error, candidate_id FROM jobs")]
+    cands = [dict(r) for r in db.query("SELECT agent, state, decision, reason FROM candidates")]
+    log = (run_dir / "server.log").read_text()[-3000:] if run_dir and (run_dir / "server.log").is_file() else ""
+    return f"jobs: {jobs}\ncandidates: {cands}\nserver log:\n{log}"
 
 
 @pytest.mark.slow
@@ -45,7 +62,7 @@ def test_two_claude_code_agents_in_a_swarm(tmp_path):
     ws = fast_workspace(tmp_path / "ws")
     home = tmp_path / "home"
     home.mkdir()
-    with FakeAnthropic(SCRIPT) as fake:
+    with FakeAnthropic(_agent_plan) as fake:
         env = {
             **os.environ,
             "KERNELARC_CLAUDE": str(claude),
@@ -92,7 +109,8 @@ def test_two_claude_code_agents_in_a_swarm(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     board = result["leaderboard"]
-    assert len(board) == 2 and all(r["accepted"] == 1 for r in board), board
+    run_dir = Path(result["report"]).parents[1]
+    assert len(board) == 2 and all(r["accepted"] == 1 for r in board), (board, _what_happened(ws, run_dir))
     from guard.archive.db import Database
 
     db = Database(ws / "workspace.db")
@@ -101,7 +119,6 @@ def test_two_claude_code_agents_in_a_swarm(tmp_path):
     recorded = {r["agent"] for r in db.query("SELECT agent FROM conclusions")}
     assert recorded <= agents and recorded
     # each agent's stream shows the MCP server connected with the kernelarc tools
-    run_dir = Path(result["report"]).parents[1]
     for agent in agents:
         log = (run_dir / "agents" / agent / "agent.log").read_text()
         init = next(json.loads(line) for line in log.splitlines() if '"subtype":"init"' in line)

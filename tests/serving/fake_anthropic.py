@@ -5,7 +5,9 @@ Claude Code sends ``POST /v1/messages?beta=true`` with ``stream: true`` once per
 names MCP tools ``mcp__<server>__<tool>``. This fake answers each turn with the next
 scripted tool call (as a ``tool_use`` block, streamed as server-sent events), and with a
 short final text once the script is done. A step may be a function of the tool results
-seen so far, so a later call can use an id an earlier one returned.
+seen so far, so a later call can use an id an earlier one returned. Instead of a list, the
+script may be a plan: a function of the tool results so far that gives the next call, or
+None to end, for an agent that must poll until something is done.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Step = tuple[str, dict] | Callable[[list[Any]], tuple[str, dict]]
+Call = tuple[str, dict]
+Step = Call | Callable[[list[Any]], Call]
+Plan = Callable[[list[Any]], Call | None]
 
 
 def _sse(event: str, data: dict) -> bytes:
@@ -42,8 +46,8 @@ def _tool_results(messages: list[dict]) -> list[Any]:
 
 
 class FakeAnthropic:
-    def __init__(self, script: list[Step], server_name: str = "kernelarc"):
-        self.script = script
+    def __init__(self, script: list[Step] | Plan, server_name: str = "kernelarc"):
+        self.plan: Plan = script if callable(script) else _plan_of(script)
         self.server_name = server_name
         self.requests: list[dict] = []
         self.lock = threading.Lock()
@@ -115,9 +119,9 @@ class FakeAnthropic:
             },
         }
         out = [_sse("message_start", start)]
-        if n < len(self.script):
-            step = self.script[n]
-            tool, args = step(results) if callable(step) else step
+        call = self.plan(results)
+        if call is not None:
+            tool, args = call
             block = {
                 "type": "tool_use",
                 "id": f"toolu_{n:03d}",
@@ -162,3 +166,15 @@ class FakeAnthropic:
             _sse("message_stop", {"type": "message_stop"}),
         ]
         return b"".join(out)
+
+
+def _plan_of(script: list[Step]) -> Plan:
+    """The plan that makes the n-th scripted call once n tool results are in."""
+
+    def plan(results: list[Any]) -> Call | None:
+        if len(results) >= len(script):
+            return None
+        step = script[len(results)]
+        return step(results) if callable(step) else step
+
+    return plan
