@@ -21,6 +21,7 @@ from guard.runner.confirm import ConfirmLoop  # noqa: E402
 from guard.runner.inputs import InputMaker  # noqa: E402
 from guard.runner.kept import KeptOutputs  # noqa: E402
 from guard.runner.peek import PeekError, process_with_ns_pid, read_held, span_elements  # noqa: E402
+from guard.runner.refill import Refiller  # noqa: E402
 from guard.runner.tensorio import read_tensor  # noqa: E402
 
 DEF = {
@@ -35,7 +36,7 @@ EXPECTED = [([4, 64], "float32")]
 
 def _loop(kept, sets, static=None, rows=8):
     return ConfirmLoop(
-        "cpu", sets, replays.Refiller(InputMaker(DEF, "cpu"), {}, {"n": 4}), static, rows, lambda p: None, kept=kept
+        "cpu", sets, Refiller(InputMaker(DEF, "cpu"), {}, {"n": 4}), static, rows, lambda p: None, kept=kept
     )
 
 

@@ -24,6 +24,8 @@ from guard.runner import replays  # noqa: E402
 from guard.runner.freeze import frozen  # noqa: E402
 from guard.runner.inputs import InputMaker  # noqa: E402
 from guard.runner.proc_tree import descendants  # noqa: E402
+from guard.runner.refill import Draw, Refiller, StreamRefill, redraw  # noqa: E402
+from guard.runner.refill_kinds import stream_refill_possible  # noqa: E402
 
 DEF = {
     "name": "scale",
@@ -37,21 +39,64 @@ def _maker():
     return InputMaker(DEF, "cpu")
 
 
-def test_refill_redraws_floats_in_place_and_keeps_indices():
+def test_refill_redraws_floats_and_integers_in_place():
     maker = _maker()
     live = maker.make({}, {"n": 32}, seed=1)
-    x_ptr, idx = live[0].data_ptr(), live[1].clone()
-    before = live[0].clone()
-    refill = replays.Refiller(maker, {}, {"n": 32})
+    x_ptr, idx_ptr = live[0].data_ptr(), live[1].data_ptr()
+    before = [t.clone() for t in live]
+    refill = Refiller(maker, {}, {"n": 32})
     refill(live, seed=7)
-    assert live[0].data_ptr() == x_ptr  # in place: what a captured graph reads
-    assert not torch.equal(live[0], before)
-    assert torch.equal(live[1], idx)
+    assert live[0].data_ptr() == x_ptr and live[1].data_ptr() == idx_ptr  # in place: what a graph reads
+    # integers too: a kernel that rewrote its integer input in place (keeping its outputs
+    # right) would otherwise find its own work again on every later call of the set
+    assert not torch.equal(live[0], before[0]) and not torch.equal(live[1], before[1])
+    assert 0 <= int(live[1].min()) and int(live[1].max()) < 64  # "idx": a label below x's last axis
     again = maker.make({}, {"n": 32}, seed=1)
     refill(again, seed=7)  # the same seed gives the same data in any worker
-    assert torch.equal(again[0], live[0])
+    assert all(torch.equal(a, b) for a, b in zip(again, live))
     refill(again, seed=8)
-    assert not torch.equal(again[0], live[0])
+    assert not torch.equal(again[0], live[0]) and not torch.equal(again[1], live[1])
+
+
+PAGED = {
+    "name": "gather_pages",
+    "reference": "def run(x, kv_indptr, kv_indices):\n    return x[kv_indices.long()].sum(0)\n",
+    "axes": {"num_pages": {"type": "var"}, "n_idx": {"type": "var"}, "n_ptr": {"type": "var"}},
+    "inputs": {
+        "x": {"shape": ["num_pages", 8], "dtype": "float32"},
+        "kv_indptr": {"shape": ["n_ptr"], "dtype": "int32"},
+        "kv_indices": {"shape": ["n_idx"], "dtype": "int32"},
+    },
+    "outputs": {"y": {"shape": [8], "dtype": "float32"}},
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_refill_redraws_offsets_and_indices_by_their_conventions(stream):
+    axes = {"num_pages": 5, "n_idx": 400, "n_ptr": 9}
+    maker = InputMaker(PAGED, "cpu")
+    live = maker.make({}, axes, seed=3)
+    ptr, idx = live[1].clone(), live[2].clone()
+    assert int(ptr[-1]) == 400  # the maker's convention the refill keeps
+    refill = Refiller(maker, {}, axes)
+    assert [(d.name, d.kind, d.bound) for d in refill.draws] == [
+        ("x", "float", 0),
+        ("kv_indptr", "offsets", 400),
+        ("kv_indices", "int", 5),
+    ]
+    if stream:  # the outside clock's loop: one generator drawn on in order
+        draws = StreamRefill(refill.draws, torch.device("cpu"))
+        draws.seed(11)
+        draws(live)
+    else:
+        refill(live, seed=7)
+    # offsets: new, from 0 to the count of indices, never decreasing (what make() gives)
+    assert not torch.equal(live[1], ptr)
+    assert int(live[1][0]) == 0 and int(live[1][-1]) == 400 and bool((live[1].diff() >= 0).all())
+    assert not torch.equal(live[2], idx)
+    assert int(live[2].min()) >= 0 and int(live[2].max()) == 4  # every page, none beyond
+    # the reference runs on them as on inputs the maker made
+    assert torch.isfinite(torch.as_tensor(live[0][live[2].long()].sum(0))).all()
 
 
 INT_ONLY = {
@@ -66,10 +111,10 @@ def test_integer_only_inputs_are_remade_for_every_call():
     # Nothing to redraw in place: a loop that kept each set's values would let a cache keyed
     # by them hit on every timed call, with answers the digests find right.
     maker = InputMaker(INT_ONLY, "cpu")
-    assert not replays.stream_refill_possible(INT_ONLY, {})
+    assert not stream_refill_possible(INT_ONLY, {})
     live = maker.make({}, {"n": 16}, seed=1)
     ptr, before = live[0].data_ptr(), live[0].clone()
-    refill = replays.Refiller(maker, {}, {"n": 16})
+    refill = Refiller(maker, {}, {"n": 16})
     assert refill.custom  # remade by the InputMaker, the seeded regime
     refill(live, seed=7)
     assert live[0].data_ptr() == ptr and not torch.equal(live[0], before)
@@ -77,7 +122,7 @@ def test_integer_only_inputs_are_remade_for_every_call():
     refill(again, seed=7)  # the trusted worker gets the same values from the same seed
     assert torch.equal(again[0], live[0])
     # a float input beside the integers: redrawn in place, the stream regime
-    assert replays.stream_refill_possible(DEF, {})
+    assert stream_refill_possible(DEF, {})
 
 
 def _confirm_loop(sets, static=None, rows=8, mirror=None):
@@ -87,7 +132,7 @@ def _confirm_loop(sets, static=None, rows=8, mirror=None):
     return ConfirmLoop(
         "cpu",
         sets,
-        replays.Refiller(maker, {}, {"n": 4}),
+        Refiller(maker, {}, {"n": 4}),
         static,
         rows,
         lambda ms: None,
@@ -558,9 +603,9 @@ def test_float8_inputs_are_redrawn_too():
     gen = torch.Generator().manual_seed(2)
     t = torch.zeros(16, 8, dtype=torch.float8_e4m3fn)
     scratch: dict = {}
-    replays.redraw(t, gen, scratch)
+    redraw(t, Draw(0, "t", "float"), gen, scratch)
     first = t.float().clone()
-    replays.redraw(t, gen, scratch)
+    redraw(t, Draw(0, "t", "float"), gen, scratch)
     assert first.abs().sum() > 0 and not torch.equal(first, t.float()) and len(scratch) == 1
 
 

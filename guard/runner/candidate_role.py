@@ -30,6 +30,7 @@ from .harness import T
 from .inputs import InputMaker, spec_shape, torch_dtype
 from .kept import KeptOutputs
 from .poison import poison_free_blocks, poison_in_place, poison_tensor
+from .refill import Refiller
 from .snapshots import close, same_bytes, snapshot
 from .tensorio import write_tensor
 from .timing import Plan, Timer
@@ -56,7 +57,7 @@ class CandidateRole:
         self.workload: dict = {}
         self.axes: dict = {}
         self.plan: Plan | None = None
-        self.refiller: replays.Refiller | None = None
+        self.refiller: Refiller | None = None
         self.confirm_loop: ConfirmLoop | None = None
         self._confirm_rows = 0
         self._own_pid = os.getpid()  # before candidate code: the guard checks what it reads anyway
@@ -272,7 +273,7 @@ class CandidateRole:
         self.outs = [self._alloc_outputs(self.axes) if self.dps else [] for _ in self.sets]
         call = self._timing_call()
         gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(arm_seed, "scramble"))
-        self.refiller = replays.Refiller(self.maker, self.workload, self.axes)
+        self.refiller = Refiller(self.maker, self.workload, self.axes)
 
         def refill(k: int, index: int) -> None:
             self.refiller(self.sets[k], replays.sub_seed(arm_seed, index))

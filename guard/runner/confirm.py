@@ -8,7 +8,7 @@ resolve a kernel of a few microseconds, the loop's own cost must be small and st
 device, not the host, must set the pace:
 
 - fresh inputs come from one generator seeded once per loop and drawn on in order
-  (``replays.StreamRefill``); on a GPU the draws of each input set are one captured graph, so a
+  (``refill.StreamRefill``); on a GPU the draws of each input set are one captured graph, so a
   refill is one launch;
 - the outputs' digests (``replays.digest``) are one captured graph per set, written into row
   ``i`` of a table on the device;
@@ -20,7 +20,7 @@ device, not the host, must set the pace:
 A captured call (the timed loop's own graph) is replayed as it is; an eager call's outputs are
 copied into the static buffers that the digest graph reads, and the trusted loop copies as many
 bytes. Inputs that a custom generator makes cannot be drawn in a graph: they are remade per call
-from the call's own seed (``replays.Refiller``), eagerly, and the loop is host-bound; the guard
+from the call's own seed (``Refiller``), eagerly, and the loop is host-bound; the guard
 then applies the wider band.
 
 On a CPU the loop does nothing but the draws and the calls: each call's outputs are held where
@@ -40,6 +40,7 @@ import torch
 from . import replays
 from .harness import T
 from .kept import KeptOutputs
+from .refill import Refiller, StreamRefill
 
 # ``call(set)``: runs the candidate's call on the live set ``set``; returns the output tensors
 # to copy into the static buffers, or None when the call wrote them there itself
@@ -57,7 +58,7 @@ class ConfirmLoop:
         self,
         device: torch.device | str,
         sets: Sets,
-        refiller: replays.Refiller,
+        refiller: Refiller,
         static: list[list[torch.Tensor]] | None,
         rows: int,
         idle: Callable[[int], None],
@@ -73,7 +74,7 @@ class ConfirmLoop:
         self.sets, self.refiller, self.static, self.mirror = sets, refiller, static, mirror
         self.rows, self.idle = max(1, rows), idle
         self.regime = "seeded" if refiller.custom else "stream"
-        self.stream = replays.StreamRefill([j for j, _ in refiller.redrawn], self.device)
+        self.stream = StreamRefill(refiller.draws, self.device)
         # the projection signs are drawn here, before any window: drawing a million of them is
         # milliseconds of fixed cost that a window must not hold (a candidate could do it faster)
         self.projection = replays.Projection(projection_seed)

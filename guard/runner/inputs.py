@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from .refill_kinds import INDICES, INDPTR, LABELS, is_float_dtype
+
 ROUND_KINDS = ("normal", "mixed", "large", "tiny")
 LARGE_SCALE = {
     "float16": 2.0**13,
@@ -35,9 +37,6 @@ TINY_SCALE = {
     "float8_e4m3fn": 2.0**-4,
     "float8_e5m2": 2.0**-8,
 }
-_INDPTR = re.compile(r"indptr|offsets?$|cu_seqlens", re.I)
-_INDICES = re.compile(r"indices|page_ids|block_table", re.I)
-_LABELS = re.compile(r"target|label|token|ids?$|idx|index", re.I)
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -157,17 +156,25 @@ class InputMaker:
     def _int(
         self, name: str, shape: tuple[int, ...], dtype: str, gen: torch.Generator, axes: dict[str, int]
     ) -> torch.Tensor:
-        high = 64
-        if _LABELS.search(name):
-            floats = [
-                s
-                for s in self.d["inputs"].values()
-                if s.get("shape") and str(s["dtype"]).startswith(("float", "bfloat"))
-            ]
+        high = self.int_high(name, axes, indices=False)
+        return torch.randint(0, high, shape, generator=gen, device=self.device, dtype=torch_dtype(dtype))
+
+    def int_high(self, name: str, axes: dict[str, int], indices: bool = True) -> int:
+        """The exclusive upper bound of the values of the synthesized integer input ``name``:
+        indices stay below the page count (else the count of indices); labels below the
+        last axis of the first float input; others below 64. ``indices=False``: the bound of
+        the first draw, before the paged-KV convention (``_fix_index_pairs``) redraws them."""
+        if indices and INDICES.search(name):
+            page_axes = [a for a in axes if "page" in a and "size" not in a]
+            if page_axes:
+                return max(1, axes[page_axes[0]])
+            return max(1, math.prod(spec_shape(self.d["inputs"][name], axes)))
+        if LABELS.search(name):
+            floats = [s for s in self.d["inputs"].values() if s.get("shape") and is_float_dtype(str(s["dtype"]))]
             if floats:
                 last = floats[0]["shape"][-1]
-                high = max(1, axes[last] if isinstance(last, str) else int(last))
-        return torch.randint(0, high, shape, generator=gen, device=self.device, dtype=torch_dtype(dtype))
+                return max(1, axes[last] if isinstance(last, str) else int(last))
+        return 64
 
     def _fix_index_pairs(self, values: dict[str, Any], synthesized: set[str], axes: dict[str, int], seed: int) -> None:
         """Paged-KV convention: offsets run from 0 to the number of indices; indices stay
@@ -180,14 +187,12 @@ class InputMaker:
                 if pattern.search(n) and isinstance(values[n], torch.Tensor) and not values[n].is_floating_point()
             ]
 
-        idx_names, ptr_names = sorted(ints(_INDICES)), sorted(ints(_INDPTR))
-        page_axes = [a for a in axes if "page" in a and "size" not in a]
-        bound = axes[page_axes[0]] if page_axes else None
+        idx_names, ptr_names = sorted(ints(INDICES)), sorted(ints(INDPTR))
         gen = torch.Generator(device="cpu").manual_seed(sub_seed(seed, "index-pairs"))
         for n in idx_names:
             t = values[n]
-            hi = bound if bound else max(1, t.numel())
-            values[n] = torch.randint(0, max(1, hi), t.shape, generator=gen, dtype=t.dtype).to(self.device)
+            hi = self.int_high(n, axes)
+            values[n] = torch.randint(0, hi, t.shape, generator=gen, dtype=t.dtype).to(self.device)
         for n in ptr_names:
             t = values[n]
             total = values[idx_names[0]].numel() if idx_names else int(t.numel()) * 4

@@ -26,8 +26,7 @@ import torch
 from .common import is_torch_result_tuple
 from .harness import T
 from .compare import OUTLIER_FACTOR
-from .inputs import InputMaker, sub_seed
-from .refill_kinds import redrawn_inputs, stream_refill_possible
+from .inputs import sub_seed
 
 DIGEST_FIELDS = ("sum", "l1", "l2", "projection")
 # Random signs are drawn once per run for this many elements and repeated along larger
@@ -66,69 +65,6 @@ class Projection:
 def replay_seed(run_seed: int, iteration: int) -> int:
     """The seed of the inputs of timed call ``iteration`` of a run."""
     return sub_seed(run_seed, "replay", iteration)
-
-
-def redraw(t: torch.Tensor, gen: torch.Generator, scratch: dict[int, torch.Tensor]) -> None:
-    """``t.normal_`` in place; float8, which has no ``normal_``, through a float16 buffer of its
-    shape kept in ``scratch`` (made on first use, so before any graph capture)."""
-    if t.element_size() > 1:
-        t.normal_(generator=gen)
-        return
-    buf = scratch.get(T.data_ptr(t))
-    if buf is None:
-        buf = scratch[T.data_ptr(t)] = T.empty(t.shape, dtype=torch.float16, device=t.device)
-    buf.normal_(generator=gen)
-    T.copy_(t, buf)
-
-
-class StreamRefill:
-    """Redraws the random float inputs of the live sets from one generator, seeded once per
-    loop and drawn on in order: the inputs of call ``i`` are those of the ``i``-th draw. On a
-    GPU the draws of one set are captured in a graph (the generator is registered with it),
-    so a refill costs one launch; the trusted worker gets the same values by replaying the
-    same draws from the same seed."""
-
-    def __init__(self, redrawn: list[int], device: torch.device):
-        self.redrawn = redrawn
-        self.gen = torch.Generator(device=device)
-        self.scratch: dict[int, torch.Tensor] = {}
-
-    def seed(self, seed: int) -> None:
-        self.gen.manual_seed(sub_seed(seed, "stream"))
-
-    def __call__(self, live: list[Any]) -> None:
-        for j in self.redrawn:
-            redraw(live[j], self.gen, self.scratch)
-
-
-class Refiller:
-    """Refills a call's live input buffers in place with the inputs of a new seed (the buffers
-    a captured graph reads). Float inputs that the guard makes at random (the common case) are
-    redrawn where they lie, one ``normal_`` per tensor from a generator seeded per input:
-    cheap enough to run before every timed call; integer and loaded inputs beside them keep the
-    values of their set (index conventions hold; the floats beside them change). Inputs made by
-    a custom generator, and inputs of which none is such a float, go through the
-    ``InputMaker`` again."""
-
-    def __init__(self, maker: InputMaker, workload: dict[str, Any], axes: dict[str, int]):
-        self.maker, self.workload, self.axes = maker, workload, axes
-        # remade whole by the InputMaker where the inputs cannot be redrawn in place
-        self.custom = not stream_refill_possible(maker.d, workload)
-        self.redrawn = redrawn_inputs(maker.d, workload)
-        self.gen = torch.Generator(device=maker.device)
-        self.scratch: dict[int, torch.Tensor] = {}
-
-    def __call__(self, live: list[Any], seed: int) -> None:
-        if self.custom:
-            fresh = self.maker.make(self.workload, self.axes, seed, "normal")
-            for buf, new in zip(live, fresh):
-                if T.type(buf) is T.tensor_type:
-                    T.copy_(buf, new)
-            del fresh
-            return
-        for j, name in self.redrawn:
-            self.gen.manual_seed(sub_seed(seed, name))
-            redraw(live[j], self.gen, self.scratch)
 
 
 def tensors_of(out: Any) -> list[torch.Tensor]:

@@ -27,6 +27,7 @@ from .compare_scan import all_finite
 from .harness import T
 from .inputs import InputMaker, spec_shape, torch_dtype
 from .tensorio import read_tensor
+from .refill import Refiller
 from .timing import Timer
 
 
@@ -253,7 +254,7 @@ class TrustedRole:
         base_seed = msg.sets[0]
         gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(base_seed, "scramble"))
 
-        refiller = replays.Refiller(maker, msg.workload, msg.axes)
+        refiller = Refiller(maker, msg.workload, msg.axes)
 
         def refill(k: int, index: int) -> None:
             refiller(sets[k], replays.replay_seed(base_seed, index))
@@ -376,7 +377,7 @@ class TrustedRole:
         loop = ConfirmLoop(
             self.device,
             live,
-            replays.Refiller(maker, workload, axes),
+            Refiller(maker, workload, axes),
             static,
             iters,
             self.timer.idle_passes,
@@ -414,7 +415,7 @@ class TrustedRole:
         key = msg.key
         d, module, maker = self.problems[key]
         projection = self._projection(msg.projection_seed if msg.regime == "stream" else msg.run_seed)
-        refiller = replays.Refiller(maker, msg.workload, msg.axes)
+        refiller = Refiller(maker, msg.workload, msg.axes)
         if refiller.custom:
             # each chosen call's inputs are made again from its own seed, not read from the
             # outside clock's loop: let the loop go (its input sets, output buffers and their
@@ -484,7 +485,7 @@ class TrustedRole:
             return self._loop[1].projection
         return replays.Projection(seed)
 
-    def _replayed_inputs(self, msg: m.VerifyReplays, maker: InputMaker, refiller: replays.Refiller):
+    def _replayed_inputs(self, msg: m.VerifyReplays, maker: InputMaker, refiller: Refiller):
         """(iteration, inputs) of each chosen call, in ascending order: for the timed loop its
         set refilled from the call's own seed; for the outside clock's loop the same draws from
         the loop's seed, in the same order (``ConfirmLoop.inputs_at``)."""

@@ -63,6 +63,7 @@ def test_outside_clock_loop_draws_fresh_inputs_in_graphs():
     from guard.runner import replays
     from guard.runner.confirm import ConfirmLoop
     from guard.runner.inputs import InputMaker
+    from guard.runner.refill import Refiller
 
     d = {
         "name": "scale",
@@ -75,7 +76,7 @@ def test_outside_clock_loop_draws_fresh_inputs_in_graphs():
     def loop(static=None):
         sets = [maker.make({}, {"n": 8}, seed=s) for s in (1, 2)]
         return sets, ConfirmLoop(
-            "cuda", sets, replays.Refiller(maker, {}, {"n": 8}), static, 16, lambda ms: None, projection_seed=5
+            "cuda", sets, Refiller(maker, {}, {"n": 8}), static, 16, lambda ms: None, projection_seed=5
         )
 
     sets, a = loop([[torch.empty(8, 256, dtype=torch.bfloat16, device="cuda")] for _ in range(2)])
@@ -88,6 +89,46 @@ def test_outside_clock_loop_draws_fresh_inputs_in_graphs():
     for it, args in b.inputs_at(5, [0, 1, 4, 5]):
         values, allow = replays.digest_bounds(args[0] * 2, 1e-2, 1e-2, projection)
         assert replays.digest_mismatch(table[it][0], values, allow, "y") is None, it
+
+
+def test_integer_and_offset_draws_capture_in_a_graph():
+    """Indices and offsets are redrawn on every timed call too (``runner/refill.py``): their
+    draws (``random_``, a cumulative sum) capture in the loop's refill graph, every replay
+    gives new values by the maker's conventions, and a second loop replaying the same draws
+    (the trusted worker's check) sees the same inputs."""
+    from guard.runner.confirm import ConfirmLoop
+    from guard.runner.inputs import InputMaker
+    from guard.runner.refill import Refiller
+
+    d = {
+        "name": "gather_pages",
+        "reference": "def run(x, kv_indptr, kv_indices):\n    return x[kv_indices.long()].sum(0)\n",
+        "inputs": {
+            "x": {"shape": ["num_pages", 8], "dtype": "float32"},
+            "kv_indptr": {"shape": ["n_ptr"], "dtype": "int32"},
+            "kv_indices": {"shape": ["n_idx"], "dtype": "int32"},
+        },
+        "outputs": {"y": {"shape": [8], "dtype": "float32"}},
+    }
+    axes = {"num_pages": 7, "n_idx": 5000, "n_ptr": 65}
+    maker = InputMaker(d, "cuda")
+
+    def loop():
+        sets = [maker.make({}, axes, seed=s) for s in (1, 2)]
+        return sets, ConfirmLoop("cuda", sets, Refiller(maker, {}, axes), None, 16, lambda ms: None)
+
+    sets, a = loop()
+    assert a.graph_refill and len(a.refill_graphs) == 2
+    seen = []
+    for it, args in a.inputs_at(9, [0, 1, 2, 3]):
+        ptr, idx = args[1].cpu(), args[2].cpu()
+        assert int(ptr[0]) == 0 and int(ptr[-1]) == 5000 and bool((ptr.diff() >= 0).all()), it
+        assert 0 <= int(idx.min()) and int(idx.max()) < 7, it
+        seen.append((ptr, idx))
+    assert not torch.equal(seen[0][1], seen[2][1]) and not torch.equal(seen[0][0], seen[2][0])
+    _, b = loop()
+    for (it, args), (ptr, idx) in zip(b.inputs_at(9, [0, 1, 2, 3]), seen):
+        assert torch.equal(args[1].cpu(), ptr) and torch.equal(args[2].cpu(), idx), it
 
 
 def test_verdicts_say_how_workers_are_isolated(trust_guard):

@@ -1,0 +1,147 @@
+"""Refilling a timed call's live input buffers in place with the inputs of a new seed.
+
+The buffers stay where they are (a captured graph reads them); their values are new for every
+timed call, so that nothing a kernel worked out from one call's inputs holds for the next.
+Inputs the guard makes at random are redrawn where they lie, one draw per tensor:
+- floats by ``normal_``;
+- integers and booleans uniform in the range the ``InputMaker`` draws them in (indices below
+  the page count, labels below the classes);
+- offsets (``kv_indptr``, ``cu_seqlens``) as a non-decreasing run from 0 to the count of the
+  indices they split, as the ``InputMaker`` makes them, by a cumulative sum: no sort, so the
+  draws of a set can be captured in a graph.
+Loaded inputs keep their set's values (the problem fixes them). Inputs made by a custom
+generator, and inputs of which none is a float, go through the ``InputMaker`` again.
+
+Before session 22 integers and offsets kept their set's values: work that depends on them
+alone (a split plan, a histogram), keyed by address, stayed right on every timed call of the
+set, and a kernel could rewrite them in place with its outputs still right (indices sorted
+within a row) and find that work done on later calls.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from .harness import T
+from .inputs import InputMaker, spec_shape, sub_seed
+from .refill_kinds import INDICES, INDPTR, is_float_dtype, redrawn_inputs, stream_refill_possible
+
+__all__ = ["Draw", "Refiller", "StreamRefill", "draws_of", "redraw"]
+
+
+@dataclass(frozen=True)
+class Draw:
+    """How one input is redrawn: ``bound`` is an integer's exclusive upper bound, or the last
+    value of a run of offsets."""
+
+    position: int
+    name: str
+    kind: Literal["float", "int", "offsets"]
+    bound: int = 0
+
+
+def draws_of(maker: InputMaker, workload: dict[str, Any], axes: dict[str, int]) -> list[Draw]:
+    """The draws of a workload's redrawn inputs, in definition order."""
+    specs = maker.d["inputs"]
+    redrawn = redrawn_inputs(maker.d, workload)
+    indices = sorted(n for _, n in redrawn if INDICES.search(n) and not is_float_dtype(str(specs[n]["dtype"])))
+    out = []
+    for j, name in redrawn:
+        if is_float_dtype(str(specs[name]["dtype"])):
+            out.append(Draw(j, name, "float"))
+        elif INDPTR.search(name):
+            # the InputMaker's convention: the offsets end at the count of the first indices
+            # input it synthesized, else at four times their own count
+            count = (
+                math.prod(spec_shape(specs[indices[0]], axes))
+                if indices
+                else 4 * math.prod(spec_shape(specs[name], axes))
+            )
+            out.append(Draw(j, name, "offsets", count))
+        else:
+            out.append(Draw(j, name, "int", maker.int_high(name, axes)))
+    return out
+
+
+def redraw(t: torch.Tensor, draw: Draw, gen: torch.Generator, scratch: dict[int, torch.Tensor]) -> None:
+    """One input redrawn in place. Float8, which has no ``normal_``, through a float16 buffer of
+    its shape kept in ``scratch`` (made on first use, so before any graph capture)."""
+    if draw.kind == "offsets":
+        _redraw_offsets(t, draw.bound, gen)
+    elif draw.kind == "int" or not t.is_floating_point():
+        t.random_(0, 2 if t.dtype == torch.bool else max(1, draw.bound), generator=gen)
+    elif t.element_size() > 1:
+        t.normal_(generator=gen)
+    else:
+        buf = scratch.get(T.data_ptr(t))
+        if buf is None:
+            buf = scratch[T.data_ptr(t)] = T.empty(t.shape, dtype=torch.float16, device=t.device)
+        buf.normal_(generator=gen)
+        T.copy_(t, buf)
+
+
+def _redraw_offsets(t: torch.Tensor, count: int, gen: torch.Generator) -> None:
+    """``t`` as offsets into ``count`` indices: 0 first, ``count`` last (two or more offsets),
+    non-decreasing between; the steps between drawn uniform with a mean of an even split."""
+    flat = t.view(-1)
+    k = flat.numel()
+    if k == 0:
+        return
+    flat[:1].fill_(0)
+    if k == 1:
+        return
+    inner = flat[1:-1]
+    if inner.numel():
+        inner.random_(0, 2 * count // (k - 1) + 1, generator=gen)
+        inner.cumsum_(0)
+        inner.clamp_(max=count)
+    flat[-1:].fill_(count)
+
+
+class StreamRefill:
+    """Redraws the random inputs of the live sets from one generator, seeded once per loop and
+    drawn on in order: the inputs of call ``i`` are those of the ``i``-th draw. On a GPU the
+    draws of one set are captured in a graph (the generator is registered with it), so a
+    refill costs one launch; the trusted worker gets the same values by replaying the same
+    draws from the same seed."""
+
+    def __init__(self, draws: list[Draw], device: torch.device):
+        self.draws = draws
+        self.gen = torch.Generator(device=device)
+        self.scratch: dict[int, torch.Tensor] = {}
+
+    def seed(self, seed: int) -> None:
+        self.gen.manual_seed(sub_seed(seed, "stream"))
+
+    def __call__(self, live: list[Any]) -> None:
+        for d in self.draws:
+            redraw(live[d.position], d, self.gen, self.scratch)
+
+
+class Refiller:
+    """Refills a call's live input buffers with the inputs of a new seed, one generator seeded
+    per input: cheap enough to run before every timed call. ``custom``: remade whole by the
+    ``InputMaker`` (a custom generator, or no random float to redraw)."""
+
+    def __init__(self, maker: InputMaker, workload: dict[str, Any], axes: dict[str, int]):
+        self.maker, self.workload, self.axes = maker, workload, axes
+        self.custom = not stream_refill_possible(maker.d, workload)
+        self.draws = draws_of(maker, workload, axes)
+        self.gen = torch.Generator(device=maker.device)
+        self.scratch: dict[int, torch.Tensor] = {}
+
+    def __call__(self, live: list[Any], seed: int) -> None:
+        if self.custom:
+            fresh = self.maker.make(self.workload, self.axes, seed, "normal")
+            for buf, new in zip(live, fresh):
+                if T.type(buf) is T.tensor_type:
+                    T.copy_(buf, new)
+            del fresh
+            return
+        for d in self.draws:
+            self.gen.manual_seed(sub_seed(seed, d.name))
+            redraw(live[d.position], d, self.gen, self.scratch)
