@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from guard.runner import tensorio  # noqa: E402
+from guard.runner.common import as_bytes, flat  # noqa: E402
 from guard.runner.tensorio import read_tensor, write_tensor  # noqa: E402
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int8, torch.bool]
@@ -59,7 +60,7 @@ def test_the_chunked_path_crosses_every_boundary(tmp_path, stage):
     path = tmp_path / "c.bin"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        tensorio._write_staged(fd, tensorio._raw(t), stage)
+        tensorio._write_staged(fd, as_bytes(flat(t)), stage)
     finally:
         os.close(fd)
     assert path.read_bytes() == t.numpy().tobytes()

@@ -87,6 +87,18 @@ def storage_range(t: torch.Tensor) -> tuple[int, int]:
     return start, start + st.nbytes()
 
 
+def flat(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s elements in one dimension (a copy only when ``t`` is not contiguous)."""
+    out: torch.Tensor = T.view(T.contiguous(t), (-1,))
+    return out
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A one-byte view of ``t``'s storage, whatever its dtype (NaNs and signed zeros as they lie)."""
+    raw: torch.Tensor = t if t.dtype == torch.uint8 else T.view(t, torch.uint8)
+    return raw
+
+
 def dtype_name(t: torch.Tensor) -> str:
     """``bfloat16`` for ``torch.bfloat16``: the name the definitions and messages use."""
     return str(t.dtype).replace("torch.", "")

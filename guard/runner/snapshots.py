@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import torch
 
+from .common import as_bytes, flat
 from .harness import T
 
 # From this size a copy of a device tensor lives on the host (below it, a device clone costs
@@ -37,31 +38,21 @@ def snapshot(t: torch.Tensor, host_from_bytes: int = HOST_COPY_BYTES) -> torch.T
     return here
 
 
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    flat: torch.Tensor = T.view(T.contiguous(t), (-1,))  # no copy when already contiguous
-    return flat
-
-
 def _pairs(live: torch.Tensor, copy: torch.Tensor, chunk_bytes: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``live`` and ``copy`` flattened, in chunks of at most ``chunk_bytes`` each, both on
     ``live``'s device."""
-    a, b = _flat(live), _flat(copy)
+    a, b = flat(live), flat(copy)
     step = max(1, chunk_bytes // max(1, live.element_size()))
     for lo in range(0, T.numel(a), step):
         part = b[lo : lo + step]
         yield a[lo : lo + step], (part if part.device == a.device else T.to(part, a.device))
 
 
-def _as_bytes(t: torch.Tensor) -> torch.Tensor:
-    raw: torch.Tensor = t if t.dtype == torch.bool else T.view(t, torch.uint8)
-    return raw
-
-
 def same_bytes(live: torch.Tensor, copy: torch.Tensor, chunk_bytes: int = CHUNK_BYTES) -> bool:
     """Whether ``live`` holds exactly the bytes of ``copy`` (NaNs and signed zeros included)."""
     if live.shape != copy.shape or live.dtype != copy.dtype:
         return False
-    return all(T.equal(_as_bytes(a), _as_bytes(b)) for a, b in _pairs(live, copy, chunk_bytes))
+    return all(T.equal(as_bytes(a), as_bytes(b)) for a, b in _pairs(live, copy, chunk_bytes))
 
 
 def close(live: torch.Tensor, copy: torch.Tensor, atol: float, rtol: float, chunk_bytes: int = CHUNK_BYTES) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .common import dtype_name
+from .common import as_bytes, dtype_name, flat
 from .harness import T
 
 ELEMENT_SIZE = {
@@ -36,13 +36,6 @@ _OS_OPEN, _OS_WRITE, _OS_CLOSE = os.open, os.write, os.close
 # freshly allocated pageable memory a 6 GiB output took most of a large problem's correctness
 # time on the H200 (KernelBench ReLU: 70 s of checks and 76 s of comparisons for 6 rounds).
 STAGE_BYTES = 256 << 20
-
-
-def _raw(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s bytes, flat (a copy only when ``t`` is not contiguous)."""
-    flat = T.view(T.contiguous(t), (-1,))
-    raw: torch.Tensor = flat if flat.dtype == torch.uint8 else T.view(flat, torch.uint8)
-    return raw
 
 
 def _stage(nbytes: int, stage_bytes: int) -> torch.Tensor:
@@ -77,7 +70,7 @@ def write_tensor(t: torch.Tensor, path: Path, stage_bytes: int = STAGE_BYTES) ->
     fd = _OS_OPEN(str(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         if T.numel(t):
-            raw = _raw(t)
+            raw = as_bytes(flat(t))
             if raw.device.type == "cpu":
                 _write_all(fd, memoryview(T.numpy(raw)))
             else:
