@@ -126,3 +126,37 @@ def test_imported_problem_round_trips(tmp_path):
     assert again.definition.content_hash() == problem.definition.content_hash()
     raw = json.loads((tmp_path / "p" / "definition.json").read_text())
     assert raw["constraints"] and raw["kernelarc"]["op_family"] == "attention"
+
+
+def test_a_stored_input_whose_file_is_missing_is_judged_as_random():
+    """The paged-decode example names safetensors files that are not in the repository: the
+    input maker fills those inputs at random, so the workloads the guard judges say so, and
+    the timed calls redraw them like any random input, offsets ending at their own indices'
+    count (red team, session 22: typed as stored, they kept their set's values on every
+    timed call, and offsets made for another count broke the reference's own check)."""
+    import torch
+
+    from guard.problems.schema import SafetensorsInput
+    from guard.runner.inputs import InputMaker
+    from guard.runner.refill import Refiller
+
+    problem, _ = import_sol_folder(SOL_EXAMPLES / "gqa_paged_decode_h32_kv8_d128_ps1")
+    assert any(isinstance(v, SafetensorsInput) for w in problem.workloads for v in w.inputs.values())
+    d = problem.definition
+    for device in ("cuda", "cpu"):
+        wset = workload_set(problem, device, b"s" * 32)
+        for w in wset.visible + wset.heldout:
+            assert not any(isinstance(v, SafetensorsInput) for v in w.inputs.values()), (device, w.uuid)
+    w = workload_set(problem, "cpu", b"s" * 32).visible[0]
+    axes = d.resolve_axes(w.axes)
+    raw = d.to_json()
+    maker = InputMaker(raw, "cpu", blob_root=str(problem.root) if problem.root else None)
+    refill = Refiller(maker, w.model_dump(mode="json"), axes)
+    assert {x.name for x in refill.draws} >= {"kv_indptr", "kv_indices"}
+    live = maker.make(w.model_dump(mode="json"), axes, seed=1)
+    names = list(d.inputs)
+    before = live[names.index("kv_indices")].clone()
+    refill(live, seed=5)
+    ptr, idx = live[names.index("kv_indptr")], live[names.index("kv_indices")]
+    assert not torch.equal(idx, before)
+    assert int(ptr[0]) == 0 and int(ptr[-1]) == idx.numel() and bool((ptr.diff() >= 0).all())

@@ -99,6 +99,40 @@ def test_refill_redraws_offsets_and_indices_by_their_conventions(stream):
     assert torch.isfinite(torch.as_tensor(live[0][live[2].long()].sum(0))).all()
 
 
+@pytest.mark.parametrize("n_idx", [10, 400])
+def test_offsets_are_new_on_every_draw(n_idx):
+    """Red team, session 22: offsets' steps drawn below 2 * count / (k - 1) + 1 were all zero
+    once the offsets outnumbered the indices twice over (65 offsets into 10 indices), so every
+    call got the same run; and the clamp to the count emptied trailing segments."""
+    axes = {"num_pages": 5, "n_idx": n_idx, "n_ptr": 65}
+    maker = InputMaker(PAGED, "cpu")
+    refill = Refiller(maker, {}, axes)
+    runs = set()
+    for seed in range(40):
+        live = maker.make({}, axes, seed=3)
+        refill(live, seed=seed)
+        ptr = live[1]
+        assert int(ptr[0]) == 0 and int(ptr[-1]) == n_idx and bool((ptr.diff() >= 0).all()), ptr
+        runs.add(tuple(ptr.tolist()))
+    assert len(runs) == 40
+
+
+def test_a_patched_refill_step_is_seen():
+    """The refill runs outside the timed span: work hidden in a patched ``random_`` would be
+    done there, so the methods it calls are taken before the candidate loads and watched."""
+    from guard.runner import harness
+
+    before = harness.violations()
+    original = torch.Tensor.random_
+    try:
+        torch.Tensor.random_ = lambda self, *a, **k: original(self, *a, **k)
+        swapped = harness.violations()
+    finally:
+        torch.Tensor.random_ = original
+    assert [v for v in swapped if v not in before] == ["Tensor.random_ was replaced (monkey-patching)"]
+    assert harness.violations() == before
+
+
 INT_ONLY = {
     "name": "histogram",
     "reference": "def run(codes):\n    return codes.sum(-1)\n",

@@ -12,7 +12,9 @@ import hmac
 import math
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from . import formulas
 from .problem import Problem
@@ -42,7 +44,29 @@ def workload_set(problem: Problem, device_class: str, secret: bytes) -> Workload
         heldout = problem.heldout
     else:
         heldout = heldout_workloads(d, visible, secret, device_class)
-    return WorkloadSet(list(visible), heldout)
+    return WorkloadSet(_stored_where_present(problem, visible), _stored_where_present(problem, heldout))
+
+
+def _stored_where_present(problem: Problem, workloads: Sequence[Workload]) -> list[Workload]:
+    """``workloads`` with each stored (safetensors) input whose file is not in the problem's
+    folder typed as what the guard then makes of it: random. The input maker fills such an
+    input at random anyway; typed as stored, it would keep its set's values on every timed
+    call (the refill redraws what is typed random), so work derived from it alone, kept by a
+    kernel from one call to the next, would go unseen, and offsets made for indices of
+    another count would not end at theirs (red team, session 22)."""
+    root = problem.root
+
+    def present(spec: SafetensorsInput) -> bool:
+        return root is not None and (Path(root) / spec.path).is_file()
+
+    out = []
+    for w in workloads:
+        missing = [k for k, v in w.inputs.items() if isinstance(v, SafetensorsInput) and not present(v)]
+        if missing:
+            inputs = {k: RandomInput() if k in missing else v for k, v in w.inputs.items()}
+            w = w.model_copy(update={"inputs": inputs})
+        out.append(w)
+    return out
 
 
 # ------------------------------------------------------------------- constraints

@@ -7,8 +7,12 @@ Inputs the guard makes at random are redrawn where they lie, one draw per tensor
 - integers and booleans uniform in the range the ``InputMaker`` draws them in (indices below
   the page count, labels below the classes);
 - offsets (``kv_indptr``, ``cu_seqlens``) as a non-decreasing run from 0 to the count of the
-  indices they split, as the ``InputMaker`` makes them, by a cumulative sum: no sort, so the
-  draws of a set can be captured in a graph.
+  indices they split, as the ``InputMaker`` makes them: positive steps drawn at random,
+  summed and scaled to end at that count (no sort and no allocation, so the draws of a set
+  can be captured in a graph; every segment is new on every call).
+Every step goes through the references the harness took before the candidate's code loaded
+(``T``), watched for patching: a refill is outside the timed span, and work a candidate hid
+in a patched ``random_`` would be done there.
 Loaded inputs keep their set's values (the problem fixes them). Inputs made by a custom
 generator, and inputs of which none is a float, go through the ``InputMaker`` again.
 
@@ -67,39 +71,51 @@ def draws_of(maker: InputMaker, workload: dict[str, Any], axes: dict[str, int]) 
     return out
 
 
+# Offsets' steps are drawn in [1, OFFSET_STEP_HIGH): segments up to 255 times as long as one
+# another, and a scaled sum far from int64's limit for any count of offsets and indices a
+# device holds.
+OFFSET_STEP_HIGH = 256
+
+
 def redraw(t: torch.Tensor, draw: Draw, gen: torch.Generator, scratch: dict[int, torch.Tensor]) -> None:
     """One input redrawn in place. Float8, which has no ``normal_``, through a float16 buffer of
-    its shape kept in ``scratch`` (made on first use, so before any graph capture)."""
+    its shape, and offsets through int64 buffers, kept in ``scratch`` (made on first use, so
+    before any graph capture)."""
     if draw.kind == "offsets":
-        _redraw_offsets(t, draw.bound, gen)
+        _redraw_offsets(t, draw.bound, gen, scratch)
     elif draw.kind == "int" or not t.is_floating_point():
-        t.random_(0, 2 if t.dtype == torch.bool else max(1, draw.bound), generator=gen)
+        T.random_(t, 0, 2 if t.dtype == torch.bool else max(1, draw.bound), generator=gen)
     elif t.element_size() > 1:
-        t.normal_(generator=gen)
+        T.normal_(t, generator=gen)
     else:
         buf = scratch.get(T.data_ptr(t))
         if buf is None:
             buf = scratch[T.data_ptr(t)] = T.empty(t.shape, dtype=torch.float16, device=t.device)
-        buf.normal_(generator=gen)
+        T.normal_(buf, generator=gen)
         T.copy_(t, buf)
 
 
-def _redraw_offsets(t: torch.Tensor, count: int, gen: torch.Generator) -> None:
+def _redraw_offsets(t: torch.Tensor, count: int, gen: torch.Generator, scratch: dict[int, torch.Tensor]) -> None:
     """``t`` as offsets into ``count`` indices: 0 first, ``count`` last (two or more offsets),
-    non-decreasing between; the steps between drawn uniform with a mean of an even split."""
-    flat = t.view(-1)
-    k = flat.numel()
+    non-decreasing between: positive steps drawn at random, their running sum ``S`` scaled to
+    ``S * count // S[-1]``. Every run of offsets has a chance, none repeats call after call."""
+    flat = T.view(t, (-1,))
+    k = T.numel(flat)
     if k == 0:
         return
-    flat[:1].fill_(0)
+    T.fill_(flat[:1], 0)
     if k == 1:
         return
-    inner = flat[1:-1]
-    if inner.numel():
-        inner.random_(0, 2 * count // (k - 1) + 1, generator=gen)
-        inner.cumsum_(0)
-        inner.clamp_(max=count)
-    flat[-1:].fill_(count)
+    buf = scratch.get(T.data_ptr(t))
+    if buf is None:  # the steps, then their last sum in the final element
+        buf = scratch[T.data_ptr(t)] = T.empty((k,), dtype=torch.int64, device=t.device)
+    steps, last = buf[: k - 1], buf[k - 1 :]
+    T.random_(steps, 1, OFFSET_STEP_HIGH, generator=gen)
+    T.cumsum_(steps, 0)
+    T.copy_(last, steps[-1:])
+    T.mul_(steps, count)
+    T.div_(steps, last, rounding_mode="floor")
+    T.copy_(flat[1:], steps)
 
 
 class StreamRefill:
