@@ -261,14 +261,7 @@ def test_the_trusted_worker_lets_the_loop_go_before_remaking_custom_inputs(tmp_p
     from guard.problems.schema import Definition
     from guard.runner import trusted_role as tr
 
-    raw = {
-        "name": "double",
-        "op_type": "elementwise",
-        "axes": {"n": {"type": "var"}},
-        "inputs": {"x": {"shape": ["n", 64], "dtype": "float32"}},
-        "outputs": {"y": {"shape": ["n", 64], "dtype": "float32"}},
-        "reference": CUSTOM_REFERENCE if custom else "def run(x):\n    return x * 2\n",
-    }
+    raw = {**DEF, "op_type": "elementwise", "reference": CUSTOM_REFERENCE if custom else DEF["reference"]}
     if custom:
         raw["custom_inputs_entrypoint"] = "generate_inputs"
     d = Definition.model_validate(raw)

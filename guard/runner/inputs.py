@@ -176,6 +176,14 @@ class InputMaker:
                 return max(1, axes[last] if isinstance(last, str) else int(last))
         return 64
 
+    def offsets_end(self, name: str, axes: dict[str, int], indices: list[str]) -> int:
+        """The last value of the synthesized offsets ``name``: the count of the first of the
+        synthesized integer ``indices`` inputs (sorted by name), else four times the count of
+        offsets. The first making and every refill follow it (``runner/refill.py``)."""
+        spec = self.d["inputs"][indices[0] if indices else name]
+        count = math.prod(spec_shape(spec, axes))
+        return count if indices else 4 * count
+
     def _fix_index_pairs(self, values: dict[str, Any], synthesized: set[str], axes: dict[str, int], seed: int) -> None:
         """Paged-KV convention: offsets run from 0 to the number of indices; indices stay
         below the page count. Applied to integer index inputs the guard synthesized."""
@@ -195,7 +203,7 @@ class InputMaker:
             values[n] = torch.randint(0, hi, t.shape, generator=gen, dtype=t.dtype).to(self.device)
         for n in ptr_names:
             t = values[n]
-            total = values[idx_names[0]].numel() if idx_names else int(t.numel()) * 4
+            total = self.offsets_end(n, axes, idx_names)
             k = t.numel()
             if k == 0:
                 continue

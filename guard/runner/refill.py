@@ -24,14 +24,13 @@ within a row) and find that work done on later calls.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 
 from .harness import T
-from .inputs import InputMaker, spec_shape, sub_seed
+from .inputs import InputMaker, sub_seed
 from .refill_kinds import INDICES, INDPTR, is_float_dtype, redrawn_inputs, stream_refill_possible
 
 __all__ = ["Draw", "Refiller", "StreamRefill", "draws_of", "redraw"]
@@ -58,14 +57,7 @@ def draws_of(maker: InputMaker, workload: dict[str, Any], axes: dict[str, int]) 
         if is_float_dtype(str(specs[name]["dtype"])):
             out.append(Draw(j, name, "float"))
         elif INDPTR.search(name):
-            # the InputMaker's convention: the offsets end at the count of the first indices
-            # input it synthesized, else at four times their own count
-            count = (
-                math.prod(spec_shape(specs[indices[0]], axes))
-                if indices
-                else 4 * math.prod(spec_shape(specs[name], axes))
-            )
-            out.append(Draw(j, name, "offsets", count))
+            out.append(Draw(j, name, "offsets", maker.offsets_end(name, axes, indices)))
         else:
             out.append(Draw(j, name, "int", maker.int_high(name, axes)))
     return out
@@ -83,7 +75,7 @@ def redraw(t: torch.Tensor, draw: Draw, gen: torch.Generator, scratch: dict[int,
     before any graph capture)."""
     if draw.kind == "offsets":
         _redraw_offsets(t, draw.bound, gen, scratch)
-    elif draw.kind == "int" or not t.is_floating_point():
+    elif draw.kind == "int":
         T.random_(t, 0, 2 if t.dtype == torch.bool else max(1, draw.bound), generator=gen)
     elif t.element_size() > 1:
         T.normal_(t, generator=gen)

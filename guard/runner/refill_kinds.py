@@ -1,7 +1,7 @@
 """Which inputs a timed call's refill can redraw in place, from the problem's JSON alone.
 
 Torch-free: the guard's own process decides from it how the outside clock's loops draw their
-inputs (``cascade.timed_workload``), and the workers refill by it (``runner.replays``).
+inputs (``cascade.timed_workload``), and the workers refill by it (``runner.refill``).
 """
 
 from __future__ import annotations
