@@ -704,6 +704,47 @@ def test_digests_of_any_size_equal_the_figures_in_one_piece(periods, extra):
     assert got == pytest.approx(want, rel=1e-9, abs=1e-6)
 
 
+def test_a_digest_holds_one_float64_block_at_a_time():
+    """The digest of a large output copies it to float64 a block at a time. Holding every
+    block until the end made it a whole float64 copy (2x a float32 output), twice on a GPU
+    (the warm-up and the capture): the outside clock's loops held 3.55x a KernelBench call's
+    own memory on the H200. Every float64 block made is watched: at most one is alive when the
+    next one is made."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    period = replays.PROJECTION_PERIOD
+    big = period * 8  # a float64 block has at least 8 periods
+
+    class Watch(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.alive: list[weakref.ref] = []
+            self.most = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and out.dtype == torch.float64 and out.numel() >= big:
+                self.alive = [r for r in self.alive if r() is not None]
+                self.alive.append(weakref.ref(out))
+                # views of one block (its reshapes) share its memory: count memory, not tensors
+                held = {t.untyped_storage().data_ptr() for t in (r() for r in self.alive) if t is not None}
+                self.most = max(self.most, len(held))
+            return out
+
+    projection = replays.Projection(9)
+    projection.weights(torch.device("cpu"))
+    x = torch.randn(20 * period + 999, dtype=torch.bfloat16)  # three blocks, the last with a tail
+    with Watch() as watch:
+        got = replays.digest([x], projection)[0].tolist()
+    assert watch.most == 1, f"{watch.most} float64 blocks alive at once"
+    flat = x.to(torch.float64)
+    signs = projection.weights(torch.device("cpu"))[1].repeat(21)[: flat.numel()]
+    want = [flat.sum().item(), flat.abs().sum().item(), flat.norm().item(), (flat * signs).sum().item()]
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-6)
+
+
 def test_a_digest_row_without_every_field_matches_nothing():
     """An empty row was checked against nothing (the fields were zipped pairwise) and a kernel
     that skipped every timed call was ACCEPTed; the message refuses it, the check does too."""

@@ -214,7 +214,7 @@ class CandidateRole:
                 return m.Reply(ok=False, status="INTERNAL", message=f"making inputs failed ({type(exc).__name__})")
             outs = self._call(args, axes)
             if msg.determinism and i == 0:
-                # the first call's outputs kept as copies (a large one on the host), so the
+                # the first call's outputs kept as copies (``snapshot``: on the host without room), so the
                 # second call reuses their device memory instead of adding its own
                 with self._after_candidate_code("after its call"):
                     first = [snapshot(t) for t in outs]
@@ -280,7 +280,7 @@ class CandidateRole:
 
         def graph_holds(k: int, static_outputs, replay) -> str | None:
             refill(k, -10_000 - k)
-            # a copy of the eager result (a large one on the host), the call's own dropped
+            # a copy of the eager result (``snapshot``), the call's own dropped
             eager = [snapshot(t) for t in replays.tensors_of(self._outputs(call(k)))]
             replays.scramble(static_outputs, gen)
             replay()

@@ -56,6 +56,10 @@ T = SimpleNamespace(
     div_=torch.Tensor.div_,
     as_tensor=torch.as_tensor,
     memory_snapshot=torch.cuda.memory_snapshot,  # the poison's free blocks (poison.py)
+    # where a snapshot of a large device tensor fits (snapshots.py)
+    mem_get_info=torch.cuda.mem_get_info,
+    memory_reserved=torch.cuda.memory_reserved,
+    memory_allocated=torch.cuda.memory_allocated,
     data_ptr=torch.Tensor.data_ptr,
     untyped_storage=torch.Tensor.untyped_storage,
     active_threads=threading.active_count,

@@ -111,6 +111,19 @@ DIGEST_BLOCK_PERIODS = 16
 DIGEST_BLOCK_FLOOR_PERIODS = 8  # 8 periods of float64: 64 MiB
 
 
+def _block(flat: torch.Tensor, r0: int, r1: int, period: int) -> torch.Tensor:
+    """Periods ``r0`` to ``r1`` of ``flat`` as a float64 copy of shape (r1 - r0, period); the
+    last block's tail zero-padded to a whole period (zeros change no field)."""
+    part = flat[r0 * period : r1 * period]
+    if T.numel(part) == (r1 - r0) * period:
+        c = T.to(part, torch.float64)
+    else:
+        c = T.zeros((r1 - r0) * period, dtype=torch.float64, device=flat.device)
+        T.copy_(c[: T.numel(part)], part)
+    block: torch.Tensor = T.view(c, (r1 - r0, period))
+    return block
+
+
 def _digest_one(x: torch.Tensor, projection: Projection) -> torch.Tensor:
     """(sum, L1, L2, projection) of one tensor, in float64, a block of whole periods at a
     time: one float64 copy of a block at most, never of a whole large output. The last block
@@ -132,27 +145,21 @@ def _digest_one(x: torch.Tensor, projection: Projection) -> torch.Tensor:
     half_output = (n * x.element_size()) // (2 * 8 * period)
     per_block = max(1, min(DIGEST_BLOCK_PERIODS, max(DIGEST_BLOCK_FLOOR_PERIODS, half_output)))
     rows = -(-n // period)
-    blocks = []
-    for r0 in range(0, rows, per_block):
-        r1 = min(rows, r0 + per_block)
-        part = flat[r0 * period : r1 * period]
-        if T.numel(part) == (r1 - r0) * period:
-            c = T.to(part, torch.float64)
-        else:  # the tail's block
-            c = T.zeros((r1 - r0) * period, dtype=torch.float64, device=flat.device)
-            T.copy_(c[: T.numel(part)], part)
-        blocks.append(T.view(c, (r1 - r0, period)))
-    if len(blocks) == 1:
-        c = blocks[0]
+    if rows <= per_block:
+        c = _block(flat, 0, rows, period)
         sp = T.sum(T.mm(c, w.t()), 0)
         one: torch.Tensor = T.stack([sp[0], T.vector_norm(c, 1), T.vector_norm(c, 2), sp[1]])
         return one
-    # several blocks: their sums of squares add up, the root is taken once
+    # several blocks, each let go before the next is made (on a GPU inside a captured graph
+    # too: its pool reuses what the capture frees), so that a digest of a 7 GiB float32 output
+    # holds 128 MiB of float64 and not 14 GiB; their sums of squares add up, the root is taken once
     parts = []
-    for c in blocks:
+    for r0 in range(0, rows, per_block):
+        c = _block(flat, r0, min(rows, r0 + per_block), period)
         sp = T.sum(T.mm(c, w.t()), 0)
         c_flat = T.reshape(c, (-1,))
         parts.append(T.stack([sp[0], T.vector_norm(c_flat, 1), T.dot(c_flat, c_flat), sp[1]]))
+        del c, c_flat
     acc = T.sum(T.stack(parts), 0)
     row: torch.Tensor = T.stack([acc[0], acc[1], T.sqrt(acc[2]), acc[3]])
     return row

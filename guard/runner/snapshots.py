@@ -3,10 +3,12 @@
 Three checks hold a copy of a call's data while the candidate runs again: its inputs before
 a call (inputs are read-only), its first call's outputs (a second call on the same inputs must
 give the same bytes), and an eager call's result (a graph replay must give it). On a GPU a
-device copy of a large tensor doubles what the check holds: for a problem of 6 GiB in and 6
-GiB out that was most of the candidate worker's 38-45 GiB peak. So a large tensor's copy
-goes to host memory, and the comparison brings it back one bounded chunk at a time. Small
-tensors, and every tensor on the CPU, are cloned where they are, as before.
+copy stays on the device when the device has room for it and as much again besides (for the
+call that follows and its temporaries, plus ``DEVICE_RESERVE_BYTES``): a copy there costs
+milliseconds. Where it does not, a large tensor's copy goes to host memory and the comparison
+brings it back one bounded chunk at a time; for KernelBench's 6 GiB tensors on the H200 that
+was about 2 s a copy through pageable memory, most of a correctness round. Small tensors, and
+every tensor on the CPU, are cloned where they are.
 
 Everything runs through the references in ``harness.T``, taken before any candidate code was
 imported (``torch.allclose`` is watched there: a patch of it is reported as a reward hack).
@@ -21,17 +23,33 @@ import torch
 from .common import as_bytes, flat
 from .harness import T
 
-# From this size a copy of a device tensor lives on the host (below it, a device clone costs
-# little memory and no transfer).
+# From this size a copy of a device tensor lives on the host unless the device has room for it
+# (below it, a device clone costs little memory and no transfer).
 HOST_COPY_BYTES = 1 << 30
+# What a device copy must leave free besides as much again as itself.
+DEVICE_RESERVE_BYTES = 4 << 30
 # The device memory one step of a comparison brings back from the host (and its temporaries).
 CHUNK_BYTES = 256 << 20
 
 
+def device_room(device: torch.device) -> int:
+    """Bytes this process can still allocate on ``device``: the device's free memory and the
+    blocks torch's allocator holds unused."""
+    free, _ = T.mem_get_info(device)
+    return int(free) + int(T.memory_reserved(device)) - int(T.memory_allocated(device))
+
+
+def on_host(nbytes: int, room: int, host_from_bytes: int = HOST_COPY_BYTES) -> bool:
+    """Whether a copy of a device tensor of ``nbytes`` goes to the host, given ``room`` free
+    bytes on its device."""
+    return nbytes >= host_from_bytes and room < 2 * nbytes + DEVICE_RESERVE_BYTES
+
+
 def snapshot(t: torch.Tensor, host_from_bytes: int = HOST_COPY_BYTES) -> torch.Tensor:
-    """A copy of ``t`` that later writes to ``t`` do not reach: on the host when ``t`` is a
-    device tensor of ``host_from_bytes`` or more, else a clone beside it."""
-    if t.is_cuda and t.numel() * t.element_size() >= host_from_bytes:
+    """A copy of ``t`` that later writes to ``t`` do not reach: beside it, or on the host when
+    ``t`` is a large device tensor for which its device has no room (``on_host``)."""
+    nbytes = t.numel() * t.element_size()
+    if t.is_cuda and nbytes >= host_from_bytes and on_host(nbytes, device_room(t.device), host_from_bytes):
         host: torch.Tensor = T.contiguous(T.cpu(t))
         return host
     here: torch.Tensor = T.clone(t)
