@@ -36,6 +36,7 @@ def test_a_timed_loop_holds_fewer_input_sets_the_larger_a_set_is():
 
     assert [input_sets(b, "cuda") for b in (1 << 20, SMALL_SET_BYTES, LARGE_SET_BYTES, 8 << 30)] == [4, 2, 1, 1]
     assert [input_sets(b, "cpu") for b in (1 << 20, SMALL_SET_BYTES, LARGE_SET_BYTES)] == [2, 2, 1]
+    assert input_sets(300 << 20, "cuda") == 1  # larger than any cache the flush leaves alone
 
 
 def test_a_problem_that_cannot_fit_is_refused_with_how_much_it_needs_and_has():

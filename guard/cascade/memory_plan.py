@@ -34,9 +34,11 @@ def tensor_bytes(d: Definition, w: Workload) -> tuple[int, int]:
 
 
 # a timed loop's input set (inputs and outputs of one call) below the first size rotates over 4
-# sets, below the second over 2, above it uses 1
+# sets, below the second over 2, above it uses 1. From 256 MiB (twice the largest L2 of a GPU
+# today, and the flush runs between a set's refill and its call anyway) another set only adds
+# memory: at 1 GiB, KernelBench's sub-GiB convolutions held 4-6x a call's own memory on the H200.
 SMALL_SET_BYTES = 64 << 20
-LARGE_SET_BYTES = 1 << 30
+LARGE_SET_BYTES = 256 << 20
 
 
 def input_sets(set_bytes: int, kind: str) -> int:
