@@ -61,13 +61,37 @@ def test_half_precision_and_strided_tensors():
     assert not close(t, copy, atol=1.0, rtol=0.0, chunk_bytes=CHUNK)
 
 
-def test_a_large_device_copy_stays_on_the_device_only_with_room_to_spare():
-    """A copy through pageable host memory cost about 2 s per 6 GiB on the H200: a large copy
-    stays on the device when the device has room for it and as much again plus the reserve,
-    else it goes to the host; a small one always stays."""
-    from guard.runner.snapshots import DEVICE_RESERVE_BYTES, HOST_COPY_BYTES, on_host
+def test_large_device_copies_stay_on_the_device_only_with_room_for_all_of_them():
+    """A copy through pageable host memory cost about 2 s per 6 GiB on the H200: the large
+    copies of one step stay on the device when it has room for all of them, for twice the
+    call's own data (its outputs and temporaries, the other worker's reference beside it) and
+    the reserve; else they all go to the host (a red team showed copies decided one at a time
+    could leave an honest call too little memory)."""
+    from guard.runner.snapshots import DEVICE_RESERVE_BYTES, on_host
 
-    big = 6 << 30
-    assert on_host(big, room=2 * big + DEVICE_RESERVE_BYTES - 1)
-    assert not on_host(big, room=2 * big + DEVICE_RESERVE_BYTES)
-    assert not on_host(HOST_COPY_BYTES - 1, room=0)
+    copies, call = 12 << 30, 18 << 30
+    assert on_host(copies, call, room=copies + 2 * call + DEVICE_RESERVE_BYTES - 1)
+    assert not on_host(copies, call, room=copies + 2 * call + DEVICE_RESERVE_BYTES)
+
+
+def test_where_the_free_memory_cannot_be_read_copies_go_to_the_host(monkeypatch):
+    from guard.runner import snapshots as s
+
+    monkeypatch.setattr(s.T, "cuda_mem_get_info", None)
+    assert s.device_room(torch.device("cuda", 0)) == 0
+
+    def broken(index):
+        raise RuntimeError("no device")
+
+    monkeypatch.setattr(s.T, "cuda_mem_get_info", broken)
+    assert s.device_room(torch.device("cuda", 0)) == 0
+    monkeypatch.setattr(s.T, "cuda_mem_get_info", lambda index: (64 << 30, 80 << 30))
+    assert s.device_room(torch.device("cuda", 0)) == 64 << 30
+
+
+def test_copies_of_a_step_pass_other_arguments_through():
+    from guard.runner.snapshots import snapshots
+
+    t = torch.arange(5.0)
+    got = snapshots([t, 3, None], call_bytes=0)
+    assert got[1:] == [3, None] and torch.equal(got[0], t) and got[0].data_ptr() != t.data_ptr()

@@ -31,7 +31,7 @@ from .inputs import InputMaker, spec_shape, torch_dtype
 from .kept import KeptOutputs
 from .poison import poison_free_blocks, poison_in_place, poison_tensor
 from .refill import Refiller
-from .snapshots import close, same_bytes, snapshot
+from .snapshots import close, same_bytes, snapshots
 from .tensorio import write_tensor
 from .timing import Plan, Timer
 
@@ -122,11 +122,22 @@ class CandidateRole:
             outs.append(t)
         return outs
 
+    def _call_bytes(self, args: list, axes: dict) -> int:
+        """One call's data: its tensor inputs and the outputs its definition gives."""
+        inputs = sum(a.numel() * a.element_size() for a in args if T.isinstance(a, T.tensor_type))
+        outputs = 0
+        for spec in self.d["outputs"].values():
+            size = int(torch_dtype(spec["dtype"]).itemsize)
+            for dim in spec_shape(spec, axes):
+                size *= int(dim)
+            outputs += size
+        return int(inputs + outputs)
+
     def _call(self, args: list, axes: dict) -> list[torch.Tensor]:
         names = list(self.d["outputs"])
         dps_outs = self._alloc_outputs(axes) if self.dps else []
         with self._after_candidate_code("before its call"):
-            before = [snapshot(a) if T.isinstance(a, T.tensor_type) else a for a in args]
+            before = snapshots(args, self._call_bytes(args, axes))
             poison_free_blocks(torch.device(self.device))
         threads = harness.thread_count()
         try:
@@ -217,7 +228,7 @@ class CandidateRole:
                 # the first call's outputs kept as copies (``snapshot``: on the host without room), so the
                 # second call reuses their device memory instead of adding its own
                 with self._after_candidate_code("after its call"):
-                    first = [snapshot(t) for t in outs]
+                    first = snapshots(outs, self._call_bytes(args, axes))
                     poison_in_place(outs)
                 del outs
                 outs = self._call(args, axes)
@@ -281,7 +292,7 @@ class CandidateRole:
         def graph_holds(k: int, static_outputs, replay) -> str | None:
             refill(k, -10_000 - k)
             # a copy of the eager result (``snapshot``), the call's own dropped
-            eager = [snapshot(t) for t in replays.tensors_of(self._outputs(call(k)))]
+            eager = snapshots(replays.tensors_of(self._outputs(call(k))), self._call_bytes(self.sets[k], self.axes))
             replays.scramble(static_outputs, gen)
             replay()
             T.cuda_sync()

@@ -56,10 +56,9 @@ T = SimpleNamespace(
     div_=torch.Tensor.div_,
     as_tensor=torch.as_tensor,
     memory_snapshot=torch.cuda.memory_snapshot,  # the poison's free blocks (poison.py)
-    # where a snapshot of a large device tensor fits (snapshots.py)
-    mem_get_info=torch.cuda.mem_get_info,
-    memory_reserved=torch.cuda.memory_reserved,
-    memory_allocated=torch.cuda.memory_allocated,
+    # where the copies of large device tensors fit (snapshots.py): the binding itself, since
+    # torch.cuda.mem_get_info looks names up at call time that a candidate could replace
+    cuda_mem_get_info=getattr(getattr(torch._C, "_cudart", None), "cudaMemGetInfo", None),
     data_ptr=torch.Tensor.data_ptr,
     untyped_storage=torch.Tensor.untyped_storage,
     active_threads=threading.active_count,

@@ -2,13 +2,16 @@
 
 Three checks hold a copy of a call's data while the candidate runs again: its inputs before
 a call (inputs are read-only), its first call's outputs (a second call on the same inputs must
-give the same bytes), and an eager call's result (a graph replay must give it). On a GPU a
-copy stays on the device when the device has room for it and as much again besides (for the
-call that follows and its temporaries, plus ``DEVICE_RESERVE_BYTES``): a copy there costs
-milliseconds. Where it does not, a large tensor's copy goes to host memory and the comparison
-brings it back one bounded chunk at a time; for KernelBench's 6 GiB tensors on the H200 that
-was about 2 s a copy through pageable memory, most of a correctness round. Small tensors, and
-every tensor on the CPU, are cloned where they are.
+give the same bytes), and an eager call's result (a graph replay must give it). On a GPU the
+copies of one step stay on the device when the device has room for all of them, for twice
+the call's own data besides (the call's outputs and temporaries, and the other worker making
+a reference beside it) and for ``DEVICE_RESERVE_BYTES``: a copy there costs milliseconds.
+Where it does not, a large tensor's copy goes to host memory and the comparison brings it
+back one bounded chunk at a time; for KernelBench's 6 GiB tensors on the H200 that was about
+2 s a copy through pageable memory, most of a correctness round. Small tensors, and every
+tensor on the CPU, are cloned where they are. The decision uses only the device's free
+memory (the allocator's unused cache is not counted: the worker empties it after large
+rounds), and any failure to read it means the host.
 
 Everything runs through the references in ``harness.T``, taken before any candidate code was
 imported (``torch.allclose`` is watched there: a patch of it is reported as a reward hack).
@@ -17,6 +20,7 @@ imported (``torch.allclose`` is watched there: a patch of it is reported as a re
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -26,32 +30,55 @@ from .harness import T
 # From this size a copy of a device tensor lives on the host unless the device has room for it
 # (below it, a device clone costs little memory and no transfer).
 HOST_COPY_BYTES = 1 << 30
-# What a device copy must leave free besides as much again as itself.
+# What device copies must leave free besides twice the call's own data.
 DEVICE_RESERVE_BYTES = 4 << 30
 # The device memory one step of a comparison brings back from the host (and its temporaries).
 CHUNK_BYTES = 256 << 20
 
 
 def device_room(device: torch.device) -> int:
-    """Bytes this process can still allocate on ``device``: the device's free memory and the
-    blocks torch's allocator holds unused."""
-    free, _ = T.mem_get_info(device)
-    return int(free) + int(T.memory_reserved(device)) - int(T.memory_allocated(device))
+    """Free bytes on ``device``, 0 where they cannot be read (the copies then go to the host)."""
+    if T.cuda_mem_get_info is None:
+        return 0
+    try:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        free, _ = T.cuda_mem_get_info(index)
+        return int(free)
+    except Exception:  # noqa: BLE001 - the host is always a safe place for a copy
+        return 0
 
 
-def on_host(nbytes: int, room: int, host_from_bytes: int = HOST_COPY_BYTES) -> bool:
-    """Whether a copy of a device tensor of ``nbytes`` goes to the host, given ``room`` free
-    bytes on its device."""
-    return nbytes >= host_from_bytes and room < 2 * nbytes + DEVICE_RESERVE_BYTES
+def on_host(copy_bytes: int, call_bytes: int, room: int) -> bool:
+    """Whether copies of ``copy_bytes`` in all go to the host, given ``room`` free bytes on the
+    device and a call of ``call_bytes`` (its inputs and outputs) to run beside them."""
+    return room < copy_bytes + 2 * call_bytes + DEVICE_RESERVE_BYTES
 
 
-def snapshot(t: torch.Tensor, host_from_bytes: int = HOST_COPY_BYTES) -> torch.Tensor:
-    """A copy of ``t`` that later writes to ``t`` do not reach: beside it, or on the host when
-    ``t`` is a large device tensor for which its device has no room (``on_host``)."""
-    nbytes = t.numel() * t.element_size()
-    if t.is_cuda and nbytes >= host_from_bytes and on_host(nbytes, device_room(t.device), host_from_bytes):
-        host: torch.Tensor = T.contiguous(T.cpu(t))
-        return host
+def snapshots(ts: list[Any], call_bytes: int, host_from_bytes: int = HOST_COPY_BYTES) -> list[Any]:
+    """Copies of the tensors among ``ts`` (anything else passed through) that later writes do
+    not reach, decided together: the large device ones (``host_from_bytes`` and more) stay on
+    the device only when it has room for all of them (``on_host``); the rest are cloned where
+    they are."""
+    large = [t for t in ts if _is_large(t, host_from_bytes)]
+    total = sum(t.numel() * t.element_size() for t in large)
+    host = bool(large) and on_host(total, call_bytes, device_room(large[0].device))
+    return [_copy(t, host and _is_large(t, host_from_bytes)) if T.isinstance(t, T.tensor_type) else t for t in ts]
+
+
+def snapshot(t: torch.Tensor, call_bytes: int = 0, host_from_bytes: int = HOST_COPY_BYTES) -> torch.Tensor:
+    """A copy of one tensor (``snapshots``)."""
+    copy: torch.Tensor = snapshots([t], call_bytes, host_from_bytes)[0]
+    return copy
+
+
+def _is_large(t: Any, host_from_bytes: int) -> bool:
+    return bool(T.isinstance(t, T.tensor_type) and t.is_cuda and t.numel() * t.element_size() >= host_from_bytes)
+
+
+def _copy(t: torch.Tensor, host: bool) -> torch.Tensor:
+    if host:
+        on: torch.Tensor = T.contiguous(T.cpu(t))
+        return on
     here: torch.Tensor = T.clone(t)
     return here
 
