@@ -60,13 +60,13 @@ def test_a_failure_of_the_workers_own_step_in_the_candidates_process_is_the_cand
     from guard.runner.common import CandidateFault
 
     role = candidate_role.CandidateRole("cpu", tmp_path)
-    role.d = {"inputs": {"x": {}}, "outputs": {"y": {}}}
+    role.d = {"inputs": {"x": {"shape": [3], "dtype": "float32"}}, "outputs": {"y": {"shape": [3], "dtype": "float32"}}}
     role.fn = lambda x: x * 2
 
-    def broken(_t):
+    def broken(_ts, _call_bytes):
         raise MemoryError("held-out shape 4097 x 8191")
 
-    monkeypatch.setattr(candidate_role, "snapshot", broken)
+    monkeypatch.setattr(candidate_role, "snapshots", broken)
     with pytest.raises(CandidateFault) as fault:
         role._call([torch.ones(3)], {})
     assert fault.value.status == "RUNTIME_ERROR"

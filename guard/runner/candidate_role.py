@@ -136,8 +136,9 @@ class CandidateRole:
     def _call(self, args: list, axes: dict) -> list[torch.Tensor]:
         names = list(self.d["outputs"])
         dps_outs = self._alloc_outputs(axes) if self.dps else []
+        call_bytes = self._call_bytes(args, axes)  # the guard's own arithmetic: its error is its own
         with self._after_candidate_code("before its call"):
-            before = snapshots(args, self._call_bytes(args, axes))
+            before = snapshots(args, call_bytes)
             poison_free_blocks(torch.device(self.device))
         threads = harness.thread_count()
         try:
@@ -223,12 +224,13 @@ class CandidateRole:
             except Exception as exc:  # inputs are the guard's job: not the candidate's fault
                 # but its process: the type only, never text the candidate's code may have set
                 return m.Reply(ok=False, status="INTERNAL", message=f"making inputs failed ({type(exc).__name__})")
+            call_bytes = self._call_bytes(args, axes)
             outs = self._call(args, axes)
             if msg.determinism and i == 0:
-                # the first call's outputs kept as copies (``snapshot``: on the host without room), so the
+                # the first call's outputs kept as copies (``snapshots``: on the host without room), so the
                 # second call reuses their device memory instead of adding its own
                 with self._after_candidate_code("after its call"):
-                    first = snapshots(outs, self._call_bytes(args, axes))
+                    first = snapshots(outs, call_bytes)
                     poison_in_place(outs)
                 del outs
                 outs = self._call(args, axes)
@@ -285,14 +287,15 @@ class CandidateRole:
         call = self._timing_call()
         gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(arm_seed, "scramble"))
         self.refiller = Refiller(self.maker, self.workload, self.axes)
+        call_bytes = self._call_bytes(self.sets[0], self.axes)
 
         def refill(k: int, index: int) -> None:
             self.refiller(self.sets[k], replays.sub_seed(arm_seed, index))
 
         def graph_holds(k: int, static_outputs, replay) -> str | None:
             refill(k, -10_000 - k)
-            # a copy of the eager result (``snapshot``), the call's own dropped
-            eager = snapshots(replays.tensors_of(self._outputs(call(k))), self._call_bytes(self.sets[k], self.axes))
+            # a copy of the eager result (``snapshots``), the call's own dropped
+            eager = snapshots(replays.tensors_of(self._outputs(call(k))), call_bytes)
             replays.scramble(static_outputs, gen)
             replay()
             T.cuda_sync()
