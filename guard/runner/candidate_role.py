@@ -243,16 +243,17 @@ class CandidateRole:
                         )
                 del first
             metas = [write_tensor(t, outdir / f"{rnd.tag}_{k}.bin") for k, t in enumerate(outs)]
-            round_bytes = sum(t.numel() * t.element_size() for t in outs)
             rounds.append(m.CheckedRound(tag=rnd.tag, outputs=metas))
             with self._after_candidate_code("after its call"):
                 poison_in_place(outs)
                 del outs, args  # nothing of a round outlives it
                 if not self.cuda:
                     trim_host_heap()  # and the resident set, the CPU's memory figure, shows it
-                elif round_bytes >= LARGE_ROUND_BYTES:
+                elif call_bytes >= LARGE_ROUND_BYTES:
                     # rounds of other kinds allocate other temporaries: cached blocks of one round
                     # would stay held beside the next's (38 GiB for ReLU's 12 GiB call was seen);
+                    # inputs count as outputs do (a reduction's 8 GiB input and its copy on the
+                    # device, else cached into the timing that follows);
                     # poisoned first: the driver may hand the same pages back to this process
                     poison_free_blocks(torch.device(self.device))
                     release_device_cache()
