@@ -68,6 +68,6 @@ def test_a_failure_of_the_workers_own_step_in_the_candidates_process_is_the_cand
 
     monkeypatch.setattr(candidate_role, "snapshots", broken)
     with pytest.raises(CandidateFault) as fault:
-        role._call([torch.ones(3)], {})
+        role._call([torch.ones(3)], {}, call_bytes=24)
     assert fault.value.status == "RUNTIME_ERROR"
     assert "MemoryError" in fault.value.message and "4097" not in fault.value.message

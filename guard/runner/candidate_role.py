@@ -4,6 +4,7 @@ so nothing leaks from one candidate to the next. It never sees a reference outpu
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ import torch
 
 from ..builders import BuildError, get_builder
 from ..builders.trim import trim_traceback
+from ..problems.dtypes import dtype_info
 from . import harness, replays
 from . import messages as m
 from .confirm import ConfirmLoop
@@ -123,20 +125,18 @@ class CandidateRole:
         return outs
 
     def _call_bytes(self, args: list, axes: dict) -> int:
-        """One call's data: its tensor inputs and the outputs its definition gives."""
+        """One call's data: its tensor inputs and the outputs its definition gives (worked
+        out before candidate code runs again: a mistake in it is the guard's own error)."""
         inputs = sum(a.numel() * a.element_size() for a in args if T.isinstance(a, T.tensor_type))
-        outputs = 0
-        for spec in self.d["outputs"].values():
-            size = int(torch_dtype(spec["dtype"]).itemsize)
-            for dim in spec_shape(spec, axes):
-                size *= int(dim)
-            outputs += size
-        return int(inputs + outputs)
+        outputs = sum(
+            dtype_info(spec["dtype"]).bytes * math.prod(spec_shape(spec, axes)) for spec in self.d["outputs"].values()
+        )
+        return int(inputs + math.ceil(outputs))
 
-    def _call(self, args: list, axes: dict) -> list[torch.Tensor]:
+    def _call(self, args: list, axes: dict, call_bytes: int) -> list[torch.Tensor]:
+        """One checked call; ``call_bytes`` (``_call_bytes``) sizes the room its copies need."""
         names = list(self.d["outputs"])
         dps_outs = self._alloc_outputs(axes) if self.dps else []
-        call_bytes = self._call_bytes(args, axes)  # the guard's own arithmetic: its error is its own
         with self._after_candidate_code("before its call"):
             before = snapshots(args, call_bytes)
             poison_free_blocks(torch.device(self.device))
@@ -225,7 +225,7 @@ class CandidateRole:
                 # but its process: the type only, never text the candidate's code may have set
                 return m.Reply(ok=False, status="INTERNAL", message=f"making inputs failed ({type(exc).__name__})")
             call_bytes = self._call_bytes(args, axes)
-            outs = self._call(args, axes)
+            outs = self._call(args, axes, call_bytes)
             if msg.determinism and i == 0:
                 # the first call's outputs kept as copies (``snapshots``: on the host without room), so the
                 # second call reuses their device memory instead of adding its own
@@ -233,7 +233,7 @@ class CandidateRole:
                     first = snapshots(outs, call_bytes)
                     poison_in_place(outs)
                 del outs
-                outs = self._call(args, axes)
+                outs = self._call(args, axes, call_bytes)
                 for name, a, b in zip(self.d["outputs"], outs, first):
                     if not same_bytes(a, b):
                         raise CandidateFault(

@@ -8,7 +8,7 @@ the call's own data besides (the call's outputs and temporaries, and the other w
 a reference beside it) and for ``DEVICE_RESERVE_BYTES``: a copy there costs milliseconds.
 Where it does not, a large tensor's copy goes to host memory and the comparison brings it
 back one bounded chunk at a time; for KernelBench's 6 GiB tensors on the H200 that was about
-2 s a copy through pageable memory, most of a correctness round. Small tensors, and every
+about 2.4 s per 7 GiB through pageable memory (docs/kernelbench.md, run 7), most of a round. Small tensors, and every
 tensor on the CPU, are cloned where they are. The decision uses only the device's free
 memory (the allocator's unused cache is not counted: the worker empties it after large
 rounds), and any failure to read it means the host.
@@ -59,20 +59,13 @@ def snapshots(ts: list[Any], call_bytes: int, host_from_bytes: int = HOST_COPY_B
     not reach, decided together: the large device ones (``host_from_bytes`` and more) stay on
     the device only when it has room for all of them (``on_host``); the rest are cloned where
     they are."""
-    large = [t for t in ts if _is_large(t, host_from_bytes)]
-    total = sum(t.numel() * t.element_size() for t in large)
-    host = bool(large) and on_host(total, call_bytes, device_room(large[0].device))
-    return [_copy(t, host and _is_large(t, host_from_bytes)) if T.isinstance(t, T.tensor_type) else t for t in ts]
-
-
-def snapshot(t: torch.Tensor, call_bytes: int = 0, host_from_bytes: int = HOST_COPY_BYTES) -> torch.Tensor:
-    """A copy of one tensor (``snapshots``)."""
-    copy: torch.Tensor = snapshots([t], call_bytes, host_from_bytes)[0]
-    return copy
-
-
-def _is_large(t: Any, host_from_bytes: int) -> bool:
-    return bool(T.isinstance(t, T.tensor_type) and t.is_cuda and t.numel() * t.element_size() >= host_from_bytes)
+    large = [
+        T.isinstance(t, T.tensor_type) and t.is_cuda and t.numel() * t.element_size() >= host_from_bytes for t in ts
+    ]
+    total = sum(t.numel() * t.element_size() for t, big in zip(ts, large) if big)
+    first = next((t for t, big in zip(ts, large) if big), None)
+    host = first is not None and on_host(total, call_bytes, device_room(first.device))
+    return [_copy(t, host and big) if T.isinstance(t, T.tensor_type) else t for t, big in zip(ts, large)]
 
 
 def _copy(t: torch.Tensor, host: bool) -> torch.Tensor:
