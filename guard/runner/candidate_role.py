@@ -125,8 +125,10 @@ class CandidateRole:
         return outs
 
     def _call_bytes(self, args: list, axes: dict) -> int:
-        """One call's data: its tensor inputs and the outputs its definition gives (worked
-        out before candidate code runs again: a mistake in it is the guard's own error)."""
+        """One call's data: its tensor inputs and the outputs its definition gives: a guess at
+        what a call needs beside the copies (``snapshots``), from the sizes alone. Worked out
+        outside the steps whose failures are the candidate's, though in its process (where
+        code it ran can break what this calls, as it can anything else there)."""
         inputs = sum(a.numel() * a.element_size() for a in args if T.isinstance(a, T.tensor_type))
         outputs = sum(
             dtype_info(spec["dtype"]).bytes * math.prod(spec_shape(spec, axes)) for spec in self.d["outputs"].values()
