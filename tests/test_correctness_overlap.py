@@ -163,6 +163,24 @@ def test_determinism_is_asked_of_the_first_group_of_each_visible_workload_only(t
     check_both(ctx)
     flags = [(m["rounds"][0]["tag"], m["determinism"]) for m in sent]
     assert flags == [("w0r0", True), ("w0r1", False), ("w1r0", True), ("w1r1", False), ("w2r0", False)]
+    assert all(m["repeats_within"] is None for m in sent)  # a definition's default: bitwise repeats
+
+
+def test_a_problem_whose_repeats_may_differ_sends_its_tolerances(tmp_path):
+    """``kernelarc.deterministic`` false (KernelBench imports: the reference itself may use
+    cuDNN's atomics): the worker is told each output's tolerance for the repeated call."""
+    ctx, _ = context(tmp_path)
+    loose = COPY.model_copy(update={"kernelarc": COPY.kernelarc.model_copy(update={"deterministic": False})})
+    ctx.problem = SimpleNamespace(definition=loose)  # type: ignore[assignment]
+    sent: list[dict] = []
+    for worker in (ctx.cand, ctx.trusted):
+        worker.send = (lambda send: lambda message: (sent.append(message), send(message)))(worker.send)  # type: ignore[method-assign]
+    correctness_gate.check(ctx, "visible")
+    within = [m["repeats_within"] for m in sent if m["op"] == "check" and m["determinism"]]
+    compared = [m["tolerances"] for m in sent if m["op"] == "compare"]
+    assert len(within) == 2 and compared  # the first group of each visible workload
+    # the tolerance the comparison with the reference uses
+    assert all(w == compared[0] and w[0]["atol"] > 0 for w in within), (within, compared)
 
 
 def test_a_worker_that_ends_between_held_out_groups_shows_nothing_it_said(tmp_path):

@@ -842,3 +842,25 @@ def test_reported_timing_figures_are_typed_named_and_short():
     assert figures == {"median_ms": 0.5, "rel_se": 0.01, "n": 100, "cupti_error": "x" * 300}
     with pytest.raises(Rejection, match="out of protocol"):
         _reported_figures({"median_ms": 0.5, "rel_se": "0.01"}, w)
+
+
+def test_repeats_compare_bitwise_or_within_the_tolerance_the_problem_allows():
+    """The determinism check's two calls on the same inputs (``_repeat_differs``): bitwise by
+    default; where a problem allows repeats to differ, by each output's tolerance, so that float
+    atomics pass and a race or uninitialised memory does not."""
+    from guard.runner.candidate_role import _repeat_differs
+
+    first = torch.linspace(-1, 1, 4096)
+    atomics = first + torch.randn(4096) * 1e-7  # a different summation order's rounding
+    racy = first.clone()
+    racy[17] = 3.0  # an element another thread overwrote
+    loose = [m.Tolerance(atol=1e-5, rtol=1e-5)]
+    assert "non-deterministic" in (_repeat_differs(["y"], [atomics], [first], None) or "")
+    assert _repeat_differs(["y"], [first.clone()], [first], None) is None
+    assert _repeat_differs(["y"], [atomics], [first], loose) is None
+    why = _repeat_differs(["y"], [racy], [first], loose)
+    assert why is not None and "'y'" in why and "atol 1e-05" in why
+    nan = first.clone()
+    nan[3] = float("nan")
+    assert _repeat_differs(["y"], [nan.clone()], [nan], loose) is None  # NaN where NaN was
+    assert _repeat_differs(["y"], [first], [nan], loose) is not None

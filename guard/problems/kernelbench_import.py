@@ -196,6 +196,9 @@ def build_problem(
             heldout_axes=batch[:1],
             source={"format": "kernelbench", "path": str(path.resolve())},
             cpu_element_budget=_budget(spec.get("cpu_element_budget")),
+            # as KernelBench judges: repeats within the tolerance, since the reference itself may
+            # not repeat bitwise (cuDNN picks atomics for grouped transposed convolutions)
+            deterministic=False,
         ),
     )
     workload = Workload(

@@ -236,13 +236,10 @@ class CandidateRole:
                     poison_in_place(outs)
                 del outs
                 outs = self._call(args, axes, call_bytes)
-                for name, a, b in zip(self.d["outputs"], outs, first):
-                    if not same_bytes(a, b):
-                        raise CandidateFault(
-                            "INCORRECT_NUMERICAL",
-                            f"output {name!r} differs between two calls on the same inputs "
-                            "(non-deterministic: atomics, races or uninitialised memory?)",
-                        )
+                with self._after_candidate_code("comparing its two calls"):
+                    why = _repeat_differs(list(self.d["outputs"]), outs, first, msg.repeats_within)
+                if why:
+                    raise CandidateFault("INCORRECT_NUMERICAL", why)
                 del first
             metas = [write_tensor(t, outdir / f"{rnd.tag}_{k}.bin") for k, t in enumerate(outs)]
             rounds.append(m.CheckedRound(tag=rnd.tag, outputs=metas))
@@ -462,6 +459,27 @@ class CandidateRole:
             )
         if broken:
             raise CandidateFault("REWARD_HACK", "; ".join(broken))
+
+
+def _repeat_differs(names: list[str], second: list, first: list, within: list[m.Tolerance] | None) -> str | None:
+    """Why a second call on the same inputs does not repeat the first: bitwise, or, where the
+    problem allows repeats to differ (``within``), beyond each output's tolerance."""
+    for j, (name, a, b) in enumerate(zip(names, second, first)):
+        if within is None:
+            if not same_bytes(a, b):
+                return (
+                    f"output {name!r} differs between two calls on the same inputs "
+                    "(non-deterministic: atomics, races or uninitialised memory?)"
+                )
+            continue
+        tol = within[j] if j < len(within) else m.Tolerance(atol=0.0, rtol=0.0)
+        if not close(a, b, tol.atol, tol.rtol):
+            return (
+                f"output {name!r} differs between two calls on the same inputs by more than its "
+                f"tolerance (atol {tol.atol:g}, rtol {tol.rtol:g}; non-deterministic beyond rounding: races or "
+                "uninitialised memory?)"
+            )
+    return None
 
 
 def _same_results(eager: list, got: list, tolerances: list[dict]) -> str | None:

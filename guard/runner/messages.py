@@ -120,7 +120,10 @@ class Prepare(_Msg):
 class Check(_OnWorkload):
     op: Literal["check"] = "check"
     rounds: list[Round]
+    # the first round run twice: its outputs bitwise identical, or, where the problem allows
+    # repeats to differ (``Definition.deterministic`` false), within these tolerances
     determinism: bool = False
+    repeats_within: list[Tolerance] | None = None
     outdir: str
 
 
