@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from ..archive.db import Database
@@ -33,6 +29,7 @@ from ..verdict import Verdict
 from ..workspace import Workspace
 from ..runner import messages as m
 from ..runner import nvml
+from ..runner.scratch import Scratch
 from . import benchmark_gate, build_gate, correctness_gate, memory_plan, pairing_gate, scoring_gate
 from .context import EvalContext, Progress, noop
 from .reasons import GuardError, Rejection, died, first_line, timed_out
@@ -40,17 +37,6 @@ from .recording import Recorder
 from .reference_side import ReferenceSide
 
 log = logging.getLogger(__name__)
-
-
-def _scratch_root() -> str | None:
-    """/dev/shm when it has room: candidate outputs travel through files there."""
-    try:
-        st = os.statvfs("/dev/shm")
-        if st.f_bavail * st.f_frsize > (4 << 30):
-            return "/dev/shm"
-    except OSError:
-        pass
-    return None
 
 
 class Guard:
@@ -75,7 +61,8 @@ class Guard:
         self.archive = GitArchive(workspace.archive_dir)
         # Worker folders live outside the workspace: a candidate's working directory must
         # not lead it to the database, the secret or the held-out workloads.
-        self.scratch = Path(tempfile.mkdtemp(prefix="kernelarc-", dir=_scratch_root()))
+        self._scratch = Scratch()
+        self.scratch = self._scratch.path
         # candidate workers are sandboxed: the workspace is hidden, its problem folders (data
         # files of imported problems) readable
         self.pool = WorkerPool(
@@ -112,7 +99,7 @@ class Guard:
     def close(self) -> None:
         self.pool.close()
         self.db.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        self._scratch.remove()
 
     def __enter__(self) -> "Guard":
         return self
