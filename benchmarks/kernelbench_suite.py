@@ -181,12 +181,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def latest(rows: list[dict]) -> list[dict]:
+    """Each file's last row: a results file gathers several calls, and a file judged again (at a
+    later commit) is judged by its latest verdict."""
+    by_file: dict[str, dict] = {}
+    for r in rows:
+        by_file.pop(r["file"], None)
+        by_file[r["file"]] = r
+    return list(by_file.values())
+
+
 def render(rows: list[dict]) -> str:
-    """The summary for docs/kernelbench.md: counts per level and status, times, peaks."""
+    """The summary for docs/kernelbench.md: counts per level and status, times, peaks, over each
+    file's latest row."""
+    rows = latest(rows)
     lines = [
         "| level | judged | PASSED | other verdicts | errors | import s (median / max) | "
-        "verdict s (median / max) | peak ratio (max) | SOL score (median) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "verdict s (median / max) | peak ratio (max) | SOL score (median) | measured |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for level in ("level1", "level2", "level3"):
         mine = [r for r in rows if r.get("level") == level]
@@ -206,7 +218,7 @@ def render(rows: list[dict]) -> str:
         lines.append(
             f"| {level[-1]} | {len(mine)} | {len(passed)} | {len(other)} | {len(errors)} | "
             f"{med_max('import_s')} | {med_max('wall_s')} | "
-            f"{max(ratios) if ratios else '-'} | {score} |"
+            f"{max(ratios) if ratios else '-'} | {score} | {_dates(mine)} |"
         )
     failing = [r for r in rows if r.get("status") not in ("PASSED",)]
     if failing:
@@ -216,13 +228,20 @@ def render(rows: list[dict]) -> str:
             for r in failing
         ]
     over = [r for r in rows if isinstance(r.get("peak_ratio"), (int, float)) and r["peak_ratio"] > PEAK_TARGET]
-    lines += [f"- peak over {PEAK_TARGET:g}x: `{r['file']}` {r['peak_ratio']}x" for r in over]
+    lines += [f"- peak over {PEAK_TARGET:g}x: `{r['file']}` {r['peak_ratio']}x ({r.get('date', '?')})" for r in over]
     return "\n".join(lines)
+
+
+def _dates(rows: list[dict]) -> str:
+    """The first and last day the rows were measured on."""
+    days = sorted({r["date"] for r in rows if r.get("date")})
+    return "-" if not days else days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
 
 
 def render_files(rows: list[dict]) -> str:
     """One line per judged file (docs/kernelbench.md): verdict and correctness seconds, the
     reference's own peak, each worker's peak with the gate it was in, the ratio, the SOL score."""
+    rows = latest(rows)
     gib = float(1 << 30)
     lines = [
         "| file | verdict s | correctness s | own peak GiB | trusted peak GiB (gate) | "

@@ -248,6 +248,26 @@ def test_kernelbench_suite_renders_a_line_per_file_with_the_gate_of_each_peak():
     assert line == "| 5_Scale | 103.2 | 92.4 | 8.00 | 30.0 (benchmark) | 36.0 (benchmark) | 4.5 | - |"
 
 
+def test_kernelbench_suite_summary_counts_each_file_once_by_its_latest_verdict():
+    """A results file gathers calls; a file judged again (72 and 75 after the repeat rule of
+    session 24) is counted once, by its latest row, and the summary says when it was measured."""
+    from benchmarks import kernelbench_suite as suite
+
+    def row(name: str, status: str, date: str, ratio: float) -> dict:
+        return {"file": f"level1/{name}.py", "level": "level1", "status": status, "date": date, "peak_ratio": ratio}
+
+    rows = [
+        row("72_conv", "INCORRECT_NUMERICAL", "2026-12-02", 2.9),
+        row("1_mm", "PASSED", "2026-12-02", 5.0),
+        row("72_conv", "PASSED", "2026-12-04", 8.2),
+    ]
+    assert [r["status"] for r in suite.latest(rows)] == ["PASSED", "PASSED"]
+    text = suite.render(rows)
+    level = text.splitlines()[2]
+    assert level.startswith("| 1 | 2 | 2 | 0 | 0 |") and level.endswith("| 2026-12-02 to 2026-12-04 |"), level
+    assert "INCORRECT" not in text and "`level1/72_conv.py` 8.2x (2026-12-04)" in text
+
+
 def test_guard_bench_sets_config_fields_as_their_types():
     import pytest
 
