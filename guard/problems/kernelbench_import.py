@@ -343,14 +343,31 @@ def _ka_keep(key, model):
 
 def _ka_model(device):
     key = (_ka_axes_key, repr(get_init_inputs()), str(device))
-    if key not in _ka_models:  # its weights are replaced by run()'s: built on the device
-        try:
-            with _ka_torch.device(device):
-                model = Model(*get_init_inputs())
-        except (RuntimeError, NotImplementedError, TypeError):  # code that only runs on the CPU
-            model = Model(*get_init_inputs())
-        _ka_keep(key, model.to(device))
+    if key not in _ka_models:  # its weights are replaced by run()'s
+        _ka_keep(key, _ka_shell(device))
     return _ka_models[key]
+
+
+def _ka_shell(device):
+    """The Model that run() calls with its weights: on the meta device (no memory: a second copy
+    of every weight stayed on the GPU beside the inputs) when every tensor it holds is in its
+    state_dict, else built on ``device``."""
+    try:
+        with _ka_torch.device("meta"):
+            shell = Model(*get_init_inputs())
+        held = set(shell.state_dict())
+        if all(n in held for n, _ in shell.named_parameters(remove_duplicate=False)) and all(
+            n in held for n, _ in shell.named_buffers(remove_duplicate=False)
+        ) and not any(isinstance(v, _ka_torch.Tensor) for m in shell.modules() for v in vars(m).values()):
+            return shell
+    except Exception:  # code the meta device cannot build: built as the file says below
+        pass
+    try:
+        with _ka_torch.device(device):
+            model = Model(*get_init_inputs())
+    except (RuntimeError, NotImplementedError, TypeError):  # code that only runs on the CPU
+        model = Model(*get_init_inputs())
+    return model.to(device)
 
 
 @_ka_torch.no_grad()

@@ -31,6 +31,10 @@ from .refill import Refiller
 from .timing import Timer
 
 
+# problems a trusted worker keeps loaded (``TrustedRole._forget_old_problems``)
+KEPT_PROBLEMS = 2
+
+
 class TrustedRole:
     def __init__(self, device: str, workdir: Path, meter: PeakMeter | None = None):
         self.device = device
@@ -74,11 +78,34 @@ class TrustedRole:
 
     # -- problems and references ------------------------------------------------------------
     def problem(self, msg: m.LoadProblem) -> m.Reply:
-        if msg.key not in self.problems:
+        if msg.key in self.problems:
+            self.problems[msg.key] = self.problems.pop(msg.key)  # the most recent last
+        else:
             d = msg.definition
             module = load_module_from_source(d["reference"], self.workdir / "ref", "reference")
             self.problems[msg.key] = (d, module, InputMaker(d, self.device, module, msg.blob_root))
+            self._forget_old_problems()
         return m.Reply(ok=True)
+
+    def _forget_old_problems(self) -> None:
+        """Only the ``KEPT_PROBLEMS`` most recent problems stay loaded: a reference module holds
+        what its code keeps (a KernelBench model's weights, torch.compile's graphs), and one
+        worker judging problem after problem had 11-13 GiB of earlier problems' memory on the
+        H200. A problem asked for again is loaded again (its baselines are in the database)."""
+        old = list(self.problems)[:-KEPT_PROBLEMS]
+        if not old:
+            return
+        for key in old:
+            del self.problems[key]
+            self.compiled.pop(key, None)
+        gone = set(old)
+        for tag in [t for t, held in self.ref_inputs.items() if held[0] in gone]:
+            self.refs.pop(tag, None)
+            self.ref_inputs.pop(tag, None)
+        self._loop = None
+        gc.collect()
+        if self.cuda:
+            release_device_cache()
 
     def _run_reference(self, key: str, workload: dict, axes: dict, seed: int, kind: str, float64: bool = False):
         d, module, maker = self.problems[key]
