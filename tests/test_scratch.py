@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from guard.runner.scratch import Scratch, sweep
+from guard.runner.scratch import LOCK_NAME, Scratch, sweep
 
 MAKE = (
     "import sys; from pathlib import Path; from guard.runner.scratch import Scratch; "
@@ -48,14 +48,43 @@ def test_a_collected_scratch_is_removed(tmp_path):
     assert not path.exists()
 
 
-def test_the_sweep_keeps_live_guards_and_what_is_not_a_guards(tmp_path):
-    dead_pid = 2**22 + 17  # above the largest PID Linux allows: no process has it
-    live = tmp_path / f"kernelarc-{os.getpid()}-live"
-    dead = tmp_path / f"kernelarc-{dead_pid}-dead"
-    other = tmp_path / "kernelarc-probe-x"  # not a guard's (no PID in its name)
-    plain = tmp_path / f"kernelarc-{dead_pid}-file"  # a file, not a folder
-    for d in (live, dead, other):
-        d.mkdir()
-    plain.write_text("x")
-    assert sweep(tmp_path) == [dead]
-    assert live.is_dir() and other.is_dir() and plain.is_file() and not dead.exists()
+def test_the_sweep_goes_by_the_lock_not_the_pid(tmp_path):
+    """A folder is its guard's while the guard holds its lock: a guard in another PID
+    namespace (a container sharing /dev/shm) has a PID that means nothing here, and a
+    name's number may be anything (a huge one once made every later guard fail to start)."""
+    mine = Scratch(tmp_path)  # alive, locked by this process
+    abandoned = tmp_path / "kernelarc-1-abandoned"  # a lock file nobody holds
+    abandoned.mkdir()
+    (abandoned / LOCK_NAME).touch()
+    # locked by another process whose PID, as written, is dead
+    elsewhere = tmp_path / f"kernelarc-{2**22 + 17}-elsewhere"
+    elsewhere.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+            str(elsewhere / LOCK_NAME),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        fresh = tmp_path / "kernelarc-5-fresh"  # made, not locked yet: a guard starting
+        fresh.mkdir()
+        stale = tmp_path / "kernelarc-6-stale"  # a guard from before locks, long gone
+        stale.mkdir()
+        os.utime(stale, (0, 0))
+        huge = tmp_path / "kernelarc-99999999999999999999-x"
+        huge.write_text("a file, not a folder")
+        other = tmp_path / "kernelarc-probe-x"  # not a guard's folder
+        other.mkdir()
+        assert sorted(sweep(tmp_path)) == sorted([abandoned, stale])
+        assert mine.path.is_dir() and elsewhere.is_dir() and fresh.is_dir() and huge.is_file() and other.is_dir()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sweep(tmp_path) == [elsewhere]  # its holder is gone
+    mine.remove()

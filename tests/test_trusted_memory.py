@@ -5,6 +5,7 @@ it is given), and every problem stayed loaded."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,8 @@ def test_a_trusted_worker_keeps_only_its_most_recent_problems(tmp_path):
 
     load(0)
     assert reference(0, "a")["ok"] and "a" in role.refs
+    first_module = role.problems[keys[0]][1].__name__
+    assert first_module in sys.modules
     load(1)
     load(0)  # used again: the most recent
     load(2)
@@ -112,5 +115,6 @@ def test_a_trusted_worker_keeps_only_its_most_recent_problems(tmp_path):
     load(3)
     assert list(role.problems) == [keys[2], keys[3]]
     assert "a" not in role.refs and "a" not in role.ref_inputs  # let go with its problem
+    assert first_module not in sys.modules  # and its module, with what its globals hold
     load(0)  # a problem asked for again loads again
     assert reference(0, "b")["ok"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import math
+import sys
 import traceback
 from pathlib import Path
 
@@ -96,8 +97,10 @@ class TrustedRole:
         if not old:
             return
         for key in old:
-            del self.problems[key]
+            _, module, _ = self.problems.pop(key)
             self.compiled.pop(key, None)
+            # the import system holds every loaded module, and with it what its globals keep
+            sys.modules.pop(getattr(module, "__name__", ""), None)
         gone = set(old)
         for tag in [t for t, held in self.ref_inputs.items() if held[0] in gone]:
             self.refs.pop(tag, None)
