@@ -37,7 +37,10 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_scripted_swarm_end_to_end(tmp_path):
-    ws = fast_workspace(tmp_path / "ws")
+    # Paired re-measurements (a Triton variant against its own Triton incumbent, in the
+    # interpreter) with the fewest turns, two of each side: this test is about the swarm, not
+    # the pairing's statistics (tests/test_pairing.py); with 4 turns one took 23 s of 2 cores.
+    ws = fast_workspace(tmp_path / "ws", pairing_min_dof=1)
     out = kernelarc(
         ws,
         "launch",
