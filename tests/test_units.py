@@ -306,6 +306,7 @@ def test_the_guard_asks_no_compile_time_after_a_fall_back_and_remeasures_uncheck
 
     from helpers import RMS, make_guard
 
+    monkeypatch.setenv("KERNELARC_CACHE_DIR", str(tmp_path / "cache"))  # no other test's baselines
     g = make_guard(tmp_path / "ws", compile_baseline=True)
     try:
         problem = g.store.get(RMS)
@@ -380,3 +381,46 @@ def test_only_grad_mode_wrappers_are_removed_before_compiling():
     assert _is_grad_mode_wrapper(plain) and not _is_grad_mode_wrapper(plain.__wrapped__)
     assert _is_grad_mode_wrapper(inference)
     assert not _is_grad_mode_wrapper(scaled) and not _is_grad_mode_wrapper(torch.autocast("cpu")(scaled))
+
+
+def test_a_new_workspace_takes_the_baselines_another_measured_on_this_machine(tmp_path, monkeypatch):
+    """Baselines go to the cache folder as well as the workspace's database: a second
+    workspace (a demo started afresh, a test) on the same problem, device and settings asks
+    the trusted worker for none; other settings, or a file that holds no baseline, are a
+    miss."""
+    from guard.cascade import baseline_cache
+    from guard.problems.derive import workload_set
+
+    from helpers import RMS, make_guard
+
+    monkeypatch.setenv("KERNELARC_CACHE_DIR", str(tmp_path / "cache"))
+    asked: list[str] = []
+
+    def fake_request(trusted, msg, reply_model, timeout):
+        asked.append(msg.workload["uuid"])
+        return reply_model(ok=True, eager={"median_ms": 2.0}, compile_checked=msg.compile)
+
+    def baselines(ws: str, **cfg) -> dict:
+        g = make_guard(tmp_path / ws, **cfg)
+        try:
+            problem = g.store.get(RMS)
+            visible = workload_set(problem, "cpu", g._secret).visible[:2]
+            monkeypatch.setattr(g.reference, "request", fake_request)
+            out = g.reference.ensure_baselines(None, problem, "key", visible, lambda *a: None)
+            assert set(out) == {w.uuid for w in visible}
+            # the workspace keeps its own copy
+            assert all(g.db.baseline(problem.definition.content_hash(), u, g.device.key) for u in out)
+            return out
+        finally:
+            g.close()
+
+    first = baselines("ws1")
+    assert len(asked) == 2 and len(list(baseline_cache.baselines_dir().glob("*.json"))) == 2
+    asked.clear()
+    assert baselines("ws2") == first and asked == []  # measured by ws1: nothing asked
+    assert baselines("ws3", min_iters=7) and len(asked) == 2  # other settings: measured
+    asked.clear()
+    for f in baseline_cache.baselines_dir().glob("*.json"):
+        f.write_text('{"not": "a baseline"}')
+    baselines("ws4")
+    assert len(asked) == 2  # unreadable entries are misses

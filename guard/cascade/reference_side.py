@@ -17,6 +17,7 @@ from typing import Any
 from ..archive.db import Database
 from ..config import GuardConfig
 from ..paths import cache_dir
+from . import baseline_cache
 from ..problems.problem import Problem
 from ..problems.schema import Definition, Workload
 from ..runner import device as device_mod
@@ -79,6 +80,14 @@ class ReferenceSide:
             target_time_s=c.target_time_s,
             warmup_time_s=c.warmup_time_s,
         )
+
+    def _baseline_settings(self) -> dict[str, Any]:
+        """What shapes a baseline's measurement besides the problem and the device."""
+        return {
+            "timing": self.timing_config().model_dump(mode="json"),
+            "compile": self.cfg.compile_baseline,
+            "compile_mode": self.cfg.compile_mode,
+        }
 
     def hold(self, exclusive: bool, progress: Progress) -> AbstractContextManager[float]:
         """The device's timing slot; says so when another process holds it."""
@@ -150,11 +159,22 @@ class ReferenceSide:
         dhash = d.content_hash()
         out: dict[str, dict[str, Any]] = {}
         missing: list[Workload] = []
+        settings = self._baseline_settings()
+
+        def usable(cached: dict[str, Any] | None) -> dict[str, Any] | None:
+            # a compile time made without the fall-back check is not trusted: measured again
+            ok = cached is not None and bool(cached.get("compile_checked") or not self.cfg.compile_baseline)
+            return cached if ok else None
+
         for w in visible:
-            cached = self.db.baseline(dhash, w.uuid, self.device.key)
-            if cached is not None and (cached.get("compile_checked") or not self.cfg.compile_baseline):
-                out[w.uuid] = cached
-            else:  # a compile time made without the fall-back check is not trusted: measured again
+            found = usable(self.db.baseline(dhash, w.uuid, self.device.key))
+            if found is None:  # another workspace of this machine may have measured it
+                found = usable(baseline_cache.load(dhash, w.uuid, self.device.key, settings))
+                if found is not None:
+                    self.db.put_baseline(dhash, w.uuid, self.device.key, found)
+            if found is not None:
+                out[w.uuid] = found
+            else:
                 missing.append(w)
         if not missing:
             return out
@@ -189,6 +209,7 @@ class ReferenceSide:
                         "compile_error": "torch.compile fell back to eager on an earlier workload of this problem",
                     }
                 self.db.put_baseline(dhash, w.uuid, self.device.key, result)
+                baseline_cache.store(dhash, w.uuid, self.device.key, settings, result)
                 out[w.uuid] = result
         progress("baseline", len(missing), len(missing), "baselines cached")
         return out
