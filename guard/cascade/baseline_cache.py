@@ -6,7 +6,8 @@ new workspace (a demo started afresh, a second project on the same problem, a te
 measuring what another already measured with the same settings. An entry is keyed by the
 definition's content hash, the workload, the device and the settings that shape the
 measurement; a file that cannot be read or does not hold a baseline is a miss, never an error.
-Candidate workers never see the cache folder (it is not bound into their sandbox).
+Candidate workers never see the cache folder (it is not bound into their sandbox), and a
+baseline feeds the reported speedups and SOL scores (``scoring_gate``), never an ACCEPT or REVERT.
 """
 
 from __future__ import annotations
