@@ -859,7 +859,17 @@ def test_repeats_compare_bitwise_or_within_the_tolerance_the_problem_allows():
     assert _repeat_differs(["y"], [first.clone()], [first], None) is None
     assert _repeat_differs(["y"], [atomics], [first], loose) is None
     why = _repeat_differs(["y"], [racy], [first], loose)
-    assert why is not None and "'y'" in why and "atol 1e-05" in why
+    assert why is not None and "'y'" in why and "1 of 4096 elements outside atol=1e-05" in why
+    # the repeat is judged as the reference comparison is: a few rounding-size misses that the
+    # problem's matched ratio lets through pass, an error the size of a defect does not
+    ratio = [m.Tolerance(atol=1e-5, rtol=1e-5, required_matched_ratio=0.99)]
+    rounding = first.clone()
+    rounding[17] += 4e-5  # beyond atol + rtol * |x|, within a few rounding units
+    assert _repeat_differs(["y"], [rounding], [first], loose) is not None
+    assert _repeat_differs(["y"], [rounding], [first], ratio) is None
+    assert "defect" in (_repeat_differs(["y"], [racy], [first], ratio) or "")
+    capped = [m.Tolerance(atol=1e-5, rtol=1e-5, required_matched_ratio=0.99, max_error_cap=1e-5)]
+    assert "max_error_cap" in (_repeat_differs(["y"], [rounding], [first], capped) or "")
     nan = first.clone()
     nan[3] = float("nan")
     assert _repeat_differs(["y"], [nan.clone()], [nan], loose) is None  # NaN where NaN was

@@ -33,6 +33,7 @@ from .inputs import InputMaker, spec_shape, torch_dtype
 from .kept import KeptOutputs
 from .poison import poison_free_blocks, poison_in_place, poison_tensor
 from .refill import Refiller
+from .compare import compare, spec_args
 from .snapshots import close, same_bytes, snapshots
 from .tensorio import write_tensor
 from .timing import Plan, Timer
@@ -473,11 +474,14 @@ def _repeat_differs(names: list[str], second: list, first: list, within: list[m.
                 )
             continue
         tol = within[j] if j < len(within) else m.Tolerance(atol=0.0, rtol=0.0)
-        if not close(a, b, tol.atol, tol.rtol):
+        # the comparison the reference's outputs get (matched ratio and error cap included),
+        # the first call standing for the reference
+        report = compare(a, b, tol.atol, tol.rtol, name=name, **spec_args(tol.model_dump()))
+        if not report["ok"]:
             return (
                 f"output {name!r} differs between two calls on the same inputs by more than its "
-                f"tolerance (atol {tol.atol:g}, rtol {tol.rtol:g}; non-deterministic beyond rounding: races or "
-                "uninitialised memory?)"
+                "tolerance (non-deterministic beyond rounding: races or uninitialised memory?): "
+                + str(report.get("message", ""))
             )
     return None
 
