@@ -20,13 +20,9 @@ from pathlib import Path
 import torch
 
 from guard.problems.kernelbench_import import KernelBenchProber, import_kernelbench_file
-from guard.runner.common import load_module_from_source
+from guard.runner.common import load_module_from_source, normalize_outputs
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "kernelbench"
-
-
-def _outputs(result) -> list[torch.Tensor]:
-    return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -47,12 +43,13 @@ def check_file(path: Path, prober: KernelBenchProber, scratch: Path) -> tuple[st
     values = module.generate_inputs(dict(axes), "cpu")
     args = [values[n] for n in d.inputs]
     torch.manual_seed(1)
-    kept = _outputs(module.run(*args))  # the CPU keeps the model its inputs came from
+    names = list(d.outputs)
+    kept = normalize_outputs(module.run(*args), names)  # the CPU keeps the model its inputs came from
     module._ka_models.clear()
     params = list(module._ka_model("cpu").parameters())
     where = "meta" if all(p.is_meta for p in params) else "device"
     torch.manual_seed(1)
-    shell = _outputs(module.run(*args))
+    shell = normalize_outputs(module.run(*args), names)
     return where, len(kept) == len(shell) and all(_same(a, b) for a, b in zip(kept, shell))
 
 

@@ -237,7 +237,9 @@ def _start_check(ctx: EvalContext, group: _Group) -> _Checking:
                 axes=ctx.definition.resolve_axes(group.w.axes),
                 rounds=group.kept,
                 determinism=group.determinism,
-                repeats_within=None if ctx.definition.kernelarc.deterministic else _tolerances(ctx, group.w),
+                repeats_within=None
+                if ctx.definition.kernelarc.deterministic
+                else _tolerances(tolerance_mod.for_workload(ctx.definition, group.w).values()),
                 outdir=str(ctx.outdir),
             ),
             m.CheckReply,
@@ -280,9 +282,9 @@ def _hidden_failure(exc: WorkerDied | WorkerTimeout | Rejection) -> Rejection:
     return hidden_failure("correctness", status, label)
 
 
-def _tolerances(ctx: EvalContext, w: Workload) -> list[m.Tolerance]:
-    """Each output's tolerance on workload ``w``, in the outputs' order."""
-    return [m.Tolerance.model_validate(t.message()) for t in tolerance_mod.for_workload(ctx.definition, w).values()]
+def _tolerances(per_output: Iterable[tolerance_mod.OutputTolerance]) -> list[m.Tolerance]:
+    """Each output's tolerance as the workers take it, in the outputs' order."""
+    return [m.Tolerance.model_validate(t.message()) for t in per_output]
 
 
 def _judge(
@@ -297,7 +299,7 @@ def _judge(
     cfg, d, trusted, w = ctx.cfg, ctx.definition, ctx.trusted, group.w
     names = list(d.outputs)
     per_output = list(tolerance_mod.for_workload(d, w).values())
-    tolerances = _tolerances(ctx, w)
+    tolerances = _tolerances(per_output)
     timeout = max(cfg.call_timeout_s, 120)
     answered = [got.tag for got in reply.rounds]
     if answered != [rnd.tag for rnd in group.kept]:

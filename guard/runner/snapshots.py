@@ -7,8 +7,8 @@ copies of one step stay on the device when the device has room for all of them, 
 the call's own data besides (the call's outputs and temporaries, and the other worker making
 a reference beside it) and for ``DEVICE_RESERVE_BYTES``: a copy there costs milliseconds.
 Where it does not, a large tensor's copy goes to host memory and the comparison brings it
-back one bounded chunk at a time; for KernelBench's 6 GiB tensors on the H200 that was about
-about 2.4 s per 7 GiB through pageable memory (docs/kernelbench.md, run 7), most of a round. Small tensors, and every
+back one bounded chunk at a time; on the H200 that was about 2.4 s per 7 GiB through pageable
+memory (docs/kernelbench.md, run 7), most of a correctness round. Small tensors, and every
 tensor on the CPU, are cloned where they are. The decision uses only the device's free
 memory (the allocator's unused cache is not counted: the worker empties it after large
 rounds), and any failure to read it means the host.
