@@ -317,3 +317,36 @@ def test_weights_match_by_name_then_order_then_unique_shape():
     msg = str(err.value)
     assert "the Model's weight(s) bn.weight [8], bn.bias [8]" in msg
     assert "ModelNew's parameter(s) w [8, 4], extra [3] match none of the Model's" in msg
+
+
+def test_the_parameters_a_call_binds_hold_no_memory_of_their_own():
+    """ModelNew's own copy of each weight is dropped: the call binds the problem's inputs, and
+    a kept copy doubled a large model's device memory. Tied names each take their own value."""
+    import torch
+    import torch.nn as nn
+
+    from guard.builders.modelnew import drop_bound_parameters
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = nn.Linear(6, 6)
+            self.dec = nn.Linear(6, 6)
+            self.dec.weight = self.enc.weight
+            self.bn = nn.BatchNorm1d(6)
+
+        def forward(self, x):
+            return self.bn(self.dec(self.enc(x)))
+
+    torch.manual_seed(0)
+    model = Tied().eval()
+    x = torch.randn(3, 6)
+    weights = {k: v.detach().clone() for k, v in model.named_parameters(remove_duplicate=False)}
+    expected = model(x)
+    drop_bound_parameters(model, list(weights))
+    held = {k: p.numel() for k, p in model.named_parameters(remove_duplicate=False)}
+    assert held == dict.fromkeys(weights, 0)
+    assert model.bn.running_var.numel() == 6  # buffers are the module's own, kept
+    with torch.no_grad():
+        got = torch.func.functional_call(model, weights, (x,))
+    assert torch.equal(got, expected)
