@@ -9,9 +9,10 @@ file with ``Model`` renamed), and records one row per file:
   included), and the ratio of the larger worker peak to it (the target is at most 3);
 - the SOL score.
 
-It is resumable: rows of an earlier call (``--resume FILE``, a JSONL this script wrote) are
-kept and their files skipped; every row is appended to ``OUT/kernelbench_suite.jsonl`` as soon
-as it is known, so a call stopped by its time limit keeps what it did. ``--time-limit`` stops
+It is resumable: rows already in ``OUT/kernelbench_suite.jsonl`` and rows of an earlier call
+(``--resume FILE``, a JSONL this script wrote) are kept and their files skipped (judge a file
+again into a new OUT); every row is appended as soon as it is known, so a call stopped by its
+time limit keeps what it did. ``--only`` (repeatable) picks files by part of their path. ``--time-limit`` stops
 starting new files after that many seconds. ``--render FILE`` prints the markdown summary.
 
 Usage (GPU machine; the KernelBench files copied into the repository, e.g. ``.kb/``):
@@ -49,14 +50,15 @@ def _number(path: Path) -> int:
     return int(m.group(1)) if m else 10**6
 
 
-def select(root: Path, per_level: int, only: str | None = None) -> list[Path]:
-    """Every level-1 file, the first ``per_level`` of levels 2 and 3 by problem number."""
+def select(root: Path, per_level: int, only: list[str] | None = None) -> list[Path]:
+    """Every level-1 file, the first ``per_level`` of levels 2 and 3 by problem number; with
+    ``only``, those whose path contains any of its strings."""
     files = kernelbench_files(root)
     chosen = []
     for level in ("level1", "level2", "level3"):
         mine = sorted((p for p in files if p.parent.name == level), key=_number)
         chosen += mine if level == "level1" else mine[:per_level]
-    return [p for p in chosen if only is None or only in str(p)]
+    return [p for p in chosen if not only or any(o in str(p) for o in only)]
 
 
 def modelnew_source(reference: str) -> str:
@@ -136,6 +138,14 @@ def load_rows(path: Path | None) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def start_rows(out: Path, resume: Path | None) -> list[dict]:
+    """The rows a call starts from: those already in ``out`` (never overwritten: a second run
+    into the same OUT once erased six rows measured on the H200), then ``resume``'s that
+    ``out`` lacks. Their files are not judged again."""
+    kept = load_rows(out)
+    return kept + [r for r in load_rows(resume) if r not in kept]
+
+
 def run(args: argparse.Namespace) -> int:
     from guard.cascade import Guard
     from guard.problems.kernelbench_import import KernelBenchProber
@@ -148,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / RESULTS
-    prior = load_rows(args.resume)
+    prior = start_rows(out, args.resume)
     done = {r["file"] for r in prior}
     out.write_text("".join(json.dumps(r) + "\n" for r in prior))
     todo = [p for p in files if str(p.relative_to(root)) not in done]
@@ -276,7 +286,7 @@ def main() -> int:
     ap.add_argument("--root", type=Path, default=DEFAULT_ROOT)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--per-level", type=int, default=25, help="files of levels 2 and 3 (level 1: all)")
-    ap.add_argument("--only", help="only files whose path contains this")
+    ap.add_argument("--only", action="append", help="only files whose path contains this (repeatable: any of them)")
     ap.add_argument("--resume", type=Path, help="a JSONL of an earlier call: its files are skipped")
     ap.add_argument("--time-limit", type=float, default=float("inf"), help="seconds after which no new file is started")
     ap.add_argument("--render", type=Path, help="print the summary of a results file and stop")

@@ -194,6 +194,13 @@ def test_kernelbench_suite_chooses_files_renames_the_model_and_resumes(tmp_path)
             (tmp_path / level / n).write_text("x = 1\n")
     chosen = [f"{p.parent.name}/{p.name}" for p in suite.select(tmp_path, per_level=2)]
     assert chosen == ["level1/1_A.py", "level1/2_B.py", "level2/2_E.py", "level2/9_D.py", "level3/3_F.py"]
+    some = [p.name for p in suite.select(tmp_path, per_level=2, only=["2_B", "9_D"])]
+    assert some == ["2_B.py", "9_D.py"]
+
+    out, earlier = tmp_path / "out.jsonl", tmp_path / "earlier.jsonl"
+    out.write_text('{"file": "level1/1_A.py"}\n')
+    earlier.write_text('{"file": "level1/1_A.py"}\n{"file": "level1/2_B.py"}\n')
+    assert [r["file"] for r in suite.start_rows(out, earlier)] == ["level1/1_A.py", "level1/2_B.py"]
 
     src = "class Model(nn.Module):\n    def __init__(self):\n        super(Model, self).__init__()\n"
     assert suite.modelnew_source(src).count("ModelNew") == 2 and "Model(" not in suite.modelnew_source(src)
