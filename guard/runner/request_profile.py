@@ -5,8 +5,10 @@ runs each request under ``cProfile`` (one profile per request kind, summed over 
 life) and writes the heaviest functions of each to ``profile.txt`` in its own folder when it
 exits; the pool copies that file into the folder before removing the worker's
 (``pool.WorkerPool``). On a GPU it also notes the device memory each request kind leaves
-allocated and reserved, and at exit which lines of code hold the blocks still allocated
-(torch's allocator history): what a persistent worker carries from one verdict to the next.
+allocated and reserved, at exit which lines of code hold the blocks still allocated (torch's
+allocator history): what a persistent worker carries from one verdict to the next, and, for
+each request kind, which lines held the blocks live at its highest point (``peak_holders``,
+the history replayed): what a verdict's peak memory is made of.
 Profiling slows the worker: use it to find costs, never to measure them.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import cProfile
 import io
 import pstats
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ class RequestProfiler:
         self._counts: dict[str, int] = {}
         self._cuda = cuda
         self._held: dict[str, tuple[int, int, int]] = {}  # op -> (allocated, reserved, peak reserved) after it
+        self._spans: list[tuple[str, float, float]] = []  # (op, start, end) in the allocator history's microseconds
         if cuda:
             import torch
 
@@ -41,11 +45,13 @@ class RequestProfiler:
     ) -> dict[str, Any]:
         prof = self._by_op.setdefault(op, cProfile.Profile())
         self._counts[op] = self._counts.get(op, 0) + 1
+        start = time.time() * 1e6
         prof.enable()
         try:
             return handle(msg)
         finally:
             prof.disable()
+            self._spans.append((op, start, time.time() * 1e6))
             if self._cuda:
                 import torch
 
@@ -86,10 +92,50 @@ class RequestProfiler:
         )
         for site, size in sorted(by_site.items(), key=lambda kv: -kv[1])[:HOLDERS]:
             lines.append(f"{size / mib:10.1f}  {site}\n")
+        traces = torch.cuda.memory._snapshot().get("device_traces") or [[]]
+        for op, (peak, holders) in sorted(peak_holders(traces[0], self._spans).items()):
+            lines.append(
+                f"=== {op}: {peak / mib:.1f} MiB allocated at its highest point, by the line that allocated it\n"
+            )
+            lines += [f"{size / mib:10.1f}  {site}\n" for site, size in holders[:HOLDERS]]
         return "".join(lines)
 
     def write(self, folder: Path) -> None:
         (folder / FILE_NAME).write_text(self.report())
+
+
+def peak_holders(
+    trace: list[dict[str, Any]], spans: list[tuple[str, float, float]]
+) -> dict[str, tuple[int, list[tuple[str, int]]]]:
+    """Replay the allocator's history (torch's ``device_traces``: alloc and free events with
+    their stacks and ``time_us``): for each request kind, the most bytes live at once while a
+    request of that kind ran (from the span ``(kind, start_us, end_us)`` an allocation falls
+    in; "outside requests" otherwise), and the blocks live then, summed by the line that
+    allocated them, largest first. Blocks allocated before the history's first event are not
+    seen: the history is a ring of its last entries."""
+    live: dict[int, tuple[int, str]] = {}
+    total = 0
+    best: dict[str, tuple[int, dict[int, tuple[int, str]]]] = {}
+    spans = sorted(spans, key=lambda s: s[1])
+    for event in trace:
+        action, addr = event.get("action"), int(event.get("addr", 0))
+        if action == "alloc":
+            size = int(event.get("size", 0))
+            live[addr] = (size, _holder(event.get("frames") or []))
+            total += size
+            when = float(event.get("time_us", 0))
+            kind = next((op for op, a, b in spans if a <= when <= b), "outside requests")
+            if total > best.get(kind, (0, {}))[0]:
+                best[kind] = (total, dict(live))
+        elif action in ("free_requested", "free_completed") and addr in live:
+            total -= live.pop(addr)[0]
+    out = {}
+    for kind, (peak, held) in best.items():
+        by_site: dict[str, int] = {}
+        for size, site in held.values():
+            by_site[site] = by_site.get(site, 0) + size
+        out[kind] = (peak, sorted(by_site.items(), key=lambda kv: -kv[1]))
+    return out
 
 
 def _holder(frames: list[dict[str, Any]]) -> str:
