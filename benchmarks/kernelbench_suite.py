@@ -43,6 +43,21 @@ from benchmarks.kernelbench_import_bench import DEFAULT_ROOT, kernelbench_files 
 log = logging.getLogger("kernelbench_suite")
 RESULTS = "kernelbench_suite.jsonl"
 PEAK_TARGET = 3.0
+# What a verdict holds whatever the problem's size, beside the 3x: the flush buffer (twice the
+# L2: 120 MiB on the H200), the extra input sets a call under 256 MiB rotates over (at most
+# 256 MiB), and cuBLAS and cuDNN workspaces and the allocator's rounding (the rest). Under
+# about 300 MiB a call's own peak is smaller than these, and 3x alone cannot hold.
+PEAK_ALLOWANCE_BYTES = 640 << 20
+
+
+def over_bound(row: dict) -> bool | None:
+    """Whether the larger worker peak exceeds ``PEAK_TARGET`` times the reference's own peak
+    plus ``PEAK_ALLOWANCE_BYTES``; None without the figures."""
+    peaks = [b for b in (row.get("peak_memory_bytes") or {}).values() if b]
+    own = row.get("own_peak_bytes")
+    if not peaks or not own:
+        return None
+    return max(peaks) > PEAK_TARGET * own + PEAK_ALLOWANCE_BYTES
 
 
 def _number(path: Path) -> int:
@@ -238,7 +253,13 @@ def render(rows: list[dict]) -> str:
             for r in failing
         ]
     over = [r for r in rows if isinstance(r.get("peak_ratio"), (int, float)) and r["peak_ratio"] > PEAK_TARGET]
-    lines += [f"- peak over {PEAK_TARGET:g}x: `{r['file']}` {r['peak_ratio']}x ({r.get('date', '?')})" for r in over]
+    allowance = f"{PEAK_TARGET:g}x + {PEAK_ALLOWANCE_BYTES >> 20} MiB"
+    lines += [
+        f"- peak over {PEAK_TARGET:g}x: `{r['file']}` {r['peak_ratio']}x ({r.get('date', '?')}), "
+        + ("over" if over_bound(r) else "within" if over_bound(r) is False else "no figures for")
+        + f" {allowance}"
+        for r in over
+    ]
     return "\n".join(lines)
 
 

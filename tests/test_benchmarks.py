@@ -232,7 +232,12 @@ def test_kernelbench_suite_chooses_files_renames_the_model_and_resumes(tmp_path)
     table = suite.render(rows)
     assert "| 1 | 2 | 1 | 1 | 0 | 0.6 / 0.7 | 15.0 / 20.0 | 3.5 | 0.250 |" in table
     assert "| 2 | 1 | 0 | 0 | 1 |" in table
-    assert "peak over 3x: `level1/2_B.py` 3.5x" in table
+    assert "peak over 3x: `level1/2_B.py` 3.5x (?), no figures for 3x + 640 MiB" in table
+    mib = 1 << 20
+    small = {"own_peak_bytes": 66 * mib, "peak_memory_bytes": {"trusted": 474 * mib, "candidate": 672 * mib}}
+    large = {"own_peak_bytes": 8210 * mib, "peak_memory_bytes": {"trusted": 16640 * mib, "candidate": 25400 * mib}}
+    assert suite.over_bound(small) is False and suite.over_bound(large) is True
+    assert suite.over_bound({"own_peak_bytes": None}) is None
 
 
 def test_kernelbench_suite_renders_a_line_per_file_with_the_gate_of_each_peak():
