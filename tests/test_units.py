@@ -424,3 +424,41 @@ def test_a_new_workspace_takes_the_baselines_another_measured_on_this_machine(tm
         f.write_text('{"not": "a baseline"}')
     baselines("ws4")
     assert len(asked) == 2  # unreadable entries are misses
+    asked.clear()
+    baselines("ws4", min_iters=7)
+    assert len(asked) == 2  # the workspace's own rows, measured with other settings, are misses too
+
+
+def test_a_baseline_is_named_by_the_workloads_content_not_its_uuid(tmp_path, monkeypatch):
+    """Two problem folders may reuse a workload's uuid, and a workload edited in place keeps
+    it: a baseline measured at other sizes must not stand for this one's."""
+    from guard.cascade import baseline_cache
+    from guard.problems.derive import workload_set
+
+    from helpers import RMS, make_guard
+
+    monkeypatch.setenv("KERNELARC_CACHE_DIR", str(tmp_path / "cache"))
+    asked: list[dict] = []
+
+    def fake_request(trusted, msg, reply_model, timeout):
+        asked.append(msg.workload)
+        return reply_model(ok=True, eager={"median_ms": float(len(asked))}, compile_checked=msg.compile)
+
+    def baselines(ws: str, resize: bool) -> dict:
+        g = make_guard(tmp_path / ws)
+        try:
+            problem = g.store.get(RMS)
+            w = workload_set(problem, "cpu", g._secret).visible[0]
+            if resize:  # same uuid, other sizes
+                w = w.model_copy(update={"axes": {k: v * 2 if isinstance(v, int) else v for k, v in w.axes.items()}})
+            monkeypatch.setattr(g.reference, "request", fake_request)
+            return g.reference.ensure_baselines(None, problem, "key", [w], lambda *a: None)[w.uuid]
+        finally:
+            g.close()
+
+    small = baselines("ws1", resize=False)
+    large = baselines("ws2", resize=True)
+    assert len(asked) == 2 and large["eager"] != small["eager"]  # not taken from ws1's
+    assert baselines("ws3", resize=False)["eager"] == small["eager"] and len(asked) == 2
+    assert len(list(baseline_cache.baselines_dir().glob("*.json"))) == 2
+    assert not baseline_cache.shared("cuda-unknown") and baseline_cache.shared("cpu-x86_64-2")

@@ -160,16 +160,23 @@ class ReferenceSide:
         out: dict[str, dict[str, Any]] = {}
         missing: list[Workload] = []
         settings = self._baseline_settings()
+        share = baseline_cache.shared(self.device.key)
+        keys: dict[str, str] = {}
 
-        def usable(cached: dict[str, Any] | None) -> dict[str, Any] | None:
+        def usable(cached: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+            found = baseline_cache.matches(cached, name)
             # a compile time made without the fall-back check is not trusted: measured again
-            ok = cached is not None and bool(cached.get("compile_checked") or not self.cfg.compile_baseline)
-            return cached if ok else None
+            ok = found is not None and bool(found.get("compile_checked") or not self.cfg.compile_baseline)
+            return found if ok else None
 
         for w in visible:
-            found = usable(self.db.baseline(dhash, w.uuid, self.device.key))
-            if found is None:  # another workspace of this machine may have measured it
-                found = usable(baseline_cache.load(dhash, w.uuid, self.device.key, settings))
+            wjson = w.model_dump(mode="json")
+            name = keys[w.uuid] = baseline_cache.baseline_key(
+                dhash, wjson, baseline_cache.input_files(problem.root, wjson), self.device.key, settings
+            )
+            found = usable(self.db.baseline(dhash, w.uuid, self.device.key), name)
+            if found is None and share:  # another workspace of this machine may have measured it
+                found = usable(baseline_cache.load(name), name)
                 if found is not None:
                     self.db.put_baseline(dhash, w.uuid, self.device.key, found)
             if found is not None:
@@ -208,8 +215,10 @@ class ReferenceSide:
                         "compile_fell_back": True,
                         "compile_error": "torch.compile fell back to eager on an earlier workload of this problem",
                     }
+                result["key"] = keys[w.uuid]
                 self.db.put_baseline(dhash, w.uuid, self.device.key, result)
-                baseline_cache.store(dhash, w.uuid, self.device.key, settings, result)
+                if share:
+                    baseline_cache.store(keys[w.uuid], result)
                 out[w.uuid] = result
         progress("baseline", len(missing), len(missing), "baselines cached")
         return out
