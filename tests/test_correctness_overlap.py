@@ -181,6 +181,13 @@ def test_a_problem_whose_repeats_may_differ_sends_its_tolerances(tmp_path):
     assert len(within) == 2 and compared  # the first group of each visible workload
     # the tolerance the comparison with the reference uses
     assert all(w == compared[0] and w[0]["atol"] > 0 for w in within), (within, compared)
+    # and one call's size as the definition gives it, which sizes the worker's copies
+    from guard.cascade import memory_plan
+    from guard.problems.schema import Workload
+
+    for msg in (m for m in sent if m["op"] == "check"):
+        want = sum(memory_plan.tensor_bytes(loose, Workload.model_validate(msg["workload"])))
+        assert msg["call_bytes"] == want > 0
 
 
 def test_a_worker_that_ends_between_held_out_groups_shows_nothing_it_said(tmp_path):

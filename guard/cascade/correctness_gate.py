@@ -236,6 +236,7 @@ def _start_check(ctx: EvalContext, group: _Group) -> _Checking:
                 workload=group.w.model_dump(mode="json"),
                 axes=ctx.definition.resolve_axes(group.w.axes),
                 rounds=group.kept,
+                call_bytes=sum(memory_plan.tensor_bytes(ctx.definition, group.w)),
                 determinism=group.determinism,
                 repeats_within=None
                 if ctx.definition.kernelarc.deterministic

@@ -32,7 +32,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from .. import outside_clock
-from . import held_outputs
+from . import held_outputs, memory_plan
 from ..problems import tolerance as tolerance_mod
 from ..problems.schema import Definition, Workload
 from ..runner import messages as m
@@ -317,6 +317,7 @@ def time_workload(
             workload=cx.workload,
             axes=cx.axes,
             sets=sets,
+            call_bytes=sum(memory_plan.tensor_bytes(d, w)),
             arm_seed=ref.seed("arm", run_seed),
             config=timing,
             tolerances=tolerances,

@@ -4,7 +4,6 @@ so nothing leaks from one candidate to the next. It never sees a reference outpu
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +13,6 @@ import torch
 
 from ..builders import BuildError, get_builder
 from ..builders.trim import trim_traceback
-from ..problems.dtypes import dtype_info
 from . import harness, replays
 from . import messages as m
 from .confirm import ConfirmLoop
@@ -125,19 +123,8 @@ class CandidateRole:
             outs.append(t)
         return outs
 
-    def _call_bytes(self, args: list, axes: dict) -> int:
-        """One call's data: its tensor inputs and the outputs its definition gives: a guess at
-        what a call needs beside the copies (``snapshots``), from the sizes alone. Worked out
-        outside the steps whose failures are the candidate's, though in its process (where
-        code it ran can break what this calls, as it can anything else there)."""
-        inputs = sum(a.numel() * a.element_size() for a in args if T.isinstance(a, T.tensor_type))
-        outputs = sum(
-            dtype_info(spec["dtype"]).bytes * math.prod(spec_shape(spec, axes)) for spec in self.d["outputs"].values()
-        )
-        return int(inputs + math.ceil(outputs))
-
     def _call(self, args: list, axes: dict, call_bytes: int) -> list[torch.Tensor]:
-        """One checked call; ``call_bytes`` (``_call_bytes``) sizes the room its copies need."""
+        """One checked call; ``call_bytes`` (the request's) sizes the room its copies need."""
         names = list(self.d["outputs"])
         dps_outs = self._alloc_outputs(axes) if self.dps else []
         with self._after_candidate_code("before its call"):
@@ -227,7 +214,7 @@ class CandidateRole:
             except Exception as exc:  # inputs are the guard's job: not the candidate's fault
                 # but its process: the type only, never text the candidate's code may have set
                 return m.Reply(ok=False, status="INTERNAL", message=f"making inputs failed ({type(exc).__name__})")
-            call_bytes = self._call_bytes(args, axes)
+            call_bytes = msg.call_bytes
             outs = self._call(args, axes, call_bytes)
             if msg.determinism and i == 0:
                 # the first call's outputs kept as copies (``snapshots``: on the host without room), so the
@@ -288,7 +275,7 @@ class CandidateRole:
         call = self._timing_call()
         gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(arm_seed, "scramble"))
         self.refiller = Refiller(self.maker, self.workload, self.axes)
-        call_bytes = self._call_bytes(self.sets[0], self.axes)
+        call_bytes = msg.call_bytes
 
         def refill(k: int, index: int) -> None:
             self.refiller(self.sets[k], replays.sub_seed(arm_seed, index))

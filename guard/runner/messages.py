@@ -89,6 +89,14 @@ class _OnWorkload(_Msg):
     axes: dict[str, int]
 
 
+class _CallsCandidate(_OnWorkload):
+    """A request that runs the candidate on a workload. ``call_bytes``: one call's inputs and
+    outputs as the definition sizes them (``memory_plan.tensor_bytes``, worked out by the
+    guard), which sizes the room the worker's copies of a call need (``snapshots``)."""
+
+    call_bytes: int = Field(0, ge=0)
+
+
 class _OnProblemWorkload(_OnWorkload):
     """A request about one workload of a problem the trusted worker holds under ``key``."""
 
@@ -117,7 +125,7 @@ class Prepare(_Msg):
     build_cache: str | None = None
 
 
-class Check(_OnWorkload):
+class Check(_CallsCandidate):
     op: Literal["check"] = "check"
     rounds: list[Round]
     # the first round run twice: its outputs bitwise identical, or, where the problem allows
@@ -127,7 +135,7 @@ class Check(_OnWorkload):
     outdir: str
 
 
-class Arm(_OnWorkload):
+class Arm(_CallsCandidate):
     """Make the live input sets of a workload, warm up, capture, plan the timed loop."""
 
     op: Literal["arm"] = "arm"
