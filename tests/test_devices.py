@@ -177,3 +177,13 @@ def test_a_best_changed_on_another_device_mid_evaluation_gives_no_accept(tmp_pat
     finally:
         g0.close()
         g1.close()
+
+
+def test_a_cpu_device_is_named_by_the_cores_the_guard_may_use(monkeypatch):
+    """A guard pinned to fewer cores (taskset, a container's cpuset) measures another
+    machine, as far as its baselines and timings go: its device key differs."""
+    monkeypatch.setattr(device_mod.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    two = device_mod.resolve("cpu").key
+    monkeypatch.setattr(device_mod.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    one = device_mod.resolve("cpu").key
+    assert two != one and device_mod.usable_cores() == 1

@@ -52,7 +52,16 @@ def _cpu_identity() -> str:
                 break
     except OSError:
         pass
-    return f"{model} x{os.cpu_count()}"
+    return f"{model} x{usable_cores()}"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a container or ``taskset`` may allow
+    fewer than the machine has), which is what a CPU measurement ran on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _cpu() -> DeviceChoice:
