@@ -462,3 +462,40 @@ def test_a_baseline_is_named_by_the_workloads_content_not_its_uuid(tmp_path, mon
     assert baselines("ws3", resize=False)["eager"] == small["eager"] and len(asked) == 2
     assert len(list(baseline_cache.baselines_dir().glob("*.json"))) == 2
     assert not baseline_cache.shared("cuda-unknown") and baseline_cache.shared("cpu-x86_64-2")
+
+
+def test_a_ceilings_file_that_holds_none_of_this_device_is_measured_again(tmp_path, monkeypatch):
+    """The device's ceilings are cached per device key: a file that cannot be read, or holds
+    another device's, is measured again rather than failing every later start; a device the
+    guard cannot name keeps its figures in memory only."""
+    import dataclasses
+
+    from guard.cascade import reference_side
+
+    from helpers import make_guard
+
+    monkeypatch.setenv("KERNELARC_CACHE_DIR", str(tmp_path / "cache"))
+    asked: list[str] = []
+
+    def fake_request(trusted, msg, reply_model, timeout):
+        asked.append(msg.op)
+        return reply_model(ok=True, ceilings={"bandwidth_gbs": 10.0})
+
+    def ceilings(key: str | None = None) -> dict:
+        g = make_guard(tmp_path / f"ws{len(asked)}", prestart=False)
+        try:
+            if key is not None:
+                monkeypatch.setattr(g.reference, "device", dataclasses.replace(g.reference.device, key=key))
+            monkeypatch.setattr(g.reference, "request", fake_request)
+            return g.reference.ensure_ceilings(None)
+        finally:
+            g.close()
+
+    first = ceilings()
+    path = reference_side.ceilings_cache_dir() / f"{first['device_key']}.json"
+    assert asked == ["ceilings"] and path.is_file()
+    assert ceilings() == first and asked == ["ceilings"]  # taken from the file
+    path.write_text("{not json")
+    assert ceilings()["bandwidth_gbs"] == 10.0 and len(asked) == 2
+    ceilings("cuda-unknown")
+    assert len(asked) == 3 and not (path.parent / "cuda-unknown.json").exists()

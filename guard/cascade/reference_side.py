@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import os
 import time
 from contextlib import AbstractContextManager
@@ -41,6 +42,8 @@ BASELINE_FIELDS = (
     "flops",
     "flops_error",
 )
+
+log = logging.getLogger(__name__)
 
 
 def ceilings_cache_dir() -> Path:
@@ -137,19 +140,28 @@ class ReferenceSide:
         if self.ceilings is not None:
             return self.ceilings
         path = ceilings_cache_dir() / f"{self.device.key}.json"
-        if path.is_file():
-            self.ceilings = json.loads(path.read_text())
-            return self.ceilings
+        # a device the guard cannot tell from others of its kind keeps its figures in memory only
+        persist = baseline_cache.shared(self.device.key)
+        if persist and path.is_file():
+            try:
+                found = json.loads(path.read_text())
+            except (OSError, ValueError):
+                found = None
+            if isinstance(found, dict) and found.get("device_key") == self.device.key:
+                self.ceilings = found
+                return found
+            log.warning("measuring the device ceilings again: %s holds none of this device", path)
         with self.hold(True, progress):
             progress("ceilings", 0, 1, "measuring the device's bandwidth and matmul rates")
             reply = self.request(trusted, m.Ceilings(), m.CeilingsReply, 600)
         if not reply.ok:
             raise GuardError(f"measuring the device ceilings failed: {reply.message}")
         self.ceilings = dict(reply.ceilings, measured_at=time.time(), device_key=self.device.key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.ceilings, indent=2))
-        tmp.replace(path)
+        if persist:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(self.ceilings, indent=2))
+            tmp.replace(path)
         return self.ceilings
 
     def ensure_baselines(
