@@ -127,7 +127,7 @@ def drop_bound_parameters(module: Any, names: list[str]) -> None:
     """Replace the parameters ``names`` (every one the call binds from the problem's inputs)
     with empty placeholders before the module moves to the device: ``functional_call`` never
     reads them, and kept they were a second device copy of every weight beside the inputs (a
-    third with the inputs' read-only copy: 26 GiB for an 8.6 GiB MLP on the H200). Each name
+    third with the inputs' read-only copy: 24.3 GiB for an 8.05 GiB MLP on the H200). Each name
     gets a placeholder of its own: a tie between two names would make ``functional_call``
     refuse the two values the problem passes for them."""
     import torch
