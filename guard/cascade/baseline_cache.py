@@ -28,6 +28,7 @@ import logging
 import os
 import platform
 import tempfile
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,11 @@ def _version(dist: str) -> str | None:
         return None
 
 
+@cache
 def software() -> dict[str, str | None]:
-    """What a measurement ran on besides the device: an upgrade times the reference anew."""
+    """What a measurement ran on besides the device: an upgrade times the reference anew.
+    Read once per process: the package metadata is searched on disk, and a problem asks it
+    for every workload."""
     return {"python": platform.python_version(), "torch": _version("torch"), "triton": _version("triton")}
 
 
