@@ -348,5 +348,40 @@ def test_the_parameters_a_call_binds_hold_no_memory_of_their_own():
     assert held == dict.fromkeys(weights, 0)
     assert model.bn.running_var.numel() == 6  # buffers are the module's own, kept
     with torch.no_grad():
-        got = torch.func.functional_call(model, weights, (x,))
+        got = torch.func.functional_call(model, weights, (x,), tie_weights=False)
     assert torch.equal(got, expected)
+
+
+def test_a_dropped_parameter_stays_the_object_that_scripts_and_aliases_hold():
+    """Parameters shrink in place: a TorchScript submodule and an alias the candidate keeps
+    still see the module's parameter, and follow it to another dtype or device."""
+    import torch
+    import torch.nn as nn
+
+    from guard.builders.modelnew import drop_bound_parameters
+
+    class Held(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.jit.script(nn.Linear(5, 5))
+            self.out = nn.Linear(5, 3)
+            self.meta = [self.out.weight]  # read for its dtype only, as a launcher might
+
+        def forward(self, x):
+            return self.out(self.fc(x).to(self.meta[0].dtype))
+
+    torch.manual_seed(0)
+    model = Held()
+    x = torch.randn(4, 5, dtype=torch.float64)
+    weights = {k: v.detach().to(torch.float64) for k, v in model.named_parameters()}
+    drop_bound_parameters(model, list(weights))
+    model = model.to(torch.float64)
+    assert model.meta[0] is model.out.weight and model.meta[0].dtype == torch.float64
+    with torch.no_grad():
+        got = torch.func.functional_call(model, weights, (x,), tie_weights=False)
+        expected = nn.functional.linear(
+            nn.functional.linear(x, weights["fc.weight"], weights["fc.bias"]),
+            weights["out.weight"],
+            weights["out.bias"],
+        )
+    assert torch.allclose(got, expected)

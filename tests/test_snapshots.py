@@ -99,3 +99,24 @@ def test_copies_of_a_step_pass_other_arguments_through():
     t = torch.arange(5.0)
     got = snapshots([t, 3, None], call_bytes=0)
     assert got[1:] == [3, None] and torch.equal(got[0], t) and got[0].data_ptr() != t.data_ptr()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_a_close_step_keeps_its_temporaries_within_the_chunk(monkeypatch, dtype):
+    """allclose makes several float32 temporaries of its operands' size: a step's operands are
+    sized so that all of them fit in ``chunk_bytes`` (a full-size step held 4x its chunk)."""
+    from guard.runner import snapshots as snap
+
+    seen = []
+    real = torch.allclose
+
+    def counting(a, b, **kw):
+        seen.append(a.numel())
+        return real(a, b, **kw)
+
+    monkeypatch.setattr(torch, "allclose", counting)
+    chunk = 4096
+    t = torch.randn(10_000).to(dtype)
+    assert close(t, t.clone(), atol=0.0, rtol=0.0, chunk_bytes=chunk)
+    assert sum(seen) == t.numel() and len(seen) > 1
+    assert max(seen) * 4 * snap.CLOSE_TEMPORARIES <= chunk

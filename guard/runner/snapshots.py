@@ -34,6 +34,11 @@ HOST_COPY_BYTES = 1 << 30
 DEVICE_RESERVE_BYTES = 4 << 30
 # The device memory one step of a comparison brings back from the host (and its temporaries).
 CHUNK_BYTES = 256 << 20
+# float32 tensors the size of a chunk that one ``close`` step makes: ``torch.allclose`` makes
+# four (the difference, its bound, their comparison: 1 GiB for a 256 MiB float32 chunk of a
+# conv3d's output on the H200, the largest holder of the candidate's peak), and a narrower
+# float its two float32 copies first.
+CLOSE_TEMPORARIES = 6
 
 
 def device_room(device: torch.device) -> int:
@@ -100,8 +105,8 @@ def close(live: torch.Tensor, copy: torch.Tensor, atol: float, rtol: float, chun
         return False
     if not live.is_floating_point():
         return same_bytes(live, copy, chunk_bytes)
-    # chunks of chunk_bytes / 4 elements, so that each float32 temporary holds chunk_bytes
-    step_bytes = max(1, chunk_bytes * live.element_size() // 4)
+    # chunks whose float32 temporaries together hold at most chunk_bytes
+    step_bytes = max(1, chunk_bytes * live.element_size() // (4 * CLOSE_TEMPORARIES))
     return all(
         bool(torch.allclose(T.to(a, torch.float32), T.to(b, torch.float32), atol=atol, rtol=rtol, equal_nan=True))
         for a, b in _pairs(live, copy, step_bytes)
