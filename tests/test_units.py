@@ -461,7 +461,10 @@ def test_a_baseline_is_named_by_the_workloads_content_not_its_uuid(tmp_path, mon
     assert len(asked) == 2 and large["eager"] != small["eager"]  # not taken from ws1's
     assert baselines("ws3", resize=False)["eager"] == small["eager"] and len(asked) == 2
     assert len(list(baseline_cache.baselines_dir().glob("*.json"))) == 2
-    assert not baseline_cache.shared("cuda-unknown") and baseline_cache.shared("cpu-x86_64-2")
+    from guard.runner.device import DeviceChoice
+
+    assert not DeviceChoice("cuda", "cuda-unknown", "cuda").identified
+    assert DeviceChoice("cpu", "cpu-x86_64-2", "cpu").identified
 
 
 def test_a_ceilings_file_that_holds_none_of_this_device_is_measured_again(tmp_path, monkeypatch):

@@ -89,12 +89,6 @@ def baseline_key(
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def shared(device_key: str) -> bool:
-    """Whether baselines of this device may be shared across workspaces: not where the guard
-    could not tell the device apart from others of its kind."""
-    return not device_key.endswith("-unknown")
-
-
 def matches(entry: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
     """``entry`` when it is a baseline stored under ``key``, else None."""
     if not isinstance(entry, dict) or not isinstance(entry.get("eager"), dict) or entry.get("key") != key:

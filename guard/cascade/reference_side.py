@@ -141,7 +141,7 @@ class ReferenceSide:
             return self.ceilings
         path = ceilings_cache_dir() / f"{self.device.key}.json"
         # a device the guard cannot tell from others of its kind keeps its figures in memory only
-        persist = baseline_cache.shared(self.device.key)
+        persist = self.device.identified
         if persist and path.is_file():
             try:
                 found = json.loads(path.read_text())
@@ -172,7 +172,7 @@ class ReferenceSide:
         out: dict[str, dict[str, Any]] = {}
         missing: list[Workload] = []
         settings = self._baseline_settings()
-        share = baseline_cache.shared(self.device.key)
+        share = self.device.identified
         keys: dict[str, str] = {}
 
         def usable(cached: dict[str, Any] | None, name: str) -> dict[str, Any] | None:

@@ -38,6 +38,12 @@ class DeviceChoice:
     def compare_key(self) -> str:
         return self.group or self.key
 
+    @property
+    def identified(self) -> bool:
+        """Whether the guard could tell this device apart from others of its kind: only then
+        may what was measured on it (ceilings, baselines) be kept for other workspaces."""
+        return not self.key.endswith("-unknown")
+
     def worker_env(self) -> dict[str, str]:
         """Pins a worker to this GPU: inside it, ``cuda`` is this device and no other."""
         return {"CUDA_VISIBLE_DEVICES": self.uuid} if self.kind == "cuda" and self.uuid else {}
