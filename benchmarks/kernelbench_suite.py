@@ -50,14 +50,19 @@ PEAK_TARGET = 3.0
 PEAK_ALLOWANCE_BYTES = 640 << 20
 
 
+def worker_peak(peaks: dict[str, int] | None) -> int | None:
+    """The larger of the two workers' reported peaks; None without one."""
+    found = [b for b in (peaks or {}).values() if b]
+    return max(found) if found else None
+
+
 def over_bound(row: dict) -> bool | None:
     """Whether the larger worker peak exceeds ``PEAK_TARGET`` times the reference's own peak
     plus ``PEAK_ALLOWANCE_BYTES``; None without the figures."""
-    peaks = [b for b in (row.get("peak_memory_bytes") or {}).values() if b]
-    own = row.get("own_peak_bytes")
-    if not peaks or not own:
+    peak, own = worker_peak(row.get("peak_memory_bytes")), row.get("own_peak_bytes")
+    if not peak or not own:
         return None
-    return max(peaks) > PEAK_TARGET * own + PEAK_ALLOWANCE_BYTES
+    return peak > PEAK_TARGET * own + PEAK_ALLOWANCE_BYTES
 
 
 def _number(path: Path) -> int:
@@ -141,9 +146,9 @@ def judge_file(guard, path: Path, root: Path, prober, device: str) -> dict[str, 
         phases_s={k: round(x, 2) for k, x in v.phases_s.items()},
         peak_memory_by_gate=v.peak_memory_by_gate,
     )
-    peaks = [b for b in (v.peak_memory_bytes or {}).values() if b]
-    if peaks and row.get("own_peak_bytes"):
-        row["peak_ratio"] = round(max(peaks) / row["own_peak_bytes"], 2)
+    peak = worker_peak(v.peak_memory_bytes)
+    if peak and row.get("own_peak_bytes"):
+        row["peak_ratio"] = round(peak / row["own_peak_bytes"], 2)
     return row
 
 
