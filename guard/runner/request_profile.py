@@ -14,11 +14,12 @@ Profiling slows the worker: use it to find costs, never to measure them.
 
 from __future__ import annotations
 
+import bisect
 import cProfile
 import io
 import pstats
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,29 +114,54 @@ def peak_holders(
     in; "outside requests" otherwise), and the blocks live then, summed by the line that
     allocated them, largest first. Blocks allocated before the history's first event are not
     seen: the history is a ring of its last entries."""
+    spans = sorted(spans, key=lambda s: s[1])
+    starts = [a for _, a, _ in spans]
+
+    def kind_at(when: float) -> str:
+        i = bisect.bisect_right(starts, when) - 1
+        return spans[i][0] if i >= 0 and when <= spans[i][2] else "outside requests"
+
+    # first pass: each kind's peak and the event that reached it; the second replays the
+    # history to those events only (a copy of the live blocks at every new peak was quadratic)
+    peaks: dict[str, tuple[int, int]] = {}
+    for i, total in _replay(trace):
+        if total is not None:
+            kind = kind_at(float(trace[i].get("time_us", 0)))
+            if total > peaks.get(kind, (0, -1))[0]:
+                peaks[kind] = (total, i)
+    at = {i: kind for kind, (_, i) in peaks.items()}
+    out = {}
+    live: dict[int, tuple[int, str]] = {}
+    for i, event in enumerate(trace):
+        _apply(live, event)
+        if i in at:
+            by_site: dict[str, int] = {}
+            for size, site in live.values():
+                by_site[site] = by_site.get(site, 0) + size
+            out[at[i]] = (peaks[at[i]][0], sorted(by_site.items(), key=lambda kv: -kv[1]))
+    return out
+
+
+def _apply(live: dict[int, tuple[int, str]], event: dict[str, Any]) -> int:
+    """One allocator event on the live blocks (address -> size, allocating line): the bytes it
+    adds (negative for a free, 0 for anything else)."""
+    action, addr = event.get("action"), int(event.get("addr", 0))
+    if action == "alloc":
+        size = int(event.get("size", 0))
+        live[addr] = (size, _holder(event.get("frames") or []))
+        return size
+    if action in ("free_requested", "free_completed") and addr in live:
+        return -live.pop(addr)[0]
+    return 0
+
+
+def _replay(trace: list[dict[str, Any]]) -> Iterator[tuple[int, int | None]]:
+    """Each event's index with the live bytes after it when it is an allocation, else None."""
     live: dict[int, tuple[int, str]] = {}
     total = 0
-    best: dict[str, tuple[int, dict[int, tuple[int, str]]]] = {}
-    spans = sorted(spans, key=lambda s: s[1])
-    for event in trace:
-        action, addr = event.get("action"), int(event.get("addr", 0))
-        if action == "alloc":
-            size = int(event.get("size", 0))
-            live[addr] = (size, _holder(event.get("frames") or []))
-            total += size
-            when = float(event.get("time_us", 0))
-            kind = next((op for op, a, b in spans if a <= when <= b), "outside requests")
-            if total > best.get(kind, (0, {}))[0]:
-                best[kind] = (total, dict(live))
-        elif action in ("free_requested", "free_completed") and addr in live:
-            total -= live.pop(addr)[0]
-    out = {}
-    for kind, (peak, held) in best.items():
-        by_site: dict[str, int] = {}
-        for size, site in held.values():
-            by_site[site] = by_site.get(site, 0) + size
-        out[kind] = (peak, sorted(by_site.items(), key=lambda kv: -kv[1]))
-    return out
+    for i, event in enumerate(trace):
+        total += _apply(live, event)
+        yield i, (total if event.get("action") == "alloc" else None)
 
 
 def _holder(frames: list[dict[str, Any]]) -> str:
