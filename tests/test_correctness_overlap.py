@@ -161,9 +161,10 @@ def test_determinism_is_asked_of_the_first_group_of_each_visible_workload_only(t
 
     ctx.cand.send = keep  # type: ignore[method-assign]
     check_both(ctx)
-    flags = [(m["rounds"][0]["tag"], m["determinism"]) for m in sent]
+    flags = [(m["rounds"][0]["tag"], m["repeat"] is not None) for m in sent]
     assert flags == [("w0r0", True), ("w0r1", False), ("w1r0", True), ("w1r1", False), ("w2r0", False)]
-    assert all(m["repeats_within"] is None for m in sent)  # a definition's default: bitwise repeats
+    # a definition's default: bitwise repeats
+    assert all(m["repeat"] == {"within": None} for m in sent if m["repeat"] is not None)
 
 
 def test_a_problem_whose_repeats_may_differ_sends_its_tolerances(tmp_path):
@@ -176,7 +177,7 @@ def test_a_problem_whose_repeats_may_differ_sends_its_tolerances(tmp_path):
     for worker in (ctx.cand, ctx.trusted):
         worker.send = (lambda send: lambda message: (sent.append(message), send(message)))(worker.send)  # type: ignore[method-assign]
     correctness_gate.check(ctx, "visible")
-    within = [m["repeats_within"] for m in sent if m["op"] == "check" and m["determinism"]]
+    within = [m["repeat"]["within"] for m in sent if m["op"] == "check" and m["repeat"]]
     compared = [m["tolerances"] for m in sent if m["op"] == "compare"]
     assert len(within) == 2 and compared  # the first group of each visible workload
     # the tolerance the comparison with the reference uses

@@ -326,9 +326,9 @@ def test_candidate_builds_and_runs_in_the_sandbox(tmp_path, needs_bwrap, kind):
                 "workload": w.model_dump(mode="json"),
                 "axes": d.resolve_axes(w.axes),
                 "rounds": [{"seed": 7, "kind": "normal", "tag": "r0"}],
-                "determinism": True,
-                # a problem whose repeats may differ (a KernelBench import): 1e-3 is within 1e-2
-                "repeats_within": [{"atol": 1e-2, "rtol": 1e-2}] if kind == "drifting within tolerance" else None,
+                # the first round twice; for a problem whose repeats may differ (a KernelBench
+                # import), within a tolerance: 1e-3 is within 1e-2
+                "repeat": {"within": [{"atol": 1e-2, "rtol": 1e-2}] if kind == "drifting within tolerance" else None},
                 "outdir": str(worker.outdir),
             },
             60,

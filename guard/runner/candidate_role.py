@@ -216,7 +216,7 @@ class CandidateRole:
                 return m.Reply(ok=False, status="INTERNAL", message=f"making inputs failed ({type(exc).__name__})")
             call_bytes = msg.call_bytes
             outs = self._call(args, axes, call_bytes)
-            if msg.determinism and i == 0:
+            if msg.repeat is not None and i == 0:
                 # the first call's outputs kept as copies (``snapshots``: on the host without room), so the
                 # second call reuses their device memory instead of adding its own
                 with self._after_candidate_code("after its call"):
@@ -225,7 +225,7 @@ class CandidateRole:
                 del outs
                 outs = self._call(args, axes, call_bytes)
                 with self._after_candidate_code("comparing its two calls"):
-                    why = _repeat_differs(list(self.d["outputs"]), outs, first, msg.repeats_within)
+                    why = _repeat_differs(list(self.d["outputs"]), outs, first, msg.repeat.within)
                 if why:
                     raise CandidateFault("INCORRECT_NUMERICAL", why)
                 del first

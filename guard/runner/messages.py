@@ -125,13 +125,18 @@ class Prepare(_Msg):
     build_cache: str | None = None
 
 
+class Repeat(_Msg):
+    """The first round run twice: its outputs bitwise identical (``within`` None) or, where the
+    problem allows repeats to differ (``Definition.deterministic`` false), within these
+    tolerances, one per output."""
+
+    within: list[Tolerance] | None = None
+
+
 class Check(_CallsCandidate):
     op: Literal["check"] = "check"
     rounds: list[Round]
-    # the first round run twice: its outputs bitwise identical, or, where the problem allows
-    # repeats to differ (``Definition.deterministic`` false), within these tolerances
-    determinism: bool = False
-    repeats_within: list[Tolerance] | None = None
+    repeat: Repeat | None = None  # None: every round runs once
     outdir: str
 
 
