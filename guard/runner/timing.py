@@ -114,7 +114,11 @@ class Plan:
     eager_warmup_median_ms: float = 0.0
     loop_warmup_median_ms: float = 0.0  # fresh inputs and flush before a call, in the warm-up
     graph_error: str | None = None
-    graphs: list = field(default_factory=list, repr=False)  # (graph, static outputs) per set
+    # (graph, static outputs) per set. The graphs share one memory pool (``_capture``): a set's
+    # outputs are valid only until another set's graph replays, whose temporaries may lie in
+    # them. Read a set's outputs right after its own replay, on the replay's stream; never
+    # replay the graphs concurrently or keep a set's outputs across another's replay.
+    graphs: list = field(default_factory=list, repr=False)
 
     def public(self) -> dict:
         return {"method": self.method, "iters": self.iters, "n_sets": self.n_sets, "pad_ms": self.pad_ms}
