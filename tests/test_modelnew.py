@@ -385,3 +385,18 @@ def test_a_dropped_parameter_stays_the_object_that_scripts_and_aliases_hold():
             weights["out.bias"],
         )
     assert torch.allclose(got, expected)
+
+
+def test_a_model_that_ties_weights_passes_them_once(kb):
+    """``dec.weight = enc.weight``: the tied weight is one input (under its first name), the
+    reference binds it to both layers, and the Model renamed as ModelNew is PASSED (two inputs
+    made the reference's ``functional_call`` refuse them)."""
+    g, _ = kb
+    data = Path(__file__).resolve().parent / "data" / "kernelbench" / "tied_weights.py"
+    with KernelBenchProber() as prober:
+        problem, _ = import_kernelbench_file(data, prober)
+    assert list(problem.definition.inputs) == ["x", "enc__weight", "enc__bias", "dec__bias"]
+    problem.save(g.store.workspace_problems / problem.name)
+    source = data.read_text().replace("class Model(", "class ModelNew(")
+    v = g.evaluate(from_source(source, None, "model_new.py"), problem.name, agent="modelnew")
+    _passed(v)

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..problems.model_state import untied_state
 from .base import BuildError
 
 REFERENCE_ATTRS = ("_KA_ARGS", "_KA_STATE", "get_init_inputs", "Model", "generate_inputs")
@@ -76,8 +77,9 @@ def _signature(obj: Any) -> str:
 def match_weights(ref_state: list[tuple[str, tuple[int, ...]]], new_module: Any) -> dict[str, tuple[str, bool]]:
     """For each Model state_dict key (with its shape), the ModelNew state_dict key that takes
     it and whether that is a parameter. Raises WeightMismatch naming the unmatched ones."""
-    params = {k for k, _ in new_module.named_parameters(remove_duplicate=False)}
-    new_state = {k: tuple(v.shape) for k, v in new_module.state_dict(keep_vars=True).items()}
+    # a tied parameter is one input, under its first name (``kernelbench_probe.untied_state``)
+    params = {k for k, _ in new_module.named_parameters()}
+    new_state = {k: tuple(v.shape) for k, v in untied_state(new_module).items()}
     out: dict[str, tuple[str, bool]] = {}
     for key, shape in ref_state:  # the same name and shape
         if new_state.get(key) == shape:
@@ -243,8 +245,8 @@ def modelnew_entry(cls: type, entry: str, srcdir: Path) -> Callable[..., Any]:
                 params[name] = value
             else:
                 buffers[name].copy_(value)
-        # tied names (dec.weight = enc.weight) each take the value the problem passes for them
-        return torch.func.functional_call(module, params, tuple(values[:n_args]), tie_weights=False)
+        # a tied parameter is passed once, under its first name: the call binds its other names
+        return torch.func.functional_call(module, params, tuple(values[:n_args]))
 
     run.__name__ = "run"
     run.__qualname__ = f"ModelNew adapter for {entry}"

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .kernelbench_consts import module_constants
+from .model_state import untied_state
 from .kernelbench_import import (
     CPU_RUN_LIMIT_S,
     META_RUN_LIMIT_S,
@@ -363,7 +364,7 @@ class Prober:
                 else:
                     with meta:
                         model = ns["Model"](*init)
-                state = model.state_dict()
+                state = untied_state(model)
                 if structure is not None:
                     seen = self._structure(args, state)
                     if seen != structure[:2]:
