@@ -408,3 +408,30 @@ def test_publish_build_copies_only_the_worker_s_own_library(tmp_path):
     assert (cache / digest / built.name).read_bytes() == b"\x7fELF library"
     with pytest.raises(ValueError):
         publish_build(worker, "../../elsewhere", cache)
+
+
+def test_a_worker_started_by_a_thread_that_ends_lives_on(tmp_path):
+    """bwrap's --die-with-parent follows the thread that forked it: a spare started by a
+    server's start-up thread was killed when that thread ended, in the middle of the verdict
+    that had taken it. Workers are forked from one long-lived thread."""
+    import threading
+    import time
+
+    from guard.runner.pool import WorkerPool
+
+    pool = WorkerPool("cpu", tmp_path / "workers", prestart=False)
+    taken = {}
+    try:
+        starter = threading.Thread(target=lambda: taken.update(worker=pool.take_candidate()))
+        starter.start()
+        starter.join()
+        worker = taken["worker"]
+        worker.wait_ready(120)
+        time.sleep(0.5)  # the starter's end has been signalled by now
+        assert worker.alive, worker.log_tail()
+        assert worker.request({"op": "memory", "reset": False}, 60).get("ok")
+        print("isolation:", worker.isolation)
+    finally:
+        if "worker" in taken:
+            pool.discard(taken["worker"])
+        pool.close()

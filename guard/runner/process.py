@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import sandbox
 from ..paths import cache_dir
-from . import nvml, protocol, request_profile
+from . import nvml, protocol, request_profile, spawner
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,8 @@ class WorkerProcess:
         logf = open(self.log_path, "ab")
         self.started_at = time.monotonic()
         try:
-            self.proc = subprocess.Popen(
+            # forked from a thread that outlives this one: bwrap's --die-with-parent follows it
+            self.proc = spawner.popen(
                 cmd,
                 cwd=self.workdir,
                 env=env,
