@@ -121,3 +121,24 @@ def test_only_spares_are_told_they_start_ahead_of_their_candidate(tmp_path, monk
     pool._new("candidate", spare=True)
     assert [spare_setup.ENV in e for e in envs] == [False, True]
     assert all(e["CUDA_VISIBLE_DEVICES"] == "1" for e in envs) and spare_setup.ENV not in pool.env
+
+
+def test_a_discarded_worker_is_killed_not_asked_to_exit(tmp_path, monkeypatch):
+    """Unprofiled, a discarded worker is killed at once: asked to exit, it spent about 0.5 s
+    in torch's teardown, which every verdict waited for."""
+    import signal
+
+    from guard.runner import request_profile
+
+    monkeypatch.delenv(request_profile.ENV, raising=False)
+    pool = WorkerPool("cpu", tmp_path / "workers", prestart=False)
+    try:
+        worker = pool.trusted()
+        assert worker.request({"op": "memory", "reset": False}, 60).get("ok")
+        asked: list[float] = []
+        monkeypatch.setattr(worker, "close", lambda grace=2.0: asked.append(grace))
+        pool.discard(worker)
+        assert asked == [] and worker.proc is not None and worker.proc.poll() == -signal.SIGKILL
+        assert not worker.workdir.exists()
+    finally:
+        pool.close()

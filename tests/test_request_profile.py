@@ -37,27 +37,6 @@ def test_a_profiled_pool_keeps_each_workers_report(tmp_path, monkeypatch):
     assert not (tmp_path / "workers").exists() or not any((tmp_path / "workers").iterdir())
 
 
-def test_a_discarded_worker_is_killed_not_asked_to_exit(tmp_path, monkeypatch):
-    """Unprofiled, a discarded worker is killed at once: asked to exit, it spent about 0.5 s
-    in torch's teardown, which every verdict waited for."""
-    import signal
-
-    from guard.runner.pool import WorkerPool
-
-    monkeypatch.delenv(request_profile.ENV, raising=False)
-    pool = WorkerPool("cpu", tmp_path / "workers", prestart=False)
-    try:
-        worker = pool.trusted()
-        assert worker.request({"op": "memory", "reset": False}, 60).get("ok")
-        asked: list[float] = []
-        monkeypatch.setattr(worker, "close", lambda grace=2.0: asked.append(grace))
-        pool.discard(worker)
-        assert asked == [] and worker.proc is not None and worker.proc.poll() == -signal.SIGKILL
-        assert not worker.workdir.exists()
-    finally:
-        pool.close()
-
-
 def test_peak_holders_name_what_was_live_at_each_request_kinds_highest_point():
     def frames(line: int) -> list[dict]:
         return [
