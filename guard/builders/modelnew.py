@@ -77,7 +77,7 @@ def _signature(obj: Any) -> str:
 def match_weights(ref_state: list[tuple[str, tuple[int, ...]]], new_module: Any) -> dict[str, tuple[str, bool]]:
     """For each Model state_dict key (with its shape), the ModelNew state_dict key that takes
     it and whether that is a parameter. Raises WeightMismatch naming the unmatched ones."""
-    # a tied parameter is one input, under its first name (``kernelbench_probe.untied_state``)
+    # a tied parameter is one input, under its first name (``model_state.untied_state``)
     params = {k for k, _ in new_module.named_parameters()}
     new_state = {k: tuple(v.shape) for k, v in untied_state(new_module).items()}
     out: dict[str, tuple[str, bool]] = {}
