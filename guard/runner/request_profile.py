@@ -131,24 +131,26 @@ def peak_holders(
                 peaks[kind] = (total, i)
     at = {i: kind for kind, (_, i) in peaks.items()}
     out = {}
-    live: dict[int, tuple[int, str]] = {}
+    live: dict[int, tuple[int, list[dict[str, Any]]]] = {}
     for i, event in enumerate(trace):
         _apply(live, event)
         if i in at:
             by_site: dict[str, int] = {}
-            for size, site in live.values():
+            for size, frames in live.values():
+                site = _holder(frames)
                 by_site[site] = by_site.get(site, 0) + size
             out[at[i]] = (peaks[at[i]][0], sorted(by_site.items(), key=lambda kv: -kv[1]))
     return out
 
 
-def _apply(live: dict[int, tuple[int, str]], event: dict[str, Any]) -> int:
-    """One allocator event on the live blocks (address -> size, allocating line): the bytes it
-    adds (negative for a free, 0 for anything else)."""
+def _apply(live: dict[int, tuple[int, list[dict[str, Any]]]], event: dict[str, Any]) -> int:
+    """One allocator event on the live blocks (address -> size, allocating stack): the bytes it
+    adds (negative for a free, 0 for anything else). The stack is named (``_holder``) only for
+    the blocks live at a peak, not for every allocation."""
     action, addr = event.get("action"), int(event.get("addr", 0))
     if action == "alloc":
         size = int(event.get("size", 0))
-        live[addr] = (size, _holder(event.get("frames") or []))
+        live[addr] = (size, event.get("frames") or [])
         return size
     if action in ("free_requested", "free_completed") and addr in live:
         return -live.pop(addr)[0]
@@ -157,7 +159,7 @@ def _apply(live: dict[int, tuple[int, str]], event: dict[str, Any]) -> int:
 
 def _replay(trace: list[dict[str, Any]]) -> Iterator[tuple[int, int | None]]:
     """Each event's index with the live bytes after it when it is an allocation, else None."""
-    live: dict[int, tuple[int, str]] = {}
+    live: dict[int, tuple[int, list[dict[str, Any]]]] = {}
     total = 0
     for i, event in enumerate(trace):
         total += _apply(live, event)
