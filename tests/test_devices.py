@@ -48,6 +48,12 @@ def test_every_visible_gpu_is_a_device_of_one_group(two_fake_gpus, monkeypatch):
     assert [d.uuid for d in device_mod.resolve_all("auto", None)] == [two_fake_gpus[1], two_fake_gpus[0]]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert device_mod.resolve_all("auto", None)[0].kind == "cpu"
+    # a MIG instance is refused with a reason, never judged on the CPU in its place
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-0123abcd-0000-0000-0000-000000000000")
+    for choice in ("auto", "cuda"):
+        with pytest.raises(ValueError, match="MIG instance .* whole GPUs only"):
+            device_mod.resolve_all(choice, 1)
+    assert device_mod.resolve_all("cpu", 1)[0].kind == "cpu"
 
 
 def test_device_counts_and_simulated_cpu_devices():

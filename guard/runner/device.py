@@ -89,7 +89,7 @@ def _gpu(index: int) -> DeviceChoice | None:
 
 def visible_gpu_indices() -> list[int]:
     """NVML indices of the GPUs this process may use (``CUDA_VISIBLE_DEVICES``: indices or
-    UUIDs, in its order)."""
+    UUIDs, in its order). A MIG instance there is refused (ValueError), not skipped."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() == "":
         return []
@@ -109,7 +109,15 @@ def visible_gpu_indices() -> list[int]:
             out.append(by_uuid[item])
         elif item.startswith("GPU-") and any(u.startswith(item) for u in by_uuid):
             out.append(next(i for u, i in by_uuid.items() if u.startswith(item)))
-        else:  # CUDA stops at the first entry it cannot use (a MIG instance, too, is not handled here)
+        elif item.startswith("MIG-"):
+            # a slice of a GPU: its device nodes and identity differ from a whole GPU's, which
+            # the sandbox and the timing slots are built around; judging on the CPU instead
+            # would be a silent surprise
+            raise ValueError(
+                f"CUDA_VISIBLE_DEVICES names a MIG instance ({item}): the guard judges on whole GPUs only; "
+                "name a GPU by index or UUID, or use --device cpu"
+            )
+        else:  # CUDA stops at the first entry it cannot use
             log.warning(
                 "CUDA_VISIBLE_DEVICES entry %r is not a GPU index or UUID this guard can use; "
                 "the GPUs after it are ignored",
