@@ -218,6 +218,44 @@ def test_read_outputs_travel_in_the_verify_request():
         m.HeldOutput(address=-1, shape=[1], stride=[1], dtype="float32")
 
 
+def test_read_outputs_are_checked_element_by_element_not_by_digest(tmp_path):
+    """An output the guard read out of a CPU loop is held to the reference as a correctness
+    round holds it. A result 2% off everywhere (a timed call that skipped its reduction and
+    guessed the scale) is well outside a 1e-2 tolerance on the larger elements, yet its sums
+    and norms lie within what a digest allows: checked by digest it passed (red team, session
+    27), element by element it fails. A result that only the float64 reference matches passes."""
+    from guard.runner import replay_check
+    from guard.runner.tensorio import write_tensor
+
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.randn(1, 4096, generator=gen)
+    tol = [m.Tolerance(atol=1e-2, rtol=1e-2, required_matched_ratio=0.99)]
+
+    def read(t: torch.Tensor, name: str) -> list[m.ReadOutput | None]:
+        path = tmp_path / f"{name}.bin"
+        write_tensor(t, path)
+        return [
+            m.ReadOutput(file=str(path), span=t.numel(), shape=list(t.shape), stride=list(t.stride()), dtype="float32")
+        ]
+
+    def exact() -> list[torch.Tensor]:
+        return [ref.double()]
+
+    off = ref * 1.02
+    projection = replays.Projection(5)
+    digest_row = [replays.digest([off], projection)[0].tolist()]
+    assert replay_check.digests_mismatch(digest_row, [ref], tol, ["y"], projection, exact) is None
+    why = replay_check.outputs_mismatch(read(off, "off"), [ref], tol, ["y"], exact)
+    assert why is not None and "elements outside atol=0.01 rtol=0.01" in why
+    assert replay_check.outputs_mismatch(read(ref.clone(), "same"), [ref], tol, ["y"], exact) is None
+    # the reference rounds where the candidate does not: the float64 reference decides
+    rounded = ref.to(torch.bfloat16).float()
+    strict = [m.Tolerance(atol=0.0, rtol=1e-6)]
+    assert replay_check.outputs_mismatch(read(ref.clone(), "exact"), [rounded], strict, ["y"], exact) is None
+    assert replay_check.outputs_mismatch([None], [ref], tol, ["y"], exact) == "output 'y': not a tensor"
+    assert "2 outputs read, expected 1" in replay_check.outputs_mismatch([None, None], [ref], tol, ["y"], exact)
+
+
 def test_the_trusted_loop_replies_with_as_many_descriptions_as_the_candidates(tmp_path):
     """The guard's clock runs around both windows' replies: the trusted one carries as many
     held-output descriptions as the candidate's (made and validated alike), so that cost is

@@ -246,7 +246,8 @@ class Overhead(_OnProblemWorkload):
 
 
 class VerifyReplays(_OnProblemWorkload):
-    """Check the digests of the chosen timed calls against the reference on the same data."""
+    """Check the chosen timed calls (their digests, or their outputs as the guard read them)
+    against the reference on the same data."""
 
     op: Literal["verify_replays"] = "verify_replays"
     sets: list[int]  # the live sets' seeds: call i ran on set i % len(sets), refilled
@@ -260,7 +261,7 @@ class VerifyReplays(_OnProblemWorkload):
     tolerances: list[Tolerance]
     names: list[str]
     # per chosen call, its outputs as the guard read them out of the candidate's memory (a CPU
-    # loop, whose digests are then the trusted worker's own; None: not a tensor there)
+    # loop: compared element by element, ``replay_check``; None: not a tensor there)
     read: list[list[ReadOutput | None]] | None = None
 
 

@@ -10,7 +10,8 @@ Between two timed calls, outside the timed span, the guard
 
 The trusted worker later makes the same inputs for a secret sample of replays, runs the
 reference and checks each digest against the reference's within the problem's tolerance
-(``digest_mismatch``). A candidate cannot tell a checked replay from another one: it computes
+(``digest_mismatch``; a CPU loop's outputs, which the guard reads itself, are compared
+element by element instead: ``replay_check``). A candidate cannot tell a checked replay from another one: it computes
 no digest itself, the guard's code does for every replay. Work that depends on anything but
 the current inputs (a remembered answer, a cache keyed by address or by sampled values, a
 graph that copies what it saw at capture, a test for the poison) then fails the check.

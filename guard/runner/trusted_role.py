@@ -4,15 +4,16 @@ reference outputs it holds cannot be reached by a candidate."""
 
 from __future__ import annotations
 
+import functools
 import gc
-import math
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from . import ceilings, replays
+from . import ceilings, replay_check, replays
 from . import messages as m
 from .confirm import ConfirmLoop
 from .common import (
@@ -439,12 +440,11 @@ class TrustedRole:
         return bufs
 
     def verify_replays(self, msg: m.VerifyReplays) -> m.Reply:
-        """Each chosen timed call's digests against the reference on that call's inputs (made
-        from the same seed): a digest that no result within tolerance can have means the call
-        did not compute the answer for its own inputs."""
+        """Each chosen timed call's outputs (a CPU loop: as the guard read them) or digests (a
+        GPU loop) against the reference on that call's inputs, made from the same seed: a call
+        that did not compute the answer for its own inputs fails (``replay_check``)."""
         key = msg.key
         d, module, maker = self.problems[key]
-        projection = self._projection(msg.projection_seed if msg.regime == "stream" else msg.run_seed)
         refiller = Refiller(maker, msg.workload, msg.axes)
         if refiller.custom:
             # each chosen call's inputs are made again from its own seed, not read from the
@@ -452,61 +452,34 @@ class TrustedRole:
             # mirror) before the references run, which hold one call's worth beside it (54.6 GiB
             # for KernelBench ReLU's 12 GiB call on the H200); a later window builds it again
             self._loop = None
+        check: Callable[[int, list, replay_check.Exact], str | None]
         if msg.read is not None:  # a CPU loop: the outputs themselves, read by the guard
             if len(msg.read) != len(msg.iterations):
                 return m.Reply(ok=False, status="INTERNAL", message="read outputs do not match the calls chosen")
-            digests = {i: self._digests_of_read(row, projection) for i, row in zip(msg.iterations, msg.read)}
+            read = dict(zip(msg.iterations, msg.read))
+
+            def check(iteration: int, refs: list, exact: replay_check.Exact) -> str | None:
+                return replay_check.outputs_mismatch(read[iteration], refs, msg.tolerances, msg.names, exact)
+
         else:
             digests = dict(zip(msg.iterations, msg.digests))
-        for iteration, args in self._replayed_inputs(msg, maker, refiller):
-            got = digests[iteration]
-            refs = self._reference_on(key, args)
-            if len(got) != len(refs):
-                return m.VerifyReply(
-                    ok=True,
-                    passed=False,
-                    iteration=iteration,
-                    message=f"{len(got)} outputs digested, expected {len(refs)}",
-                )
-            for j, (ref, name) in enumerate(zip(refs, msg.names)):
-                tol = msg.tolerances[j]
-                values, allow = replays.digest_bounds(
-                    ref, tol.atol, tol.rtol, projection, tol.required_matched_ratio or 1.0, tol.max_error_cap
-                )
-                why = replays.digest_mismatch(got[j], values, allow, name)
-                if why and ref.is_floating_point():
-                    # a kernel more accurate than a reference that rounds intermediates
-                    exact = self._reference_on(key, args, float64=True)
-                    values, allow = replays.digest_bounds(
-                        exact[j].to(torch.float64),
-                        tol.atol,
-                        tol.rtol,
-                        projection,
-                        tol.required_matched_ratio or 1.0,
-                        tol.max_error_cap,
-                    )
-                    if replays.digest_mismatch(got[j], values, allow, name) is None:
-                        why = None
-                if why:
-                    return m.VerifyReply(
-                        ok=True, passed=False, iteration=iteration, message=why, checked=msg.iterations.index(iteration)
-                    )
-            del refs, args  # before the next call's inputs and reference are made: one call's worth held
-        return m.VerifyReply(ok=True, passed=True, checked=len(msg.iterations))
+            projection = self._projection(msg.projection_seed if msg.regime == "stream" else msg.run_seed)
 
-    @staticmethod
-    def _digests_of_read(row: list[m.ReadOutput | None], projection: replays.Projection) -> list[list[float]]:
-        """The digests of one call's outputs as the guard read them out of the candidate's
-        memory: each file is the output's storage span, viewed with its shape and strides."""
-        out = []
-        for r in row:
-            if r is None:  # not a tensor where the output should be: a mismatch
-                out.append([math.nan] * len(replays.DIGEST_FIELDS))
-                continue
-            flat = read_tensor({"file": r.file, "shape": [r.span], "dtype": r.dtype}, "cpu")
-            t = flat.as_strided(r.shape, r.stride) if r.span else flat.new_empty(r.shape)
-            out.append(replays.digest([t], projection)[0].tolist())
-        return out
+            def check(iteration: int, refs: list, exact: replay_check.Exact) -> str | None:
+                row = [list(r) for r in digests[iteration]]
+                return replay_check.digests_mismatch(row, refs, msg.tolerances, msg.names, projection, exact)
+
+        for iteration, args in self._replayed_inputs(msg, maker, refiller):
+            refs = self._reference_on(key, args)
+            why = check(iteration, refs, functools.partial(self._reference_on, key, args, float64=True))
+            if why:
+                return m.VerifyReply(
+                    ok=True, passed=False, iteration=iteration, message=why, checked=msg.iterations.index(iteration)
+                )
+            del refs, args  # before the next call's inputs and reference are made: one call's worth held
+            if not self.cuda:
+                trim_host_heap()
+        return m.VerifyReply(ok=True, passed=True, checked=len(msg.iterations))
 
     def _projection(self, seed: int) -> replays.Projection:
         """The projection of ``seed``: drawing its million signs costs tens of ms on a CPU, and
