@@ -345,6 +345,29 @@ def test_candidate_builds_and_runs_in_the_sandbox(tmp_path, needs_bwrap, kind):
         pool.close()
 
 
+def test_the_guard_deletes_output_files_only_in_the_workers_own_folder(tmp_path):
+    """The ``out`` folder is the candidate's to write. Replaced by a link to another folder
+    (another candidate's, whose round files have the same names), the guard's deletion of
+    a compared round's file went through the link (red team, session 27); it no longer does."""
+    from guard.runner.process import WorkerProcess
+
+    worker = WorkerProcess("candidate", "cpu", tmp_path / "w", isolation=sandbox.Isolation("none", reason="test"))
+    (worker.outdir / "w0r0_0.bin").write_bytes(b"x")
+    worker.remove_output("w0r0_0.bin")
+    assert not (worker.outdir / "w0r0_0.bin").exists()
+    worker.remove_output("w0r0_0.bin")  # gone already: nothing to do
+
+    victim = tmp_path / "other" / "out"
+    victim.mkdir(parents=True)
+    (victim / "w0r0_0.bin").write_bytes(b"someone else's round")
+    worker.outdir.rmdir()
+    worker.outdir.symlink_to(victim)
+    worker.remove_output("w0r0_0.bin")
+    assert (victim / "w0r0_0.bin").read_bytes() == b"someone else's round"
+    with pytest.raises(ValueError):
+        worker.remove_output("../other/out/w0r0_0.bin")
+
+
 # -- switches ----------------------------------------------------------------------------------
 def test_sandbox_off_gives_isolation_none(monkeypatch, tmp_path):
     from guard.runner.process import WorkerProcess

@@ -335,7 +335,7 @@ def _judge(
             "correctness",
         )
         for meta in metas:
-            Path(meta.file).unlink(missing_ok=True)
+            ctx.cand.remove_output(Path(meta.file).name)
         if not cmp.ok:
             # the trusted worker's own failure; its text is not shown for a held-out workload
             log.error("comparison failed on %s (%s): %s", group.label, w.uuid, cmp.message)

@@ -85,6 +85,8 @@ T = SimpleNamespace(
     mv=torch.mv,
     mm=torch.mm,
     stack=torch.stack,
+    cat=torch.cat,
+    index_select=torch.index_select,
     sqrt=torch.sqrt,
     vector_norm=torch.linalg.vector_norm,
 )

@@ -22,9 +22,15 @@ class _Msg(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-# One output's digest (replays.DIGEST_FIELDS: sum, L1, L2, projection): all four, or the reply
-# is out of protocol (an empty row once matched every reference).
-DigestRow = tuple[float, float, float, float]
+# One output's digest (``replays``): its fields, then the values of ``DIGEST_SAMPLES`` of its
+# elements. Every entry, or the reply is out of protocol (an empty row once matched every
+# reference, and a kernel that skipped every timed call was ACCEPTed).
+DIGEST_FIELDS = ("sum", "l1", "l2", "projection")
+# enough that a result off by more than its tolerance on a few percent of its elements misses
+# on several (2 expected of 64 at 3%), few enough that a loop's digests stay small messages
+DIGEST_SAMPLES = 64
+DIGEST_WIDTH = len(DIGEST_FIELDS) + DIGEST_SAMPLES
+DigestRow = Annotated[list[float], Field(min_length=DIGEST_WIDTH, max_length=DIGEST_WIDTH)]
 
 
 class Tolerance(_Msg):

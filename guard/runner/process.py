@@ -256,6 +256,25 @@ class WorkerProcess:
                 raise WorkerDied(f"{self.role} worker failed to start: {self.info}", None, self.log_tail())
         return self.info
 
+    def remove_output(self, name: str) -> None:
+        """Delete one of the output files the guard named in the worker's ``out`` folder. The
+        folder is the candidate's to write: it is opened without following a link, so that a
+        folder replaced by a link to another (another candidate's, say) cannot make the guard
+        delete a file there (red team, session 27)."""
+        if "/" in name or name in ("", ".", ".."):
+            raise ValueError(f"not a file name: {name!r}")
+        try:
+            fd = os.open(self.outdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError as exc:  # replaced by a link or a file, or gone: nothing of ours to delete
+            log.warning("%s worker's output folder cannot be opened (%s): %s not deleted", self.role, exc, name)
+            return
+        try:
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)
+
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -8,9 +8,9 @@ two ways:
   correctness round is (``compare``): a result that approximates the answer on timed calls
   only fails here as it would in a round.
 - ``digests_mismatch``: the digests the candidate's process took of them (a GPU loop, whose
-  outputs the guard cannot read). A digest holds sums and norms only, so it tells a skipped,
-  remembered or stale call from a computed one, not an approximation from an answer within
-  tolerance (see docs/guard.md, threat model).
+  outputs the guard cannot read): sums and norms, which tell a skipped, remembered or stale
+  call from a computed one, and a sample of elements held to the tolerance itself, which an
+  approximation off on many elements fails (see docs/guard.md, threat model).
 
 Both also accept what matches the reference evaluated in float64 (a kernel more accurate than
 a reference that rounds intermediates); ``exact`` runs it, only when it is needed.
@@ -81,12 +81,12 @@ def digests_mismatch(
     for j, (got, ref, tol, name) in enumerate(zip(row, refs, tolerances, names)):
         ratio, cap = tol.required_matched_ratio or 1.0, tol.max_error_cap
         values, allow = replays.digest_bounds(ref, tol.atol, tol.rtol, projection, ratio, cap)
-        why = replays.digest_mismatch(got, values, allow, name)
+        why = replays.digest_mismatch(got, values, allow, name, ratio)
         if why and ref.is_floating_point():
             exact_refs = exact_refs if exact_refs is not None else exact()
             hi = exact_refs[j].to(torch.float64)
             values, allow = replays.digest_bounds(hi, tol.atol, tol.rtol, projection, ratio, cap)
-            if replays.digest_mismatch(got, values, allow, name) is None:
+            if replays.digest_mismatch(got, values, allow, name, ratio) is None:
                 why = None
         if why:
             return why

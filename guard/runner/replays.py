@@ -6,12 +6,16 @@ Between two timed calls, outside the timed span, the guard
 - overwrites the outputs it can reach (a graph's static outputs, destination-passing
   buffers) with new random values, never a fixed poison;
 - takes a digest of what the call returned: per output, its sum, L1 and L2 norms and its
-  projection on random signs drawn from the run's seed, all accumulated in float64.
+  projection on random signs drawn from the run's seed, all accumulated in float64, and the
+  values of ``SAMPLES`` of its elements at positions drawn from the same seed.
 
 The trusted worker later makes the same inputs for a secret sample of replays, runs the
 reference and checks each digest against the reference's within the problem's tolerance
 (``digest_mismatch``; a CPU loop's outputs, which the guard reads itself, are compared
-element by element instead: ``replay_check``). A candidate cannot tell a checked replay from another one: it computes
+element by element instead: ``replay_check``). The sums and norms tell a skipped, stale or remembered
+result from a computed one; the sampled elements hold each of those elements to the
+tolerance itself, as a correctness round does, so that an approximation returned on timed
+calls only, whose sums and norms stay close to the answer's, fails too (red team, session 27). A candidate cannot tell a checked replay from another one: it computes
 no digest itself, the guard's code does for every replay. Work that depends on anything but
 the current inputs (a remembered answer, a cache keyed by address or by sampled values, a
 graph that copies what it saw at capture, a test for the poison) then fails the check.
@@ -29,7 +33,11 @@ from .harness import T
 from .compare import OUTLIER_FACTOR
 from .inputs import sub_seed
 
-DIGEST_FIELDS = ("sum", "l1", "l2", "projection")
+# a digest's layout (the messages carry it): its fields, then the values of SAMPLES elements
+# at positions drawn from the seed (``Projection.positions``)
+from .messages import DIGEST_FIELDS, DIGEST_WIDTH
+from .messages import DIGEST_SAMPLES as SAMPLES
+
 # Random signs are drawn once per run for this many elements and repeated along larger
 # outputs, so a digest needs no output-sized weight tensor.
 PROJECTION_PERIOD = (1 << 20) + 7
@@ -47,6 +55,7 @@ class Projection:
         self.seed = seed
         self._signs = self._draw(seed)
         self._cache: dict[str, torch.Tensor] = {}
+        self._positions: dict[tuple[str, int], torch.Tensor] = {}
 
     @staticmethod
     def _draw(seed: int) -> torch.Tensor:
@@ -61,6 +70,17 @@ class Projection:
             signs = self._signs.to(device=device, dtype=torch.float64) * 2 - 1
             self._cache[key] = torch.stack([torch.ones_like(signs), signs])
         return self._cache[key]
+
+    def positions(self, n: int, device: torch.device) -> torch.Tensor:
+        """``SAMPLES`` element positions (with repeats) of a flat output of ``n`` elements, the
+        same in every worker given the seed; drawn on the CPU, then moved, and kept per device
+        and size: a digest captured in a graph must find them made (``DigestTable``)."""
+        key = (str(device), n)
+        if key not in self._positions:
+            gen = torch.Generator(device="cpu").manual_seed(sub_seed(self.seed, "samples", n))
+            drawn = torch.randint(0, max(n, 1), (SAMPLES,), generator=gen, dtype=torch.long)
+            self._positions[key] = drawn.to(device)
+        return self._positions[key]
 
 
 def replay_seed(run_seed: int, iteration: int) -> int:
@@ -126,24 +146,34 @@ def _block(flat: torch.Tensor, r0: int, r1: int, period: int) -> torch.Tensor:
 
 
 def _digest_one(x: torch.Tensor, projection: Projection) -> torch.Tensor:
-    """(sum, L1, L2, projection) of one tensor, in float64, a block of whole periods at a
-    time: one float64 copy of a block at most, never of a whole large output. The last block
-    takes the tail too, zero-padded to a whole period (zeros change no field), so an output
-    of up to ``per_block`` periods is one block: its copy, one matrix product by (ones, signs)
-    and the sum of its rows, the two norms, one stack. Each launch is tens of microseconds
-    of host time with the profiler recording, after every timed call."""
+    """(sum, L1, L2, projection, then ``SAMPLES`` of its elements) of one tensor, in float64:
+    one gather and one concatenation beside the fields (``_fields``)."""
     flat = T.reshape(x, (-1,))
-    n, period = T.numel(flat), PROJECTION_PERIOD
-    w = projection.weights(flat.device)
+    n = T.numel(flat)
     if n == 0:
-        zero: torch.Tensor = T.zeros(4, dtype=torch.float64, device=flat.device)
+        zero: torch.Tensor = T.zeros(DIGEST_WIDTH, dtype=torch.float64, device=flat.device)
         return zero
+    samples = T.to(T.index_select(flat, 0, projection.positions(n, flat.device)), torch.float64)
+    row: torch.Tensor = T.cat([_fields(flat, n, projection), samples])
+    return row
+
+
+def _fields(flat: torch.Tensor, n: int, projection: Projection) -> torch.Tensor:
+    """The digest's fields (``DIGEST_FIELDS``) of a flat tensor of ``n`` elements (n > 0), a
+    block of whole periods at a time: one float64 copy of a block at most, never of a whole
+    large output. The last block takes the tail too, zero-padded to a whole period (zeros
+    change no field), so an output of up to ``per_block`` periods is one block: its copy, one
+    matrix product by (ones, signs) and the sum of its rows, the two norms, one stack. Each
+    launch is tens of microseconds of host time with the profiler recording, after every
+    timed call."""
+    period = PROJECTION_PERIOD
+    w = projection.weights(flat.device)
     if n < period:  # part of one period: the weights cut to it, no padding
         c = T.to(flat, torch.float64)
         sp = T.mv(w[:, :n], c)
         small: torch.Tensor = T.stack([sp[0], T.vector_norm(c, 1), T.vector_norm(c, 2), sp[1]])
         return small
-    half_output = (n * x.element_size()) // (2 * 8 * period)
+    half_output = (n * flat.element_size()) // (2 * 8 * period)
     per_block = max(1, min(DIGEST_BLOCK_PERIODS, max(DIGEST_BLOCK_FLOOR_PERIODS, half_output)))
     rows = -(-n // period)
     if rows <= per_block:
@@ -162,23 +192,24 @@ def _digest_one(x: torch.Tensor, projection: Projection) -> torch.Tensor:
         parts.append(T.stack([sp[0], T.vector_norm(c_flat, 1), T.dot(c_flat, c_flat), sp[1]]))
         del c, c_flat
     acc = T.sum(T.stack(parts), 0)
-    row: torch.Tensor = T.stack([acc[0], acc[1], T.sqrt(acc[2]), acc[3]])
-    return row
+    summed: torch.Tensor = T.stack([acc[0], acc[1], T.sqrt(acc[2]), acc[3]])
+    return summed
 
 
 def digest(outputs: list[Any], projection: Projection) -> torch.Tensor:
-    """Per output: (sum, L1 norm, L2 norm, projection) in float64, as one device tensor of
-    shape (n_outputs, 4). A non-tensor output digests as NaN (the check then fails)."""
+    """Per output: (sum, L1 norm, L2 norm, projection, sampled elements) in float64, as one
+    device tensor of shape (n_outputs, DIGEST_WIDTH). A non-tensor output digests as NaN (the
+    check then fails)."""
     rows = []
     for t in outputs:
         if T.type(t) is not T.tensor_type:
-            rows.append(torch.full((len(DIGEST_FIELDS),), float("nan"), dtype=torch.float64))
+            rows.append(torch.full((DIGEST_WIDTH,), float("nan"), dtype=torch.float64))
             continue
         rows.append(_digest_one(_as_real(t), projection))
     if not rows:
-        return torch.zeros((0, len(DIGEST_FIELDS)), dtype=torch.float64)
+        return torch.zeros((0, DIGEST_WIDTH), dtype=torch.float64)
     if len(rows) == 1:  # a view, no launch
-        only: torch.Tensor = T.view(rows[0], (1, len(DIGEST_FIELDS)))
+        only: torch.Tensor = T.view(rows[0], (1, DIGEST_WIDTH))
         return only
     device = rows[0].device
     return torch.stack([r.to(device) for r in rows])
@@ -202,10 +233,14 @@ class DigestTable:
     ):
         device = torch.device(device)
         self.device, self.static, self.projection = device, static, projection
-        projection.weights(device)  # made before any capture
+        projection.weights(device)  # made before any capture, as the sampled positions
+        for outs in static:
+            for t in outs:
+                if t.numel():
+                    projection.positions(_as_real(t).numel(), device)
         n_out = len(static[0]) if static else 0
         self.rows = max(1, rows)
-        self.table = torch.zeros((self.rows, n_out, len(DIGEST_FIELDS)), dtype=torch.float64, device=device)
+        self.table = torch.zeros((self.rows, n_out, DIGEST_WIDTH), dtype=torch.float64, device=device)
         self.counter = torch.zeros(1, dtype=torch.long, device=device)
         self.graphs: list[Any] = []
         if graphs:
@@ -264,18 +299,21 @@ def digest_bounds(
     matched_ratio: float = 1.0,
     outlier_error: float | None = None,
 ) -> tuple[list[float], list[float]]:
-    """The reference's digest and, for each field, how far a candidate's may lie from it when
-    every element satisfies ``|out - ref| <= atol + rtol * |ref|``: for the sum and the L1
-    norm the sum of the per-element allowances, for the L2 norm its L2 norm (triangle
+    """The reference's digest and, for each of its entries, how far a candidate's may lie from
+    it when every element satisfies ``|out - ref| <= atol + rtol * |ref|``: for the sum and the
+    L1 norm the sum of the per-element allowances, for the L2 norm its L2 norm (triangle
     inequality), for the projection on random signs ``PROJECTION_SIGMAS`` times that L2 norm
-    (an honest error does not depend on the signs). The first three are necessary conditions
-    of the element-wise check; the projection is what catches a result made for other
-    inputs, whose norms are much the same.
+    (an honest error does not depend on the signs), for each sampled element its own
+    allowance. The first three are necessary conditions of the element-wise check; the
+    projection is what catches a result made for other inputs, whose norms are much the same;
+    the samples catch a result that is off by more than the tolerance on many elements while
+    its sums stay close.
 
     A tolerance that lets a share of the elements miss (``matched_ratio`` below 1, SOL-ExecBench's
     ``required_matched_ratio``) adds, for that many elements, ``outlier_error`` each (the most
     an element the ratio lets through may be off; by default ``OUTLIER_FACTOR`` times the
-    largest element's allowance, as the correctness comparison bounds it)."""
+    largest element's allowance, as the correctness comparison bounds it); for the samples
+    ``digest_mismatch`` counts the misses."""
     x = _as_real(ref)
     n = x.numel()
     values = digest([x], projection)[0].tolist()
@@ -289,16 +327,30 @@ def digest_bounds(
         worst = min(worst, outlier_error) if outlier_error is not None else worst
         allow_sum += misses * worst
         allow_l2 += math.sqrt(misses) * worst
-    return values, [allow_sum, allow_sum, allow_l2, PROJECTION_SIGMAS * allow_l2]
+    samples = [atol + rtol * abs(v) for v in values[len(DIGEST_FIELDS) :]]
+    return values, [allow_sum, allow_sum, allow_l2, PROJECTION_SIGMAS * allow_l2, *samples]
 
 
-def digest_mismatch(got: list[float], ref: list[float], allow: list[float], name: str) -> str | None:
+def sample_misses_allowed(matched_ratio: float) -> int:
+    """How many of the ``SAMPLES`` elements may miss their tolerance when a share
+    ``1 - matched_ratio`` of all elements may: that share of them plus five standard
+    deviations of the count, so that a result that just meets the ratio fails by chance
+    about once in a million checks. None at a ratio of 1."""
+    if matched_ratio >= 1.0:
+        return 0
+    p = 1.0 - matched_ratio
+    return math.floor(p * SAMPLES + 5.0 * math.sqrt(SAMPLES * p * matched_ratio) + 1.0)
+
+
+def digest_mismatch(
+    got: list[float], ref: list[float], allow: list[float], name: str, matched_ratio: float = 1.0
+) -> str | None:
     """Why a candidate's digest of one output cannot come from a result within tolerance,
     or None. Float64 rounding of the reductions themselves is allowed for. ``got`` comes from
-    the candidate's process: a row without every field is a mismatch (an empty row once
+    the candidate's process: a row without every entry is a mismatch (an empty row once
     matched everything, and a kernel that skipped every timed call was ACCEPTed)."""
-    if len(got) != len(DIGEST_FIELDS):
-        return f"output {name!r}: {len(got)} digest fields where there are {len(DIGEST_FIELDS)}"
+    if len(got) != DIGEST_WIDTH or len(ref) != DIGEST_WIDTH or len(allow) != DIGEST_WIDTH:
+        return f"output {name!r}: {len(got)} digest entries where there are {DIGEST_WIDTH}"
     for field, g, r, a in zip(DIGEST_FIELDS, got, ref, allow):
         if not math.isfinite(r):
             continue  # the reference itself overflows here: nothing to hold the candidate to
@@ -308,4 +360,38 @@ def digest_mismatch(got: list[float], ref: list[float], allow: list[float], name
                 f"output {name!r}: {field} {g:.6g} where the reference gives {r:.6g} "
                 f"(at most {a:.3g} apart for a result within tolerance)"
             )
-    return None
+    return _samples_mismatch(got, ref, allow, name, matched_ratio)
+
+
+def _samples_mismatch(
+    got: list[float], ref: list[float], allow: list[float], name: str, matched_ratio: float
+) -> str | None:
+    """The sampled elements, held as the correctness comparison holds every element: within
+    ``atol + rtol * |ref|``, a NaN or infinity only where the reference has the same, misses
+    no more than the ratio allows (``sample_misses_allowed``) and none of them far off
+    (``OUTLIER_FACTOR`` times its allowance)."""
+    k0 = len(DIGEST_FIELDS)
+    misses: list[int] = []
+    for k in range(k0, DIGEST_WIDTH):
+        g, r, a = got[k], ref[k], allow[k]
+        if math.isnan(r):
+            ok = math.isnan(g)
+        elif math.isinf(r):
+            ok = g == r
+        else:
+            ok = math.isfinite(g) and abs(g - r) <= a + 1e-12 * abs(r)
+        if not ok:
+            misses.append(k)
+    if not misses:
+        return None
+    allowed = sample_misses_allowed(matched_ratio)
+    far = [k for k in misses if not (math.isfinite(got[k]) and abs(got[k] - ref[k]) <= OUTLIER_FACTOR * allow[k])]
+    if len(misses) <= allowed and not far:
+        return None
+    k = far[0] if far else misses[0]
+    return (
+        f"output {name!r}: {len(misses)} of {SAMPLES} sampled elements outside the tolerance"
+        + (f" ({allowed} may be, for required_matched_ratio={matched_ratio:g})" if allowed else "")
+        + (f", {len(far)} of them more than {OUTLIER_FACTOR:g}x their allowance" if far and allowed else "")
+        + f"; sample {k - k0}: got {got[k]:.6g}, expected {ref[k]:.6g} (allowance {allow[k]:.3g})"
+    )
