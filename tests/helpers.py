@@ -38,6 +38,7 @@ __all__ = [
     "REPO",
     "RMS",
     "SOL_EXAMPLES",
+    "TEST_MAX_WAIT_S",
     "HttpServer",
     "StdioServer",
     "cheat_files",
@@ -108,12 +109,20 @@ def hung_call_s(verdict) -> float:
     return max(s for k, s in verdict.phases_s.items() if k.startswith("candidate."))
 
 
+# How long a test's tool call may wait for a verdict: the server's default (40 s) is a
+# client's comfort, and on a loaded 2-core machine a verdict took longer (a call then answered
+# "running" where the test expected "done"); what these tests check is not a time.
+TEST_MAX_WAIT_S = 600.0
+
+
 def make_service(path: Path, **overrides):
-    """The MCP server's service on the CPU, with the fast settings and one correctness round."""
+    """The MCP server's service on the CPU, with the fast settings and one correctness round,
+    waiting for a verdict as long as a loaded machine needs (``TEST_MAX_WAIT_S``)."""
     from guard.workspace import Workspace
     from kernelarc_mcp.service import Service
 
-    return Service(Workspace.open(path), fast_config(**{"correctness_rounds": 1, **overrides}), device="cpu")
+    config = fast_config(**{"correctness_rounds": 1, **overrides})
+    return Service(Workspace.open(path), config, device="cpu", max_wait_s=TEST_MAX_WAIT_S)
 
 
 class StdioServer:

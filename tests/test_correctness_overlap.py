@@ -48,6 +48,9 @@ class Worker:
         tags = [r["tag"] for r in message.get("rounds", [])] or [message.get("tag", "")]
         self.log.append((self.role, "sent", message["op"], *tags))
 
+    def remove_output(self, name: str) -> None:
+        (self.outdir / name).unlink(missing_ok=True)
+
     def receive(self, timeout: float) -> dict:
         msg, self.pending = self.pending, None
         assert msg is not None

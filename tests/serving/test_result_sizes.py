@@ -20,7 +20,7 @@ from mcp import Client
 from kernelarc_mcp import compact as C
 from kernelarc_mcp.server import build_server
 
-from helpers import RMS, honest_source
+from helpers import RMS, TEST_MAX_WAIT_S, honest_source
 
 pytestmark = pytest.mark.anyio
 
@@ -81,7 +81,10 @@ async def test_every_result_within_its_budget(service):
         view = await call("get_problem", "get_problem", problem=RMS)
         assert "seed_triton.py" in view["seed_files"] and "seed_kernels" not in view
         assert "def run" in view["reference"] and "Not allowed" in view["contract"]
-        res = await call("submit_candidate", "verdict", problem=RMS, source=honest_source(), notes="fp32 " * 300)
+        notes = "fp32 " * 300
+        res = await call(
+            "submit_candidate", "verdict", problem=RMS, source=honest_source(), notes=notes, wait_s=TEST_MAX_WAIT_S
+        )
         v = res["verdict"]
         assert v["decision"] == "ACCEPT" and v["advice"]["action"] and v["workloads"]
         assert "notes" not in v and "timing" not in v["workloads"][0] and "device" not in v

@@ -10,7 +10,7 @@ from mcp import Client
 
 from kernelarc_mcp.server import build_server
 
-from helpers import RMS, honest_source
+from helpers import RMS, TEST_MAX_WAIT_S, honest_source
 
 pytestmark = pytest.mark.anyio
 
@@ -61,7 +61,7 @@ async def test_submit_record_recall_peek_status(service):
     async with Client(server_for(service, "alice"), mode="legacy") as c:
         r = await c.call_tool(
             "submit_candidate",
-            {"problem": RMS, "source": honest_source(), "notes": "fp32 torch"},
+            {"problem": RMS, "source": honest_source(), "notes": "fp32 torch", "wait_s": TEST_MAX_WAIT_S},
             progress_callback=on_progress,
         )
         res = r.structured_content
@@ -114,22 +114,22 @@ async def test_one_agent_cannot_read_anothers_job(service):
     async with Client(server_for(service, "mallory"), mode="legacy") as c:
         r = await c.call_tool("get_result", {"job_id": job, "wait_s": 0})
     assert r.is_error and "another agent" in r.content[0].text
-    assert service.result("bob", job, 60).state == "done"
+    assert service.result("bob", job, TEST_MAX_WAIT_S).state == "done"
 
 
 async def test_bounded_wait_returns_a_job_id_then_get_result(service):
-    service.max_wait_s = 1.0
+    before, service.max_wait_s = service.max_wait_s, 1.0
     try:
         async with Client(server_for(service, "carol"), mode="legacy") as c:
             r = await c.call_tool("submit_candidate", {"problem": RMS, "source": honest_source(), "wait_s": 1})
             res = r.structured_content
             assert res["state"] in ("queued", "running", "done")
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + TEST_MAX_WAIT_S
             while res["state"] != "done" and time.monotonic() < deadline:
                 res = (await c.call_tool("get_result", {"job_id": res["job_id"], "wait_s": 1})).structured_content
             assert res["state"] == "done", res
     finally:
-        service.max_wait_s = 40.0
+        service.max_wait_s = before
 
 
 async def test_server_answers_while_the_guard_works(service):
@@ -141,7 +141,8 @@ async def test_server_answers_while_the_guard_works(service):
             order = []
 
             async def submit():
-                r = await c.call_tool("submit_candidate", {"problem": RMS, "source": honest_source()})
+                args = {"problem": RMS, "source": honest_source(), "wait_s": TEST_MAX_WAIT_S}
+                r = await c.call_tool("submit_candidate", args)
                 done["submit"] = r.structured_content["state"]
                 order.append("submit")
 
