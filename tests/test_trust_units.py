@@ -703,7 +703,24 @@ def test_float8_inputs_are_redrawn_too():
     redraw(t, Draw(0, "t", "float"), gen, scratch)
     first = t.float().clone()
     redraw(t, Draw(0, "t", "float"), gen, scratch)
-    assert first.abs().sum() > 0 and not torch.equal(first, t.float()) and len(scratch) == 1
+    # one float16 buffer and one of row scales, made once
+    assert first.abs().sum() > 0 and not torch.equal(first, t.float()) and len(scratch) == 2
+
+
+def test_timed_float_inputs_have_rows_at_their_own_scales():
+    """Every row of a redrawn float input is standard normal times its own factor in [1/2, 2],
+    drawn from the seed: the same in every worker given the seed, never the same for two
+    seeds, and not the standard-normal rows a kernel could take for granted (red team,
+    session 27: a softmax that took each row's sum for its expectation passed)."""
+    t = torch.empty(256, 4096)
+    redraw(t, Draw(0, "t", "float"), torch.Generator().manual_seed(3), {})
+    rms = t.pow(2).mean(-1).sqrt()
+    assert rms.min() > 0.45 and rms.max() < 2.2 and rms.min() < 0.6 and rms.max() > 1.7
+    again = torch.empty(256, 4096)
+    redraw(again, Draw(0, "t", "float"), torch.Generator().manual_seed(3), {})
+    assert torch.equal(t, again)
+    redraw(again, Draw(0, "t", "float"), torch.Generator().manual_seed(4), {})
+    assert not torch.equal(t, again)
 
 
 def test_counts_from_the_candidates_process_are_bounded():

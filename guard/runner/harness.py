@@ -50,6 +50,8 @@ T = SimpleNamespace(
     zero_=torch.Tensor.zero_,
     # the refill of every timed call's inputs (refill.py)
     normal_=torch.Tensor.normal_,
+    uniform_=torch.Tensor.uniform_,
+    exp2_=torch.Tensor.exp2_,
     random_=torch.Tensor.random_,
     cumsum_=torch.Tensor.cumsum_,
     mul_=torch.Tensor.mul_,
@@ -123,6 +125,8 @@ _WATCHED: list[tuple[object, str]] = [
     (torch.Tensor, "contiguous"),
     (torch.Tensor, "fill_"),
     (torch.Tensor, "normal_"),
+    (torch.Tensor, "uniform_"),
+    (torch.Tensor, "exp2_"),
     (torch.Tensor, "random_"),
     (torch.Tensor, "cumsum_"),
     (torch.Tensor, "mul_"),

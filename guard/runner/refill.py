@@ -3,7 +3,13 @@
 The buffers stay where they are (a captured graph reads them); their values are new for every
 timed call, so that nothing a kernel worked out from one call's inputs holds for the next.
 Inputs the guard makes at random are redrawn where they lie, one draw per tensor:
-- floats by ``normal_``;
+- floats by ``normal_``, then each row (the last dimension) scaled by its own factor drawn in
+  [1/2, 2] (``ROW_SCALE_OCTAVES``): a kernel that is right only for standard-normal rows (a
+  softmax that takes each row's sum to be its expectation, a cross-entropy that skips the
+  vocabulary) is then wrong on timed calls, where it was right within tolerance on every
+  element (red team, session 27). The correctness rounds' mixed kind spans 1e-3 to 1e3 with
+  row-scaled tolerances; the timed calls' range is narrow enough that the plain tolerance
+  holds an honest kernel as at scale 1;
 - integers and booleans uniform in the range the ``InputMaker`` draws them in (indices below
   the page count, labels below the classes);
 - offsets (``kv_indptr``, ``cu_seqlens``) as a non-decreasing run from 0 to the count of the
@@ -63,31 +69,55 @@ def draws_of(maker: InputMaker, workload: dict[str, Any], axes: dict[str, int]) 
     return out
 
 
+# A timed call's float rows are scaled by 2**u, u uniform in [-ROW_SCALE_OCTAVES, ROW_SCALE_OCTAVES].
+ROW_SCALE_OCTAVES = 1.0
+
 # Offsets' steps are drawn in [1, OFFSET_STEP_HIGH): segments up to 255 times as long as one
 # another, and a scaled sum far from int64's limit for any count of offsets and indices a
 # device holds.
 OFFSET_STEP_HIGH = 256
 
 
-def redraw(t: torch.Tensor, draw: Draw, gen: torch.Generator, scratch: dict[int, torch.Tensor]) -> None:
+Scratch = dict[tuple[str, int], torch.Tensor]
+
+
+def redraw(t: torch.Tensor, draw: Draw, gen: torch.Generator, scratch: Scratch) -> None:
     """One input redrawn in place. Float8, which has no ``normal_``, through a float16 buffer of
-    its shape, and offsets through int64 buffers, kept in ``scratch`` (made on first use, so
-    before any graph capture)."""
+    its shape, offsets through int64 buffers and the row scales through a buffer of one per
+    row, kept in ``scratch`` (made on first use, so before any graph capture)."""
     if draw.kind == "offsets":
         _redraw_offsets(t, draw.bound, gen, scratch)
     elif draw.kind == "int":
         T.random_(t, 0, 2 if t.dtype == torch.bool else max(1, draw.bound), generator=gen)
     elif t.element_size() > 1:
         T.normal_(t, generator=gen)
+        _scale_rows(t, gen, scratch)
     else:
-        buf = scratch.get(T.data_ptr(t))
+        key = ("float16", T.data_ptr(t))
+        buf = scratch.get(key)
         if buf is None:
-            buf = scratch[T.data_ptr(t)] = T.empty(t.shape, dtype=torch.float16, device=t.device)
+            buf = scratch[key] = T.empty(t.shape, dtype=torch.float16, device=t.device)
         T.normal_(buf, generator=gen)
+        _scale_rows(buf, gen, scratch)
         T.copy_(t, buf)
 
 
-def _redraw_offsets(t: torch.Tensor, count: int, gen: torch.Generator, scratch: dict[int, torch.Tensor]) -> None:
+def _scale_rows(t: torch.Tensor, gen: torch.Generator, scratch: Scratch) -> None:
+    """Each row of ``t`` (its last dimension; a vector is one row) times 2**u, u drawn
+    uniform in [-ROW_SCALE_OCTAVES, ROW_SCALE_OCTAVES] for each row."""
+    if T.numel(t) == 0:
+        return
+    key = ("rows", T.data_ptr(t))
+    scales = scratch.get(key)
+    if scales is None:
+        shape = tuple(t.shape[:-1]) + (1,) if t.dim() > 1 else (1,)
+        scales = scratch[key] = T.empty(shape, dtype=torch.float32, device=t.device)
+    T.uniform_(scales, -ROW_SCALE_OCTAVES, ROW_SCALE_OCTAVES, generator=gen)
+    T.exp2_(scales)
+    T.mul_(t, scales)
+
+
+def _redraw_offsets(t: torch.Tensor, count: int, gen: torch.Generator, scratch: Scratch) -> None:
     """``t`` as offsets into ``count`` indices: 0 first, ``count`` last (two or more offsets),
     non-decreasing between: positive steps drawn at random, their running sum ``S`` scaled to
     ``S * count // S[-1]``. Every run of offsets has a chance, none repeats call after call."""
@@ -98,9 +128,10 @@ def _redraw_offsets(t: torch.Tensor, count: int, gen: torch.Generator, scratch: 
     T.fill_(flat[:1], 0)
     if k == 1:
         return
-    buf = scratch.get(T.data_ptr(t))
+    key = ("offsets", T.data_ptr(t))
+    buf = scratch.get(key)
     if buf is None:  # the steps, then their last sum in the final element
-        buf = scratch[T.data_ptr(t)] = T.empty((k,), dtype=torch.int64, device=t.device)
+        buf = scratch[key] = T.empty((k,), dtype=torch.int64, device=t.device)
     steps, last = buf[: k - 1], buf[k - 1 :]
     T.random_(steps, 1, OFFSET_STEP_HIGH, generator=gen)
     T.cumsum_(steps, 0)
@@ -120,7 +151,7 @@ class StreamRefill:
     def __init__(self, draws: list[Draw], device: torch.device):
         self.draws = draws
         self.gen = torch.Generator(device=device)
-        self.scratch: dict[int, torch.Tensor] = {}
+        self.scratch: Scratch = {}
 
     def seed(self, seed: int) -> None:
         self.gen.manual_seed(sub_seed(seed, "stream"))
@@ -140,7 +171,7 @@ class Refiller:
         self.custom = not stream_refill_possible(maker.d, workload)
         self.draws = draws_of(maker, workload, axes)
         self.gen = torch.Generator(device=maker.device)
-        self.scratch: dict[int, torch.Tensor] = {}
+        self.scratch: Scratch = {}
 
     def __call__(self, live: list[Any], seed: int) -> None:
         if self.custom:
