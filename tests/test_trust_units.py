@@ -707,6 +707,22 @@ def test_float8_inputs_are_redrawn_too():
     assert first.abs().sum() > 0 and not torch.equal(first, t.float()) and len(scratch) == 2
 
 
+def test_refill_buffers_are_not_keyed_by_an_inputs_address():
+    """The trusted worker makes every checked call's inputs anew, and a freed input's address
+    is soon another input's, of another shape: a buffer found by address then had the wrong
+    shape (every CPU verdict failed in a test run: "output with shape [4096] doesn't match the
+    broadcast shape [1, 4096]"). Two inputs at one address, of two shapes, each get theirs."""
+    gen = torch.Generator().manual_seed(1)
+    scratch: dict = {}
+    floats = torch.empty(4096)
+    redraw(floats.view(1, 4096), Draw(0, "a", "float"), gen, scratch)
+    redraw(floats, Draw(0, "b", "float"), gen, scratch)  # the same address, another shape
+    ints = torch.empty(9, dtype=torch.int64)
+    for n in (5, 9):
+        redraw(ints[:n], Draw(0, "o", "offsets", bound=100), gen, scratch)
+        assert ints[0] == 0 and ints[n - 1] == 100 and bool((ints[1:n] >= ints[: n - 1]).all())
+
+
 def test_timed_float_inputs_have_rows_at_their_own_scales():
     """Every row of a redrawn float input is standard normal times its own factor in [1/2, 2],
     drawn from the seed: the same in every worker given the seed, never the same for two

@@ -78,7 +78,11 @@ ROW_SCALE_OCTAVES = 1.0
 OFFSET_STEP_HIGH = 256
 
 
-Scratch = dict[tuple[str, int], torch.Tensor]
+# Buffers a refill works in, made on first use and kept (a captured graph reads them), keyed by
+# their own kind, shape and device: each is consumed as soon as it is written, so inputs of one
+# shape share one. Never by an input's address alone: the trusted worker makes each checked
+# call's inputs anew, and a freed input's address is soon another's, of another shape.
+Scratch = dict[tuple[Any, ...], torch.Tensor]
 
 
 def redraw(t: torch.Tensor, draw: Draw, gen: torch.Generator, scratch: Scratch) -> None:
@@ -93,7 +97,7 @@ def redraw(t: torch.Tensor, draw: Draw, gen: torch.Generator, scratch: Scratch) 
         T.normal_(t, generator=gen)
         _scale_rows(t, gen, scratch)
     else:
-        key = ("float16", T.data_ptr(t))
+        key = ("float16", tuple(t.shape), str(t.device))
         buf = scratch.get(key)
         if buf is None:
             buf = scratch[key] = T.empty(t.shape, dtype=torch.float16, device=t.device)
@@ -107,10 +111,10 @@ def _scale_rows(t: torch.Tensor, gen: torch.Generator, scratch: Scratch) -> None
     uniform in [-ROW_SCALE_OCTAVES, ROW_SCALE_OCTAVES] for each row."""
     if T.numel(t) == 0:
         return
-    key = ("rows", T.data_ptr(t))
+    shape = tuple(t.shape[:-1]) + (1,) if t.dim() > 1 else (1,)
+    key = ("rows", shape, str(t.device))
     scales = scratch.get(key)
     if scales is None:
-        shape = tuple(t.shape[:-1]) + (1,) if t.dim() > 1 else (1,)
         scales = scratch[key] = T.empty(shape, dtype=torch.float32, device=t.device)
     T.uniform_(scales, -ROW_SCALE_OCTAVES, ROW_SCALE_OCTAVES, generator=gen)
     T.exp2_(scales)
@@ -128,7 +132,7 @@ def _redraw_offsets(t: torch.Tensor, count: int, gen: torch.Generator, scratch: 
     T.fill_(flat[:1], 0)
     if k == 1:
         return
-    key = ("offsets", T.data_ptr(t))
+    key = ("offsets", k, str(t.device))
     buf = scratch.get(key)
     if buf is None:  # the steps, then their last sum in the final element
         buf = scratch[key] = T.empty((k,), dtype=torch.int64, device=t.device)
