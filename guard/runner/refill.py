@@ -112,10 +112,13 @@ def _scale_rows(t: torch.Tensor, gen: torch.Generator, scratch: Scratch) -> None
     if T.numel(t) == 0:
         return
     shape = tuple(t.shape[:-1]) + (1,) if t.dim() > 1 else (1,)
-    key = ("rows", shape, str(t.device))
+    # the scales in the input's own dtype: a bfloat16 tensor times float32 scales takes a
+    # mixed-dtype path 25 times slower on a CPU than one of a single dtype (0.3 s against
+    # 0.011 s for a 24576 x 3072 weight), paid on every timed call's refill
+    key = ("rows", shape, t.dtype, str(t.device))
     scales = scratch.get(key)
     if scales is None:
-        scales = scratch[key] = T.empty(shape, dtype=torch.float32, device=t.device)
+        scales = scratch[key] = T.empty(shape, dtype=t.dtype, device=t.device)
     T.uniform_(scales, -ROW_SCALE_OCTAVES, ROW_SCALE_OCTAVES, generator=gen)
     T.exp2_(scales)
     T.mul_(t, scales)
