@@ -90,10 +90,18 @@ def session_tmp() -> Path:
     return _SESSION_TMP
 
 
+# The shared guards judge the cheats and the honest candidate after each fault. With the CPU's
+# pairing band (2.5x) every honest verdict after the first was re-measured side by side with the
+# global best, 15-25 s each, for a decision no test of theirs reads; a band this narrow makes
+# every stored comparison clear-cut. Pairings, and cheats against them, are tested in
+# test_pairing.py and test_redteam_pairing.py.
+CLEAR_CUT_BAND = 1.000001
+
+
 @pytest.fixture(scope="session")
 def guard(session_tmp):
     """A guard with every gate on (static screen included)."""
-    g = make_guard(session_tmp / "ws-screen", call_timeout_s=10)
+    g = make_guard(session_tmp / "ws-screen", call_timeout_s=10, pairing_band_cpu=CLEAR_CUT_BAND)
     g.store.import_path(SOL_EXAMPLES / "softmax_h4096")
     yield g
     g.close()
@@ -102,7 +110,7 @@ def guard(session_tmp):
 @pytest.fixture(scope="session")
 def guard_runtime_only(session_tmp):
     """The static screen off: shows that the run-time defences hold on their own."""
-    g = make_guard(session_tmp / "ws-runtime", static_screen=False, call_timeout_s=10)
+    g = make_guard(session_tmp / "ws-runtime", static_screen=False, call_timeout_s=10, pairing_band_cpu=CLEAR_CUT_BAND)
     g.store.import_path(SOL_EXAMPLES / "softmax_h4096")
     yield g
     g.close()
