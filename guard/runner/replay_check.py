@@ -14,7 +14,8 @@ two ways:
   that miss are counted over all the calls checked together (``SampleTally``).
 
 Both also accept what matches the reference evaluated in float64 (a kernel more accurate than
-a reference that rounds intermediates); ``exact`` runs it, only when it is needed.
+a reference that rounds intermediates); ``exact`` runs it, only when it is needed, and at most
+once per call (the caller passes it cached).
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ def outputs_mismatch(
     """Why one call's outputs, as read, are not the reference's within tolerance, or None."""
     if len(row) != len(refs):
         return f"{len(row)} outputs read, expected {len(refs)}"
-    exact_refs: list[torch.Tensor] | None = None
     for j, (r, ref, tol, name) in enumerate(zip(row, refs, tolerances, names)):
         if r is None:
             return f"output {name!r}: not a tensor"
@@ -58,8 +58,7 @@ def outputs_mismatch(
         if report["ok"]:
             continue
         if report["status"] == "INCORRECT_NUMERICAL" and ref.is_floating_point():
-            exact_refs = exact_refs if exact_refs is not None else exact()
-            hi = exact_refs[j]
+            hi = exact()[j]
             if hi.is_floating_point() and compare(out, hi, tol.atol, tol.rtol, name, same_dtype=False, **args)["ok"]:
                 continue
         message: str = report["message"]
@@ -115,14 +114,12 @@ def digests_mismatch(
     sampled elements that missed are added to ``tally``."""
     if len(row) != len(refs):
         return f"{len(row)} outputs digested, expected {len(refs)}"
-    exact_refs: list[torch.Tensor] | None = None
     for j, (got, ref, tol, name) in enumerate(zip(row, refs, tolerances, names)):
         ratio, cap = tol.required_matched_ratio or 1.0, tol.max_error_cap
         values, allow = replays.digest_bounds(ref, tol.atol, tol.rtol, projection, ratio, cap)
         why = replays.digest_mismatch(got, values, allow, name, ratio)
         if why and ref.is_floating_point():
-            exact_refs = exact_refs if exact_refs is not None else exact()
-            hi = exact_refs[j].to(torch.float64)
+            hi = exact()[j].to(torch.float64)
             hi_values, hi_allow = replays.digest_bounds(hi, tol.atol, tol.rtol, projection, ratio, cap)
             if replays.digest_mismatch(got, hi_values, hi_allow, name, ratio) is None:
                 why, values, allow = None, hi_values, hi_allow

@@ -344,7 +344,7 @@ def misses_allowed(samples: int, matched_ratio: float) -> int:
     """How many of ``samples`` sampled elements may miss their tolerance when a share
     ``1 - matched_ratio`` of all elements may: the smallest count that a result just meeting
     the ratio exceeds with probability at most ``FALSE_ALARM`` (the binomial tail, exactly;
-    9 of 64 at 0.99, 34 of 1024). None at a ratio of 1."""
+    9 of 64 at 0.99, 34 of 1024); 0 at a ratio of 1."""
     if matched_ratio >= 1.0 or samples <= 0:
         return 0
     p = 1.0 - matched_ratio

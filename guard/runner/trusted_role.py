@@ -474,7 +474,9 @@ class TrustedRole:
 
         for iteration, args in self._replayed_inputs(msg, maker, refiller):
             refs = self._reference_on(key, args)
-            why = check(iteration, refs, functools.partial(self._reference_on, key, args, float64=True))
+            why = check(
+                iteration, refs, functools.cache(functools.partial(self._reference_on, key, args, float64=True))
+            )
             if why:
                 return m.VerifyReply(
                     ok=True, passed=False, iteration=iteration, message=why, checked=msg.iterations.index(iteration)
