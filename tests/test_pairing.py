@@ -119,9 +119,9 @@ def test_turns_are_repeated_until_the_noise_estimate_has_its_degrees_of_freedom(
 def _watch_pairing(monkeypatch) -> list[tuple[int, list[int], list[str]]]:
     """(timed worker's pid, pids stopped meanwhile, their /proc states) for every workload
     timed in a paired re-measurement."""
-    from guard.cascade import benchmark_gate, timed_workload
+    from guard.cascade import benchmark_gate, workload_requests
 
-    real_frozen, real_time = timed_workload.frozen, benchmark_gate.time_workload
+    real_frozen, real_time = workload_requests.frozen, benchmark_gate.time_workload
     stopped_now: list[list[int]] = []
     seen: list[tuple[int, list[int], list[str]]] = []
 
@@ -141,7 +141,7 @@ def _watch_pairing(monkeypatch) -> list[tuple[int, list[int], list[str]]]:
             seen.append((worker.proc.pid, pids, states))
         return real_time(ref, worker, *args, **kwargs)
 
-    monkeypatch.setattr(timed_workload, "frozen", recording)
+    monkeypatch.setattr(workload_requests, "frozen", recording)
     monkeypatch.setattr(benchmark_gate, "time_workload", timing)
     return seen
 

@@ -33,7 +33,7 @@ from test_redteam_freeze import marks, spawn_escaper, spin_for
 
 from guard import outside_clock
 from guard.cascade.reasons import Unpaired
-from guard.cascade.timed_workload import StoppedButRan, candidate_stopped
+from guard.cascade.workload_requests import StoppedButRan, candidate_stopped
 from guard.config import GuardConfig
 
 CALLS = 10

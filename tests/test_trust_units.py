@@ -443,24 +443,70 @@ def test_on_the_cpu_the_outside_clock_runs_more_windows_while_its_figure_decides
     assert more(stalled, 1, first=1, most=3, floors=True) and not more(stalled, 3, first=1, most=3, floors=True)
 
 
+def _floored_windows(run_walls: list[float], loop_walls: list[float], inside_ms: float, loop_again: bool = True):
+    """A CPU's windows over scripted walls of 100 calls: each window takes the next candidate
+    wall and trusted wall, a trusted loop alone the next trusted wall. (the judgement, the
+    windows run, the trusted loops run)"""
+    run: list[float] = []
+    loops: list[float] = []
+
+    def judged():
+        clock = outside_clock.judge(min(run), 100, min(loops), 100, inside_ms, 1.0, 5.0, loop_slack=2.0)
+        return clock.model_copy(update={"windows": len(run), "loop_windows": len(loops)})
+
+    def window():
+        run.append(run_walls[len(run)])
+        loops.append(loop_walls[len(loops)])
+        return judged()
+
+    def again():
+        loops.append(loop_walls[len(loops)])
+        return judged()
+
+    clock = outside_clock.run_windows(
+        window, first=1, most=3, floors=True, quiet=lambda: 0.0, loop_again=again if loop_again else None
+    )
+    return clock, len(run), len(loops)
+
+
+def test_a_floored_figure_is_not_left_to_a_forged_median_by_one_stalled_trusted_loop():
+    # as a CPU suite run saw it: calls of 0.05 ms, a median forged to 1 us, and the one trusted
+    # window stalled by about what the calls cost (5 ms over 100 calls), so the outside figure
+    # came out at 0.0005 ms, positive and below the forgery, and the forgery decided
+    stalled = [0.01495, 0.0100, 0.0100, 0.0100, 0.0100]
+    clock, _, loops = _floored_windows([0.0150] * 5, stalled, inside_ms=0.001, loop_again=False)
+    assert loops == 1 and 0 < clock.outside_ms <= 0.001
+    # the trusted loop run once more before the candidate's own figure decides: its shortest
+    # shows the calls' cost, which floors the forgery, and the windows go on as for any floor
+    clock, ran, loops = _floored_windows([0.0150] * 5, stalled, inside_ms=0.001)
+    assert clock.loop_windows == loops and loops >= 2
+    assert clock.outside_ms == pytest.approx(0.05) and clock.outside_ms > clock.inside_ms
+    # an honest figure that its trusted loop confirms costs that one trusted loop more, no window
+    clock, ran, loops = _floored_windows([0.0150] * 5, [0.0100] * 5, inside_ms=0.06)
+    assert (ran, loops) == (1, 2) and clock.outside_ms == pytest.approx(0.05)
+    # nor does a floored figure: the windows that floors run decide, as before
+    clock, ran, loops = _floored_windows([0.0150] * 5, [0.0100] * 5, inside_ms=0.03)
+    assert (ran, loops) == (3, 3) and clock.outside_ms > clock.inside_ms
+
+
 def test_a_host_bound_gpu_loop_floors_the_figure_instead_of_accusing():
     from types import SimpleNamespace
 
-    from guard.cascade import timed_workload as tw
+    from guard.cascade import outside_windows as ow
     from guard.config import GuardConfig
 
     cfg = GuardConfig(confirm_pad_max_ms=0.15)
     gpu = SimpleNamespace(device=SimpleNamespace(kind="cuda"), cfg=cfg)
     # a Triton call whose host time per iteration (0.3 ms, by its own process's account) the
     # capped padding (0.15 ms of 30 us passes) cannot cover: the host paces its loop
-    assert tw._pad_passes(gpu, 0.3, 0.03) == (5, pytest.approx(0.15), True)
-    assert tw._pad_passes(gpu, 0.1, 0.03) == (5, pytest.approx(0.15), False)
+    assert ow.pad_passes(gpu, 0.3, 0.03) == (5, pytest.approx(0.15), True)
+    assert ow.pad_passes(gpu, 0.1, 0.03) == (5, pytest.approx(0.15), False)
     # a finite figure near the largest double once overflowed ceil() and withheld the verdict
-    assert tw._pad_passes(gpu, 1e308, 0.03)[::2] == (5, True)
-    assert tw._pad_passes(gpu, 0.3, 1e-300)[::2] == (8, True)  # a tiny pass is taken as 0.02 ms
-    assert tw._outside_figure_floors(gpu, True) and not tw._outside_figure_floors(gpu, False)
+    assert ow.pad_passes(gpu, 1e308, 0.03)[::2] == (5, True)
+    assert ow.pad_passes(gpu, 0.3, 1e-300)[::2] == (8, True)  # a tiny pass is taken as 0.02 ms
+    assert ow.figure_floors(gpu, True) and not ow.figure_floors(gpu, False)
     cpu = SimpleNamespace(device=SimpleNamespace(kind="cpu"), cfg=cfg)
-    assert tw._pad_passes(cpu, 0.3, 0.03) == (0, 0.0, False) and tw._outside_figure_floors(cpu, False)
+    assert ow.pad_passes(cpu, 0.3, 0.03) == (0, 0.0, False) and ow.figure_floors(cpu, False)
     # as the H200 saw it: 106 us a call outside, 9 us inside; the band would accuse ...
     args = (0.0172, 54, 0.0115, 54, 0.009, 0.1, 0.01, 0.25)
     assert not outside_clock.judge(*args, pad_ms=0.15).agrees
@@ -468,7 +514,7 @@ def test_a_host_bound_gpu_loop_floors_the_figure_instead_of_accusing():
     clock = outside_clock.judge(*args, pad_ms=0.15, host_bound=True)
     assert clock.agrees and clock.host_bound
     stats = {"median_ms": 0.009}
-    tw._floor_by_outside_clock(stats, clock)
+    ow.floor_by_outside_clock(stats, clock)
     assert stats["median_ms"] == pytest.approx(clock.outside_ms) and stats["inside_median_ms"] == 0.009
     assert stats["floored_by_outside_clock"]
     # a loop that skipped its padding is still contradicted
@@ -908,7 +954,7 @@ def test_a_tree_that_will_not_stop_is_the_stopped_candidates_doing(monkeypatch):
     import contextlib
     from types import SimpleNamespace
 
-    from guard.cascade import timed_workload
+    from guard.cascade import workload_requests
     from guard.cascade.reasons import Unpaired
     from guard.runner.freeze import FreezeError
 
@@ -917,15 +963,15 @@ def test_a_tree_that_will_not_stop_is_the_stopped_candidates_doing(monkeypatch):
         raise FreezeError("the candidate's process tree could not be stopped in 5 s: processes [7] did not stop", False)
         yield  # pragma: no cover
 
-    monkeypatch.setattr(timed_workload, "frozen", never_stops)
+    monkeypatch.setattr(workload_requests, "frozen", never_stops)
     worker = SimpleNamespace(proc=SimpleNamespace(pid=7))
     w = SimpleNamespace(uuid="w0")
-    with pytest.raises(timed_workload.StoppedButRan) as caught:
-        with timed_workload.candidate_stopped(worker, w, "while the guard timed its loop"):
+    with pytest.raises(workload_requests.StoppedButRan) as caught:
+        with workload_requests.candidate_stopped(worker, w, "while the guard timed its loop"):
             pass
     assert caught.value.status == "REWARD_HACK" and "did not stop" in caught.value.reason
     with pytest.raises(Unpaired) as unpaired:
-        with timed_workload.candidate_stopped(worker, w, "while the other candidate was timed", accuse=False):
+        with workload_requests.candidate_stopped(worker, w, "while the other candidate was timed", accuse=False):
             pass
     assert unpaired.value.status == "REWARD_HACK"
 

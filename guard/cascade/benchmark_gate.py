@@ -17,7 +17,8 @@ from ..runner.process import MalformedReply, WorkerDied, WorkerProcess, WorkerTi
 from .context import EvalContext
 from .build_gate import build
 from .reasons import GuardError, Rejection, Unpaired, first_line
-from .timed_workload import candidate_stopped, time_workload, wait_device_idle
+from .timed_workload import time_workload
+from .workload_requests import candidate_stopped, wait_device_idle
 
 
 def _dps(solution: dict[str, Any]) -> bool:

@@ -72,7 +72,7 @@ def test_cuda_cpp_seed_builds_and_passes(gpu_guard):
 
 def _floored_throughout(v) -> bool:
     """Every workload's decided figure is the guard's own clock's, on a loop the host paced
-    (``timed_workload._pad_passes``): what the candidate's process reported was not used.
+    (``outside_windows.pad_passes``): what the candidate's process reported was not used.
     There an honest eager call's host time is in the outside figure and not in its device
     span, so a gap is no evidence: a timing forger whose call is host-heavy (eager PyTorch,
     eight launches) is then held to the guard's clock rather than named."""

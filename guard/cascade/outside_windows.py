@@ -1,0 +1,278 @@
+"""The outside clock's windows for one workload (``guard.outside_clock`` judges them): the
+candidate's loop of calls timed by the guard's clock, then the same loop without the call in the
+trusted worker while the candidate's processes are stopped; its bands, its padding on a GPU, its
+window length and charges on a CPU, and where its figure floors the candidate's own."""
+
+from __future__ import annotations
+
+import math
+import time
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import outside_clock
+from . import held_outputs
+from ..problems.schema import Workload
+from ..runner import messages as m
+from ..runner import tree_cpu
+from ..runner.freeze import frozen
+from .reasons import GuardError, Rejection
+from .reference_side import ReferenceSide
+from .workload_requests import WorkloadContext, call, candidate_stopped, failure, no_gc, wait_device_idle
+
+
+def figure_floors(ref: ReferenceSide, host_bound: bool) -> bool:
+    """Whether the outside figure is a floor under the decided one (``floor_by_outside_clock``):
+    on the CPU, whose band cannot hold the candidate's own median to it, and on a GPU whose loop
+    the host paces (``pad_passes``), where the outside figure holds host time that the
+    candidate's device span does not."""
+    return ref.device.kind != "cuda" or host_bound
+
+
+def floor_by_outside_clock(stats: dict[str, Any], clock: outside_clock.OutsideClock) -> None:
+    """On a CPU the candidate's own median (its process's clock) cannot be held to the outside
+    clock's band, which must be wide there (100% + 5 ms: a loaded machine stalls windows), while
+    calls take a fraction of a millisecond: a red team halved its medians and was ACCEPTed. The
+    figure that decides is therefore never below what the guard's own clock saw per call; the
+    candidate's own median is kept beside it (``inside_median_ms``). Tampering can then only
+    make a CPU figure slower. A GPU keeps CUPTI's figure, held to a 10% band, except where its
+    loop is host-bound: there an honest eager call's host time is in the outside figure and not
+    in its span (a Triton call of two launches: 106 us outside, 9 us inside, on the H200), and
+    the guard's figure, which is never below the call's device time, decides."""
+    inside = float(stats["median_ms"])
+    if clock.outside_ms > inside:
+        stats["inside_median_ms"] = inside
+        stats["median_ms"] = clock.outside_ms
+        stats["floored_by_outside_clock"] = True
+
+
+def bands(ref: ReferenceSide, loop: str) -> tuple[float, float, float]:
+    c = ref.cfg
+    if ref.device.kind != "cuda":
+        return c.outside_rel_band_cpu, c.outside_abs_band_ms_cpu, c.outside_loop_slack_cpu
+    if loop == "captured":
+        return c.outside_rel_band, c.outside_abs_band_ms, c.outside_loop_slack
+    return c.outside_rel_band, c.outside_abs_band_ms_host, c.outside_loop_slack_host
+
+
+def pad_passes(ref: ReferenceSide, host_ms: float, flush_ms: float) -> tuple[int, float, bool]:
+    """Flush passes before each iteration of the outside clock's loop, about how long they
+    take, and whether the cap cut them short: enough for the host to enqueue one iteration
+    meanwhile, so the device never waits for it. Both workers queue the same count. The
+    figures come from the candidate's process, hence the cap (padding widens the band): too
+    little padding only makes its own loop slower. Cut short, the loop is host-bound by the
+    candidate's own account, and its outside figure floors the decided one
+    (``figure_floors``): a candidate that overstates its host time to get there is
+    held to the guard's clock itself, a tighter bound than the band."""
+    if ref.device.kind != "cuda":
+        return 0, 0.0, False
+    # a floor below any GPU's pass over twice its L2, so a tiny reported figure cannot inflate
+    # the count; a figure that is not a number is refused at once
+    if not (math.isfinite(flush_ms) and math.isfinite(host_ms)):
+        raise ValueError(f"the candidate's worker reported flush {flush_ms!r} ms, host {host_ms!r} ms")
+    flush_ms = max(flush_ms, 0.02)
+    cap = math.ceil(ref.cfg.confirm_pad_max_ms / flush_ms)
+    # compared as floats: a finite figure near the largest double overflows ceil's integer
+    wanted = 1.25 * max(0.0, host_ms) / flush_ms
+    passes = min(cap, math.ceil(wanted)) if wanted <= cap else cap
+    return passes, passes * flush_ms, wanted > cap
+
+
+def calls_per_window(cx: WorkloadContext, run_seed: int, calls: int, most: int) -> int:
+    """A CPU: the calls per window of the outside clock's loop, from one loop of ``calls`` timed by
+    the guard's clock (its outputs are not read: the windows that decide come after, on their own
+    data). Only a loop that is slower than it need be lengthens it: a candidate gains nothing."""
+    target = cx.ref.cfg.outside_window_s_cpu
+    if calls >= most or target <= 0:
+        return calls
+    seed = cx.ref.seed("confirm-probe", run_seed)
+    with no_gc():
+        t0 = time.monotonic()
+        probe = call(cx.worker, m.Confirm(seed=seed, iters=calls), m.ConfirmReply, cx.timeout)
+        wall = time.monotonic() - t0
+    if not probe.ok:
+        raise failure(probe, cx.w, "timing")
+    return held_outputs.calls_for_window(calls, wall, target, most)
+
+
+@dataclass
+class Checked:
+    """One window's calls to check: their seed, which, and their digests (a GPU) or outputs as
+    the guard read them (a CPU)."""
+
+    seed: int
+    chosen: list[int]
+    digests: list[Any]
+    read: list[list[m.ReadOutput | None]] | None
+
+
+def run_windows(
+    cx: WorkloadContext,
+    run_seed: int,
+    n: int,
+    passes: int,
+    copies: bool,
+    projection_seed: int,
+    judge: Callable[[list[float], list[float]], outside_clock.OutsideClock],
+    floors: bool,
+    check_rng: random.Random,
+) -> tuple[list[float], list[float], list[Checked], outside_clock.OutsideClock]:
+    """The outside clock: the candidate's loop of calls, then the same loop without the call in
+    the trusted worker while the candidate's processes are stopped; each window on new data,
+    as many as ``outside_clock.run_windows`` decides (more only while ``judge`` finds the figure
+    contradicted). (walls of the candidate's loops, walls of the trusted loops, the calls to
+    check per window, the judgement on all the windows run).
+
+    On a CPU the loop holds its outputs in the candidate's worker (``held_outputs``): the
+    candidate's window ends when its whole tree is stopped, not when it replies (a thread that
+    went on computing after the reply would otherwise do its work off the clock), the chosen
+    calls' outputs are read out of it then, and the trusted window ends the same way. Each
+    window is charged its wall time plus the CPU time its tree used beside its busiest thread
+    (``runner.tree_cpu``): calls run on a second core while the loop drew are paid for."""
+    ref, w = cx.ref, cx.w
+    held = ref.device.kind != "cuda"
+    run_walls: list[float] = []  # charged: wall time, and CPU time on other cores (a CPU)
+    run_parallel: list[float] = []
+    loop_walls: list[float] = []
+    confirms: list[Checked] = []
+    most = ref.cfg.outside_windows if ref.device.kind == "cuda" else ref.cfg.outside_windows_cpu
+
+    run_pid = cx.worker.proc.pid if cx.worker.proc is not None else None
+    loop_pid = cx.trusted.proc.pid if cx.trusted.proc is not None else None
+
+    def window() -> outside_clock.OutsideClock:
+        seed = ref.seed(f"confirm-{len(run_walls)}", run_seed)
+        chosen = sorted(check_rng.sample(range(n), min(ref.cfg.replay_checks, n)))
+        cpu0 = tree_cpu.read(run_pid if held else None)
+        with no_gc():
+            t0 = time.monotonic()
+            confirmed = call(
+                cx.worker, m.Confirm(seed=seed, iters=n, pad_passes=passes, copies=copies), m.ConfirmReply, cx.timeout
+            )
+            run_wall = time.monotonic() - t0
+        if not confirmed.ok:
+            raise failure(confirmed, w, "timing")
+        calls = len(confirmed.held) if held else len(confirmed.digests)
+        if calls != n:
+            raise Rejection(
+                "benchmark",
+                "REWARD_HACK",
+                f"the outside clock's loop on {w.uuid} reported {calls} calls for {n}",
+                None,
+                w.uuid,
+            )
+        read = None
+        parallel = 0.0
+        with candidate_stopped(cx.worker, w, "while the guard timed its loop without the call"):
+            if held:
+                run_wall, parallel = charged(time.monotonic() - t0, cpu0, run_pid, w)
+                dest = cx.trusted.workdir / "read" / f"window{len(run_walls)}"
+                read = held_outputs.read_chosen(cx.worker, confirmed, chosen, cx.d, w, dest)
+            loop_walls.append(trusted_loop(seed))
+        run_walls.append(run_wall)
+        run_parallel.append(parallel)
+        digests = [] if held else [confirmed.digests[i] for i in chosen]
+        confirms.append(Checked(seed, chosen, digests, read))
+        return judged()
+
+    def trusted_loop(seed: int) -> float:
+        """The loop without the call, on ``seed``'s data, in the trusted worker (the candidate's
+        processes stopped by the caller): its wall time less its set-up, charged on a CPU as the
+        candidate's window is."""
+        wait_device_idle(ref, cx.trusted, w, "before the guard's loop")
+        loop_cpu0 = tree_cpu.read(loop_pid if held else None)
+        with no_gc():
+            t0 = time.monotonic()
+            loop = call(
+                cx.trusted,
+                m.Overhead(
+                    key=cx.key,
+                    workload=cx.workload,
+                    axes=cx.axes,
+                    sets=cx.sets,
+                    seed=seed,
+                    iters=n,
+                    pad_passes=passes,
+                    copies=copies,
+                    projection_seed=projection_seed,
+                ),
+                m.OverheadReply,
+                cx.timeout,
+            )
+            loop_wall = time.monotonic() - t0
+            if held:  # ended and charged as the candidate's window was
+                with frozen(loop_pid):
+                    loop_wall = tree_cpu.charged_s(time.monotonic() - t0, loop_cpu0, tree_cpu.read(loop_pid))
+        wait_device_idle(ref, cx.trusted, w, "after the guard's loop")
+        if not loop.ok:
+            raise GuardError(f"the trusted worker could not run the timing loop: {loop.message}")
+        return loop_wall - loop.setup_s
+
+    def loop_again() -> outside_clock.OutsideClock:
+        with candidate_stopped(cx.worker, w, "while the guard timed its loop again without the call"):
+            loop_walls.append(trusted_loop(confirms[-1].seed))
+        return judged()
+
+    def judged() -> outside_clock.OutsideClock:
+        shortest = min(range(len(run_walls)), key=run_walls.__getitem__)
+        return judge(run_walls, loop_walls).model_copy(
+            update={"parallel_s": run_parallel[shortest], "loop_windows": len(loop_walls)}
+        )
+
+    clock = outside_clock.run_windows(
+        window, ref.cfg.outside_windows_first, most, floors, ref.pool.quiet_spare, loop_again if floors else None
+    )
+    return run_walls, loop_walls, confirms, clock
+
+
+def charged(wall_s: float, before: tree_cpu.TreeCpu, pid: int | None, w: Workload) -> tuple[float, float]:
+    """A CPU window of the candidate's that ends now (its tree stopped): (what it is charged,
+    the part of that its tree ran on other cores beside its busiest thread). A window in which
+    a process of the tree ended is REWARD_HACK: what that process ran cannot be counted."""
+    after = tree_cpu.read(pid)
+    if gone := tree_cpu.vanished(before, after):
+        raise Rejection(
+            "benchmark",
+            "REWARD_HACK",
+            f"processes {gone} of the candidate's tree ended while the guard's clock timed its loop on "
+            f"{w.uuid}: the CPU time they used cannot be charged",
+            None,
+            w.uuid,
+        )
+    parallel = tree_cpu.parallel_ns(before, after) / 1e9
+    return wall_s + parallel, parallel
+
+
+def reject_disagreement(
+    cx: WorkloadContext, clock: outside_clock.OutsideClock, run_walls: list[float], loop_walls: list[float], n: int
+) -> None:
+    """REWARD_HACK when the outside clock contradicts the candidate's figure either way."""
+    w = cx.w
+    walls = (
+        f"calls with the loop {min(run_walls):.4f} s, the loop alone {min(loop_walls):.4f} s, {n} calls "
+        f"(shortest of {len(run_walls)} windows each)"
+    )
+    if clock.quiet_wait_s is not None:
+        walls += f"; the later windows after {clock.quiet_wait_s:.1f} s waiting for a starting worker"
+    if clock.short_loop:
+        raise Rejection(
+            "benchmark",
+            "REWARD_HACK",
+            f"the candidate's loop of calls on {w.uuid} ran {-clock.outside_ms * 1e3:.1f} us a call faster "
+            "than the same loop without the call, as the guard's own clock measured it: the candidate's "
+            "process skipped part of the loop's own work (padding, draws or digests)",
+            f"allowed: {clock.abs_band_ms * 1e3:.1f} us; {walls}",
+            w.uuid,
+        )
+    if not clock.agrees:
+        raise Rejection(
+            "benchmark",
+            "REWARD_HACK",
+            f"the guard's own clock measured {clock.outside_ms * 1e3:.1f} us per call on {w.uuid}, "
+            f"but the candidate's process reported {clock.inside_ms * 1e3:.1f} us: the timing "
+            "inside the candidate's process was tampered with",
+            f"allowed: {clock.rel_band:.0%} + {clock.abs_band_ms * 1e3:.1f} us; {walls}",
+            w.uuid,
+        )
