@@ -42,6 +42,29 @@ def test_chunks_report_what_the_whole_tensor_reports(chunk):
         assert compare(out, ref, 1e-2, 1e-2, "y", chunk_elements=chunk, **kw) == whole, label
 
 
+@pytest.mark.parametrize("chunk", [1, 5, 37, WHOLE])
+def test_a_check_without_figures_gives_the_same_verdict(chunk):
+    # the fast path of a check of many outputs: the same verdict for every case; a plain pass
+    # without statistics, anything else with the full report (message, counts)
+    cases = list(_cases()) + [
+        ("exact", (ref := torch.randn(4, 9)).clone(), ref, {}),
+        ("within", ref + 1e-4, ref, {}),
+        ("within the cap", ref + 1e-4, ref, {"error_cap": 1e-3}),
+        ("past the cap", ref + 1e-4, ref, {"error_cap": 1e-5}),
+        ("a NaN where the reference is NaN", torch.full((3,), float("nan")), torch.full((3,), float("nan")), {}),
+        ("an infinity where it is finite", torch.tensor([float("inf"), 1.0]), torch.tensor([1.0, 1.0]), {}),
+    ]
+    for label, out, ref_, kw in cases:
+        full = compare(out, ref_, 1e-2, 1e-2, "y", chunk_elements=chunk, **kw)
+        quick = compare(out, ref_, 1e-2, 1e-2, "y", chunk_elements=chunk, figures=False, **kw)
+        assert (quick["ok"], quick["status"]) == (full["ok"], full["status"]), label
+        short = {"ok": True, "status": "PASSED"}
+        if label in ("exact", "within", "within the cap", "rounding within ratio"):  # plain passes
+            assert quick == short, label
+        elif quick != full:  # else failures, misses the ratio lets through, matching NaN or infinity
+            assert quick == short and full["ok"] and full["mismatches"] == 0, label
+
+
 def test_the_first_failure_and_the_worst_are_found_across_chunks():
     ref = torch.zeros(10, 10)
     out = ref.clone()

@@ -99,20 +99,28 @@ def scan_floats(
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
 ) -> Scan:
     """The statistics of ``out`` against ``ref`` (same shape, any float dtypes)."""
-    chunk_elements = max(1, int(chunk_elements))
+    scan = Scan(numel=out.numel())
+    for start, x, y, row_rms in _chunks(out, ref, row_scaled, chunk_elements):
+        _fold(scan, x, y, start, atol, rtol, row_rms, outlier_factor)
+        del x, y
+    return scan
+
+
+def _chunks(
+    out: torch.Tensor, ref: torch.Tensor, row_scaled: bool, chunk_elements: int
+) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, float | torch.Tensor | None]]:
+    """(offset, the output's chunk and the reference's in float64, the rows' RMS where
+    ``row_scaled``) for each chunk in turn."""
     xs, ys = flat(out), flat(ref)
-    scan = Scan(numel=xs.numel())
     row = int(ref.shape[-1]) if row_scaled and ref.dim() >= 1 else 0
-    for start, stop, piece_rms in _pieces(ys, row, chunk_elements):
+    for start, stop, piece_rms in _pieces(ys, row, max(1, int(chunk_elements))):
         x = xs[start:stop].to(torch.float64)
         y = ys[start:stop].to(torch.float64)
         row_rms: float | torch.Tensor | None = piece_rms
         if row and row_rms is None:  # whole rows in this chunk
             rows = torch.where(torch.isfinite(y), y, 0.0).view(-1, row)
             row_rms = rows.pow(2).mean(dim=-1, keepdim=True).sqrt().expand(-1, row).reshape(-1)
-        _fold(scan, x, y, start, atol, rtol, row_rms, outlier_factor)
-        del x, y
-    return scan
+        yield start, x, y, row_rms
 
 
 def _pieces(ys: torch.Tensor, row: int, chunk: int) -> Iterator[tuple[int, int, float | None]]:
@@ -139,6 +147,54 @@ def _pieces(ys: torch.Tensor, row: int, chunk: int) -> Iterator[tuple[int, int, 
             yield lo, min(start + row, lo + chunk), rms
 
 
+def _judged(
+    x: torch.Tensor, y: torch.Tensor, atol: float, rtol: float, row_rms: float | torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each element of one chunk judged (torch.allclose's rule, NaN and Inf handled as
+    ``compare`` documents): (reference finite, output not finite where the reference is, the
+    error where both are finite, the allowance, fails)."""
+    ref_finite = torch.isfinite(y)
+    out_finite = torch.isfinite(x)
+    both = ref_finite & out_finite
+    same_special = (~ref_finite) & (((x == y) & torch.isinf(y)) | (torch.isnan(x) & torch.isnan(y)))
+    nonfinite_bad = (~out_finite) & ref_finite
+    err = torch.where(both, (x - y).abs(), 0.0)
+    allowed = atol + rtol * y.abs()
+    if row_rms is not None:
+        allowed = allowed + rtol * row_rms
+    fails = (both & (err > allowed)) | nonfinite_bad | (~ref_finite & ~same_special)
+    return ref_finite, nonfinite_bad, err, allowed, fails
+
+
+def all_within(
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    atol: float,
+    rtol: float,
+    row_scaled: bool,
+    error_cap: float | None,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> bool:
+    """True when every element of ``out`` is finite and within its allowance of a finite
+    reference element (``scan_floats``'s rule, in the same float64), and none is off by more
+    than ``error_cap``: such an output passes. False says only that the full scan must decide
+    (a matching NaN or infinity, or a miss the matched ratio may let through). A handful of
+    operations per chunk where the scan takes a few dozen: a check of many outputs asks this
+    first. A NaN anywhere compares False, and so does an infinite output where the reference
+    is finite; an infinite reference is refused here by its finiteness."""
+    for _, x, y, row_rms in _chunks(out, ref, row_scaled, chunk_elements):
+        err = (x - y).abs_()
+        allowed = y.abs().mul_(rtol).add_(atol)
+        if row_rms is not None:
+            allowed = allowed + rtol * row_rms
+        within = (err <= allowed).logical_and_(torch.isfinite(y))
+        if not bool(within.all().item()):
+            return False
+        if error_cap is not None and not bool((err <= error_cap).all().item()):
+            return False
+    return True
+
+
 def _fold(
     scan: Scan,
     x: torch.Tensor,
@@ -151,16 +207,7 @@ def _fold(
 ) -> None:
     """One chunk's share of the statistics (torch.allclose's rule, NaN and Inf handled as
     ``compare`` documents)."""
-    ref_finite = torch.isfinite(y)
-    out_finite = torch.isfinite(x)
-    both = ref_finite & out_finite
-    same_special = (~ref_finite) & (((x == y) & torch.isinf(y)) | (torch.isnan(x) & torch.isnan(y)))
-    nonfinite_bad = (~out_finite) & ref_finite
-    err = torch.where(both, (x - y).abs(), 0.0)
-    allowed = atol + rtol * y.abs()
-    if row_rms is not None:
-        allowed = allowed + rtol * row_rms
-    fails = (both & (err > allowed)) | nonfinite_bad | (~ref_finite & ~same_special)
+    ref_finite, nonfinite_bad, err, allowed, fails = _judged(x, y, atol, rtol, row_rms)
     scan.worst_abs.offer(err, offset, x, y)
     scan.max_abs = max(scan.max_abs, scan.worst_abs.value)
     rel = torch.where(ref_finite, err / torch.clamp(y.abs(), min=max(atol, 1e-30)), 0.0)
