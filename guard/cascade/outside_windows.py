@@ -118,6 +118,7 @@ def run_windows(
     judge: Callable[[list[float], list[float]], outside_clock.OutsideClock],
     floors: bool,
     check_rng: random.Random,
+    first_window: int = 0,
 ) -> tuple[list[float], list[float], list[Checked], outside_clock.OutsideClock]:
     """The outside clock: the candidate's loop of calls, then the same loop without the call in
     the trusted worker while the candidate's processes are stopped; each window on new data,
@@ -130,7 +131,11 @@ def run_windows(
     went on computing after the reply would otherwise do its work off the clock), the chosen
     calls' outputs are read out of it then, and the trusted window ends the same way. Each
     window is charged its wall time plus the CPU time its tree used beside its busiest thread
-    (``runner.tree_cpu``): calls run on a second core while the loop drew are paid for."""
+    (``runner.tree_cpu``): calls run on a second core while the loop drew are paid for.
+
+    ``first_window``: windows already run for this workload (a CPU's first windows, too short,
+    are run again longer): the new ones take the next seeds, so no call sees inputs an earlier
+    window's call saw and could answer from memory."""
     ref, w = cx.ref, cx.w
     held = ref.device.kind != "cuda"
     run_walls: list[float] = []  # charged: wall time, and CPU time on other cores (a CPU)
@@ -143,7 +148,8 @@ def run_windows(
     loop_pid = cx.trusted.proc.pid if cx.trusted.proc is not None else None
 
     def window() -> outside_clock.OutsideClock:
-        seed = ref.seed(f"confirm-{len(run_walls)}", run_seed)
+        index = first_window + len(run_walls)  # windows of a workload never share data or files
+        seed = ref.seed(f"confirm-{index}", run_seed)
         chosen = sorted(check_rng.sample(range(n), min(ref.cfg.replay_checks, n)))
         cpu0 = tree_cpu.read(run_pid if held else None)
         with no_gc():
@@ -168,7 +174,7 @@ def run_windows(
         with candidate_stopped(cx.worker, w, "while the guard timed its loop without the call"):
             if held:
                 run_wall, parallel = charged(time.monotonic() - t0, cpu0, run_pid, w)
-                dest = cx.trusted.workdir / "read" / f"window{len(run_walls)}"
+                dest = cx.trusted.workdir / "read" / f"window{index}"
                 read = held_outputs.read_chosen(cx.worker, confirmed, chosen, cx.d, w, dest)
             loop_walls.append(trusted_loop(seed))
         run_walls.append(run_wall)

@@ -251,16 +251,19 @@ def time_workload(
         )
         target = cfg.outside_window_s_cpu
         longer = held_outputs.longer_windows(n_loop, min(run_walls), clock.outside_ms, target, held) if held else None
-        if longer is not None:
+        if longer is not None:  # too short to time: longer windows decide, the first are checked too
             n_loop = longer
+            first = confirms
             run_walls, loop_walls, confirms, clock = outside_windows.run_windows(
-                cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng
+                cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng, len(first)
             )
+            confirms = first + confirms
         stats["outside_clock"] = clock.model_dump()
         if floors:
             outside_windows.floor_by_outside_clock(stats, clock)
 
-        # every window's calls checked as many as the timed loop's: the shortest window decides
+        # every window's calls checked as many as the timed loop's, the shortest window deciding
+        # and the others too: a window whose walls are not used could otherwise skip its work
         for c in confirms:
             _verify_calls(
                 cx,
