@@ -71,3 +71,33 @@ def test_a_failure_of_the_workers_own_step_in_the_candidates_process_is_the_cand
         role._call([torch.ones(3)], {}, call_bytes=24)
     assert fault.value.status == "RUNTIME_ERROR"
     assert "MemoryError" in fault.value.message and "4097" not in fault.value.message
+
+
+def test_a_kept_result_still_poisoned_is_told_from_a_rewritten_buffer():
+    """The repeat check on a GPU poisons the first call's outputs; a second call that returns
+    that very buffer untouched returned a kept result (a cache), one that wrote it again did not
+    (an honest kernel with a static output buffer). Tensors on the CPU stand for the device's:
+    what is read is the same."""
+    from guard.runner.candidate_role import _kept_from_first_call
+    from guard.runner.poison import poison_tensor, reads_as_poison
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.bool):
+        out = torch.zeros(5, 7, dtype=dtype)
+        assert not reads_as_poison(out)
+        poison_tensor(out)
+        assert reads_as_poison(out) and reads_as_poison(out, chunk_bytes=3), dtype
+        out.view(-1)[20] = 0  # one element written since
+        assert not reads_as_poison(out) and not reads_as_poison(out, chunk_bytes=3), dtype
+    assert not reads_as_poison(torch.ones(4, 4).t())  # not contiguous: not read
+
+    kept = torch.randn(3, 8)
+    at = [kept.data_ptr()]
+    poison_tensor(kept)
+    why = _kept_from_first_call(["y"], [kept], at)
+    assert why is not None and "'y'" in why and "kept" in why
+    rewritten = kept.normal_()  # the same buffer, computed again
+    assert _kept_from_first_call(["y"], [rewritten], at) is None
+    other = torch.full((3, 8), float("nan"))  # poison-like values, a buffer of its own
+    poison_tensor(other)
+    assert _kept_from_first_call(["y"], [other], at) is None
+    assert _kept_from_first_call(["y"], [kept], [None]) is None  # nothing was poisoned there (a CPU)

@@ -70,6 +70,21 @@ def poison_in_place(tensors: list[Any]) -> None:
             poison_tensor(t)
 
 
+def reads_as_poison(t: Any, chunk_bytes: int = 64 << 20) -> bool:
+    """Whether a contiguous tensor holds nothing but what ``poison_tensor`` wrote into it,
+    read a chunk at a time (no copy of its size). False for anything else: a tensor laid out
+    otherwise is not read."""
+    if not T.isinstance(t, T.tensor_type) or not T.numel(t) or not t.is_contiguous():
+        return False
+    raw = T.view(T.view(t, (-1,)), torch.uint8)
+    byte = 1 if t.dtype == torch.bool else POISON_BYTE
+    for lo in range(0, T.numel(raw), chunk_bytes):
+        part = raw[lo : lo + chunk_bytes]
+        if not T.equal(part, T.full((T.numel(part),), byte, dtype=torch.uint8, device=part.device)):
+            return False
+    return True
+
+
 class _DeviceBytes:
     """A view of raw device memory that ``torch.as_tensor`` accepts without copying."""
 
