@@ -194,10 +194,7 @@ def run_windows(
             loop = call(
                 cx.trusted,
                 m.Overhead(
-                    key=cx.key,
-                    workload=cx.workload,
-                    axes=cx.axes,
-                    sets=cx.sets,
+                    **cx.trusted_fields(),
                     seed=seed,
                     iters=n,
                     pad_passes=passes,

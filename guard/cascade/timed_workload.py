@@ -301,10 +301,7 @@ def _verify_calls(
     verified = call(
         cx.trusted,
         m.VerifyReplays(
-            key=cx.key,
-            workload=cx.workload,
-            axes=cx.axes,
-            sets=cx.sets,
+            **cx.trusted_fields(),
             run_seed=seed,
             regime=regime,
             projection_seed=projection_seed,

@@ -38,6 +38,11 @@ class WorkloadContext:
     sets: list[int]
     timeout: float
 
+    def trusted_fields(self) -> dict[str, Any]:
+        """What every trusted-worker request about this workload names: the reference's key, the
+        workload, its axes and the live input sets."""
+        return {"key": self.key, "workload": self.workload, "axes": self.axes, "sets": self.sets}
+
 
 def call(
     worker: WorkerProcess, request: m.CandidateRequest | m.TrustedRequest, reply_model: type[m.R], timeout: float

@@ -147,25 +147,6 @@ def _pieces(ys: torch.Tensor, row: int, chunk: int) -> Iterator[tuple[int, int, 
             yield lo, min(start + row, lo + chunk), rms
 
 
-def _judged(
-    x: torch.Tensor, y: torch.Tensor, atol: float, rtol: float, row_rms: float | torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Each element of one chunk judged (torch.allclose's rule, NaN and Inf handled as
-    ``compare`` documents): (reference finite, output not finite where the reference is, the
-    error where both are finite, the allowance, fails)."""
-    ref_finite = torch.isfinite(y)
-    out_finite = torch.isfinite(x)
-    both = ref_finite & out_finite
-    same_special = (~ref_finite) & (((x == y) & torch.isinf(y)) | (torch.isnan(x) & torch.isnan(y)))
-    nonfinite_bad = (~out_finite) & ref_finite
-    err = torch.where(both, (x - y).abs(), 0.0)
-    allowed = atol + rtol * y.abs()
-    if row_rms is not None:
-        allowed = allowed + rtol * row_rms
-    fails = (both & (err > allowed)) | nonfinite_bad | (~ref_finite & ~same_special)
-    return ref_finite, nonfinite_bad, err, allowed, fails
-
-
 def all_within(
     out: torch.Tensor,
     ref: torch.Tensor,
@@ -207,7 +188,16 @@ def _fold(
 ) -> None:
     """One chunk's share of the statistics (torch.allclose's rule, NaN and Inf handled as
     ``compare`` documents)."""
-    ref_finite, nonfinite_bad, err, allowed, fails = _judged(x, y, atol, rtol, row_rms)
+    ref_finite = torch.isfinite(y)
+    out_finite = torch.isfinite(x)
+    both = ref_finite & out_finite
+    same_special = (~ref_finite) & (((x == y) & torch.isinf(y)) | (torch.isnan(x) & torch.isnan(y)))
+    nonfinite_bad = (~out_finite) & ref_finite
+    err = torch.where(both, (x - y).abs(), 0.0)
+    allowed = atol + rtol * y.abs()
+    if row_rms is not None:
+        allowed = allowed + rtol * row_rms
+    fails = (both & (err > allowed)) | nonfinite_bad | (~ref_finite & ~same_special)
     scan.worst_abs.offer(err, offset, x, y)
     scan.max_abs = max(scan.max_abs, scan.worst_abs.value)
     rel = torch.where(ref_finite, err / torch.clamp(y.abs(), min=max(atol, 1e-30)), 0.0)
