@@ -101,3 +101,22 @@ def test_a_kept_result_still_poisoned_is_told_from_a_rewritten_buffer():
     poison_tensor(other)
     assert _kept_from_first_call(["y"], [other], at) is None
     assert _kept_from_first_call(["y"], [kept], [None]) is None  # nothing was poisoned there (a CPU)
+
+
+def test_an_answer_that_reads_as_the_poison_is_never_taken_for_a_kept_one():
+    """An honest mask that is all True, or an index all -1, holds the poison's bytes; with
+    destination passing the caching allocator hands the second call the first call's block.
+    Such an output is left to the comparison of the two calls (a red team's honest
+    ``isfinite`` was REWARD_HACK), while any other answer is still watched."""
+    from guard.runner.candidate_role import _kept_from_first_call, _poisoned_addresses
+    from guard.runner.poison import poison_tensor
+
+    mask = torch.ones(16, dtype=torch.bool)
+    index = torch.full((4, 4), -1, dtype=torch.int64)
+    values = torch.randn(4, 4)
+    at = _poisoned_addresses([mask, index, values], device_type="cpu")
+    assert at[:2] == [None, None] and at[2] == values.data_ptr()
+    for t in (mask, index, values):
+        poison_tensor(t)
+    assert _kept_from_first_call(["mask", "index"], [mask, index], at[:2]) is None
+    assert "'values'" in (_kept_from_first_call(["mask", "index", "values"], [mask, index, values], at) or "")

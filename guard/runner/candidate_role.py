@@ -452,10 +452,15 @@ class CandidateRole:
             raise CandidateFault("REWARD_HACK", "; ".join(broken))
 
 
-def _poisoned_addresses(outs: list) -> list[int | None]:
-    """Where each output that ``poison_in_place`` overwrites lies (a device tensor), else None."""
+def _poisoned_addresses(outs: list, device_type: str = "cuda") -> list[int | None]:
+    """Where each output that ``poison_in_place`` overwrites lies (a tensor on ``device_type``),
+    else None. Also None where the answer itself reads as the poison (an all-True mask, an
+    all -1 index): a buffer returned untouched then cannot be told from one computed again,
+    and the comparison of the two calls judges it (a kept buffer holds the right answer)."""
     return [
-        T.data_ptr(t) if T.isinstance(t, T.tensor_type) and t.device.type == "cuda" and T.numel(t) else None
+        T.data_ptr(t)
+        if T.isinstance(t, T.tensor_type) and t.device.type == device_type and T.numel(t) and not reads_as_poison(t)
+        else None
         for t in outs
     ]
 
