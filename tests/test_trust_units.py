@@ -329,21 +329,67 @@ def test_sampled_elements_let_through_what_the_ratio_allows():
     assert "10 of 64 sampled elements" in (check(torch.unique(pos)[:10], 3.0, 0.99) or "")
 
 
-def test_sampled_misses_are_counted_over_every_checked_call():
-    """A result that misses on 8% of its elements stays within one call's allowance (9 of 64
-    at 0.99) in most calls, not within the allowance of the 16 calls checked together."""
-    from guard.runner import messages as m
-    from guard.runner.replay_check import SampleTally
+def test_misses_at_fixed_places_within_the_ratio_are_not_counted_over_the_calls(tmp_path):
+    """The sampled positions are the same for every call of a run. An honest result whose few
+    misses sit at fixed places (here 3 of 1024 elements, 3x their allowance, where 0.99 lets 10
+    miss) misses at the same samples on every call; counted over 16 calls as if they were
+    new draws (48 of 1024 where 34 pass) it was REWARD_HACK, "timed call 0 did not compute the
+    answer" (a loaded suite run, session 30). Checked call by call it passes, and a result
+    off everywhere still fails."""
+    from guard.problems.schema import Definition
+    from guard.runner import trusted_role as tr
 
-    tol, names = [m.Tolerance(atol=1e-2, rtol=1e-2, required_matched_ratio=0.99)], ["y"]
-    honest, cheat = SampleTally(1), SampleTally(1)
-    for i in range(16):
-        honest.add(0, 1 if i % 2 else 0, i)  # 8 of 1024: a kernel at about the ratio's limit
-        cheat.add(0, 5, i)  # 80 of 1024
-    assert honest.mismatch(tol, names) is None
-    iteration, why = cheat.mismatch(tol, names) or (None, "")
-    assert iteration == 0 and "80 of 1024 sampled elements over 16 calls" in why
-    assert "lets 34 pass" in why
+    raw = {
+        "name": "scale",
+        "reference": "def run(x):\n    return x * 2\n",
+        "axes": {"n": {"type": "var"}},
+        "inputs": {"x": {"shape": ["n", 64], "dtype": "float32"}},
+        "outputs": {"y": {"shape": ["n", 64], "dtype": "float32"}},
+    }
+    d = Definition.model_validate(raw)
+    workload, axes, sets, run_seed = {"uuid": "w", "axes": {"n": 16}}, {"n": 16}, [5, 6], 7
+    maker = InputMaker(d.to_json(), "cpu")
+    refill = Refiller(maker, workload, axes)
+    projection = replays.Projection(run_seed)  # the timed loop's ("seeded"): the run's seed
+    positions = torch.unique(projection.positions(16 * 64, torch.device("cpu")))[:3]
+    atol = rtol = 1e-3
+    calls = list(range(16))
+
+    def digests(off_by: float, everywhere: bool = False) -> list:
+        rows = []
+        for it in calls:
+            args = maker.make(workload, axes, sets[it % len(sets)], "normal")
+            refill(args, replays.replay_seed(run_seed, it))
+            y = (args[0] * 2).reshape(-1)
+            where = slice(None) if everywhere else positions
+            y[where] += off_by * (atol + rtol * y[where].abs())
+            rows.append(replays.digest([y.reshape(16, 64)], projection).tolist())
+        return rows
+
+    role = tr.TrustedRole("cpu", tmp_path)
+    key = d.content_hash()
+    assert role.handle({"op": "problem", "key": key, "definition": d.to_json(), "blob_root": None})["ok"]
+
+    def verify(rows: list) -> dict:
+        return role.handle(
+            m.VerifyReplays(
+                key=key,
+                workload=workload,
+                axes=axes,
+                sets=sets,
+                run_seed=run_seed,
+                regime="seeded",
+                iterations=calls,
+                digests=rows,
+                tolerances=[m.Tolerance(atol=atol, rtol=rtol, required_matched_ratio=0.99)],
+                names=["y"],
+            ).model_dump()
+        )
+
+    honest = verify(digests(3.0))
+    assert honest["ok"] and honest["passed"], honest.get("message")
+    wrong = verify(digests(3.0, everywhere=True))
+    assert wrong["ok"] and wrong["passed"] is False and wrong["iteration"] == 0
 
 
 def test_digest_of_a_non_tensor_fails():

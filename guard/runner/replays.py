@@ -406,9 +406,9 @@ def digest_mismatch(
     or None. Float64 rounding of the reductions themselves is allowed for. ``got`` comes from
     the candidate's process: a row without every entry is a mismatch (an empty row once
     matched everything, and a kernel that skipped every timed call was ACCEPTed). Sampled
-    elements that miss may only be as many as the ratio lets pass (``misses_allowed``): per
-    call here, and over all the calls checked together by ``replay_check``, whose count is
-    the sharper test."""
+    elements that miss may only be as many as the ratio lets pass (``misses_allowed``), per
+    call: the positions are the same for every call of a run, so the calls' misses are not
+    new draws that could be counted together."""
     if len(got) != DIGEST_WIDTH or len(ref) != DIGEST_WIDTH or len(allow) != DIGEST_WIDTH:
         return f"output {name!r}: {len(got)} digest entries where there are {DIGEST_WIDTH}"
     for field, g, r, a in zip(DIGEST_FIELDS, got, ref, allow):
