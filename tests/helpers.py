@@ -37,6 +37,7 @@ __all__ = [
     "FAST",
     "REPO",
     "RMS",
+    "SCALE_DEF",
     "SOL_EXAMPLES",
     "TEST_MAX_WAIT_S",
     "HttpServer",
@@ -60,6 +61,16 @@ __all__ = [
 
 DATA = REPO / "tests" / "data"
 SOL_EXAMPLES = DATA / "sol-execbench-examples"
+
+# The smallest problem a worker can be handed directly (a definition as JSON): ``y = 2 x`` on
+# rows of 64 floats. Tests of the trusted worker's requests and the CPU loop's held outputs.
+SCALE_DEF = {
+    "name": "scale",
+    "reference": "def run(x):\n    return x * 2\n",
+    "axes": {"n": {"type": "var"}},
+    "inputs": {"x": {"shape": ["n", 64], "dtype": "float32"}},
+    "outputs": {"y": {"shape": ["n", 64], "dtype": "float32"}},
+}
 
 
 def cheat_files(device: str) -> list[Path]:

@@ -24,13 +24,9 @@ from guard.runner.peek import PeekError, process_with_ns_pid, read_held, span_el
 from guard.runner.refill import Refiller  # noqa: E402
 from guard.runner.tensorio import read_tensor  # noqa: E402
 
-DEF = {
-    "name": "scale",
-    "reference": "def run(x):\n    return x * 2\n",
-    "axes": {"n": {"type": "var"}},
-    "inputs": {"x": {"shape": ["n", 64], "dtype": "float32"}},
-    "outputs": {"y": {"shape": ["n", 64], "dtype": "float32"}},
-}
+from helpers import SCALE_DEF  # noqa: E402
+
+DEF = SCALE_DEF
 EXPECTED = [([4, 64], "float32")]
 
 

@@ -339,14 +339,9 @@ def test_misses_at_fixed_places_within_the_ratio_are_not_counted_over_the_calls(
     from guard.problems.schema import Definition
     from guard.runner import trusted_role as tr
 
-    raw = {
-        "name": "scale",
-        "reference": "def run(x):\n    return x * 2\n",
-        "axes": {"n": {"type": "var"}},
-        "inputs": {"x": {"shape": ["n", 64], "dtype": "float32"}},
-        "outputs": {"y": {"shape": ["n", 64], "dtype": "float32"}},
-    }
-    d = Definition.model_validate(raw)
+    from helpers import SCALE_DEF
+
+    d = Definition.model_validate(SCALE_DEF)
     workload, axes, sets, run_seed = {"uuid": "w", "axes": {"n": 16}}, {"n": 16}, [5, 6], 7
     maker = InputMaker(d.to_json(), "cpu")
     refill = Refiller(maker, workload, axes)
