@@ -122,8 +122,8 @@ def test_a_stale_answer_read_back_fails_the_digest_check(tmp_path):
     checker = _loop(None, _sets())
     for it, args in checker.inputs_at(8, [1]):
         (got,) = _read_back(held[it], tmp_path)
-        values, allow = replays.digest_bounds(args[0] * 2, 1e-3, 1e-3, projection)
-        mine = replays.digest([got], projection)[0].tolist()
+        values, allow = replays.digest_bounds(args[0] * 2, 1e-3, 1e-3, projection, call=it)
+        mine = replays.digest([got], projection, it)[0].tolist()
         assert replays.digest_mismatch(mine, values, allow, "y") is not None
 
 
@@ -241,7 +241,9 @@ def test_read_outputs_are_checked_element_by_element_not_by_digest(tmp_path):
     off = ref * 1.02
     projection = replays.Projection(5)
     digest_row = [replays.digest([off], projection)[0].tolist()]
-    assert "sampled elements" in (replay_check.digests_mismatch(digest_row, [ref], tol, ["y"], projection, exact) or "")
+    assert "sampled elements" in (
+        replay_check.digests_mismatch(digest_row, [ref], tol, ["y"], projection, exact, 0) or ""
+    )
     why = replay_check.outputs_mismatch(read(off, "off"), [ref], tol, ["y"], exact)
     assert why is not None and "elements outside atol=0.01 rtol=0.01" in why
     assert replay_check.outputs_mismatch(read(ref.clone(), "same"), [ref], tol, ["y"], exact) is None

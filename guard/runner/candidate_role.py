@@ -380,7 +380,7 @@ class CandidateRole:
             return m.Reply(ok=False, status="INTERNAL", message="run before arm")
         run_seed = msg.run_seed
         gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(run_seed, "scramble"))
-        projection = replays.Projection(run_seed)
+        projection = replays.Projection(run_seed, calls=self.plan.iters)
 
         def refill(k: int, index: int) -> None:
             self.refiller(self.sets[k], replays.replay_seed(run_seed, index))
@@ -394,7 +394,7 @@ class CandidateRole:
                 self._timing_call(),
                 refill,
                 lambda out, i: replays.scramble(out, gen),
-                lambda k, out: replays.digest(self._outputs(out), projection),
+                lambda k, it, out: replays.digest(self._outputs(out), projection, it),
                 outputs_of=(lambda k: self.outs[k]) if self.dps else None,
                 max_time_s=msg.max_timing_s,
                 use_cupti=msg.use_cupti,

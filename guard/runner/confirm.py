@@ -77,7 +77,7 @@ class ConfirmLoop:
         self.stream = StreamRefill(refiller.draws, self.device)
         # the projection signs are drawn here, before any window: drawing a million of them is
         # milliseconds of fixed cost that a window must not hold (a candidate could do it faster)
-        self.projection = replays.Projection(projection_seed)
+        self.projection = replays.Projection(projection_seed, calls=self.rows)
         self.projection.weights(self.device)  # made before capture
         cuda = self.device.type == "cuda"
         # the draws of a set are one graph only when the guard draws them itself; the digests

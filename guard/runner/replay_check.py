@@ -11,9 +11,10 @@ two ways:
   outputs the guard cannot read): sums and norms, which tell a skipped, remembered or stale
   call from a computed one, and a sample of elements held to the tolerance itself, which an
   approximation off on many elements fails (see docs/guard.md, threat model). The samples
-  are judged call by call only: their positions are the same for every call of a run, so
-  counting their misses over the calls as if they were new draws would accuse an honest
-  kernel whose few misses sit at fixed places (the last column, a tile's edge).
+  that miss are judged per call, and counted over all the calls checked together
+  (``SampleTally``): each call's positions are drawn anew (``replays.Projection``), so an
+  honest kernel whose few misses sit at fixed places (the last column, a tile's edge) misses
+  at new samples on every call, and the count over the calls is a binomial one.
 
 Both also accept what matches the reference evaluated in float64 (a kernel more accurate than
 a reference that rounds intermediates); ``exact`` runs it, only when it is needed, and at most
@@ -71,6 +72,40 @@ def outputs_mismatch(
     return None
 
 
+class SampleTally:
+    """The sampled elements that missed their tolerance, per output, over every call checked
+    in one request: a result that misses more often than its matched ratio allows can stay
+    within the per-call allowance (9 of 64 at 0.99) call after call, not over all of them
+    (34 of 1024 for 16 calls). Sound only because every call's positions are new draws."""
+
+    def __init__(self, outputs: int):
+        self.misses = [0] * outputs
+        self.calls = [0] * outputs
+        self.worst: list[tuple[int, int] | None] = [None] * outputs  # (misses, iteration)
+
+    def add(self, j: int, misses: int, iteration: int) -> None:
+        self.misses[j] += misses
+        self.calls[j] += 1
+        worst = self.worst[j]
+        if misses and (worst is None or misses > worst[0]):
+            self.worst[j] = (misses, iteration)
+
+    def mismatch(self, tolerances: list[m.Tolerance], names: list[str]) -> tuple[int, str] | None:
+        """(the call with the most misses, why) when an output's misses over all calls are
+        more than its ratio lets pass, else None."""
+        for j, (tol, name) in enumerate(zip(tolerances, names)):
+            ratio = tol.required_matched_ratio or 1.0
+            samples = self.calls[j] * m.DIGEST_SAMPLES
+            allowed = replays.misses_allowed(samples, ratio)
+            worst = self.worst[j]
+            if worst is not None and self.misses[j] > allowed:
+                return worst[1], (
+                    f"output {name!r}: {self.misses[j]} of {samples} sampled elements over {self.calls[j]} "
+                    f"calls outside the tolerance, where required_matched_ratio={ratio:g} lets {allowed} pass"
+                )
+        return None
+
+
 def digests_mismatch(
     row: list[list[float]],
     refs: list[torch.Tensor],
@@ -78,19 +113,24 @@ def digests_mismatch(
     names: list[str],
     projection: replays.Projection,
     exact: Exact,
+    iteration: int,
+    tally: SampleTally | None = None,
 ) -> str | None:
-    """Why one call's digests cannot come from a result within tolerance, or None."""
+    """Why call ``iteration``'s digests cannot come from a result within tolerance, or None;
+    its sampled elements that missed are added to ``tally``."""
     if len(row) != len(refs):
         return f"{len(row)} outputs digested, expected {len(refs)}"
     for j, (got, ref, tol, name) in enumerate(zip(row, refs, tolerances, names)):
         ratio, cap = tol.required_matched_ratio or 1.0, tol.max_error_cap
-        values, allow = replays.digest_bounds(ref, tol.atol, tol.rtol, projection, ratio, cap)
+        values, allow = replays.digest_bounds(ref, tol.atol, tol.rtol, projection, ratio, cap, iteration)
         why = replays.digest_mismatch(got, values, allow, name, ratio)
         if why and ref.is_floating_point():
             hi = exact()[j].to(torch.float64)
-            hi_values, hi_allow = replays.digest_bounds(hi, tol.atol, tol.rtol, projection, ratio, cap)
+            hi_values, hi_allow = replays.digest_bounds(hi, tol.atol, tol.rtol, projection, ratio, cap, iteration)
             if replays.digest_mismatch(got, hi_values, hi_allow, name, ratio) is None:
                 why, values, allow = None, hi_values, hi_allow
         if why:
             return why
+        if tally is not None:
+            tally.add(j, replays.compare_samples(got, values, allow).misses, iteration)
     return None

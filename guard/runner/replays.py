@@ -7,7 +7,8 @@ Between two timed calls, outside the timed span, the guard
   buffers) with new random values, never a fixed poison;
 - takes a digest of what the call returned: per output, its sum, L1 and L2 norms and its
   projection on random signs drawn from the run's seed, all accumulated in float64, and the
-  values of ``SAMPLES`` of its elements at positions drawn from the same seed.
+  values of ``SAMPLES`` of its elements at positions drawn from the same seed anew for every
+  call.
 
 The trusted worker later makes the same inputs for a secret sample of replays, runs the
 reference and checks each digest against the reference's within the problem's tolerance
@@ -36,7 +37,7 @@ from .compare import OUTLIER_FACTOR
 from .inputs import sub_seed
 
 # a digest's layout (the messages carry it): its fields, then the values of SAMPLES elements
-# at positions drawn from the seed (``Projection.positions``)
+# at positions drawn from the seed for each call (``Projection.positions``)
 from .messages import DIGEST_FIELDS, DIGEST_WIDTH
 from .messages import DIGEST_SAMPLES as SAMPLES
 
@@ -51,13 +52,16 @@ PROJECTION_SIGMAS = 6.0
 class Projection:
     """Random signs (+1/-1) from a seed, the same in every worker given the seed: drawn on the
     CPU with torch's generator, then moved, and kept per device, in float64 (a dot product in
-    float64 of each chunk, converted, with the signs)."""
+    float64 of each chunk, converted, with the signs). With them, the positions of each call's
+    sampled elements: ``calls`` sets of them per output size, one per call of a loop."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, calls: int = 1):
         self.seed = seed
+        self.calls = max(1, calls)
         self._signs = self._draw(seed)
         self._cache: dict[str, torch.Tensor] = {}
-        self._positions: dict[tuple[str, int], torch.Tensor] = {}
+        self._tables: dict[tuple[str, int], torch.Tensor] = {}
+        self._rows: dict[tuple[str, int, int], torch.Tensor] = {}
 
     @staticmethod
     def _draw(seed: int) -> torch.Tensor:
@@ -73,16 +77,36 @@ class Projection:
             self._cache[key] = torch.stack([torch.ones_like(signs), signs])
         return self._cache[key]
 
-    def positions(self, n: int, device: torch.device) -> torch.Tensor:
-        """``SAMPLES`` element positions (with repeats) of a flat output of ``n`` elements, the
-        same in every worker given the seed; drawn on the CPU, then moved, and kept per device
-        and size: a digest captured in a graph must find them made (``DigestTable``)."""
+    def _row(self, n: int, call: int) -> torch.Tensor:
+        # each call's positions from a generator of its own, so that one call's can be drawn
+        # without the others' (the trusted worker draws only the calls it checks)
+        gen = torch.Generator(device="cpu").manual_seed(sub_seed(self.seed, "samples", n, call))
+        return torch.randint(0, max(n, 1), (SAMPLES,), generator=gen, dtype=torch.long)
+
+    def table(self, n: int, device: torch.device) -> torch.Tensor:
+        """The ``SAMPLES`` element positions (with repeats) of a flat output of ``n`` elements
+        for each of the ``calls`` calls, shape (calls, SAMPLES): drawn on the CPU, then moved,
+        and kept per device and size, so that a digest captured in a graph finds them made
+        (``DigestTable``) and a loop's digests move nothing after its first call. Drawn anew
+        for every call: an honest result whose few misses sit at fixed places misses at
+        different samples on different calls, so the calls' misses can be counted together
+        (``replay_check.SampleTally``)."""
         key = (str(device), n)
-        if key not in self._positions:
-            gen = torch.Generator(device="cpu").manual_seed(sub_seed(self.seed, "samples", n))
-            drawn = torch.randint(0, max(n, 1), (SAMPLES,), generator=gen, dtype=torch.long)
-            self._positions[key] = drawn.to(device)
-        return self._positions[key]
+        if key not in self._tables:
+            drawn = torch.stack([self._row(n, c) for c in range(self.calls)])
+            self._tables[key] = drawn.to(device)
+        return self._tables[key]
+
+    def positions(self, n: int, device: torch.device, call: int = 0) -> torch.Tensor:
+        """Call ``call``'s ``SAMPLES`` positions in a flat output of ``n`` elements, the same
+        in every worker given the seed; a call beyond ``calls`` has its own drawn alone."""
+        if call < self.calls:
+            row: torch.Tensor = self.table(n, device)[call]
+            return row
+        key = (str(device), n, call)
+        if key not in self._rows:
+            self._rows[key] = self._row(n, call).to(device)
+        return self._rows[key]
 
 
 def replay_seed(run_seed: int, iteration: int) -> int:
@@ -147,15 +171,20 @@ def _block(flat: torch.Tensor, r0: int, r1: int, period: int) -> torch.Tensor:
     return block
 
 
-def _digest_one(x: torch.Tensor, projection: Projection) -> torch.Tensor:
+def _digest_one(x: torch.Tensor, projection: Projection, call: int | torch.Tensor) -> torch.Tensor:
     """(sum, L1, L2, projection, then ``SAMPLES`` of its elements) of one tensor, in float64:
-    one gather and one concatenation beside the fields (``_fields``)."""
+    one gather and one concatenation beside the fields (``_fields``). ``call``: whose sampled
+    positions, a number or a one-element device tensor (a captured digest's row counter)."""
     flat = T.reshape(x, (-1,))
     n = T.numel(flat)
     if n == 0:
         zero: torch.Tensor = T.zeros(DIGEST_WIDTH, dtype=torch.float64, device=flat.device)
         return zero
-    samples = T.to(T.index_select(flat, 0, projection.positions(n, flat.device)), torch.float64)
+    if isinstance(call, int):
+        where = projection.positions(n, flat.device, call)
+    else:  # the call's row of the table, chosen on the device
+        where = T.reshape(T.index_select(projection.table(n, flat.device), 0, call), (-1,))
+    samples = T.to(T.index_select(flat, 0, where), torch.float64)
     row: torch.Tensor = T.cat([_fields(flat, n, projection), samples])
     return row
 
@@ -198,16 +227,16 @@ def _fields(flat: torch.Tensor, n: int, projection: Projection) -> torch.Tensor:
     return summed
 
 
-def digest(outputs: list[Any], projection: Projection) -> torch.Tensor:
+def digest(outputs: list[Any], projection: Projection, call: int | torch.Tensor = 0) -> torch.Tensor:
     """Per output: (sum, L1 norm, L2 norm, projection, sampled elements) in float64, as one
-    device tensor of shape (n_outputs, DIGEST_WIDTH). A non-tensor output digests as NaN (the
-    check then fails)."""
+    device tensor of shape (n_outputs, DIGEST_WIDTH), the elements at call ``call``'s
+    positions. A non-tensor output digests as NaN (the check then fails)."""
     rows = []
     for t in outputs:
         if T.type(t) is not T.tensor_type:
             rows.append(torch.full((DIGEST_WIDTH,), float("nan"), dtype=torch.float64))
             continue
-        rows.append(_digest_one(_as_real(t), projection))
+        rows.append(_digest_one(_as_real(t), projection, call))
     if not rows:
         return torch.zeros((0, DIGEST_WIDTH), dtype=torch.float64)
     if len(rows) == 1:  # a view, no launch
@@ -219,10 +248,12 @@ def digest(outputs: list[Any], projection: Projection) -> torch.Tensor:
 
 class DigestTable:
     """The digests of a loop's calls on the device, row ``i`` for call ``i``: after each call,
-    the digest of set ``k``'s output buffers (``static[k]``, the same tensors every call). On a
-    GPU each set's digest is one captured graph, so a call's digest costs one launch instead of
-    tens (the loop's own cost is what the outside clock's band and the timed loop's host time
-    grow with); ``graphs`` False computes it eagerly, as on the CPU."""
+    the digest of set ``k``'s output buffers (``static[k]``, the same tensors every call), its
+    sampled elements at call ``i``'s positions (the projection must draw as many calls as the
+    table has rows). On a GPU each set's digest is one captured graph, which picks the call's
+    positions by the row counter it keeps on the device, so a call's digest costs one launch
+    instead of tens (the loop's own cost is what the outside clock's band and the timed loop's
+    host time grow with); ``graphs`` False computes it eagerly, as on the CPU."""
 
     def __init__(
         self,
@@ -235,13 +266,17 @@ class DigestTable:
     ):
         device = torch.device(device)
         self.device, self.static, self.projection = device, static, projection
+        self.rows = max(1, rows)
+        if projection.calls < self.rows:
+            raise ValueError(
+                f"a table of {self.rows} digests needs positions for as many calls, not {projection.calls}"
+            )
         projection.weights(device)  # made before any capture, as the sampled positions
         for outs in static:
             for t in outs:
                 if t.numel():
-                    projection.positions(_as_real(t).numel(), device)
+                    projection.table(_as_real(t).numel(), device)
         n_out = len(static[0]) if static else 0
-        self.rows = max(1, rows)
         self.table = torch.zeros((self.rows, n_out, DIGEST_WIDTH), dtype=torch.float64, device=device)
         self.counter = torch.zeros(1, dtype=torch.long, device=device)
         self.graphs: list[Any] = []
@@ -249,7 +284,7 @@ class DigestTable:
             self._capture(pool)
 
     def _digest(self, k: int) -> None:
-        d = digest(self.static[k], self.projection)
+        d = digest(self.static[k], self.projection, self.counter)
         self.table.index_copy_(0, self.counter, d.unsqueeze(0))
         self.counter.add_(1)
 
@@ -300,6 +335,7 @@ def digest_bounds(
     projection: Projection,
     matched_ratio: float = 1.0,
     outlier_error: float | None = None,
+    call: int = 0,
 ) -> tuple[list[float], list[float]]:
     """The reference's digest and, for each of its entries, how far a candidate's may lie from
     it when every element satisfies ``|out - ref| <= atol + rtol * |ref|``: for the sum and the
@@ -309,7 +345,7 @@ def digest_bounds(
     allowance. The first three are necessary conditions of the element-wise check; the
     projection is what catches a result made for other inputs, whose norms are much the same;
     the samples catch a result that is off by more than the tolerance on many elements while
-    its sums stay close.
+    its sums stay close. ``call``: whose sampled positions (the call the digest was taken of).
 
     A tolerance that lets a share of the elements miss (``matched_ratio`` below 1, SOL-ExecBench's
     ``required_matched_ratio``) adds, for that many elements, ``outlier_error`` each (the most
@@ -318,7 +354,7 @@ def digest_bounds(
     ``digest_mismatch`` counts the misses."""
     x = _as_real(ref)
     n = x.numel()
-    values = digest([x], projection)[0].tolist()
+    values = digest([x], projection, call)[0].tolist()
     l1, l2 = values[1], values[2]
     allow_sum = n * atol + rtol * l1
     allow_l2 = math.sqrt(n) * atol + rtol * l2
@@ -406,9 +442,10 @@ def digest_mismatch(
     or None. Float64 rounding of the reductions themselves is allowed for. ``got`` comes from
     the candidate's process: a row without every entry is a mismatch (an empty row once
     matched everything, and a kernel that skipped every timed call was ACCEPTed). Sampled
-    elements that miss may only be as many as the ratio lets pass (``misses_allowed``), per
-    call: the positions are the same for every call of a run, so the calls' misses are not
-    new draws that could be counted together."""
+    elements that miss may only be as many as the ratio lets pass (``misses_allowed``): per
+    call here, and over all the calls checked together by ``replay_check.SampleTally``, whose
+    count is the sharper test (each call's positions are drawn anew, so its misses are new
+    draws)."""
     if len(got) != DIGEST_WIDTH or len(ref) != DIGEST_WIDTH or len(allow) != DIGEST_WIDTH:
         return f"output {name!r}: {len(got)} digest entries where there are {DIGEST_WIDTH}"
     for field, g, r, a in zip(DIGEST_FIELDS, got, ref, allow):

@@ -127,8 +127,8 @@ class Plan:
 # one input refill: (set index, seed index) -> None; negative seed indices are warm-up data
 Refill = Callable[[int, int], None]
 Scramble = Callable[[object, int], None]
-# one call's digest: (set index, outputs) -> a digest to keep, or None when kept elsewhere
-Digest = Callable[[int, object], object | None]
+# one call's digest: (set index, iteration, outputs) -> a digest to keep, or None when kept elsewhere
+Digest = Callable[[int, int, object], object | None]
 
 
 class Timer:
@@ -334,7 +334,7 @@ class Timer:
         """Time ``plan.iters`` calls, each on fresh inputs (``refill``), its reachable outputs
         overwritten with random values first (``scramble``; a graph's static outputs, or
         ``outputs_of(set)`` for destination-passing buffers) and its result digested after
-        (``digest(set, outputs)``, which may keep it itself and give None), all outside the
+        (``digest(set, iteration, outputs)``, which may keep it itself and give None), all outside the
         timed span. ``call`` None runs the loop without the call: the loop's own cost, for the
         outside clock. Returns (finish, digests): ``finish()`` gives the statistics, reading the
         profiler's records only then."""
@@ -362,7 +362,7 @@ class Timer:
                     T.graph_replay(g)
                 T.event_record(ends[it])
                 if digest is not None:
-                    kept = digest(it % plan.n_sets, out)
+                    kept = digest(it % plan.n_sets, it, out)
                     if kept is not None:
                         digests.append(kept)
             T.cuda_sync()
@@ -425,7 +425,7 @@ class Timer:
                 host_ms.append(host)
                 call_host_ms.append(in_call)
                 if digest is not None:  # without a call (the loop's own cost): the buffers given
-                    kept = digest(k, out if call is not None else outputs_of(k))
+                    kept = digest(k, it, out if call is not None else outputs_of(k))
                     if kept is not None:
                         digests.append(kept)
                 del out

@@ -453,6 +453,7 @@ class TrustedRole:
             # for KernelBench ReLU's 12 GiB call on the H200); a later window builds it again
             self._loop = None
         check: Callable[[int, list, replay_check.Exact], str | None]
+        tally = replay_check.SampleTally(len(msg.names))
         if msg.read is not None:  # a CPU loop: the outputs themselves, read by the guard
             if len(msg.read) != len(msg.iterations):
                 return m.Reply(ok=False, status="INTERNAL", message="read outputs do not match the calls chosen")
@@ -467,7 +468,9 @@ class TrustedRole:
 
             def check(iteration: int, refs: list, exact: replay_check.Exact) -> str | None:
                 row = [list(r) for r in digests[iteration]]
-                return replay_check.digests_mismatch(row, refs, msg.tolerances, msg.names, projection, exact)
+                return replay_check.digests_mismatch(
+                    row, refs, msg.tolerances, msg.names, projection, exact, iteration, tally
+                )
 
         for iteration, args in self._replayed_inputs(msg, maker, refiller):
             refs = self._reference_on(key, args)
@@ -481,6 +484,12 @@ class TrustedRole:
             del refs, args  # before the next call's inputs and reference are made: one call's worth held
             if not self.cuda:
                 trim_host_heap()
+        pooled = tally.mismatch(msg.tolerances, msg.names)
+        if pooled is not None:
+            iteration, why = pooled
+            return m.VerifyReply(
+                ok=True, passed=False, iteration=iteration, message=why, checked=msg.iterations.index(iteration)
+            )
         return m.VerifyReply(ok=True, passed=True, checked=len(msg.iterations))
 
     def _projection(self, seed: int) -> replays.Projection:

@@ -87,7 +87,7 @@ def test_outside_clock_loop_draws_fresh_inputs_in_graphs():
     _, b = loop()
     projection = replays.Projection(5)
     for it, args in b.inputs_at(5, [0, 1, 4, 5]):
-        values, allow = replays.digest_bounds(args[0] * 2, 1e-2, 1e-2, projection)
+        values, allow = replays.digest_bounds(args[0] * 2, 1e-2, 1e-2, projection, call=it)
         assert replays.digest_mismatch(table[it][0], values, allow, "y") is None, it
 
 
