@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import sandbox
 from ..paths import cache_dir
-from . import nvml, protocol, request_profile, spawner
+from . import nvml, protocol, request_profile, spawner, zygote
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class WorkerProcess:
             self.isolation = iso.mechanism if iso.available else "none"
         else:  # the trusted worker holds references, never candidate code: unconfined
             self.isolation = "none"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | zygote.ForkedWorker | None = None
         self.sock: socket.socket | None = None
         self.info: dict[str, Any] = {}
         self.started_at = 0.0
@@ -198,6 +198,19 @@ class WorkerProcess:
             pass_fds.append(info_w)
         logf = open(self.log_path, "ab")
         self.started_at = time.monotonic()
+        # a GPU's trusted worker starts from a new interpreter: the harness asks torch whether
+        # CUDA is there when it is imported, which initialises the driver, and a process forked
+        # after that cannot use the GPU (``zygote``)
+        forked = (
+            self._fork_trusted(cmd[5:], env, child_sock, logf)
+            if self.role == "trusted" and self.device == "cpu"
+            else None
+        )
+        if forked is not None:
+            logf.close()
+            child_sock.close()
+            self.proc, self.sock = forked, parent_sock
+            return self
         try:
             # forked from a thread that outlives this one: bwrap's --die-with-parent follows it
             self.proc = spawner.popen(
@@ -222,6 +235,19 @@ class WorkerProcess:
         if info_r is not None:
             self._sandbox_init = self._open_sandbox_init(info_r)
         return self
+
+    def _fork_trusted(
+        self, argv: list[str], env: dict[str, str], child_sock: socket.socket, logf: Any
+    ) -> zygote.ForkedWorker | None:
+        """A trusted worker forked from this process's zygote for its environment, which has
+        imported torch already (``zygote``); None where there is none (the caller starts the
+        worker from a new interpreter)."""
+        try:
+            z = zygote.for_env(env, self.workdir.parent)
+            return z.fork(argv, self.workdir, env, child_sock.fileno(), logf.fileno())
+        except zygote.ZygoteError as exc:
+            log.warning("trusted worker started without a zygote: %s", exc)
+            return None
 
     @staticmethod
     def _open_sandbox_init(info_r: int) -> int | None:

@@ -68,13 +68,14 @@ def _keep_orphans() -> None:
         pass
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """``argv``: the arguments, when a zygote forked this worker (``zygote_main``)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--fd", type=int, required=True)
     ap.add_argument("--role", choices=["candidate", "trusted"], required=True)
     ap.add_argument("--device", required=True)
     ap.add_argument("--memory-limit-gb", type=float)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     _die_with_parent(args.fd)
     if args.role == "candidate":
         _keep_orphans()

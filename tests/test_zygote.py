@@ -1,0 +1,106 @@
+"""Trusted workers on the CPU are forked from a zygote that imported torch once
+(``guard.runner.zygote``): they answer as a worker started from a new interpreter does, say
+how they ended, fall back to a new interpreter when there is no zygote, and leave nothing
+behind when the guard's process is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from guard.runner import zygote
+from guard.runner.process import PROJECT_ROOT, WorkerProcess
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_trusted_workers_are_forks_of_one_zygote_and_say_how_they_ended(tmp_path):
+    first = WorkerProcess("trusted", "cpu", tmp_path / "a", 8).start()
+    second = WorkerProcess("trusted", "cpu", tmp_path / "b", 8).start()
+    try:
+        assert isinstance(first.proc, zygote.ForkedWorker) and isinstance(second.proc, zygote.ForkedWorker)
+        a, b = first.wait_ready(60), second.wait_ready(60)
+        assert a["ready"] and b["ready"] and a["pid"] != b["pid"]
+        parents = {int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1]) for p in (a["pid"], b["pid"])}
+        assert len(parents) == 1 and parents != {os.getpid()}  # both children of the one zygote
+        # each in its own session: a kill of its group takes nothing else
+        assert os.getsid(a["pid"]) == a["pid"] and os.getsid(b["pid"]) == b["pid"]
+        # a request answers as in a worker started anew: its peak memory, the imports included
+        reply = first.request({"op": "memory"}, 30)
+        assert reply["ok"] and reply["peak_bytes"] > 0, reply
+    finally:
+        first.close()
+        second.kill()
+    assert first.returncode == 0
+    assert second.returncode == -signal.SIGKILL
+    assert not _alive(a["pid"]) and not _alive(b["pid"])
+
+
+def test_without_a_zygote_a_trusted_worker_starts_from_a_new_interpreter(tmp_path, monkeypatch):
+    def refuse(env, log_dir):
+        raise zygote.ZygoteError("no zygote here")
+
+    monkeypatch.setattr(zygote, "for_env", refuse)
+    w = WorkerProcess("trusted", "cpu", tmp_path / "t", 8).start()
+    try:
+        assert isinstance(w.proc, subprocess.Popen)
+        assert w.wait_ready(120)["ready"]
+    finally:
+        w.close()
+    assert w.returncode == 0
+
+
+def test_a_killed_guard_process_leaves_no_zygote_and_no_trusted_worker(tmp_path):
+    """The guard's process killed with SIGKILL: its zygote sees its socket close and exits, and
+    the trusted worker, whose socket to the guard closed too, kills itself."""
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from guard.runner.process import WorkerProcess
+        w = WorkerProcess("trusted", "cpu", Path({str(tmp_path / "t")!r}), 8).start()
+        info = w.wait_ready(120)
+        print(info["pid"], w.proc.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    guard = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        line = guard.stdout.readline() if guard.stdout else ""
+        assert line, "the guard process gave no worker pid"
+        worker = int(line.split()[0])
+        parent = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        assert parent != guard.pid and _alive(parent)  # the zygote
+    finally:
+        guard.kill()
+        guard.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (_alive(worker) or _alive(parent)):
+        time.sleep(0.1)
+    assert not _alive(worker), "the trusted worker outlived the guard's process"
+    assert not _alive(parent), "the zygote outlived the guard's process"
+
+
+def test_a_gpu_trusted_worker_is_never_forked(tmp_path, monkeypatch):
+    """A GPU's trusted worker starts from a new interpreter: the zygote's imports would have
+    initialised the driver, and its forks could not use the device. (Here it fails to find a
+    GPU once started; only how it was started is looked at.)"""
+    asked = []
+    monkeypatch.setattr(zygote, "for_env", lambda env, log_dir: asked.append(env))
+    w = WorkerProcess("trusted", "cuda", tmp_path / "g", None).start()
+    try:
+        assert isinstance(w.proc, subprocess.Popen) and asked == []
+    finally:
+        w.kill()
