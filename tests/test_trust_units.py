@@ -396,6 +396,37 @@ def test_misses_at_fixed_places_meet_new_samples_on_every_call(tmp_path):
     assert wrong["ok"] and wrong["passed"] is False and wrong["iteration"] == 0
 
 
+def test_the_count_over_the_calls_holds_a_kernel_to_the_float64_reference_too():
+    """As each call's check does, the count over the calls accuses only what the reference
+    evaluated in float64 rejects too: a kernel more accurate than a reference that rounds its
+    intermediates misses the rounded reference on 5% of the elements (about 3 of each call's 64
+    samples, 9 may miss; about 51 of 1024 over 16 calls, 34 may), and none of the exact one."""
+    from guard.runner import replay_check
+
+    gen = torch.Generator().manual_seed(4)
+    calls, n = 16, 4096
+    p = replays.Projection(3, calls=calls)
+    tol = [m.Tolerance(atol=1e-3, rtol=1e-3, required_matched_ratio=0.99)]
+    tally = replay_check.SampleTally(1)
+    seen = []
+    for it in range(calls):
+        hi = torch.randn(n, generator=gen, dtype=torch.float64)
+        rounded = hi.clone()  # 3x the allowance off, on every 20th element, signs alternating
+        off = 3 * (1e-3 + 1e-3 * hi[::20].abs())
+        off[1::2] *= -1
+        rounded[::20] += off
+        out = hi.to(torch.float32)
+        values, allow = replays.digest_bounds(rounded.to(torch.float32), 1e-3, 1e-3, p, 0.99, call=it)
+        row = [replays.digest([out], p, it)[0].tolist()]
+        assert replays.digest_mismatch(row[0], values, allow, "y", 0.99) is None  # each call alone passes
+        tally.add(0, replays.compare_samples(row[0], values, allow).misses, it)
+        seen.append((row, hi))
+    assert tally.mismatch(tol, ["y"]) is not None  # held to the rounded reference alone: accused
+    for it, (row, hi) in enumerate(seen):
+        replay_check.lower_by_exact(tally, row, [hi], tol, p, it)
+    assert tally.mismatch(tol, ["y"]) is None
+
+
 def test_digest_of_a_non_tensor_fails():
     p = replays.Projection(1)
     d = replays.digest([3.0], p)

@@ -25,6 +25,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def test_trusted_workers_are_forks_of_one_zygote_and_say_how_they_ended(tmp_path):
     first = WorkerProcess("trusted", "cpu", tmp_path / "a", 8).start()
     second = WorkerProcess("trusted", "cpu", tmp_path / "b", 8).start()
@@ -32,7 +36,7 @@ def test_trusted_workers_are_forks_of_one_zygote_and_say_how_they_ended(tmp_path
         assert isinstance(first.proc, zygote.ForkedWorker) and isinstance(second.proc, zygote.ForkedWorker)
         a, b = first.wait_ready(60), second.wait_ready(60)
         assert a["ready"] and b["ready"] and a["pid"] != b["pid"]
-        parents = {int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1]) for p in (a["pid"], b["pid"])}
+        parents = {_parent(p) for p in (a["pid"], b["pid"])}
         assert len(parents) == 1 and parents != {os.getpid()}  # both children of the one zygote
         # each in its own session: a kill of its group takes nothing else
         assert os.getsid(a["pid"]) == a["pid"] and os.getsid(b["pid"]) == b["pid"]
@@ -47,11 +51,30 @@ def test_trusted_workers_are_forks_of_one_zygote_and_say_how_they_ended(tmp_path
     assert not _alive(a["pid"]) and not _alive(b["pid"])
 
 
+def test_a_zygote_that_dies_takes_its_workers_and_the_next_start_gets_a_new_one(tmp_path):
+    w = WorkerProcess("trusted", "cpu", tmp_path / "a", 8).start()
+    pid = w.wait_ready(60)["pid"]
+    old = _parent(pid)
+    os.kill(old, signal.SIGKILL)
+    try:
+        assert w.proc is not None and w.proc.wait(30) == -signal.SIGKILL  # its status died with the zygote
+        assert not _alive(pid)
+        again = WorkerProcess("trusted", "cpu", tmp_path / "b", 8).start()
+        try:
+            assert isinstance(again.proc, zygote.ForkedWorker)
+            assert _parent(again.wait_ready(60)["pid"]) != old
+        finally:
+            again.close()
+        assert again.returncode == 0
+    finally:
+        w.kill()
+
+
 def test_without_a_zygote_a_trusted_worker_starts_from_a_new_interpreter(tmp_path, monkeypatch):
-    def refuse(env, log_dir):
+    def refuse(*args):
         raise zygote.ZygoteError("no zygote here")
 
-    monkeypatch.setattr(zygote, "for_env", refuse)
+    monkeypatch.setattr(zygote, "fork_worker", refuse)
     w = WorkerProcess("trusted", "cpu", tmp_path / "t", 8).start()
     try:
         assert isinstance(w.proc, subprocess.Popen)
@@ -81,7 +104,7 @@ def test_a_killed_guard_process_leaves_no_zygote_and_no_trusted_worker(tmp_path)
         line = guard.stdout.readline() if guard.stdout else ""
         assert line, "the guard process gave no worker pid"
         worker = int(line.split()[0])
-        parent = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        parent = _parent(worker)
         assert parent != guard.pid and _alive(parent)  # the zygote
     finally:
         guard.kill()
@@ -98,7 +121,7 @@ def test_a_gpu_trusted_worker_is_never_forked(tmp_path, monkeypatch):
     initialised the driver, and its forks could not use the device. (Here it fails to find a
     GPU once started; only how it was started is looked at.)"""
     asked = []
-    monkeypatch.setattr(zygote, "for_env", lambda env, log_dir: asked.append(env))
+    monkeypatch.setattr(zygote, "fork_worker", lambda *args: asked.append(args))
     w = WorkerProcess("trusted", "cuda", tmp_path / "g", None).start()
     try:
         assert isinstance(w.proc, subprocess.Popen) and asked == []

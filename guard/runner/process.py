@@ -162,21 +162,22 @@ class WorkerProcess:
         self._sandbox_init: int | None = None  # pidfd of the sandbox's init (PID 1 inside)
 
     # -- lifecycle ----------------------------------------------------------------
-    def start(self) -> "WorkerProcess":
-        parent_sock, child_sock = socket.socketpair()
-        cmd = [
-            sys.executable,
-            "-m",
-            "guard.runner.worker_main",
-            "--fd",
-            str(child_sock.fileno()),
-            "--role",
-            self.role,
-            "--device",
-            self.device,
-        ]
+    def _args(self) -> list[str]:
+        """``worker_main``'s arguments but ``--fd``."""
+        args = ["--role", self.role, "--device", self.device]
         if self.memory_limit_gb and self.device == "cpu":
-            cmd += ["--memory-limit-gb", str(self.memory_limit_gb)]
+            args += ["--memory-limit-gb", str(self.memory_limit_gb)]
+        return args
+
+    def start(self) -> "WorkerProcess":
+        self.started_at = time.monotonic()
+        # a GPU's trusted worker starts from a new interpreter: the harness asks torch whether
+        # CUDA is there when it is imported, which initialises the driver, and a process forked
+        # after that cannot use the GPU (``zygote``)
+        if self.role == "trusted" and self.device == "cpu" and self._start_forked():
+            return self
+        parent_sock, child_sock = socket.socketpair()
+        cmd = [sys.executable, "-m", "guard.runner.worker_main", "--fd", str(child_sock.fileno()), *self._args()]
         env = worker_env(self.device, self.env_extra)
         if self.role == "candidate":
             env.update(sandbox.scratch_env(self.workdir, env))
@@ -197,20 +198,6 @@ class WorkerProcess:
             cmd = sandbox.wrap(policy, cmd, env, info_fd=info_w)
             pass_fds.append(info_w)
         logf = open(self.log_path, "ab")
-        self.started_at = time.monotonic()
-        # a GPU's trusted worker starts from a new interpreter: the harness asks torch whether
-        # CUDA is there when it is imported, which initialises the driver, and a process forked
-        # after that cannot use the GPU (``zygote``)
-        forked = (
-            self._fork_trusted(cmd[5:], env, child_sock, logf)
-            if self.role == "trusted" and self.device == "cpu"
-            else None
-        )
-        if forked is not None:
-            logf.close()
-            child_sock.close()
-            self.proc, self.sock = forked, parent_sock
-            return self
         try:
             # forked from a thread that outlives this one: bwrap's --die-with-parent follows it
             self.proc = spawner.popen(
@@ -236,18 +223,26 @@ class WorkerProcess:
             self._sandbox_init = self._open_sandbox_init(info_r)
         return self
 
-    def _fork_trusted(
-        self, argv: list[str], env: dict[str, str], child_sock: socket.socket, logf: Any
-    ) -> zygote.ForkedWorker | None:
-        """A trusted worker forked from this process's zygote for its environment, which has
-        imported torch already (``zygote``); None where there is none (the caller starts the
-        worker from a new interpreter)."""
+    def _start_forked(self) -> bool:
+        """Start as a fork of this process's zygote for the worker's environment, which has
+        imported torch already (``zygote``); False where there is none (the caller starts the
+        worker from a new interpreter, on a socket of its own: a child the failed zygote may
+        have forked dies with it, and must not share the new worker's)."""
+        parent_sock, child_sock = socket.socketpair()
+        env = worker_env(self.device, self.env_extra)
         try:
-            z = zygote.for_env(env, self.workdir.parent)
-            return z.fork(argv, self.workdir, env, child_sock.fileno(), logf.fileno())
+            with open(self.log_path, "ab") as logf:
+                self.proc = zygote.fork_worker(
+                    env, self.workdir.parent, self._args(), self.workdir, child_sock.fileno(), logf.fileno()
+                )
         except zygote.ZygoteError as exc:
             log.warning("trusted worker started without a zygote: %s", exc)
-            return None
+            parent_sock.close()
+            return False
+        finally:
+            child_sock.close()
+        self.sock = parent_sock
+        return True
 
     @staticmethod
     def _open_sandbox_init(info_r: int) -> int | None:

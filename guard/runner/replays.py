@@ -293,11 +293,16 @@ class DigestTable:
         once so that its upload is not in a window."""
         side = torch.cuda.Stream(device=self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
+        # every warm-up digest and replay goes to row 0: a loop may have fewer rows than twice
+        # its sets (an eager loop that stopped early), and a row past the table, or a call past
+        # the positions drawn, is an index the device refuses with an assert
         with torch.cuda.stream(side):
             for k in range(len(self.static)):
+                self.reset()
                 self._digest(k)
         torch.cuda.current_stream(self.device).wait_stream(side)
         T.cuda_sync()
+        self.reset()
         pool = pool if pool is not None else torch.cuda.graph_pool_handle()
         for k in range(len(self.static)):
             g = torch.cuda.CUDAGraph()
@@ -305,6 +310,7 @@ class DigestTable:
                 self._digest(k)
             self.graphs.append(g)
         for g in self.graphs:
+            self.reset()
             T.graph_replay(g)
         T.cuda_sync()
         self.reset()

@@ -66,8 +66,7 @@ class ForkedWorker:
             os.close(fd)
 
     def _ended(self, timeout: float) -> bool:
-        ready, _, _ = select.select([self._pidfd], [], [], max(0.0, timeout))
-        return bool(ready)
+        return _readable(self._pidfd, timeout)
 
     def poll(self) -> int | None:
         if self.returncode is None and self._ended(0):
@@ -89,21 +88,32 @@ class ForkedWorker:
             try:
                 code = self._zygote.reap(self.pid)
             except ZygoteError as exc:  # the zygote is gone, and with it the exit status
-                log.warning("exit status of worker %s unknown: %s", self.pid, exc)
+                log.warning("exit status of worker %s unknown (taken as killed): %s", self.pid, exc)
                 code = None
             self.returncode = code if code is not None else -9
 
 
+def _readable(fd: int, timeout: float) -> bool:
+    poller = select.poll()  # not select.select: a descriptor may be numbered past 1024
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, timeout) * 1000))
+
+
 class Zygote:
-    """One zygote process for one worker environment."""
+    """One zygote process for one worker environment. Any failure to talk to it (no answer
+    in time, an answer out of turn, a closed socket) ends it: its children end with it (their
+    watchdog sees their parent change), so none is left holding a socket that the guard then
+    gives to a worker started another way."""
 
     def __init__(self, env: dict[str, str], log_path: Path):
         self.env = dict(env)
+        self.broken: str | None = None
         self._lock = threading.Lock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock = ours
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as logf:
-            try:
+        try:
+            with open(log_path, "ab") as logf:
                 self.proc = spawner.popen(
                     [sys.executable, "-m", "guard.runner.zygote_main", "--fd", str(theirs.fileno())],
                     env=self.env,
@@ -113,20 +123,26 @@ class Zygote:
                     pass_fds=[theirs.fileno()],
                     start_new_session=True,
                 )
-            finally:
-                theirs.close()
-        self.sock = ours
-        if self._reply(START_TIMEOUT_S).get("ready") is not True:
-            self.close()
+        except OSError as exc:
+            ours.close()
+            raise ZygoteError(f"the zygote could not start: {exc}") from None
+        finally:
+            theirs.close()
+        try:
+            ready = self._reply(START_TIMEOUT_S).get("ready") is True
+        except ZygoteError as exc:
+            self._end(str(exc))
+            raise
+        if not ready:
+            self._end("it did not say ready")
             raise ZygoteError(f"the zygote did not start (log: {log_path})")
 
     @property
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.broken is None and self.proc.poll() is None
 
     def _reply(self, timeout: float) -> dict[str, Any]:
-        ready, _, _ = select.select([self.sock], [], [], timeout)
-        if not ready:
+        if not _readable(self.sock.fileno(), timeout):
             raise ZygoteError(f"no answer from the zygote within {timeout:.0f} s")
         data = self.sock.recv(MAX_REPLY)
         if not data:
@@ -134,47 +150,67 @@ class Zygote:
         reply: dict[str, Any] = json.loads(data)
         return reply
 
-    def _ask(self, request: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+    def _ask(self, request: dict[str, Any], fds: list[int], expect: str) -> Any:
         with self._lock:
+            if self.broken is not None:
+                raise ZygoteError(f"the zygote was ended: {self.broken}")
             try:
                 socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
-                return self._reply(REPLY_TIMEOUT_S)
-            except (OSError, ValueError) as exc:
-                raise ZygoteError(f"{type(exc).__name__}: {exc}") from None
+                reply = self._reply(REPLY_TIMEOUT_S)
+                if expect not in reply:
+                    raise ZygoteError(f"{request['op']} answered out of turn: {reply}")
+                return reply[expect]
+            except (OSError, ValueError, ZygoteError) as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                self._end(why)
+                raise ZygoteError(why) from None
 
     def fork(self, argv: list[str], cwd: Path, env: dict[str, str], worker_fd: int, log_fd: int) -> ForkedWorker:
         """A worker forked with ``argv`` (``worker_main``'s arguments but ``--fd``), its socket
         ``worker_fd`` and its log file ``log_fd``, in its own session."""
-        reply = self._ask({"op": "fork", "argv": argv, "cwd": str(cwd), "env": env}, [worker_fd, log_fd])
-        if "pid" not in reply:
-            raise ZygoteError(f"fork refused: {reply}")
-        return ForkedWorker(int(reply["pid"]), self)
+        request = {"op": "fork", "argv": argv, "cwd": str(cwd), "env": env}
+        pid = int(self._ask(request, [worker_fd, log_fd], "pid"))
+        try:
+            return ForkedWorker(pid, self)
+        except OSError as exc:  # no pidfd: the child cannot be watched, so it must not live
+            self._end(f"no pidfd for worker {pid}: {exc}")
+            raise ZygoteError(f"no pidfd for worker {pid}: {exc}") from None
 
     def reap(self, pid: int) -> int | None:
-        code = self._ask({"op": "reap", "pid": pid}, [])["returncode"]
+        code = self._ask({"op": "reap", "pid": pid}, [], "returncode")
         return None if code is None else int(code)
 
-    def close(self) -> None:
+    def _end(self, why: str) -> None:
+        self.broken = self.broken or why
         self.sock.close()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait()
+        self.proc.wait()
 
 
 _zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}
+_failed: dict[tuple[tuple[str, str], ...], str] = {}
 _registry_lock = threading.Lock()
 
 
-def for_env(env: dict[str, str], log_dir: Path) -> Zygote:
-    """This process's zygote for ``env``, started on first use (and again if it died)."""
+def fork_worker(
+    env: dict[str, str], log_dir: Path, argv: list[str], cwd: Path, worker_fd: int, log_fd: int
+) -> ForkedWorker:
+    """A worker forked from this process's zygote for ``env`` (started on first use, and again
+    if it ended); ``ZygoteError`` where there is none. A zygote that failed to start is not
+    tried again in this process: every trusted worker would wait for it first."""
     key = tuple(sorted(env.items()))
     with _registry_lock:
+        if key in _failed:
+            raise ZygoteError(f"no zygote in this process: {_failed[key]}")
         z = _zygotes.get(key)
         if z is None or not z.alive:
             t0 = time.monotonic()
-            z = Zygote(env, log_dir / f"zygote-{os.getpid()}-{len(_zygotes)}.log")
+            try:
+                z = Zygote(env, log_dir / f"zygote-{os.getpid()}-{len(_zygotes)}.log")
+            except ZygoteError as exc:
+                _failed[key] = str(exc)
+                raise
             log.debug("zygote started in %.2f s", time.monotonic() - t0)
             _zygotes[key] = z
-        return z
+    return z.fork(argv, cwd, env, worker_fd, log_fd)

@@ -38,6 +38,7 @@ def _child(request: dict[str, Any], worker_fd: int, log_fd: int, control: socket
         os.dup2(log_fd, 2)
         os.close(log_fd)
         os.chdir(request["cwd"])
+        sys.path[0] = request["cwd"]  # as ``python -m`` in the worker's folder has it
         os.environ.clear()
         os.environ.update(request["env"])
         from . import worker_main
