@@ -233,7 +233,7 @@ class WorkerProcess:
         try:
             with open(self.log_path, "ab") as logf:
                 self.proc = zygote.fork_worker(
-                    env, self.workdir.parent, self._args(), self.workdir, child_sock.fileno(), logf.fileno()
+                    env, self.log_path, self._args(), self.workdir, child_sock.fileno(), logf.fileno()
                 )
         except zygote.ZygoteError as exc:
             log.warning("trusted worker started without a zygote: %s", exc)

@@ -194,11 +194,13 @@ _registry_lock = threading.Lock()
 
 
 def fork_worker(
-    env: dict[str, str], log_dir: Path, argv: list[str], cwd: Path, worker_fd: int, log_fd: int
+    env: dict[str, str], log_path: Path, argv: list[str], cwd: Path, worker_fd: int, log_fd: int
 ) -> ForkedWorker:
     """A worker forked from this process's zygote for ``env`` (started on first use, and again
     if it ended); ``ZygoteError`` where there is none. A zygote that failed to start is not
-    tried again in this process: every trusted worker would wait for it first."""
+    tried again in this process: every trusted worker would wait for it first. A zygote
+    writes to the log of the worker it was started for (its import errors show there, and it
+    leaves no file of its own: the folder goes with that worker)."""
     key = tuple(sorted(env.items()))
     with _registry_lock:
         if key in _failed:
@@ -207,7 +209,7 @@ def fork_worker(
         if z is None or not z.alive:
             t0 = time.monotonic()
             try:
-                z = Zygote(env, log_dir / f"zygote-{os.getpid()}-{len(_zygotes)}.log")
+                z = Zygote(env, log_path)
             except ZygoteError as exc:
                 _failed[key] = str(exc)
                 raise
