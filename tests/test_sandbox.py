@@ -106,6 +106,61 @@ def test_workspace_and_secret_are_out_of_sight(tmp_path, needs_bwrap):
     assert "secret.key" not in got["tmp"]  # only the sandbox's own folders appear there
 
 
+UNDO_MOUNTS = """
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    MS_RDONLY, MS_REMOUNT, MS_BIND = 1, 32, 4096
+    def call(fn, *args):
+        if fn(*args) != 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    def undo(ws, shown):
+        return {
+            "umount_mask": attempt(call, libc.umount2, ws.encode(), 2),
+            "remount_rw": attempt(call, libc.mount, None, shown.encode(), None, MS_REMOUNT | MS_BIND, None),
+            "secret": attempt(lambda: open(ws + "/secret.key").read()),
+            "write": attempt(lambda: open(shown + "/planted.txt", "w").write("x")),
+        }
+    def nested(ws, shown):
+        # a user namespace of its own gives back every capability, over mounts the kernel locks
+        uid, gid = os.getuid(), os.getgid()
+        call(libc.unshare, 0x10000000 | 0x00020000)  # CLONE_NEWUSER | CLONE_NEWNS
+        open("/proc/self/setgroups", "w").write("deny")
+        open("/proc/self/uid_map", "w").write(f"{uid} {uid} 1")
+        open("/proc/self/gid_map", "w").write(f"{gid} {gid} 1")
+        return undo(ws, shown)
+    caps = [ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("CapEff")][0]
+    """
+
+
+def test_a_sandboxed_process_cannot_undo_its_mounts(tmp_path, needs_bwrap):
+    # Run by root (as CI is), bwrap used to leave the sandbox every capability: unmounting the
+    # mask over the workspace showed the secret, and remounting a read-only bind writable let
+    # it write the host's files. Tried as the sandbox is, then from a user namespace of its own.
+    shown = tmp_path / "shown"
+    shown.mkdir()
+    ws = fake_workspace(shown)
+    got = run_sandboxed(
+        tmp_path / "scratch",
+        UNDO_MOUNTS
+        + f"""
+    out = {{"caps": caps, "as_is": undo({str(ws)!r}, {str(shown)!r})}}
+    out["nested"] = attempt(lambda: json.dumps(nested({str(ws)!r}, {str(shown)!r})))
+    print(json.dumps(out))
+    """,
+        protect=[ws],
+        readonly=[shown],
+    )
+    assert int(got["caps"], 16) == 0, got
+    attempts = [got["as_is"]]
+    if not got["nested"].startswith("denied"):  # no nested user namespace here: nothing to try
+        attempts.append(json.loads(got["nested"]))
+    for tried in attempts:
+        assert all(v.startswith("denied") for v in tried.values()), got
+    assert "ab" * 32 not in json.dumps(got)
+    assert not (shown / "planted.txt").exists()
+    assert (ws / "workspace.db").read_text() == "records"
+
+
 def test_policy_masks_and_leaves_out_protected_paths(tmp_path):
     shown = tmp_path / "shown"
     ws = fake_workspace(shown)

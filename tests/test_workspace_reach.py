@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sqlite3
+import uuid
 
 import pytest
 
 from guard.candidates.load import from_source
 
-from helpers import CHEATS, RMS, SOL_EXAMPLES, cheat_source, expectation, honest_source, make_guard, unique
+from helpers import CHEATS, REPO, RMS, SOL_EXAMPLES, cheat_source, expectation, honest_source, make_guard, unique
 
 WORKSPACE_CHEATS = sorted(CHEATS.glob("workspace_*.py"))
 SOFTMAX = "softmax_h4096"
@@ -37,8 +39,18 @@ TABLES = {
 
 
 @pytest.fixture(scope="module")
-def reach_guard(session_tmp):
-    g = make_guard(session_tmp / "ws-reach", static_screen=False, call_timeout_s=10)
+def reach_guard():
+    # In the project's folder, as the demo's workspace is: the sandbox shows the project
+    # read-only, so the workspace is there behind a mask that a cheat may try to take away.
+    root = REPO / f".kernelarc-reach-{uuid.uuid4().hex[:8]}"
+    try:
+        yield from _reach_guard(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _reach_guard(root):
+    g = make_guard(root, static_screen=False, call_timeout_s=10)
     g.store.import_path(SOL_EXAMPLES / SOFTMAX)  # an imported problem: it lives in the workspace
     for problem, source in ((RMS, honest_source()), (SOFTMAX, unique(HONEST_SOFTMAX))):
         for _ in range(3):  # a measured result is needed; a loaded machine can upset one timing

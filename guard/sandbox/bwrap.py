@@ -2,7 +2,7 @@
 
 Every namespace is new (mount, PID, network, IPC, UTS, cgroup, and user where the kernel
 allows it); the root is an empty tmpfs with only the policy's paths bound into it; the
-environment is exactly ``env``. ``--die-with-parent`` ties the sandbox's init (PID 1 of its
+environment is exactly ``env``; no capability is left, whoever runs it. ``--die-with-parent`` ties the sandbox's init (PID 1 of its
 namespace) to bwrap, and the kernel kills every process of a PID namespace when its init
 dies, so killing bwrap's process group leaves nothing behind.
 """
@@ -53,6 +53,13 @@ def wrap(
         "--unshare-all",  # user (where allowed), ipc, pid, net, uts, cgroup (where allowed)
         "--die-with-parent",
         "--new-session",  # no TIOCSTI into the guard's terminal
+        # Run by root, bwrap leaves the sandbox every capability in its user namespace, and a
+        # candidate with CAP_SYS_ADMIN there could unmount the masks over the workspace and
+        # remount a read-only bind writable (red team, session 32). Without them the mounts
+        # are fixed; a nested user namespace gets its capabilities back only over mounts the
+        # kernel then locks. For any other user there are none to drop.
+        "--cap-drop",
+        "ALL",
         "--hostname",
         policy.hostname,
         "--clearenv",
