@@ -114,3 +114,17 @@ def guard_runtime_only(session_tmp):
     g.store.import_path(SOL_EXAMPLES / "softmax_h4096")
     yield g
     g.close()
+
+
+@pytest.fixture
+def needs_bwrap():
+    """The OS sandbox's probe result; skips where bwrap cannot run here, except under CI, where
+    the sandbox must work and the test fails instead."""
+    from guard import sandbox
+
+    iso = sandbox.probe()
+    if not iso.available:
+        if os.environ.get("CI"):
+            pytest.fail(f"the sandbox must work in CI: {iso.line()}")
+        pytest.skip(iso.line())
+    return iso

@@ -45,14 +45,18 @@ __all__ = [
     "cheat_files",
     "cheat_source",
     "expectation",
+    "fake_workspace",
     "fast_config",
     "fast_workspace",
     "free_port",
     "honest_source",
+    "host_pids_with",
     "hung_call_s",
     "kernelarc",
     "make_guard",
     "make_service",
+    "prepare_candidate",
+    "rms_definition_and_workload",
     "speed_of_light_out_of_reach",
     "submit_cheat",
     "token",
@@ -216,3 +220,53 @@ class StdioServer:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+# -- the OS sandbox's tests (test_sandbox.py, test_cells.py) --------------------------------------
+def fake_workspace(parent: Path) -> Path:
+    """A folder shaped like a workspace (secret, database, a problem folder) in ``parent``."""
+    ws = parent / "ws"
+    (ws / "problems" / "p").mkdir(parents=True)
+    (ws / "secret.key").write_text("ab" * 32)
+    (ws / "workspace.db").write_text("records")
+    (ws / "problems" / "p" / "definition.json").write_text("{}")
+    return ws
+
+
+def host_pids_with(marker: str) -> list[int]:
+    """Processes of this machine whose command line holds ``marker``."""
+    found = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{p}/cmdline").read_bytes():
+                    found.append(int(p))
+            except OSError:
+                pass
+    return found
+
+
+def rms_definition_and_workload():
+    """The RMSNorm seed problem, its definition and its first visible CPU workload."""
+    from guard.problems.derive import workload_set
+    from guard.problems.store import ProblemStore
+
+    problem = ProblemStore(Path("/nonexistent-kernelarc-problems")).get(RMS)
+    w = workload_set(problem, "cpu", b"\0" * 32).visible[0]
+    d = problem.definition
+    return problem, d, w
+
+
+def prepare_candidate(worker, source: str, build_cache: Path) -> dict:
+    """Hand a candidate worker the RMSNorm seed problem, then ``source`` as its kernel (which
+    its worker imports): the reply to ``prepare``."""
+    from guard.candidates.load import from_source
+    from guard.runner import messages as m
+
+    problem, d, _ = rms_definition_and_workload()
+    solution = from_source(source, "pytorch", "kernel.py").model_dump(mode="json", exclude_none=True)
+    blob_root = str(problem.root) if problem.root else None
+    ready = worker.request(m.Setup(definition=d.to_json(), blob_root=blob_root).model_dump(mode="json"), 60)
+    assert ready.get("ok"), ready
+    prepare = m.Prepare(solution=solution, language="pytorch", build_cache=str(build_cache))
+    return worker.request(prepare.model_dump(mode="json"), 60)

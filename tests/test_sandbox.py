@@ -24,19 +24,9 @@ from guard.builders.cuda_cpp import EXT_PREFIX, extension_digest, publish_build
 from guard.sandbox import isolation as isolation_mod
 from guard.sandbox.policy import PROJECT_ROOT, SandboxPolicy, gpu_device_nodes
 
-from helpers import RMS, honest_source
+from helpers import fake_workspace, honest_source, host_pids_with, prepare_candidate, rms_definition_and_workload
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def needs_bwrap():
-    iso = sandbox.probe()
-    if not iso.available:
-        if os.environ.get("CI"):
-            pytest.fail(f"the sandbox must work in CI: {iso.line()}")
-        pytest.skip(iso.line())
-    return iso
 
 
 def run_sandboxed(workdir: Path, code: str, **policy_args) -> dict:
@@ -50,15 +40,6 @@ def run_sandboxed(workdir: Path, code: str, **policy_args) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def fake_workspace(parent: Path) -> Path:
-    ws = parent / "ws"
-    (ws / "problems" / "p").mkdir(parents=True)
-    (ws / "secret.key").write_text("ab" * 32)
-    (ws / "workspace.db").write_text("records")
-    (ws / "problems" / "p" / "definition.json").write_text("{}")
-    return ws
 
 
 ATTEMPT = """
@@ -285,41 +266,6 @@ def test_no_network(tmp_path, needs_bwrap):
 
 
 # -- real workers -------------------------------------------------------------------------------
-def _host_pids_with(marker: str) -> list[int]:
-    found = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{p}/cmdline").read_bytes():
-                    found.append(int(p))
-            except OSError:
-                pass
-    return found
-
-
-def _definition_and_workload():
-    from guard.problems.derive import workload_set
-    from guard.problems.store import ProblemStore
-
-    problem = ProblemStore(Path("/nonexistent-kernelarc-problems")).get(RMS)
-    w = workload_set(problem, "cpu", b"\0" * 32).visible[0]
-    d = problem.definition
-    return problem, d, w
-
-
-def _prepare(worker, source: str, build_cache: Path) -> dict:
-    from guard.candidates.load import from_source
-    from guard.runner import messages as m
-
-    problem, d, _ = _definition_and_workload()
-    solution = from_source(source, "pytorch", "kernel.py").model_dump(mode="json", exclude_none=True)
-    blob_root = str(problem.root) if problem.root else None
-    ready = worker.request(m.Setup(definition=d.to_json(), blob_root=blob_root).model_dump(mode="json"), 60)
-    assert ready.get("ok"), ready
-    prepare = m.Prepare(solution=solution, language="pytorch", build_cache=str(build_cache))
-    return worker.request(prepare.model_dump(mode="json"), 60)
-
-
 def test_kill_leaves_no_grandchild(tmp_path, needs_bwrap):
     from guard.runner.process import WorkerProcess
 
@@ -338,14 +284,14 @@ def test_kill_leaves_no_grandchild(tmp_path, needs_bwrap):
     worker = WorkerProcess("candidate", "cpu", tmp_path / "cand").start()
     try:
         assert worker.isolation == "bubblewrap"
-        _prepare(worker, source, tmp_path / "cache")
+        prepare_candidate(worker, source, tmp_path / "cache")
         deadline = time.monotonic() + 10
-        while not _host_pids_with(marker) and time.monotonic() < deadline:
+        while not host_pids_with(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _host_pids_with(marker), "the candidate's grandchild did not start"
+        assert host_pids_with(marker), "the candidate's grandchild did not start"
     finally:
         worker.kill()
-    assert _host_pids_with(marker) == []
+    assert host_pids_with(marker) == []
 
 
 # Right on its first call on a round's inputs, a little off on the second: the determinism
@@ -372,9 +318,9 @@ def test_candidate_builds_and_runs_in_the_sandbox(tmp_path, needs_bwrap, kind):
     try:
         assert worker.isolation == "bubblewrap" and pool.isolation.available
         assert worker.outdir == worker.workdir / "out" and worker.outdir.is_dir()
-        reply = _prepare(worker, honest_source() if kind == "honest" else DRIFTING, tmp_path / "cache")
+        reply = prepare_candidate(worker, honest_source() if kind == "honest" else DRIFTING, tmp_path / "cache")
         assert reply.get("ok"), reply
-        _, d, w = _definition_and_workload()
+        _, d, w = rms_definition_and_workload()
         reply = worker.request(
             {
                 "op": "check",

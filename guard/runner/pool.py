@@ -13,8 +13,9 @@ import uuid
 from pathlib import Path
 
 from .. import sandbox
-from . import request_profile, spare_setup
-from .process import WorkerDied, WorkerProcess, WorkerTimeout
+from ..paths import cache_dir
+from . import cells, request_profile, spare_setup, zygote
+from .process import WorkerDied, WorkerProcess, WorkerTimeout, worker_env
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class WorkerPool:
         self.keep_spare = prestart and keep_spare
         self._trusted: WorkerProcess | None = None
         self._spare: WorkerProcess | None = None
+        self._cells: zygote.Zygote | None = None  # the candidates' zygote (``cells``), once started
+        self._cells_failed: str | None = None  # why it could not start: not tried again
         self._lock = threading.Lock()
 
     def _new(self, role: str, spare: bool = False) -> WorkerProcess:
@@ -67,7 +70,30 @@ class WorkerPool:
             expose=self.expose,
             isolation=self.isolation,
             build_cache=self.build_cache,
+            cells=self._candidate_zygote() if role == "candidate" else None,
         ).start()
+
+    def _candidate_zygote(self) -> zygote.Zygote | None:
+        """The zygote that forks this pool's candidate workers into their cells, started on
+        first use (and again if it ended); None where there is none (``cells.usable``), or it
+        failed to start: the workers then start from new interpreters. Called with the lock."""
+        if not cells.usable(self.device, self.isolation) or self._cells_failed is not None:
+            return None
+        if self._cells is None or not self._cells.alive:
+            try:
+                self._cells = cells.start(
+                    self.root,
+                    self.device,
+                    worker_env(self.device, self.env),
+                    self.protect,
+                    self.expose,
+                    self.build_cache or cache_dir() / "torch_extensions",
+                )
+            except zygote.ZygoteError as exc:
+                self._cells_failed = str(exc)
+                log.warning("candidate workers start without a zygote: %s", exc)
+                return None
+        return self._cells
 
     def trusted(self, timeout: float = 180.0) -> WorkerProcess:
         with self._lock:
@@ -162,3 +188,7 @@ class WorkerPool:
                 if w is not None:
                     self._discard(w)
             self._spare = self._trusted = None
+            if self._cells is not None:
+                self._cells.close()
+                self._cells = None
+                (self.root / cells.LOG_NAME).unlink(missing_ok=True)

