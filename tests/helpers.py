@@ -61,6 +61,7 @@ __all__ = [
     "submit_cheat",
     "token",
     "unique",
+    "WRITABLE_SCAN",
 ]
 
 DATA = REPO / "tests" / "data"
@@ -270,3 +271,41 @@ def prepare_candidate(worker, source: str, build_cache: Path) -> dict:
     assert ready.get("ok"), ready
     prepare = m.Prepare(solution=solution, language="pytorch", build_cache=str(build_cache))
     return worker.request(prepare.model_dump(mode="json"), 60)
+
+
+# Python source for a sandboxed process: ``writable_outside(own)``, the files it could write
+# outside ``own`` (its folders) and the harmless /dev nodes: procfs and sysfs knobs owned by
+# root above all (the sandbox's uid is the host's root when root runs the guard).
+WRITABLE_SCAN = """
+import os, stat
+HARMLESS = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts/ptmx"}
+def writable_outside(own):
+    found = []
+    def scan(top, depth):
+        try:
+            names = os.listdir(top)
+        except OSError:
+            return
+        for name in names:
+            path = os.path.join(top, name)
+            if top == "/proc" and (name.isdigit() or name in ("self", "thread-self")):
+                continue  # its own processes' files
+            if any(path == o or path.startswith(o + "/") for o in own):
+                continue
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if depth < 6:
+                    scan(path, depth + 1)
+            elif not stat.S_ISLNK(st.st_mode) and path not in HARMLESS:
+                try:
+                    read_only = os.statvfs(path).f_flag & os.ST_RDONLY
+                except OSError:
+                    continue
+                if not read_only and os.access(path, os.W_OK):
+                    found.append(path)
+    scan("/", 0)
+    return sorted(found)
+"""

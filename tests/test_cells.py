@@ -18,7 +18,7 @@ import pytest
 from guard.runner import cells, zygote
 from guard.runner.pool import WorkerPool
 
-from helpers import fake_workspace, host_pids_with, prepare_candidate
+from helpers import WRITABLE_SCAN, fake_workspace, host_pids_with, prepare_candidate
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,6 +50,7 @@ seen = {{
     "umount_pool": attempt(lambda: umount({root!r})),
     "tcp": attempt(connect),
     "own": attempt(lambda: open("own.txt", "w").write("mine")),
+    "writable": writable_outside([os.getcwd(), "/tmp", "/dev/shm"]),
 }}
 open("probe.json", "w").write(json.dumps(seen))
 import torch
@@ -76,7 +77,7 @@ def test_candidate_workers_are_forked_into_cells_of_their_own(tmp_path, pool):
             listener.bind(("127.0.0.1", 0))
             listener.listen(1)
             listener.settimeout(0.5)
-            source = PROBE.format(
+            source = WRITABLE_SCAN + PROBE.format(
                 port=listener.getsockname()[1],
                 root=str(pool.root),
                 other=str(second.workdir),
@@ -94,6 +95,7 @@ def test_candidate_workers_are_forked_into_cells_of_their_own(tmp_path, pool):
         assert not (second.workdir / "planted").exists()
         assert seen["ws"].startswith("denied") or seen["ws"] == [], seen
         assert seen["umount_pool"].startswith("denied") and seen["tcp"].startswith("denied"), seen
+        assert seen["writable"] == [], seen
         assert seen["own"] == "ok" and (first.workdir / "own.txt").read_text() == "mine"
     finally:
         pool.discard(first)

@@ -24,7 +24,14 @@ from guard.builders.cuda_cpp import EXT_PREFIX, extension_digest, publish_build
 from guard.sandbox import isolation as isolation_mod
 from guard.sandbox.policy import PROJECT_ROOT, SandboxPolicy, gpu_device_nodes
 
-from helpers import fake_workspace, honest_source, host_pids_with, prepare_candidate, rms_definition_and_workload
+from helpers import (
+    WRITABLE_SCAN,
+    fake_workspace,
+    honest_source,
+    host_pids_with,
+    prepare_candidate,
+    rms_definition_and_workload,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -218,6 +225,29 @@ def test_writes_only_in_its_own_folder(tmp_path, needs_bwrap):
     finally:
         for path in targets.values():
             path.unlink(missing_ok=True)
+
+
+def test_nothing_writable_but_its_own_folders(tmp_path, needs_bwrap):
+    # Run by root, the sandbox is the host's uid 0, whose sysctl writes the kernel allows with
+    # no capability: kernel.core_pattern set to a script in the worker's folder ran it as the
+    # host's root (red team, session 32). Each sysctl is written its own value back.
+    got = run_sandboxed(
+        tmp_path / "scratch",
+        WRITABLE_SCAN
+        + textwrap.dedent(f"""
+    def same(name):
+        path = "/proc/sys/" + name
+        value = open(path).read()
+        with open(path, "w") as f:
+            f.write(value)
+    print(json.dumps({{
+        "writable": writable_outside([{str(tmp_path / "scratch")!r}, "/tmp", "/dev/shm"]),
+        "sysctl": [attempt(same, n) for n in ("kernel/core_pattern", "kernel/randomize_va_space")],
+    }}))
+    """),
+    )
+    assert got["writable"] == [], got
+    assert all(r.startswith("denied") for r in got["sysctl"]), got
 
 
 # -- processes and network --------------------------------------------------------------------------

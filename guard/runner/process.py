@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -25,6 +24,7 @@ from typing import Any
 from .. import sandbox
 from ..paths import cache_dir
 from . import nvml, protocol, request_profile, spawner, zygote
+from .fds import readable
 
 log = logging.getLogger(__name__)
 
@@ -263,8 +263,7 @@ class WorkerProcess:
             data = b""
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                ready, _, _ = select.select([info_r], [], [], max(0.0, deadline - time.monotonic()))
-                if not ready:
+                if not readable(info_r, deadline - time.monotonic()):
                     break
                 chunk = os.read(info_r, 4096)
                 if not chunk:
@@ -338,9 +337,7 @@ class WorkerProcess:
                 signal.pidfd_send_signal(fd, signal.SIGKILL)
             except ProcessLookupError:
                 pass  # already gone
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            if not poller.poll(timeout * 1000):
+            if not readable(fd, timeout):
                 log.warning("the sandbox of worker %s outlived its kill", self.proc.pid if self.proc else "?")
         except OSError as exc:
             log.warning("waiting for the sandbox failed: %s", exc)

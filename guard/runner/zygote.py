@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from . import spawner
+from .fds import readable
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class ForkedWorker:
             os.close(fd)
 
     def _ended(self, timeout: float) -> bool:
-        return _readable(self._pidfd, timeout)
+        return readable(self._pidfd, timeout)
 
     def poll(self) -> int | None:
         if self.returncode is None and self._ended(0):
@@ -114,12 +114,6 @@ def host_pid(pidfd: int) -> int:
                 if pid > 0:
                     return pid
     raise OSError(f"pidfd {pidfd} names no process of this PID namespace")
-
-
-def _readable(fd: int, timeout: float) -> bool:
-    poller = select.poll()  # not select.select: a descriptor may be numbered past 1024
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(max(0.0, timeout) * 1000))
 
 
 class Zygote:
@@ -175,7 +169,7 @@ class Zygote:
 
     def _reply(self, timeout: float) -> tuple[dict[str, Any], list[int]]:
         """A reply and the descriptors that came with it (the caller's to close)."""
-        if not _readable(self.sock.fileno(), timeout):
+        if not readable(self.sock.fileno(), timeout):
             raise ZygoteError(f"no answer from the zygote within {timeout:.0f} s")
         data, fds, _, _ = socket.recv_fds(self.sock, MAX_REPLY, 2)
         try:

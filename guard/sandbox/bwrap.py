@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .policy import SandboxPolicy
+from .policy import PROC_READ_ONLY, SandboxPolicy
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,10 @@ def wrap(
         cmd += ["--setenv", key, value]
     # Base: a private /dev, /proc of the new PID namespace, private /tmp and /dev/shm.
     cmd += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    # bwrap covers /proc/sys only where access(W_OK) says the folder is writable, which procfs
+    # never says (``PROC_READ_ONLY``): read-only here, always
+    for name in PROC_READ_ONLY:
+        cmd += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
     for path in policy.readonly:  # parents first, so a child bind lands on top
         cmd += ["--ro-bind", str(path), str(path)]
     for target, link in policy.symlinks:

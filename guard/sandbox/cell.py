@@ -28,6 +28,8 @@ import ctypes
 import os
 from pathlib import Path
 
+from .policy import PROC_READ_ONLY
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
@@ -41,8 +43,6 @@ MNT_DETACH = 2
 
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
-# the files of /proc that bwrap shows read-only in its own sandbox: the same here
-PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")
 
 
 class CellError(OSError):
@@ -93,7 +93,7 @@ def enter_cell(cell: Path, cells_root: Path) -> None:
         os.close(fd)
     if covered:
         _mount(None, cells_root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    # a /proc of its own PID namespace, with what bwrap's shows read-only read-only here too
+    # a /proc of its own PID namespace, with the same entries read-only as bwrap's
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for name in PROC_READ_ONLY:
         path = Path("/proc") / name

@@ -33,7 +33,14 @@ SYSFS = "/sys"
 GPU_DEVICE_GLOB = "/dev/nvidia*"  # nvidia0..N, nvidiactl, nvidia-uvm(-tools), nvidia-caps/
 GPU_NODE = re.compile(r"/dev/nvidia(\d+)$")  # one GPU's node; the others are shared control nodes
 CUDA_GLOBS = ("/usr/local/cuda*", "/usr/local/nvidia", "/opt/nvidia", "/opt/cuda*")
-WORKSPACE_DIRNAME = ".kernelarc"  # guard.workspace.DEFAULT_WORKSPACE (no import: keep this light)
+WORKSPACE_DIRNAME = ".kernelarc"
+# Entries of a sandbox's /proc shown read-only. The sandbox's uid is the guard's, so run by
+# root it is the host's uid 0, which the kernel lets write sysctls with no capability at all
+# (kernel.core_pattern set to a script in the worker's folder ran it as the host's root: red
+# team, session 32); the rest are host-wide knobs whose files root owns. Those this kernel has.
+PROC_READ_ONLY = tuple(
+    name for name in ("sys", "sysrq-trigger", "irq", "bus", "mtrr", "pressure") if os.path.exists(f"/proc/{name}")
+)  # guard.workspace.DEFAULT_WORKSPACE (no import: keep this light)
 
 
 @dataclass(frozen=True)
