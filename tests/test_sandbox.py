@@ -489,3 +489,25 @@ def test_a_worker_started_by_a_thread_that_ends_lives_on(tmp_path):
         if "worker" in taken:
             pool.discard(taken["worker"])
         pool.close()
+
+
+def test_the_guard_reads_a_workers_files_only_as_plain_files(tmp_path):
+    """What the guard reads in a worker's folder (a profile's report) is read as a plain file
+    only: a link to a secret, a FIFO (an ``open`` that never returns) or a file too large is
+    refused (red team, session 32)."""
+    from guard.runner import worker_files
+
+    folder = tmp_path / "w"
+    folder.mkdir()
+    (folder / "plain").write_bytes(b"report")
+    assert worker_files.read_plain(folder, "plain", 100) == b"report"
+    secret = tmp_path / "secret.key"
+    secret.write_text("ab" * 32)
+    (folder / "link").symlink_to(secret)
+    os.mkfifo(folder / "fifo")
+    (folder / "large").write_bytes(b"x" * 101)
+    for name in ("link", "fifo", "large", "missing"):
+        with pytest.raises(worker_files.NotAPlainFile):
+            worker_files.read_plain(folder, name, 100)
+    with pytest.raises(ValueError):
+        worker_files.read_plain(folder, "../secret.key", 100)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import sandbox
 from ..paths import cache_dir
-from . import cells, request_profile, spare_setup, zygote
+from . import cells, request_profile, spare_setup, worker_files, zygote
 from .process import WorkerDied, WorkerProcess, WorkerTimeout, worker_env
 
 log = logging.getLogger(__name__)
@@ -173,9 +173,13 @@ class WorkerPool:
         keep = os.environ.get(request_profile.ENV)
         if keep:
             worker.close(grace=10.0)  # a profiled worker writes its report as it exits
-            if (worker.workdir / request_profile.FILE_NAME).exists():
+            try:  # the worker's folder is its own to write: the report is read as a plain file only
+                report = worker_files.read_plain(worker.workdir, request_profile.FILE_NAME, 1 << 24)
+            except OSError as exc:
+                log.warning("no profile of worker %s: %s", worker.workdir.name, exc)
+            else:
                 Path(keep).mkdir(parents=True, exist_ok=True)
-                shutil.copy(worker.workdir / request_profile.FILE_NAME, Path(keep) / f"{worker.workdir.name}.txt")
+                (Path(keep) / f"{worker.workdir.name}.txt").write_bytes(report)
         else:
             # nothing of a discarded worker is wanted: asked to exit, it spent about 0.5 s in
             # torch's teardown, which every verdict waited for

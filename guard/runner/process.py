@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import sandbox
 from ..paths import cache_dir
-from . import nvml, protocol, request_profile, spawner, zygote
+from . import nvml, protocol, request_profile, spawner, worker_files, zygote
 from .fds import readable
 
 log = logging.getLogger(__name__)
@@ -164,6 +164,21 @@ class WorkerProcess:
         self.op_seconds: dict[str, float] = {}
         self._outstanding: tuple[str, float] | None = None  # (op, when sent) of the request awaiting its reply
         self._sandbox_init: int | None = None  # pidfd of the sandbox's init (PID 1 inside)
+        # The log, opened by the guard before the worker exists and read back through this
+        # descriptor only: the path lies in the worker's folder, where a candidate may replace
+        # the file by a link to the workspace's secret or by a FIFO (red team, session 32).
+        self._log_fd: int | None = None
+
+    def __del__(self) -> None:
+        fd, self._log_fd = getattr(self, "_log_fd", None), None
+        if fd is not None:
+            os.close(fd)
+
+    def _log(self) -> int:
+        if self._log_fd is None:
+            flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+            self._log_fd = os.open(self.log_path, flags, 0o644)
+        return self._log_fd
 
     # -- lifecycle ----------------------------------------------------------------
     def _args(self) -> list[str]:
@@ -203,7 +218,7 @@ class WorkerProcess:
             info_r, info_w = os.pipe()
             cmd = sandbox.wrap(policy, cmd, env, info_fd=info_w)
             pass_fds.append(info_w)
-        logf = open(self.log_path, "ab")
+        logf = self._log()
         try:
             # forked from a thread that outlives this one: bwrap's --die-with-parent follows it
             self.proc = spawner.popen(
@@ -220,7 +235,6 @@ class WorkerProcess:
             sandbox.bwrap.close_quietly(info_r)
             raise
         finally:
-            logf.close()
             child_sock.close()
             if info_w is not None:
                 os.close(info_w)
@@ -241,10 +255,7 @@ class WorkerProcess:
         the failed zygote may have forked dies with it, and must not share the new worker's)."""
         parent_sock, child_sock = socket.socketpair()
         try:
-            with open(self.log_path, "ab") as logf:
-                self.proc, self._sandbox_init = fork(
-                    self._args(), self.workdir, env, child_sock.fileno(), logf.fileno()
-                )
+            self.proc, self._sandbox_init = fork(self._args(), self.workdir, env, child_sock.fileno(), self._log())
         except zygote.ZygoteError as exc:
             log.warning("%s worker started without a zygote: %s", self.role, exc)
             parent_sock.close()
@@ -291,19 +302,10 @@ class WorkerProcess:
         folder is the candidate's to write: it is opened without following a link, so that a
         folder replaced by a link to another (another candidate's, say) cannot make the guard
         delete a file there (red team, session 27)."""
-        if "/" in name or name in ("", ".", ".."):
-            raise ValueError(f"not a file name: {name!r}")
         try:
-            fd = os.open(self.outdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            worker_files.remove(self.outdir, name)
         except OSError as exc:  # replaced by a link or a file, or gone: nothing of ours to delete
             log.warning("%s worker's output folder cannot be opened (%s): %s not deleted", self.role, exc, name)
-            return
-        try:
-            os.unlink(name, dir_fd=fd)
-        except FileNotFoundError:
-            pass
-        finally:
-            os.close(fd)
 
     @property
     def alive(self) -> bool:
@@ -418,9 +420,13 @@ class WorkerProcess:
         return None if self.proc is None else self.proc.poll()
 
     def log_tail(self, lines: int = 30, max_chars: int = 4000) -> str:
+        """The end of the worker's log, read through the guard's own descriptor (``_log_fd``)."""
+        if self._log_fd is None:
+            return ""
         try:
-            text = self.log_path.read_bytes()[-64_000:].decode(errors="replace")
+            size = os.fstat(self._log_fd).st_size
+            data = os.pread(self._log_fd, 64_000, max(0, size - 64_000))
         except OSError:
             return ""
-        tail = "\n".join(text.splitlines()[-lines:])
+        tail = "\n".join(data.decode(errors="replace").splitlines()[-lines:])
         return tail[-max_chars:]
