@@ -36,6 +36,9 @@ class Isolation:
     mechanism: str  # "bubblewrap" or "none"
     version: str | None = None
     reason: str | None = None  # why "none"
+    # Run by root, the sandbox is the host's uid 0 without capabilities: what the kernel lets
+    # uid 0 do by its uid alone is shut off one route at a time (docs/guard.md, "Sandbox").
+    as_root: bool = False
 
     @property
     def available(self) -> bool:
@@ -43,7 +46,8 @@ class Isolation:
 
     def line(self) -> str:
         if self.available:
-            return f"isolation: {self.mechanism} {self.version or ''}".rstrip()
+            line = f"isolation: {self.mechanism} {self.version or ''}".rstrip()
+            return line + " (run by root: candidates are the host's uid 0)" if self.as_root else line
         return f"isolation: none ({self.reason or 'unknown reason'})"
 
 
@@ -77,6 +81,13 @@ def ensure_isolation() -> Isolation:
         if not _warned:
             log.warning("candidate workers run without an OS sandbox: %s", iso.line())
             _warned = True
+    elif iso.as_root and not _warned:
+        log.warning(
+            "the guard runs as root, so its sandboxed candidates are the host's uid 0 without "
+            "capabilities; run it as an ordinary user for the stronger sandbox (%s)",
+            iso.line(),
+        )
+        _warned = True
     return iso
 
 
@@ -106,4 +117,4 @@ def _probe_bwrap() -> Isolation:
             return Isolation("none", reason=f"bwrap failed: {why}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return Isolation("bubblewrap", version=ver)
+    return Isolation("bubblewrap", version=ver, as_root=os.geteuid() == 0)
