@@ -149,6 +149,17 @@ def test_without_the_zygote_candidate_workers_start_as_before(tmp_path, needs_bw
         p.close()
 
 
+def test_a_zygote_that_cannot_make_a_cell_does_not_start(tmp_path, needs_bwrap):
+    """It enters a cell once before it says ready: where a cell cannot be made (here: without
+    the capabilities to mount), the pool learns it at the start, not from a candidate's
+    failed verdict, and starts its workers from new interpreters."""
+    from guard.runner.process import worker_env
+
+    with pytest.raises(zygote.ZygoteError, match="a cell could not be made here"):
+        cells.start(tmp_path / "workers", "cpu", worker_env("cpu"), [], [], tmp_path / "cache", caps=())
+    assert [p.name for p in (tmp_path / "workers").iterdir()] == [cells.LOG_NAME]  # no probe folder left
+
+
 def test_a_killed_guard_process_leaves_no_cell(tmp_path, needs_bwrap):
     """The guard's process killed with SIGKILL: bwrap's --die-with-parent ends the zygote's
     sandbox, and the kernel every process of its PID namespaces, cells included."""

@@ -36,10 +36,13 @@ def start(
     protect: Sequence[Path],
     expose: Sequence[Path],
     build_cache: Path,
+    caps: Sequence[str] = ZYGOTE_CAPS,
 ) -> zygote.Zygote:
     """A zygote in a sandbox that shows ``root`` (the pool's folder) writable, and what a
     candidate worker's sandbox shows read-only (``SandboxPolicy.for_worker``). ``env``: the
-    workers' environment but what differs per worker (its folder's caches, the spare's mark)."""
+    workers' environment but what differs per worker (its folder's caches, the spare's mark).
+    The zygote enters a cell once before it says ready, and does not start where it cannot
+    (``caps``: what it keeps; fewer than it needs is how a test makes that happen)."""
     root = Path(root).absolute()
     root.mkdir(parents=True, exist_ok=True)
     build_cache.mkdir(parents=True, exist_ok=True)  # a bind needs it to exist
@@ -48,6 +51,6 @@ def start(
     )
 
     def wrap(cmd: list[str]) -> list[str]:
-        return sandbox.wrap(policy, cmd, env, keep_caps=ZYGOTE_CAPS)
+        return sandbox.wrap(policy, cmd, env, keep_caps=caps)
 
     return zygote.Zygote(env, root / LOG_NAME, args=["--cells", str(root)], wrap=wrap)

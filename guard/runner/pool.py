@@ -195,4 +195,4 @@ class WorkerPool:
             if self._cells is not None:
                 self._cells.close()
                 self._cells = None
-                (self.root / cells.LOG_NAME).unlink(missing_ok=True)
+            (self.root / cells.LOG_NAME).unlink(missing_ok=True)

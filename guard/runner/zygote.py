@@ -155,13 +155,14 @@ class Zygote:
         finally:
             theirs.close()
         try:
-            ready = self._reply(START_TIMEOUT_S)[0].get("ready") is True
+            said = self._reply(START_TIMEOUT_S)[0]
         except ZygoteError as exc:
             self._end(str(exc))
             raise
-        if not ready:
-            self._end("it did not say ready")
-            raise ZygoteError(f"the zygote did not start (log: {log_path})")
+        if said.get("ready") is not True:
+            why = said.get("error") or f"it did not say ready (log: {log_path})"
+            self._end(why)
+            raise ZygoteError(f"the zygote did not start: {why}")
 
     @property
     def alive(self) -> bool:

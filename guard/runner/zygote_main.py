@@ -196,8 +196,59 @@ def main() -> int:
 
     import torch  # noqa: F401
 
+    if args.cells is not None:
+        why = _try_a_cell(args.cells)
+        if why is not None:  # the guard starts its candidate workers another way
+            control.send(json.dumps({"ready": False, "error": why}).encode())
+            return 1
     control.send(b'{"ready": true}')
     return serve(control, args.cells)
+
+
+def _try_a_cell(cells: Path) -> str | None:
+    """Enter a cell once, in a throwaway fork, before saying ready: where this kernel or
+    container will not make one, no candidate's worker may be the first to find out. None if
+    it worked, else why not."""
+    probe = cells / f".probe-{os.getpid()}"
+    probe.mkdir()
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(read)
+                from ..sandbox import cell
+
+                cell.unshare_for_cell()
+                inner = os.fork()
+                if inner == 0:
+                    try:
+                        cell.enter_cell(probe, cells)
+                        os._exit(0)
+                    except BaseException as exc:  # noqa: BLE001 - said to the zygote, then to the guard
+                        os.write(write, f"{type(exc).__name__}: {exc}".encode()[:2000])
+                        os._exit(1)
+                _, status = os.waitpid(inner, 0)
+                code = 0 if status == 0 else 1
+            except BaseException as exc:  # noqa: BLE001
+                os.write(write, f"{type(exc).__name__}: {exc}".encode()[:2000])
+            finally:
+                os._exit(code)
+        os.close(write)
+        write = -1
+        said = b""
+        while chunk := os.read(read, 4096):
+            said += chunk
+        _, status = os.waitpid(pid, 0)
+        if status == 0:
+            return None
+        return "a cell could not be made here: " + (said.decode(errors="replace") or f"wait status {status}")
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)
+        probe.rmdir()
 
 
 if __name__ == "__main__":
