@@ -47,6 +47,9 @@ seen = {{
     "other": attempt(lambda: os.listdir({other!r})),
     "other_write": attempt(lambda: open({other!r} + "/planted", "w").write("x")),
     "ws": attempt(lambda: os.listdir({ws!r})),
+    "secret": attempt(lambda: open({ws!r} + "/secret.key").read()),
+    "problem": attempt(lambda: open({ws!r} + "/problems/p/definition.json").read()),
+    "problem_write": attempt(lambda: open({ws!r} + "/problems/p/planted", "w").write("x")),
     "umount_pool": attempt(lambda: umount({root!r})),
     "tcp": attempt(connect),
     "own": attempt(lambda: open("own.txt", "w").write("mine")),
@@ -62,7 +65,9 @@ def run(x, w):
 @pytest.fixture
 def pool(tmp_path, needs_bwrap):
     ws = fake_workspace(tmp_path)
-    p = WorkerPool("cpu", tmp_path / "workers", prestart=False, protect=[ws])
+    # the workspace under /tmp, as tests' are, with a problem folder shown: the cell's own /tmp
+    # must show it as the sandbox did, read-only
+    p = WorkerPool("cpu", tmp_path / "workers", prestart=False, protect=[ws], expose=[ws / "problems"])
     yield p
     p.close()
 
@@ -93,7 +98,8 @@ def test_candidate_workers_are_forked_into_cells_of_their_own(tmp_path, pool):
         assert seen["pool"] == [first.workdir.name], seen  # only its own folder in the pool's
         assert seen["other"].startswith("denied") and seen["other_write"].startswith("denied"), seen
         assert not (second.workdir / "planted").exists()
-        assert seen["ws"].startswith("denied") or seen["ws"] == [], seen
+        assert seen["ws"] == ["problems"] and seen["secret"].startswith("denied"), seen
+        assert seen["problem"] == "{}" and seen["problem_write"].startswith("denied"), seen
         assert seen["umount_pool"].startswith("denied") and seen["tcp"].startswith("denied"), seen
         assert seen["writable"] == [], seen
         assert seen["own"] == "ok" and (first.workdir / "own.txt").read_text() == "mine"

@@ -11,7 +11,7 @@ before or after it:
   The caller forks once more: the grandchild is PID 1 of the new PID namespace, so killing it
   kills every process the candidate made, whatever session it chose.
 - ``enter_cell``, in that grandchild: everything mounted private; its own ``/tmp`` and
-  ``/dev/shm``; the folder that holds every worker's folder covered by an empty read-only
+  ``/dev/shm`` (with what the sandbox bound inside them bound again, as it was); the folder that holds every worker's folder covered by an empty read-only
   tmpfs (or gone with the old ``/tmp`` or ``/dev/shm`` it lay in), with only this worker's
   folder bound back, writable; a ``/proc`` of its own PID namespace
   (other workers and the zygote out of sight); then every capability dropped, the bounding
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from pathlib import Path
 
 from .policy import PROC_READ_ONLY
@@ -63,6 +64,28 @@ def _mount(source: str | None, target: str | Path, fstype: str | None, flags: in
     _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
 
 
+SHARED_TMP = (Path("/tmp"), Path("/dev/shm"))
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: spaces, tabs, newlines and backslashes come as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _bound_in_shared_tmp(cells_root: Path) -> list[tuple[Path, bool]]:
+    """The outermost mounts strictly inside /tmp or /dev/shm, but the pool's folder (and what
+    lies in it), with whether each is read-only: (path, read_only), outer first."""
+    found: list[tuple[Path, bool]] = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split(" - ")[0].split()
+        point = Path(_unescape(fields[4]))
+        inside = any(tmp in point.parents for tmp in SHARED_TMP)
+        ours = point == cells_root or cells_root in point.parents
+        if inside and not ours and not any(p == point or p in point.parents for p, _ in found):
+            found.append((point, "ro" in fields[5].split(",")))
+    return found
+
+
 def unshare_for_cell() -> None:
     """New namespaces for the next child, which becomes PID 1 of its own PID namespace. The
     caller must be single-threaded (a zygote starts no thread)."""
@@ -76,12 +99,23 @@ def enter_cell(cell: Path, cells_root: Path) -> None:
     if cell.parent != cells_root:
         raise CellError(0, f"{cell} is not a folder of {cells_root}")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here reaches the zygote
-    # its own folder held by a descriptor: the shared folder may lie in /tmp or /dev/shm
-    # (a pool's does), which are replaced next
+    # What lies in the shared /tmp and /dev/shm, which are replaced next, is held by
+    # descriptors: its own folder (a pool's folder is often in /dev/shm), and what the sandbox
+    # bound there read-only (a project, a venv or a workspace's problem folders under /tmp).
     fd = os.open(cell, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+    held = [(point, os.open(point, os.O_PATH), read_only) for point, read_only in _bound_in_shared_tmp(cells_root)]
     try:
-        for tmp in ("/tmp", "/dev/shm"):
+        for tmp in SHARED_TMP:
             _mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+        for point, point_fd, read_only in held:  # back, at the same paths, as they were
+            if os.path.isdir(f"/proc/self/fd/{point_fd}"):
+                point.mkdir(parents=True, exist_ok=True)
+            else:
+                point.parent.mkdir(parents=True, exist_ok=True)
+                point.touch()
+            _mount(f"/proc/self/fd/{point_fd}", point, None, MS_BIND | MS_REC)
+            if read_only:
+                _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
         covered = cells_root.is_dir()  # still there: every worker's folder is hidden under a tmpfs
         if covered:
             _mount("tmpfs", cells_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
@@ -91,6 +125,8 @@ def enter_cell(cell: Path, cells_root: Path) -> None:
         _mount(f"/proc/self/fd/{fd}", cell, None, MS_BIND | MS_REC)
     finally:
         os.close(fd)
+        for _, point_fd, _ in held:
+            os.close(point_fd)
     if covered:
         _mount(None, cells_root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     # a /proc of its own PID namespace, with the same entries read-only as bwrap's
