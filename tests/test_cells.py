@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import resource
+import signal
 import socket
 import subprocess
 import textwrap
@@ -17,10 +20,12 @@ import pytest
 
 from guard.runner import cells, zygote
 from guard.runner.pool import WorkerPool
+from guard.runner.process import WorkerDied
 
 from helpers import WRITABLE_SCAN, fake_workspace, host_pids_with, prepare_candidate
 
 pytestmark = pytest.mark.timeout(120)
+SYSCALLS = {"x86_64": (248, 272), "aarch64": (217, 97)}  # add_key, unshare
 
 # Run when the candidate's module is imported (its worker's ``prepare``): what it can see and
 # do from its cell, written to its own folder.
@@ -36,6 +41,9 @@ def connect():
     with socket.create_connection(("127.0.0.1", {port}), timeout=2):
         return "connected"
 libc = ctypes.CDLL(None, use_errno=True)
+def syscall(nr, *args):
+    if libc.syscall(nr, *args) < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
 def umount(path):
     if libc.umount2(path.encode(), 2) != 0:
         raise OSError(ctypes.get_errno(), "umount")
@@ -54,6 +62,9 @@ seen = {{
     "tcp": attempt(connect),
     "own": attempt(lambda: open("own.txt", "w").write("mine")),
     "writable": writable_outside([os.getcwd(), "/tmp", "/dev/shm"]),
+    "pts": os.listdir("/dev/pts"),
+    "add_key": attempt(lambda: syscall({add_key}, b"user", b"k", b"v", 1, ctypes.c_long(-3))),
+    "own_userns": attempt(lambda: syscall({unshare}, 0x10000000)),
 }}
 open("probe.json", "w").write(json.dumps(seen))
 import torch
@@ -78,11 +89,17 @@ def test_candidate_workers_are_forked_into_cells_of_their_own(tmp_path, pool):
         for w in (first, second):
             assert isinstance(w.proc, zygote.ForkedWorker) and w._sandbox_init is not None
             assert w.wait_ready(60)["pid"] == 1  # PID 1 of its own PID namespace
+        # the other worker holds a terminal open: this one's /dev/pts must not list it
+        holder = "import os\n_pty = os.open('/dev/ptmx', os.O_RDWR)\nimport torch\ndef run(x, w):\n    return x\n"
+        assert prepare_candidate(second, holder, tmp_path / "cache").get("ok")
         with socket.socket() as listener:
             listener.bind(("127.0.0.1", 0))
             listener.listen(1)
             listener.settimeout(0.5)
+            numbers = SYSCALLS[platform.machine()]
             source = WRITABLE_SCAN + PROBE.format(
+                add_key=numbers[0],
+                unshare=numbers[1],
                 port=listener.getsockname()[1],
                 root=str(pool.root),
                 other=str(second.workdir),
@@ -102,6 +119,9 @@ def test_candidate_workers_are_forked_into_cells_of_their_own(tmp_path, pool):
         assert seen["problem"] == "{}" and seen["problem_write"].startswith("denied"), seen
         assert seen["umount_pool"].startswith("denied") and seen["tcp"].startswith("denied"), seen
         assert seen["writable"] == [], seen
+        assert seen["pts"] == ["ptmx"], seen  # its own pseudo-terminals only
+        # keyrings are the uid's, shared by every cell; a user namespace would give capabilities back
+        assert seen["add_key"].startswith("denied") and seen["own_userns"].startswith("denied"), seen
         assert seen["own"] == "ok" and (first.workdir / "own.txt").read_text() == "mine"
     finally:
         pool.discard(first)
@@ -195,3 +215,20 @@ def test_a_killed_guard_process_leaves_no_cell(tmp_path, needs_bwrap):
     while host_pids_with(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert host_pids_with(marker) == []
+
+
+def test_a_crashing_candidate_leaves_no_core_file_and_says_its_signal(tmp_path, pool):
+    """A worker that dies of SIGSEGV: its status says the signal, and neither it nor the child
+    between it and the zygote (a copy of the zygote's memory, about 170 MB) writes a core
+    file, whatever core limit the guard runs with (red team, session 32)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+    try:
+        worker = pool.take_candidate()
+        with pytest.raises(WorkerDied):
+            prepare_candidate(worker, "import ctypes\nctypes.string_at(0)\n", tmp_path / "cache")
+        assert worker.proc is not None and worker.proc.wait(10) == -signal.SIGSEGV
+        pool.discard(worker)
+    finally:
+        resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+    assert not [p for p in tmp_path.rglob("core*")], list(tmp_path.rglob("core*"))

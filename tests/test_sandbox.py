@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -514,3 +515,39 @@ def test_the_guard_reads_a_workers_files_only_as_plain_files(tmp_path):
             worker_files.read_plain(folder, name, 100)
     with pytest.raises(ValueError):
         worker_files.read_plain(folder, "../secret.key", 100)
+
+
+def test_a_worker_in_its_own_sandbox_gets_the_seccomp_filter(tmp_path, needs_bwrap):
+    """Keyrings are the uid's, not a namespace's, and a user namespace of the candidate's own
+    gives capabilities back: both refused in a worker's own sandbox as in a cell
+    (``guard.sandbox.seccomp``), while threads, forks and subprocesses still work."""
+    from guard.runner.process import WorkerProcess
+
+    add_key, unshare = {"x86_64": (248, 272), "aarch64": (217, 97)}[platform.machine()]
+    source = textwrap.dedent(f"""
+        import ctypes, json, os, subprocess, threading
+        libc = ctypes.CDLL(None, use_errno=True)
+        def call(nr, *args):
+            return "ok" if libc.syscall(nr, *args) >= 0 else "denied: " + os.strerror(ctypes.get_errno())
+        t = threading.Thread(target=lambda: None)
+        t.start()
+        t.join()
+        seen = {{
+            "add_key": call({add_key}, b"user", b"k", b"v", 1, ctypes.c_long(-3)),
+            "own_userns": call({unshare}, 0x10000000),
+            "subprocess": subprocess.run(["echo", "fine"], capture_output=True, text=True).stdout.strip(),
+        }}
+        open("probe.json", "w").write(json.dumps(seen))
+        import torch
+        def run(x, w):
+            return x
+    """)
+    worker = WorkerProcess("candidate", "cpu", tmp_path / "cand").start()
+    try:
+        assert worker.isolation == "bubblewrap" and worker.cells is None
+        assert prepare_candidate(worker, source, tmp_path / "cache").get("ok")
+        seen = json.loads((worker.workdir / "probe.json").read_text())
+    finally:
+        worker.kill()
+    assert seen["add_key"].startswith("denied") and seen["own_userns"].startswith("denied"), seen
+    assert seen["subprocess"] == "fine", seen

@@ -103,6 +103,22 @@ def worker_env(device: str, extra: dict[str, str] | None = None) -> dict[str, st
     return env
 
 
+def _seccomp_pipe() -> int | None:
+    """A pipe's read end holding the candidates' seccomp filter, for bwrap's ``--seccomp``;
+    None (and a warning) where this machine has none (``guard.sandbox.seccomp``)."""
+    try:
+        program = sandbox.seccomp.program()
+    except sandbox.seccomp.UnknownArchitecture as exc:
+        log.warning("candidate workers run without a seccomp filter: %s", exc)
+        return None
+    read, write = os.pipe()
+    try:
+        os.write(write, program)  # a few hundred bytes: within a pipe's buffer
+    finally:
+        os.close(write)
+    return read
+
+
 def describe_exit(returncode: int | None) -> str:
     if returncode is None:
         return "still running"
@@ -203,7 +219,7 @@ class WorkerProcess:
         parent_sock, child_sock = socket.socketpair()
         cmd = [sys.executable, "-m", "guard.runner.worker_main", "--fd", str(child_sock.fileno()), *self._args()]
         pass_fds = [child_sock.fileno()]
-        info_r = info_w = None
+        info_r = info_w = filter_r = None
         if self.isolation != "none":
             self.build_cache.mkdir(parents=True, exist_ok=True)  # a bind needs it to exist
             policy = sandbox.SandboxPolicy.for_worker(
@@ -216,8 +232,9 @@ class WorkerProcess:
                 gpu_minor=_gpu_minor(env) if self.device.startswith("cuda") else None,
             )
             info_r, info_w = os.pipe()
-            cmd = sandbox.wrap(policy, cmd, env, info_fd=info_w)
-            pass_fds.append(info_w)
+            filter_r = _seccomp_pipe()
+            cmd = sandbox.wrap(policy, cmd, env, info_fd=info_w, seccomp_fd=filter_r)
+            pass_fds += [info_w] + ([filter_r] if filter_r is not None else [])
         logf = self._log()
         try:
             # forked from a thread that outlives this one: bwrap's --die-with-parent follows it
@@ -236,8 +253,9 @@ class WorkerProcess:
             raise
         finally:
             child_sock.close()
-            if info_w is not None:
-                os.close(info_w)
+            for fd in (info_w, filter_r):
+                if fd is not None:
+                    os.close(fd)
         self.sock = parent_sock
         if info_r is not None:
             self._sandbox_init = self._open_sandbox_init(info_r)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
+import resource
 import socket
 import sys
 import traceback
@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 MAX_REQUEST = 1 << 20
+SIGNALLED = 128  # a cell's child exits with this plus the signal that killed its worker
+PR_SET_DUMPABLE = 4
 
 
 def _child(request: dict[str, Any], worker_fd: int, log_fd: int, control: socket.socket | None) -> None:
@@ -94,20 +96,31 @@ def _cell_child(
         os.close(log_fd)
         os.write(report, str(pid).encode())
         os.close(report)
+        # nothing of this process (a copy of the zygote's, torch and all) may land in a core
+        # file: it ends as the worker did by its exit status alone (red team, session 32)
+        os.chdir("/")
+        _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
         _, status = os.waitpid(pid, 0)
-        if os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-            signal.signal(sig, signal.SIG_DFL)
-            os.kill(os.getpid(), sig)
-        code = os.WEXITSTATUS(status)
+        code = SIGNALLED + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     except BaseException:  # noqa: BLE001 - the zygote's log says why; the guard sees the exit
         traceback.print_exc()
     finally:
         os._exit(code)
 
 
-def _returncode(status: int) -> int:
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+def _returncode(status: int, cell: bool = False) -> int:
+    """As ``subprocess`` gives it: negative for a signal. A cell's child says its worker's
+    signal as ``SIGNALLED`` plus its number."""
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    code = os.WEXITSTATUS(status)
+    return -(code - SIGNALLED) if cell and code > SIGNALLED else code
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _close_all_but(*keep: int) -> None:
@@ -145,7 +158,10 @@ def _fork(
         said = os.read(report_r, 64)
         if not said:  # it failed before the worker was forked; its exit status says so
             return {"pid": pid}, pidfds
-        pidfds.append(os.pidfd_open(int(said)))
+        try:
+            pidfds.append(os.pidfd_open(int(said)))
+        except OSError:  # the worker is gone already (its cell failed): its child's status says how
+            return {"pid": pid}, pidfds
         return {"pid": pid, "cell": True}, pidfds
     finally:
         os.close(report_r)
@@ -168,7 +184,7 @@ def serve(control: socket.socket, cells: Path | None = None) -> int:
                 os.close(fd)
             try:
                 _, status = os.waitpid(int(request["pid"]), 0)
-                reply = {"returncode": _returncode(status)}
+                reply = {"returncode": _returncode(status, cell=cells is not None)}
             except ChildProcessError:
                 reply = {"returncode": None}
         else:
@@ -184,6 +200,8 @@ def main() -> int:
     ap.add_argument("--cells", type=Path, help="fork candidate workers, each into its own folder of this one")
     args = ap.parse_args()
     control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=args.fd)
+    # no core file of the zygote or of what it forks (each a copy of torch and all), anywhere
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # what a worker imports before it says ready: the harness first, as there
     from . import harness  # noqa: F401
     from . import common, protocol  # noqa: F401

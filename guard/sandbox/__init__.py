@@ -8,6 +8,7 @@ other processes or the network; writes only in the worker's own folder.
 
 from __future__ import annotations
 
+from . import seccomp
 from .bwrap import bwrap_binary, wrap
 from .policy import SandboxPolicy, scratch_env
 from .isolation import Isolation, SandboxUnavailable, ensure_isolation, isolation_line, probe
@@ -21,5 +22,6 @@ __all__ = [
     "isolation_line",
     "probe",
     "scratch_env",
+    "seccomp",
     "wrap",
 ]

