@@ -37,9 +37,12 @@ WORKSPACE_DIRNAME = ".kernelarc"
 # Entries of a sandbox's /proc shown read-only. The sandbox's uid is the guard's, so run by
 # root it is the host's uid 0, which the kernel lets write sysctls with no capability at all
 # (kernel.core_pattern set to a script in the worker's folder ran it as the host's root: red
-# team, session 32); the rest are host-wide knobs whose files root owns. Those this kernel has.
+# team, session 32); the rest are host-wide knobs whose files root owns (``driver``: the NVIDIA
+# driver's registry and suspend files, found writable on the H100). Those this kernel has.
 PROC_READ_ONLY = tuple(
-    name for name in ("sys", "sysrq-trigger", "irq", "bus", "mtrr", "pressure") if os.path.exists(f"/proc/{name}")
+    name
+    for name in ("sys", "sysrq-trigger", "irq", "bus", "mtrr", "pressure", "driver")
+    if os.path.exists(f"/proc/{name}")
 )  # guard.workspace.DEFAULT_WORKSPACE (no import: keep this light)
 
 

@@ -63,7 +63,7 @@ def _prepare_and_check(worker: WorkerProcess, solution: dict, language: str) -> 
             "workload": w.model_dump(mode="json"),
             "axes": d.resolve_axes(w.axes),
             "rounds": [{"seed": 3, "kind": "normal", "tag": "r0"}],
-            "determinism": True,
+            "repeat": {"within": None},  # the first round twice: the determinism check
             "outdir": str(worker.outdir),
         },
         300,
