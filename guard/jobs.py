@@ -369,6 +369,14 @@ class JobQueue:
                 progress=progress,
             )
             fields: dict[str, object] = {"state": "done", "candidate_id": verdict.candidate_id}
+        except Stopping:
+            # the stop says what became of the job ("stopped while judging it"), in its own
+            # transaction, whichever of the two comes first: an evaluation that reached its
+            # next step before that transaction wrote "internal error: Stopping" over it
+            if self.server is not None:
+                self._progress.pop(job_id, None)
+                return
+            fields = {"state": "error", "error": _stopped_reasons("closed")[0]}
         except (GuardError, ValueError) as exc:
             if not self._stop:
                 log.warning("job %s failed: %s", job_id, exc)

@@ -239,3 +239,34 @@ def test_a_server_is_known_by_its_pid_and_start_time():
     assert alive(me, host, identity)
     assert not alive(me, host, identity + "0")  # the same pid, another process: a reused pid
     assert alive(me, "another-host", "anything")  # cannot be checked from here: left alone
+
+
+def test_a_job_that_reaches_its_next_step_as_the_server_stops_says_the_server_stopped(ws, monkeypatch):
+    """The stop and the evaluation race: the evaluation sees the stop at its next step and ends
+    (``Stopping``) perhaps before the stop's transaction marks the running jobs. Whichever is
+    first, the job says the server stopped while judging it, never "internal error: Stopping"
+    (seen once the candidates' workers started in milliseconds, session 32)."""
+    from guard.candidates.load import from_source
+
+    g = make_guard(ws)
+    try:
+        queue = JobQueue(g, autostart=False)
+        job_id = queue.submit("alice", RMS, from_source(honest_source(), None, "kernel.py"))
+        claimed = queue._claim(g)
+        assert claimed is not None and claimed["id"] == job_id
+
+        def evaluate(*args, progress, **kwargs):
+            queue._stop = True  # the stop has begun, and this evaluation reaches its next step first
+            progress("build", 0, 1, "")
+
+        monkeypatch.setattr(g, "evaluate", evaluate)
+        queue._run(claimed, g)
+        assert job(ws, job_id)["state"] == "running"  # left for the stop to say
+        queue.stop("closed")
+        j = job(ws, job_id)
+        assert (
+            j["state"] == "interrupted"
+            and j["error"] == "the server stopped (closed) while judging it; resubmit to judge"
+        )
+    finally:
+        g.close()
