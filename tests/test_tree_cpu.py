@@ -51,6 +51,28 @@ WORKER = textwrap.dedent(
             t = threading.Thread(target=spin, args=(time.thread_time,))
             t.start()
             t.join()
+        elif how == "exec bank":  # a child whose second thread has run 3 spins, then waits
+            go_r, go_w = os.pipe()
+            ready_r, ready_w = os.pipe()
+            exec_bank = os.fork()
+            if exec_bank == 0:
+                def banked():
+                    for _ in range(3):
+                        spin(time.thread_time)
+                    os.write(ready_w, b"x")
+                    os.read(go_r, 1)
+                    os.execv("/bin/sleep", ["sleep", "60"])  # takes the leader's thread id
+                threading.Thread(target=banked).start()
+                signal.pause()
+            os.read(ready_r, 1)
+        elif how == "spend the exec bank":  # it execs; the main thread and a thread spin side by side
+            os.write(go_w, b"x")
+            t = threading.Thread(target=spin, args=(time.thread_time,))
+            t.start()
+            spin(time.thread_time)
+            t.join()
+            while not os.readlink(f"/proc/{{exec_bank}}/exe").endswith("sleep"):
+                time.sleep(0.01)
         print("done", flush=True)
     """
 )
@@ -98,6 +120,17 @@ def test_a_process_that_ends_unreaped_in_a_window_is_named_and_takes_nothing_awa
     _window(worker, "bank")
     before, after = _window(worker, "spend the bank")
     assert len(tree_cpu.vanished(before, after)) == 1
+    assert tree_cpu.parallel_ns(before, after) >= SPIN_S * 1e9 * 0.95
+
+
+def test_a_thread_that_execs_does_not_pass_for_the_busiest(worker):
+    """A red team's exec (session 32): a thread other than the leader that calls ``execve``
+    takes the leader's thread id, and its own run time with it. A thread that had run three
+    spins before the window then looked like the busiest by far, and a spin run beside the
+    main thread's came out as nothing beside it."""
+    _window(worker, "exec bank")
+    before, after = _window(worker, "spend the exec bank")
+    assert tree_cpu.vanished(before, after) == []  # the same processes: only a thread went
     assert tree_cpu.parallel_ns(before, after) >= SPIN_S * 1e9 * 0.95
 
 

@@ -13,6 +13,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from guard.runner import zygote
 from guard.runner.process import PROJECT_ROOT, WorkerProcess
 
@@ -127,3 +129,48 @@ def test_a_gpu_trusted_worker_is_never_forked(tmp_path, monkeypatch):
         assert isinstance(w.proc, subprocess.Popen) and asked == []
     finally:
         w.kill()
+
+
+def test_a_fork_that_fails_fails_that_worker_and_not_the_zygote(monkeypatch):
+    """No process to be had (a candidate that took every pid of the host, red team session 32):
+    the zygote answers with an error, closes what it was given, and serves on; the guard's side
+    raises for that worker only and keeps the zygote (a fallback start follows)."""
+    import errno
+    import json
+    import socket
+    import threading
+
+    from guard.runner import zygote_main
+
+    def no_process():
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(zygote_main.os, "fork", no_process)
+    guard_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    served = threading.Thread(target=zygote_main.serve, args=(zygote_end,))
+    served.start()
+    given_r, given_w = os.pipe()
+    try:
+        request = {"op": "fork", "argv": [], "cwd": "/", "env": {}}
+        socket.send_fds(guard_end, [json.dumps(request).encode()], [given_r, given_w])
+        reply = json.loads(guard_end.recv(1 << 16))
+        assert reply == {"error": f"fork: {OSError(errno.EAGAIN, 'Resource temporarily unavailable')}"}
+    finally:
+        os.close(given_r)
+        os.close(given_w)
+        guard_end.close()  # the zygote's end: it returns
+        served.join(10)
+    assert not served.is_alive()
+
+    # the guard's side of such an answer
+    z = zygote.Zygote.__new__(zygote.Zygote)
+    z.broken, z._lock = None, threading.Lock()
+    z.sock, answering = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    answering.send(b'{"error": "fork: no process"}')
+    try:
+        with pytest.raises(zygote.RequestFailed, match="no process"):
+            z._ask({"op": "fork"}, [], "pid")
+        assert z.broken is None  # still the pool's zygote
+    finally:
+        z.sock.close()
+        answering.close()

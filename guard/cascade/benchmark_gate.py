@@ -48,7 +48,10 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
     ref, cfg, problem, visible, progress = ctx.ref, ctx.cfg, ctx.problem, ctx.visible, ctx.progress
     rounds = pairing_rounds(len(visible), cfg)
     d = problem.definition
-    inc = pool.take_candidate(start_spare=False)  # no spare starting while the pair is timed
+    try:  # no spare starting while the pair is timed
+        inc = pool.take_candidate(start_spare=False)
+    except OSError as exc:  # no process to be had (the challenger may have taken them all): unpaired
+        raise Unpaired(f"no worker could be started for the incumbent {incumbent['id']}: {exc}") from None
     try:
         inc.wait_ready(180)
         try:

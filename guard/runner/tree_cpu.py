@@ -51,10 +51,13 @@ ProcessKey = tuple[int, int]
 @dataclass(frozen=True)
 class TreeCpu:
     """One reading of a tree's CPU time: by process (each one's own and what it reaped) and by
-    thread, for the threads alive at the reading ((pid, tid) -> ns, from ``schedstat``)."""
+    thread, for the threads alive at the reading ((pid, tid) -> ns, from ``schedstat``), with
+    when the reading began and ended (monotonic ns)."""
 
     processes: dict[ProcessKey, int] = field(default_factory=dict)
     threads: dict[tuple[int, int], int] = field(default_factory=dict)
+    began_ns: int = 0
+    ended_ns: int = 0
 
     @property
     def total_ns(self) -> int:
@@ -66,6 +69,7 @@ def read(pid: int | None) -> TreeCpu:
     between the two readings of a window's start is then charged as excess, never hidden."""
     if pid is None:
         return TreeCpu()
+    began = time.monotonic_ns()
     pids = tree(pid)
     processes: dict[ProcessKey, int] = {}
     for p in pids:
@@ -74,7 +78,7 @@ def read(pid: int | None) -> TreeCpu:
         if fields is not None and len(fields) > 19 and own is not None:
             processes[(p, int(fields[19]))] = own + (int(fields[13]) + int(fields[14])) * _TICK_NS
     threads = {(p, tid): ns for p in pids for tid, ns in (run_ns(p) or {}).items()}
-    return TreeCpu(processes, threads)
+    return TreeCpu(processes, threads, began, time.monotonic_ns())
 
 
 def vanished(before: TreeCpu, after: TreeCpu) -> list[int]:
@@ -90,9 +94,27 @@ def parallel_ns(before: TreeCpu, after: TreeCpu) -> int:
     that thread on other cores (threads that came and went meanwhile, and processes that came,
     counted in full). Each process is counted by its own difference, so one that went
     (``vanished``) takes nothing away from the others. A tree that ran on one core has none
-    to speak of."""
+    to speak of.
+
+    The busiest thread is one seen at both readings as the same thread. A thread id is not
+    that: a thread other than the leader that calls ``execve`` takes the leader's id, and its
+    own run time with it, so a thread that ran before the window looked like the busiest by
+    far and the work beside it came out as none (red team, session 32). A process that lost a
+    thread between the readings gives no busiest thread, and no thread can have run longer
+    than the time between them: what fails either counts as run beside."""
     used = sum(ns - before.processes.get(key, 0) for key, ns in after.processes.items())
-    busiest = max((ns - before.threads[key] for key, ns in after.threads.items() if key in before.threads), default=0)
+    lost = {p for p, tid in before.threads if (p, tid) not in after.threads}
+    longest = after.ended_ns - before.began_ns
+    busiest = max(
+        (
+            ran
+            for key, ns in after.threads.items()
+            if key in before.threads and key[0] not in lost
+            for ran in (ns - before.threads[key],)
+            if ran <= longest
+        ),
+        default=0,
+    )
     return max(0, used - busiest)
 
 

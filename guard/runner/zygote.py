@@ -49,6 +49,10 @@ class ZygoteError(RuntimeError):
     pass
 
 
+class RequestFailed(ZygoteError):
+    """The zygote could not do what was asked (a fork with no process to be had), and serves on."""
+
+
 # (worker_main's arguments, folder, environment, socket, log) -> (the child, a pidfd of the
 # worker where it is not that child): ``Zygote.fork``'s signature
 Fork = Callable[[list[str], Path, dict[str, str], int, int], "tuple[ForkedWorker, int | None]"]
@@ -189,10 +193,15 @@ class Zygote:
             try:
                 socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
                 reply, got = self._reply(REPLY_TIMEOUT_S)
+                if "error" in reply and expect not in reply:  # it is well, the request failed
+                    _close(got)
+                    raise RequestFailed(f"{request['op']}: {reply['error']}")
                 if expect not in reply:
                     _close(got)
                     raise ZygoteError(f"{request['op']} answered out of turn: {reply}")
                 return reply[expect], got
+            except RequestFailed:
+                raise
             except (OSError, ValueError, ZygoteError) as exc:
                 why = f"{type(exc).__name__}: {exc}"
                 self._end(why)

@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import socket
 import sys
 import traceback
@@ -135,36 +136,52 @@ def _close_all_but(*keep: int) -> None:
 def _fork(
     request: dict[str, Any], fds: list[int], control: socket.socket, cells: Path | None
 ) -> tuple[dict[str, Any], list[int]]:
+    """Fork the worker asked for; the reply and the pidfds to send with it. Raises OSError
+    where no process can be had (the descriptors it was given closed, no child left)."""
     worker_fd, log_fd = fds
     sys.stdout.flush()
     sys.stderr.flush()
-    if cells is None:
+    report_r = report_w = -1
+    try:
+        if cells is not None:
+            report_r, report_w = os.pipe()
         pid = os.fork()
-        if pid == 0:
-            _child(request, worker_fd, log_fd, control)
-        os.close(worker_fd)
-        os.close(log_fd)
-        return {"pid": pid}, [os.pidfd_open(pid)]
-    report_r, report_w = os.pipe()
-    pid = os.fork()
+    except OSError:
+        for fd in (worker_fd, log_fd, report_r, report_w):
+            if fd >= 0:
+                os.close(fd)
+        raise
     if pid == 0:
-        os.close(report_r)
-        _cell_child(request, worker_fd, log_fd, control, cells, report_w)
+        if cells is None:
+            _child(request, worker_fd, log_fd, control)
+        else:
+            os.close(report_r)
+            _cell_child(request, worker_fd, log_fd, control, cells, report_w)
     os.close(worker_fd)
     os.close(log_fd)
-    os.close(report_w)
     try:
         pidfds = [os.pidfd_open(pid)]
+    except OSError:  # a child that cannot be watched must not live
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        for fd in (report_r, report_w):
+            if fd >= 0:
+                os.close(fd)
+        raise
+    if cells is None:
+        return {"pid": pid}, pidfds
+    os.close(report_w)
+    try:
         said = os.read(report_r, 64)
-        if not said:  # it failed before the worker was forked; its exit status says so
-            return {"pid": pid}, pidfds
-        try:
-            pidfds.append(os.pidfd_open(int(said)))
-        except OSError:  # the worker is gone already (its cell failed): its child's status says how
-            return {"pid": pid}, pidfds
-        return {"pid": pid, "cell": True}, pidfds
     finally:
         os.close(report_r)
+    if not said:  # it failed before the worker was forked; its exit status says so
+        return {"pid": pid}, pidfds
+    try:
+        pidfds.append(os.pidfd_open(int(said)))
+    except OSError:  # the worker is gone already (its cell failed): its child's status says how
+        return {"pid": pid}, pidfds
+    return {"pid": pid, "cell": True}, pidfds
 
 
 def serve(control: socket.socket, cells: Path | None = None) -> int:
@@ -178,7 +195,10 @@ def serve(control: socket.socket, cells: Path | None = None) -> int:
         request = json.loads(data)
         sent: list[int] = []
         if request["op"] == "fork":
-            reply, sent = _fork(request, fds, control, cells)
+            try:
+                reply, sent = _fork(request, fds, control, cells)
+            except OSError as exc:  # no process to be had now: this worker, not the zygote, fails
+                reply = {"error": f"fork: {exc}"}
         elif request["op"] == "reap":
             for fd in fds:
                 os.close(fd)
