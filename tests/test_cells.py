@@ -89,6 +89,11 @@ def test_candidate_workers_are_forked_into_cells_of_their_own(tmp_path, pool):
         for w in (first, second):
             assert isinstance(w.proc, zygote.ForkedWorker) and w._sandbox_init is not None
             assert w.wait_ready(60)["pid"] == 1  # PID 1 of its own PID namespace
+            # what it names by pid is looked for from there, never from the child above it
+            nspid = [
+                ln for ln in Path(f"/proc/{w.sandbox_pid}/status").read_text().splitlines() if ln.startswith("NSpid")
+            ]
+            assert nspid[0].split()[-1] == "1" and w.sandbox_pid != w.proc.pid, nspid
         # the other worker holds a terminal open: this one's /dev/pts must not list it
         holder = "import os\n_pty = os.open('/dev/ptmx', os.O_RDWR)\nimport torch\ndef run(x, w):\n    return x\n"
         assert prepare_candidate(second, holder, tmp_path / "cache").get("ok")

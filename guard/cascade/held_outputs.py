@@ -68,7 +68,10 @@ def read_chosen(
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     try:
-        pid = process_with_ns_pid(worker.proc.pid, reply.pid)
+        root = worker.sandbox_pid
+        if root is None:
+            raise PeekError("the candidate's worker has ended")
+        pid = process_with_ns_pid(root, reply.pid)
         return [read_held(pid, reply.held[i], expected, dest, f"call{i}") for i in chosen]
     except PeekError as exc:
         raise Rejection(

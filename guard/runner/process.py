@@ -326,6 +326,19 @@ class WorkerProcess:
             log.warning("%s worker's output folder cannot be opened (%s): %s not deleted", self.role, exc, name)
 
     @property
+    def sandbox_pid(self) -> int | None:
+        """The host pid of the process whose PID namespace holds the candidate's processes: the
+        sandbox's init, or a cell's PID 1 (the worker itself); else the worker's own pid. The
+        processes it names by pid (its held outputs) are looked for from there, not from a
+        process above it, which the candidate's reply could otherwise name too."""
+        if self._sandbox_init is not None:
+            try:
+                return zygote.host_pid(self._sandbox_init)
+            except OSError:
+                return None
+        return self.proc.pid if self.proc is not None else None
+
+    @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
