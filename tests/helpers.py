@@ -10,6 +10,7 @@ import os
 import queue
 import subprocess
 import sys
+import textwrap
 import threading
 from pathlib import Path
 
@@ -62,6 +63,8 @@ __all__ = [
     "token",
     "unique",
     "WRITABLE_SCAN",
+    "SYSCALLS",
+    "orphan_source",
 ]
 
 DATA = REPO / "tests" / "data"
@@ -309,3 +312,24 @@ def writable_outside(own):
     scan("/", 0)
     return sorted(found)
 """
+
+
+# add_key and unshare, by machine: written out here, not taken from guard.sandbox.seccomp, so
+# that a wrong number there fails the tests instead of agreeing with them
+SYSCALLS = {"x86_64": (248, 272), "aarch64": (217, 97)}
+
+
+def orphan_source(marker: str) -> str:
+    """A candidate whose import leaves a grandchild in a session of its own, orphaned at once,
+    running ``sleep marker`` (``host_pids_with(marker)`` finds it)."""
+    return textwrap.dedent(f"""
+        import os
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execvp("sleep", ["sleep", "{marker}"])
+            os._exit(0)
+        import torch
+        def run(x, w):
+            return x
+    """)

@@ -22,10 +22,9 @@ from guard.runner import cells, zygote
 from guard.runner.pool import WorkerPool
 from guard.runner.process import WorkerDied
 
-from helpers import WRITABLE_SCAN, fake_workspace, host_pids_with, prepare_candidate
+from helpers import SYSCALLS, WRITABLE_SCAN, fake_workspace, host_pids_with, orphan_source, prepare_candidate
 
 pytestmark = pytest.mark.timeout(120)
-SYSCALLS = {"x86_64": (248, 272), "aarch64": (217, 97)}  # add_key, unshare
 
 # Run when the candidate's module is imported (its worker's ``prepare``): what it can see and
 # do from its cell, written to its own folder.
@@ -135,17 +134,7 @@ def test_candidate_workers_are_forked_into_cells_of_their_own(tmp_path, pool):
 
 def test_a_killed_cell_leaves_nothing_and_the_zygote_forks_the_next(tmp_path, pool):
     marker = f"{time.time_ns() % 10**9}.25"  # sleep's argument: unique on this machine
-    source = textwrap.dedent(f"""
-        import os
-        if os.fork() == 0:  # a grandchild in its own session, orphaned at once
-            os.setsid()
-            if os.fork() == 0:
-                os.execvp("sleep", ["sleep", "{marker}"])
-            os._exit(0)
-        import torch
-        def run(x, w):
-            return x
-    """)
+    source = orphan_source(marker)
     worker = pool.take_candidate()
     try:
         prepare_candidate(worker, source, tmp_path / "cache")

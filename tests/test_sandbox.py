@@ -26,10 +26,12 @@ from guard.sandbox import isolation as isolation_mod
 from guard.sandbox.policy import PROJECT_ROOT, SandboxPolicy, gpu_device_nodes
 
 from helpers import (
+    SYSCALLS,
     WRITABLE_SCAN,
     fake_workspace,
     honest_source,
     host_pids_with,
+    orphan_source,
     prepare_candidate,
     rms_definition_and_workload,
 )
@@ -301,17 +303,7 @@ def test_kill_leaves_no_grandchild(tmp_path, needs_bwrap):
     from guard.runner.process import WorkerProcess
 
     marker = f"{time.time_ns() % 10**9}.5"  # sleep's argument: unique on this machine
-    source = textwrap.dedent(f"""
-        import os
-        if os.fork() == 0:  # a grandchild in its own session, orphaned at once
-            os.setsid()
-            if os.fork() == 0:
-                os.execvp("sleep", ["sleep", "{marker}"])
-            os._exit(0)
-        import torch
-        def run(x, w):
-            return x
-    """)
+    source = orphan_source(marker)
     worker = WorkerProcess("candidate", "cpu", tmp_path / "cand").start()
     try:
         assert worker.isolation == "bubblewrap"
@@ -523,7 +515,7 @@ def test_a_worker_in_its_own_sandbox_gets_the_seccomp_filter(tmp_path, needs_bwr
     (``guard.sandbox.seccomp``), while threads, forks and subprocesses still work."""
     from guard.runner.process import WorkerProcess
 
-    add_key, unshare = {"x86_64": (248, 272), "aarch64": (217, 97)}[platform.machine()]
+    add_key, unshare = SYSCALLS[platform.machine()]
     source = textwrap.dedent(f"""
         import ctypes, json, os, subprocess, threading
         libc = ctypes.CDLL(None, use_errno=True)

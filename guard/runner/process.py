@@ -103,22 +103,6 @@ def worker_env(device: str, extra: dict[str, str] | None = None) -> dict[str, st
     return env
 
 
-def _seccomp_pipe() -> int | None:
-    """A pipe's read end holding the candidates' seccomp filter, for bwrap's ``--seccomp``;
-    None (and a warning) where this machine has none (``guard.sandbox.seccomp``)."""
-    try:
-        program = sandbox.seccomp.program()
-    except sandbox.seccomp.UnknownArchitecture as exc:
-        log.warning("candidate workers run without a seccomp filter: %s", exc)
-        return None
-    read, write = os.pipe()
-    try:
-        os.write(write, program)  # a few hundred bytes: within a pipe's buffer
-    finally:
-        os.close(write)
-    return read
-
-
 def describe_exit(returncode: int | None) -> str:
     if returncode is None:
         return "still running"
@@ -232,7 +216,7 @@ class WorkerProcess:
                 gpu_minor=_gpu_minor(env) if self.device.startswith("cuda") else None,
             )
             info_r, info_w = os.pipe()
-            filter_r = _seccomp_pipe()
+            filter_r = sandbox.seccomp.pipe()
             cmd = sandbox.wrap(policy, cmd, env, info_fd=info_w, seccomp_fd=filter_r)
             pass_fds += [info_w] + ([filter_r] if filter_r is not None else [])
         logf = self._log()

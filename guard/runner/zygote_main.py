@@ -35,6 +35,7 @@ import socket
 import sys
 import traceback
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 MAX_REQUEST = 1 << 20
@@ -70,15 +71,16 @@ def _child(request: dict[str, Any], worker_fd: int, log_fd: int, control: socket
 
 
 def _cell_child(
-    request: dict[str, Any], worker_fd: int, log_fd: int, control: socket.socket, cells: Path, report: int
+    cell_dir: Path, cells: Path, report: int, err_fd: int, become: Callable[[], None], drop: list[int]
 ) -> None:
-    """In the forked child of a candidates' zygote: new namespaces, then the worker forked as
-    PID 1 of the new PID namespace, its pid written to ``report``; then wait for it and end as
-    it did (the zygote reaps this child). Never returns."""
+    """In a forked child of a candidates' zygote: new namespaces, then a fork that is PID 1 of
+    the new PID namespace, enters its cell ``cell_dir`` and calls ``become`` (the worker, or the
+    zygote's trial's exit), its pid written to ``report``; this child waits for it and ends as it
+    did (the zygote reaps it). ``err_fd``: where a cell that cannot be made says why; ``drop``:
+    descriptors only the cell keeps. Never returns."""
     code = 1
     try:
-        control.close()
-        os.setsid()  # a kill of this group takes the worker too
+        os.setsid()  # a kill of this group takes the cell too
         from ..sandbox import cell
 
         cell.unshare_for_cell()
@@ -86,15 +88,16 @@ def _cell_child(
         if pid == 0:
             os.close(report)
             try:
-                cell.enter_cell(Path(request["cwd"]), cells)
-            except BaseException:  # noqa: BLE001 - a worker outside its cell must not run
-                os.dup2(log_fd, 2)
+                cell.enter_cell(cell_dir, cells)
+            except BaseException:  # noqa: BLE001 - nothing may run outside its cell
+                os.dup2(err_fd, 2)
                 traceback.print_exc()
                 sys.stderr.flush()
                 os._exit(1)
-            _child(request, worker_fd, log_fd, None)
-        os.close(worker_fd)
-        os.close(log_fd)
+            become()
+            os._exit(1)
+        for fd in drop:
+            os.close(fd)
         os.write(report, str(pid).encode())
         os.close(report)
         # nothing of this process (a copy of the zygote's, torch and all) may land in a core
@@ -156,7 +159,15 @@ def _fork(
             _child(request, worker_fd, log_fd, control)
         else:
             os.close(report_r)
-            _cell_child(request, worker_fd, log_fd, control, cells, report_w)
+            control.close()
+            _cell_child(
+                Path(request["cwd"]),
+                cells,
+                report_w,
+                log_fd,
+                lambda: _child(request, worker_fd, log_fd, None),
+                [worker_fd, log_fd],
+            )
     os.close(worker_fd)
     os.close(log_fd)
     try:
@@ -244,48 +255,32 @@ def main() -> int:
 
 
 def _try_a_cell(cells: Path) -> str | None:
-    """Enter a cell once, in a throwaway fork, before saying ready: where this kernel or
+    """Enter a cell once, the way a worker does, before saying ready: where this kernel or
     container will not make one, no candidate's worker may be the first to find out. None if
     it worked, else why not."""
     probe = cells / f".probe-{os.getpid()}"
     probe.mkdir()
-    read, write = os.pipe()
+    said_r, said_w = os.pipe()
+    report_r, report_w = os.pipe()
     try:
         pid = os.fork()
         if pid == 0:
-            code = 1
-            try:
-                os.close(read)
-                from ..sandbox import cell
-
-                cell.unshare_for_cell()
-                inner = os.fork()
-                if inner == 0:
-                    try:
-                        cell.enter_cell(probe, cells)
-                        os._exit(0)
-                    except BaseException as exc:  # noqa: BLE001 - said to the zygote, then to the guard
-                        os.write(write, f"{type(exc).__name__}: {exc}".encode()[:2000])
-                        os._exit(1)
-                _, status = os.waitpid(inner, 0)
-                code = 0 if status == 0 else 1
-            except BaseException as exc:  # noqa: BLE001
-                os.write(write, f"{type(exc).__name__}: {exc}".encode()[:2000])
-            finally:
-                os._exit(code)
-        os.close(write)
-        write = -1
+            os.close(said_r)
+            os.close(report_r)
+            _cell_child(probe, cells, report_w, said_w, lambda: os._exit(0), [said_w])
+        os.close(said_w)
+        os.close(report_w)
         said = b""
-        while chunk := os.read(read, 4096):
+        while chunk := os.read(said_r, 4096):  # until the cell's end closes the last writer
             said += chunk
         _, status = os.waitpid(pid, 0)
         if status == 0:
             return None
-        return "a cell could not be made here: " + (said.decode(errors="replace") or f"wait status {status}")
+        lines = said.decode(errors="replace").strip().splitlines()
+        return "a cell could not be made here: " + (lines[-1] if lines else f"wait status {status}")
     finally:
-        os.close(read)
-        if write >= 0:
-            os.close(write)
+        os.close(said_r)
+        os.close(report_r)
         probe.rmdir()
 
 

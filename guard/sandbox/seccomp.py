@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 import platform
 import struct
@@ -37,6 +38,8 @@ _NR, _ARCH, _ARG0_LOW = 0, 4, 16  # offsets in struct seccomp_data (little-endia
 CLONE_NEWUSER = 0x10000000
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 _X32_BIT = 0x40000000
+
+log = logging.getLogger(__name__)
 
 
 class UnknownArchitecture(RuntimeError):
@@ -100,3 +103,19 @@ def install() -> None:
     if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"seccomp: {os.strerror(err)}")
+
+
+def pipe() -> int | None:
+    """A pipe's read end holding the filter, for bwrap's ``--seccomp`` (the caller closes it
+    once bwrap has started); None, and a warning, where this machine has no filter."""
+    try:
+        code = program()
+    except UnknownArchitecture as exc:
+        log.warning("candidate workers run without a seccomp filter: %s", exc)
+        return None
+    read, write = os.pipe()
+    try:
+        os.write(write, code)  # a few hundred bytes: within a pipe's buffer
+    finally:
+        os.close(write)
+    return read
