@@ -1,7 +1,9 @@
-"""Waiting on a file descriptor (a pidfd, a pipe, a socket) with a timeout."""
+"""File descriptors the guard holds of its workers (pidfds, pipes, sockets): waiting on one,
+the pid a pidfd names, closing without caring whether it still is open."""
 
 from __future__ import annotations
 
+import os
 import select
 
 
@@ -11,3 +13,23 @@ def readable(fd: int, timeout: float) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return bool(poller.poll(max(0.0, timeout) * 1000))
+
+
+def host_pid(pidfd: int) -> int:
+    """The pid, in this process's PID namespace, of the process a pidfd refers to."""
+    with open(f"/proc/self/fdinfo/{pidfd}") as f:
+        for line in f:
+            if line.startswith("Pid:"):
+                pid = int(line.split()[1])
+                if pid > 0:
+                    return pid
+    raise OSError(f"pidfd {pidfd} names no process of this PID namespace")
+
+
+def close_quietly(*fds: int | None) -> None:
+    for fd in fds:
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

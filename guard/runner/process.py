@@ -24,7 +24,7 @@ from typing import Any
 from .. import sandbox
 from ..paths import cache_dir
 from . import nvml, protocol, request_profile, spawner, worker_files, zygote
-from .fds import readable
+from .fds import close_quietly, host_pid, readable
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ class WorkerProcess:
                 start_new_session=True,
             )
         except BaseException:
-            sandbox.bwrap.close_quietly(info_r)
+            close_quietly(info_r)
             raise
         finally:
             child_sock.close()
@@ -317,7 +317,7 @@ class WorkerProcess:
         process above it, which the candidate's reply could otherwise name too."""
         if self._sandbox_init is not None:
             try:
-                return zygote.host_pid(self._sandbox_init)
+                return host_pid(self._sandbox_init)
             except OSError:
                 return None
         return self.proc.pid if self.proc is not None else None

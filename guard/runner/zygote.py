@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from . import spawner
-from .fds import readable
+from .fds import close_quietly, host_pid, readable
 
 log = logging.getLogger(__name__)
 
@@ -109,17 +109,6 @@ class ForkedWorker:
             self.returncode = code if code is not None else -9
 
 
-def host_pid(pidfd: int) -> int:
-    """The pid, in this process's PID namespace, of the process a pidfd refers to."""
-    with open(f"/proc/self/fdinfo/{pidfd}") as f:
-        for line in f:
-            if line.startswith("Pid:"):
-                pid = int(line.split()[1])
-                if pid > 0:
-                    return pid
-    raise OSError(f"pidfd {pidfd} names no process of this PID namespace")
-
-
 class Zygote:
     """One zygote process for one worker environment. Any failure to talk to it (no answer
     in time, an answer out of turn, a closed socket) ends it: its children end with it (their
@@ -182,7 +171,7 @@ class Zygote:
                 raise ZygoteError(f"the zygote ended ({self.proc.poll()})")
             reply: dict[str, Any] = json.loads(data)
         except BaseException:
-            _close(fds)
+            close_quietly(*fds)
             raise
         return reply, list(fds)
 
@@ -194,10 +183,10 @@ class Zygote:
                 socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
                 reply, got = self._reply(REPLY_TIMEOUT_S)
                 if "error" in reply and expect not in reply:  # it is well, the request failed
-                    _close(got)
+                    close_quietly(*got)
                     raise RequestFailed(f"{request['op']}: {reply['error']}")
                 if expect not in reply:
-                    _close(got)
+                    close_quietly(*got)
                     raise ZygoteError(f"{request['op']} answered out of turn: {reply}")
                 return reply[expect], got
             except RequestFailed:
@@ -222,13 +211,13 @@ class Zygote:
             child = ForkedWorker(int(pid), pidfds[0], self)
             return child, (pidfds[1] if len(pidfds) > 1 else None)
         except (OSError, ValueError) as exc:  # a child that cannot be watched must not live
-            _close(pidfds)
+            close_quietly(*pidfds)
             self._end(f"no pidfd for worker {pid}: {exc}")
             raise ZygoteError(f"no pidfd for worker {pid}: {exc}") from None
 
     def reap(self, pid: int) -> int | None:
         code, fds = self._ask({"op": "reap", "pid": pid}, [], "returncode")
-        _close(fds)
+        close_quietly(*fds)
         return None if code is None else int(code)
 
     def close(self) -> None:
@@ -245,14 +234,6 @@ class Zygote:
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
         self.proc.wait()
-
-
-def _close(fds: Sequence[int]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 _zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}
@@ -283,5 +264,6 @@ def fork_worker(
             log.debug("zygote started in %.2f s", time.monotonic() - t0)
             _zygotes[key] = z
     child, init = z.fork(argv, cwd, env, worker_fd, log_fd)
-    _close([init] if init is not None else [])
+    if init is not None:
+        close_quietly(init)
     return child

@@ -10,7 +10,6 @@ dies, so killing bwrap's process group leaves nothing behind.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -131,11 +130,3 @@ def child_pid(info: bytes) -> int | None:
         return int(json.loads(info.decode())["child-pid"])
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         return None
-
-
-def close_quietly(fd: int | None) -> None:
-    if fd is not None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
