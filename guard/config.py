@@ -70,8 +70,15 @@ class GuardConfig(BaseModel):
     compare_chunk_elements: int = Field(
         1 << 20,
         ge=1,
-        description="elements compared (widened to float64) at a time: bounds a "
+        description="elements compared (widened to float64) at a time on a GPU: bounds a "
         "comparison's working memory whatever the output's size",
+    )
+    cpu_compare_chunk_elements: int = Field(
+        1 << 18,
+        ge=1,
+        description="the same on the CPU, smaller: there the chunk's temporaries come from the C "
+        "heap, which fragments, and 1M elements held 119 to 160 MiB (about 60 planned) where 256K "
+        "held 38 to 43 MiB, at the same speed (docs/kernelbench.md, 'Memory')",
     )
 
     # Timing
@@ -194,6 +201,10 @@ class GuardConfig(BaseModel):
     max_source_bytes: int = Field(256_000, gt=0)
     max_source_files: int = Field(16, gt=0)
     cpu_memory_limit_gb: float = Field(8.0, gt=0, description="address-space cap of CPU workers")
+
+    def chunk_elements(self, device_kind: str) -> int:
+        """Elements a comparison widens at a time on a device of this kind ("cpu", "cuda")."""
+        return self.cpu_compare_chunk_elements if device_kind == "cpu" else self.compare_chunk_elements
 
     @classmethod
     def load(cls, path: Path | None, **overrides: Any) -> "GuardConfig":

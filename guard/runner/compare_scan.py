@@ -24,7 +24,10 @@ import torch
 from .messages import DEFAULT_CHUNK_ELEMENTS
 
 # DEFAULT_CHUNK_ELEMENTS (1M elements, in the torch-free protocol module): 8 MiB per float64
-# temporary, about 56 MiB for a chunk's whole working set.
+# temporary, about 60 MiB for a chunk's whole working set as planned. That holds where an
+# allocator caches blocks (a GPU's); on the CPU the temporaries come from the C heap, which
+# fragments: a 1M chunk held 119 to 160 MiB there, so the guard compares 256K elements at a
+# time on the CPU (``GuardConfig.cpu_compare_chunk_elements``).
 
 # float64 temporaries alive at once inside a chunk (x, y, error, allowance and the transient
 # ones of an expression), 8 bytes each, and six boolean masks: what one chunk costs at most.
