@@ -201,6 +201,12 @@ class GuardConfig(BaseModel):
     max_source_bytes: int = Field(256_000, gt=0)
     max_source_files: int = Field(16, gt=0)
     cpu_memory_limit_gb: float = Field(8.0, gt=0, description="address-space cap of CPU workers")
+    sandbox_tasks_limit: int | None = Field(
+        None,
+        ge=16,
+        description="processes and threads one candidate worker's sandbox may hold, by its pids "
+        "cgroup where the guard can make one (None: 512 + 8 per core)",
+    )
 
     def chunk_elements(self, device_kind: str) -> int:
         """Elements a comparison widens at a time on a device of this kind ("cpu", "cuda")."""

@@ -34,7 +34,8 @@ def trim_compiler_output(text: str, build_dirs: Sequence[Path] = (), max_lines: 
 
 
 def trim_traceback(exc: BaseException, candidate_dirs: list[Path], limit: int = 12) -> str:
-    """The candidate's frames and the exception, without the guard's own frames."""
+    """The exception, then the candidate's frames without the guard's own: the first line,
+    which a verdict's reason shows, says what failed rather than where."""
     frames = traceback.extract_tb(exc.__traceback__)
     dirs = [str(d) for d in candidate_dirs]
     mine = [f for f in frames if any(f.filename.startswith(d) for d in dirs)]
@@ -47,4 +48,4 @@ def trim_traceback(exc: BaseException, candidate_dirs: list[Path], limit: int = 
     msg = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     if len(msg) > 2000:
         msg = msg[:2000] + " ..."
-    return "\n".join(lines + [msg])
+    return "\n".join([msg] + lines)

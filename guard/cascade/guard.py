@@ -74,6 +74,7 @@ class Guard:
             env=self.device.worker_env(),
             protect=[workspace.root],
             expose=[workspace.problems_dir],
+            tasks_limit=self.cfg.sandbox_tasks_limit,
         )
         # simulated CPU devices share the cores, hence one slot
         self.slot = TimingSlot(self.device.compare_key if self.device.simulated else self.device.key)

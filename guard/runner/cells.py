@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 # worker's cell, and to empty the worker's bounding set before it runs
 ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP")
 LOG_NAME = "cells-zygote.log"
+# workers' worth of tasks the cells of one zygote share: the one judged, the spare, and one
+# being started (a cell that forks without end can take all of it while it runs; its kill
+# gives it back)
+CELLS_TASKS = 3
 
 
 def usable(device: str, isolation: sandbox.Isolation) -> bool:
@@ -37,12 +41,16 @@ def start(
     expose: Sequence[Path],
     build_cache: Path,
     caps: Sequence[str] = ZYGOTE_CAPS,
+    tasks_limit: int | None = None,
 ) -> zygote.Zygote:
     """A zygote in a sandbox that shows ``root`` (the pool's folder) writable, and what a
     candidate worker's sandbox shows read-only (``SandboxPolicy.for_worker``). ``env``: the
     workers' environment but what differs per worker (its folder's caches, the spare's mark).
     The zygote enters a cell once before it says ready, and does not start where it cannot
-    (``caps``: what it keeps; fewer than it needs is how a test makes that happen)."""
+    (``caps``: what it keeps; fewer than it needs is how a test makes that happen).
+    ``tasks_limit``: the processes and threads the zygote and all its cells may hold together
+    (one pids cgroup; by default what ``CELLS_TASKS`` workers get, ``pids.default_limit``):
+    a candidate that forks without end stops there, and the host keeps its pids."""
     root = Path(root).absolute()
     root.mkdir(parents=True, exist_ok=True)
     build_cache.mkdir(parents=True, exist_ok=True)  # a bind needs it to exist
@@ -53,4 +61,5 @@ def start(
     def wrap(cmd: list[str]) -> list[str]:
         return sandbox.wrap(policy, cmd, env, keep_caps=caps)
 
-    return zygote.Zygote(env, root / LOG_NAME, args=["--cells", str(root)], wrap=wrap)
+    tasks = sandbox.pids.PidsGroup.make(tasks_limit or sandbox.pids.default_limit(CELLS_TASKS), "cells")
+    return zygote.Zygote(env, root / LOG_NAME, args=["--cells", str(root)], wrap=wrap, tasks=tasks)

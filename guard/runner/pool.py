@@ -32,12 +32,15 @@ class WorkerPool:
         protect: list[Path] | None = None,
         expose: list[Path] | None = None,
         build_cache: Path | None = None,
+        tasks_limit: int | None = None,
     ):
         """``protect``: what candidates must not see (the workspace); ``expose``: read-only
         folders they may see even inside it (problem folders with safetensors inputs);
         ``build_cache``: built extensions, read-only to candidates; ``prestart``: ``warm_up``
         starts a spare candidate worker; ``keep_spare``: ``replenish`` starts the next one
-        after each evaluation (a server's; a one-shot command's would only be killed). Raises
+        after each evaluation (a server's; a one-shot command's would only be killed);
+        ``tasks_limit``: the processes and threads one candidate worker's sandbox may hold
+        (``sandbox.pids``; by default from the number of cores). Raises
         ``sandbox.SandboxUnavailable`` under ``KERNELARC_SANDBOX=require`` without a sandbox."""
         self.device = device
         self.env = dict(env or {})  # e.g. the GPU this pool's workers are pinned to
@@ -47,6 +50,7 @@ class WorkerPool:
         self.build_cache = build_cache
         self.isolation = sandbox.ensure_isolation()
         self.memory_limit_gb = memory_limit_gb
+        self.tasks_limit = tasks_limit or sandbox.pids.default_limit()
         self.prestart = prestart
         self.keep_spare = prestart and keep_spare
         self._trusted: WorkerProcess | None = None
@@ -71,6 +75,7 @@ class WorkerPool:
             isolation=self.isolation,
             build_cache=self.build_cache,
             cells=self._candidate_zygote() if role == "candidate" else None,
+            tasks_limit=self.tasks_limit,
         ).start()
 
     def _candidate_zygote(self) -> zygote.Zygote | None:
@@ -88,6 +93,7 @@ class WorkerPool:
                     self.protect,
                     self.expose,
                     self.build_cache or cache_dir() / "torch_extensions",
+                    tasks_limit=cells.CELLS_TASKS * self.tasks_limit,
                 )
             except zygote.ZygoteError as exc:
                 self._cells_failed = str(exc)

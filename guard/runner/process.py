@@ -128,13 +128,16 @@ class WorkerProcess:
         isolation: "sandbox.Isolation | None" = None,
         build_cache: Path | None = None,
         cells: zygote.Zygote | None = None,
+        tasks_limit: int | None = None,
     ):
         """``protect``: paths a candidate must not see (the workspace, the secret);
         ``expose``: read-only paths it may see even inside those (problem folders);
         ``isolation``: the pool's probe result (probed here when not given);
         ``build_cache``: the built-extension cache, shown read-only;
         ``cells``: the pool's candidates' zygote (``runner.cells``), whose sandbox holds
-        ``workdir``'s folder: a candidate worker is forked by it into a cell of its own."""
+        ``workdir``'s folder: a candidate worker is forked by it into a cell of its own;
+        ``tasks_limit``: the processes and threads a sandbox of its own may hold (its pids
+        cgroup's cap; a cell's are capped with its zygote's, ``cells.start``)."""
         self.role = role
         self.device = device
         self.workdir = Path(workdir).absolute()
@@ -150,6 +153,8 @@ class WorkerProcess:
         self.expose = [Path(p) for p in expose]
         self.build_cache = Path(build_cache) if build_cache else cache_dir() / "torch_extensions"
         self.cells = cells if role == "candidate" else None
+        self.tasks_limit = tasks_limit or sandbox.pids.default_limit()
+        self._pids: sandbox.pids.PidsGroup | None = None  # the sandbox's pids cgroup, if any
         if role == "candidate":
             iso = isolation or sandbox.probe()
             self.isolation = iso.mechanism if iso.available else "none"
@@ -219,6 +224,9 @@ class WorkerProcess:
             filter_r = sandbox.seccomp.pipe()
             cmd = sandbox.wrap(policy, cmd, env, info_fd=info_w, seccomp_fd=filter_r)
             pass_fds += [info_w] + ([filter_r] if filter_r is not None else [])
+            self._pids = sandbox.pids.PidsGroup.make(self.tasks_limit, "worker")
+            if self._pids is not None:
+                cmd = self._pids.enter(cmd)
         logf = self._log()
         try:
             # forked from a thread that outlives this one: bwrap's --die-with-parent follows it
@@ -234,6 +242,7 @@ class WorkerProcess:
             )
         except BaseException:
             close_quietly(info_r)
+            self._end_pids()
             raise
         finally:
             child_sock.close()
@@ -339,9 +348,16 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 log.warning("worker %s did not die after SIGKILL", self.proc.pid)
         self._end_sandbox()
+        self._end_pids()
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+
+    def _end_pids(self) -> None:
+        """Kill what is left in the sandbox's pids cgroup, then remove the group."""
+        group, self._pids = self._pids, None
+        if group is not None:
+            group.close()
 
     def _end_sandbox(self, timeout: float = 10.0) -> None:
         """Kill the sandbox's init (the kernel then kills its whole PID namespace: a

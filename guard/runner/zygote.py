@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..sandbox.pids import PidsGroup
 from . import spawner
 from .fds import close_quietly, host_pid, readable
 
@@ -121,20 +122,25 @@ class Zygote:
         log_path: Path,
         args: Sequence[str] = (),
         wrap: Callable[[list[str]], list[str]] | None = None,
+        tasks: PidsGroup | None = None,
     ):
         """``args``: more of ``zygote_main``'s arguments (``--cells``); ``wrap``: turns its
-        command into the one to run (the OS sandbox's)."""
+        command into the one to run (the OS sandbox's); ``tasks``: a pids cgroup the zygote
+        starts in, its workers with it, removed when it ends (owned from here on)."""
         self.env = dict(env)
+        self.tasks = tasks
         self.broken: str | None = None
         self._lock = threading.Lock()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = ours
         log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "guard.runner.zygote_main", "--fd", str(theirs.fileno()), *args]
+        cmd = wrap(cmd) if wrap is not None else cmd
+        cmd = tasks.enter(cmd) if tasks is not None else cmd
         try:
             with open(log_path, "ab") as logf:
                 self.proc = spawner.popen(
-                    wrap(cmd) if wrap is not None else cmd,
+                    cmd,
                     env=self.env,
                     stdin=subprocess.DEVNULL,
                     stdout=logf,
@@ -144,6 +150,8 @@ class Zygote:
                 )
         except OSError as exc:
             ours.close()
+            if tasks is not None:
+                tasks.close()
             raise ZygoteError(f"the zygote could not start: {exc}") from None
         finally:
             theirs.close()
@@ -234,6 +242,9 @@ class Zygote:
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
         self.proc.wait()
+        tasks, self.tasks = self.tasks, None
+        if tasks is not None:  # anything of its workers still there, then the group
+            tasks.close()
 
 
 _zygotes: dict[tuple[tuple[str, str], ...], Zygote] = {}

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bwrap
+from . import bwrap, pids
 from .policy import SandboxPolicy
 
 log = logging.getLogger(__name__)
@@ -39,15 +39,24 @@ class Isolation:
     # Run by root, the sandbox is the host's uid 0 without capabilities: what the kernel lets
     # uid 0 do by its uid alone is shut off one route at a time (docs/guard.md, "Sandbox").
     as_root: bool = False
+    # Why a sandbox's tasks are not capped (``pids``); None: each sandbox has a pids cgroup.
+    uncapped: str | None = None
 
     @property
     def available(self) -> bool:
         return self.mechanism != "none"
 
+    @property
+    def capped(self) -> bool:
+        """Whether each sandbox's processes and threads are capped (``pids.PidsGroup``)."""
+        return self.available and self.uncapped is None
+
     def line(self) -> str:
         if self.available:
             line = f"isolation: {self.mechanism} {self.version or ''}".rstrip()
-            return line + " (run by root: candidates are the host's uid 0)" if self.as_root else line
+            if self.as_root:
+                line += " (run by root: candidates are the host's uid 0)"
+            return line + (", tasks capped" if self.capped else f", tasks not capped ({self.uncapped})")
         return f"isolation: none ({self.reason or 'unknown reason'})"
 
 
@@ -88,6 +97,9 @@ def ensure_isolation() -> Isolation:
             iso.line(),
         )
         _warned = True
+    elif not iso.capped and not _warned:
+        log.warning("a candidate can start processes until the host has no pid left: %s", iso.line())
+        _warned = True
     return iso
 
 
@@ -117,4 +129,4 @@ def _probe_bwrap() -> Isolation:
             return Isolation("none", reason=f"bwrap failed: {why}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return Isolation("bubblewrap", version=ver, as_root=os.geteuid() == 0)
+    return Isolation("bubblewrap", version=ver, as_root=os.geteuid() == 0, uncapped=pids.probe().reason)

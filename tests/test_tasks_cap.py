@@ -1,0 +1,132 @@
+"""A sandbox's processes and threads are capped by a pids cgroup (``guard.sandbox.pids``): a
+candidate that forks without end stops at its cap, the guard judges the next candidate as
+before, and no group is left behind. Run by root (uid 0 is not held to RLIMIT_NPROC), a
+candidate took every pid of the host before this (red team, session 32).
+
+The tests that make groups need a pids cgroup this process may write (cgroup v1's pids
+hierarchy, or a v2 subtree with the controller delegated); elsewhere they skip, and the
+isolation line says "tasks not capped" (``test_sandbox.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from guard.candidates.load import from_source
+from guard.sandbox import pids
+
+from helpers import RMS, honest_source, make_guard, unique
+
+FORKS = textwrap.dedent(
+    """
+    import os, time
+    made = 0
+    try:
+        while made < LIMIT:
+            if os.fork() == 0:
+                os.closerange(0, 3)  # the caller waits for its output's end, not for these
+                time.sleep(600)
+                os._exit(0)
+            made += 1
+    except OSError as exc:
+        print("stopped", exc.errno)
+    print("made", made)
+    """
+)
+
+
+@pytest.fixture
+def capped():
+    found = pids.probe()
+    if not found.available:
+        pytest.skip(f"no pids cgroup here: {found.reason}")
+    return found
+
+
+def _mine(base) -> list[str]:
+    return [p.name for p in base.iterdir() if p.name.startswith(f"{pids.PREFIX}{os.getpid()}-")]
+
+
+# -- finding the hierarchy --------------------------------------------------------------------
+def _fake_proc(tmp_path, cgroup: str, mountinfo: str):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "cgroup").write_text(cgroup)
+    (proc / "mountinfo").write_text(mountinfo.replace("MNT", str(tmp_path / "mnt")))
+    return proc
+
+
+def test_the_pids_hierarchy_is_found_in_v1_and_v2(tmp_path):
+    (tmp_path / "mnt" / "guard" / "job").mkdir(parents=True)
+    v1 = _fake_proc(
+        tmp_path,
+        "9:memory:/guard/job\n8:pids:/guard/job\n0::/\n",
+        "30 25 0:27 / MNT rw,relatime - cgroup cgroup rw,memory\n"
+        "31 25 0:28 / MNT rw,relatime - cgroup cgroup rw,pids\n",
+    )
+    assert pids.own_pids_cgroup(v1) == tmp_path / "mnt" / "guard" / "job"
+    (tmp_path / "proc").rename(tmp_path / "proc-v1")
+    v2 = _fake_proc(tmp_path, "0::/guard/job\n", "40 25 0:29 / MNT rw,nosuid - cgroup2 cgroup2 rw\n")
+    assert pids.own_pids_cgroup(v2) == tmp_path / "mnt" / "guard" / "job"
+
+
+def test_no_hierarchy_is_a_reason_not_a_path(tmp_path):
+    proc = _fake_proc(tmp_path, "0::/\n", "22 1 8:1 / / rw - ext4 /dev/vda rw\n")
+    found = pids.own_pids_cgroup(proc)
+    assert isinstance(found, str) and "no pids cgroup" in found
+
+
+# -- the cap ----------------------------------------------------------------------------------
+def test_a_group_stops_a_fork_loop_at_its_cap_and_is_removed(capped):
+    group = pids.PidsGroup.make(16, "test")
+    assert group is not None
+    try:
+        done = subprocess.run(
+            group.enter([sys.executable, "-c", FORKS.replace("LIMIT", "200")]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=60,
+            start_new_session=True,
+        )
+        made = int(done.stdout.split("made")[-1].split()[0])
+        assert "stopped 11" in done.stdout and made < 16  # EAGAIN at the cap, the shell counted
+        assert len(group.tasks()) == made  # its sleeping children are still in it
+    finally:
+        assert group.close()
+    assert not group.path.exists()
+
+
+def test_the_groups_of_a_guard_that_is_gone_are_swept(capped):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = capped.base / f"{pids.PREFIX}{gone.pid}-worker-0-abcdef"
+    stale.mkdir()
+    group = pids.PidsGroup.make(16, "test")
+    assert group is not None and group.close()
+    assert not stale.exists()
+
+
+def test_a_candidate_that_forks_without_end_stops_at_its_cap(session_tmp, capped):
+    limit = 48
+    bomb = "import os, time\n\n\ndef run(*args):\n" + textwrap.indent(
+        FORKS.replace("LIMIT", "100000").replace('print("made", made)', 'raise RuntimeError(f"made {made}")'), "    "
+    )
+    g = make_guard(session_tmp / "ws-tasks", static_screen=False, call_timeout_s=20, sandbox_tasks_limit=limit)
+    try:
+        v = g.evaluate(from_source(unique(bomb), None, "kernel.py"), RMS, agent="bomb")
+        assert v.decision == "REJECT" and v.status == "RUNTIME_ERROR", v.reason
+        assert "RuntimeError: made" in (v.reason or ""), v.reason  # the exception, not its line
+        made = int((v.reason or "").split("made ")[1].split()[0])
+        # its cell shares the zygote's group (3 workers' worth); a sandbox of its own has one
+        assert 0 < made < 3 * limit, v.reason
+        honest = g.evaluate(from_source(unique(honest_source()), None, "kernel.py"), RMS, agent="after")
+        assert honest.status == "PASSED", honest.reason
+    finally:
+        g.close()
+    assert _mine(capped.base) == []  # every group of this guard removed with its sandbox
