@@ -145,3 +145,31 @@ def test_a_memory_report_names_only_request_kinds_that_exist():
     assert ok.by_op == {"check": 5, "arm": 3}
     with pytest.raises(m.MessageError, match="request kinds that do not exist"):
         m.parse_reply({"ok": True, "peak_bytes": 5, "by_op": {"SHAPE=29x4096": 5}}, m.MemoryReply)
+
+
+def test_a_reply_on_a_descriptor_numbered_past_1024_is_received():
+    """``select.select`` cannot wait on descriptors past 1024, and a long-lived server holds
+    many (each worker's socket, log and pidfd): the wait polls instead."""
+    import os
+    import resource
+    import socket
+
+    from guard.runner import protocol
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 1500:
+        pytest.skip(f"descriptors are capped at {hard} here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    a, b = socket.socketpair()
+    high = os.dup2(b.fileno(), 1500)
+    far = socket.socket(fileno=high)
+    try:
+        protocol.send(a, {"ok": True})
+        assert protocol.recv(far, timeout=5) == {"ok": True}
+        with pytest.raises(protocol.ReplyTimeout):
+            protocol.recv(far, timeout=0.05)
+    finally:
+        far.close()
+        a.close()
+        b.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

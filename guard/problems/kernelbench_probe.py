@@ -1113,8 +1113,9 @@ def probe_in_child(path: str, opts: dict[str, Any], timeout: float) -> dict[str,
         if left <= 0:
             timed_out = True
             break
-        ready, _, _ = select.select([rfd], [], [], left)
-        if not ready:
+        poller = select.poll()  # not select.select: a server's descriptors may pass 1024
+        poller.register(rfd, select.POLLIN)
+        if not poller.poll(left * 1000):
             continue
         chunk = os.read(rfd, 1 << 16)
         if not chunk:

@@ -20,7 +20,7 @@ _HEADER = struct.Struct("!Q")
 # forge what the worker sends.
 _dumps, _loads = json.dumps, json.loads
 _sendall, _recv = socket.socket.sendall, socket.socket.recv
-_select = select.select
+_poll = select.poll  # not select.select: a guard's descriptors may be numbered past 1024
 
 
 class ProtocolError(RuntimeError):
@@ -49,8 +49,9 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ReplyTimeout("no reply in time")
-            ready, _, _ = _select([sock], [], [], remaining)
-            if not ready:
+            poller = _poll()
+            poller.register(sock, select.POLLIN)
+            if not poller.poll(remaining * 1000):
                 raise ReplyTimeout("no reply in time")
         chunk = _recv(sock, min(n - got, 1 << 20))
         if not chunk:
