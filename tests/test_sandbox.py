@@ -65,6 +65,29 @@ ATTEMPT = """
 
 
 # -- reading ----------------------------------------------------------------------------------
+def test_the_hosts_cgroups_and_other_kernel_state_are_out_of_sight(tmp_path, needs_bwrap):
+    """sysfs shows the hardware (PCI, CPU topology) but not the host's running state: the
+    cgroups' counters carried a message from one candidate to the next (red team, session 33)."""
+    got = run_sandboxed(
+        tmp_path / "scratch",
+        """
+    def walk(top):
+        found = []
+        for root, dirs, files in os.walk(top):
+            found += files
+        return found
+    print(json.dumps({
+        "fs": attempt(walk, "/sys/fs"),
+        "cgroup": attempt(os.listdir, "/sys/fs/cgroup"),
+        "cpus": attempt(os.listdir, "/sys/devices/system/cpu"),
+    }))
+    """,
+    )
+    assert got["fs"] == [], got  # not a file below /sys/fs: every cgroup hierarchy hidden
+    assert got["cgroup"] == [] or got["cgroup"].startswith("denied"), got
+    assert isinstance(got["cpus"], list) and any(c.startswith("cpu") for c in got["cpus"]), got
+
+
 def test_workspace_and_secret_are_out_of_sight(tmp_path, needs_bwrap):
     # the workspace lies inside a folder the sandbox shows read-only, as ./.kernelarc lies
     # inside the project: it must be masked, not merely left unbound

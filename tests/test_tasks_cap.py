@@ -123,10 +123,39 @@ def test_a_candidate_that_forks_without_end_stops_at_its_cap(session_tmp, capped
         assert v.decision == "REJECT" and v.status == "RUNTIME_ERROR", v.reason
         assert "RuntimeError: made" in (v.reason or ""), v.reason  # the exception, not its line
         made = int((v.reason or "").split("made ")[1].split()[0])
-        # its cell shares the zygote's group (3 workers' worth); a sandbox of its own has one
-        assert 0 < made < 3 * limit, v.reason
+        assert 0 < made < limit, v.reason  # a group of its own, a cell's or its sandbox's
         honest = g.evaluate(from_source(unique(honest_source()), None, "kernel.py"), RMS, agent="after")
         assert honest.status == "PASSED", honest.reason
     finally:
         g.close()
     assert _mine(capped.base) == []  # every group of this guard removed with its sandbox
+
+
+def test_each_cell_has_a_group_of_its_own(session_tmp, capped):
+    """Cells of one zygote that shared a group could pass messages through its count (one
+    fills it, the other's fork fails) while both live: a challenger and its incumbent."""
+    from guard.runner.pool import WorkerPool
+
+    pool = WorkerPool("cpu", session_tmp / "cells-groups", prestart=False, tasks_limit=64)
+    try:
+        workers = [pool.take_candidate(start_spare=False) for _ in range(2)]
+        for w in workers:
+            w.wait_ready()
+        groups = [_pids_cgroup(w.sandbox_pid) for w in workers]
+        assert all(pids.PREFIX in g for g in groups), groups
+        if pool._cells is not None:  # forked into cells: each moved out of the zygote's group
+            assert "-cell-" in groups[0] and "-cell-" in groups[1] and groups[0] != groups[1], groups
+        for w in workers:
+            pool.discard(w)
+    finally:
+        pool.close()
+    assert _mine(capped.base) == []
+
+
+def _pids_cgroup(pid: int) -> str:
+    with open(f"/proc/{pid}/cgroup") as f:
+        for line in f:
+            number, controllers, path = line.rstrip("\n").split(":", 2)
+            if "pids" in controllers.split(",") or (number == "0" and not controllers):
+                return path
+    return ""

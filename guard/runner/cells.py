@@ -23,9 +23,9 @@ log = logging.getLogger(__name__)
 # worker's cell, and to empty the worker's bounding set before it runs
 ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP")
 LOG_NAME = "cells-zygote.log"
-# workers' worth of tasks the cells of one zygote share: the one judged, the spare, and one
-# being started (a cell that forks without end can take all of it while it runs; its kill
-# gives it back)
+# workers' worth of tasks for a zygote's own pids group: the zygote, the child that waits on
+# each cell, and each cell until the guard has moved it into a group of its own
+# (``WorkerProcess._cap_cell``), before it is sent anything
 CELLS_TASKS = 3
 
 
@@ -48,9 +48,9 @@ def start(
     workers' environment but what differs per worker (its folder's caches, the spare's mark).
     The zygote enters a cell once before it says ready, and does not start where it cannot
     (``caps``: what it keeps; fewer than it needs is how a test makes that happen).
-    ``tasks_limit``: the processes and threads the zygote and all its cells may hold together
-    (one pids cgroup; by default what ``CELLS_TASKS`` workers get, ``pids.default_limit``):
-    a candidate that forks without end stops there, and the host keeps its pids."""
+    ``tasks_limit``: the processes and threads the zygote's pids group may hold (by default
+    what ``CELLS_TASKS`` workers get, ``pids.default_limit``): each cell starts in it and is
+    moved to a group of its own before any candidate code runs in it."""
     root = Path(root).absolute()
     root.mkdir(parents=True, exist_ok=True)
     build_cache.mkdir(parents=True, exist_ok=True)  # a bind needs it to exist

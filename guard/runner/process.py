@@ -204,6 +204,7 @@ class WorkerProcess:
         if self.role == "trusted" and self.device == "cpu" and self._start_forked(env, self._fork_trusted):
             return self
         if self.cells is not None and self._start_forked(env, self.cells.fork):
+            self._cap_cell()
             return self
         parent_sock, child_sock = socket.socketpair()
         cmd = [sys.executable, "-m", "guard.runner.worker_main", "--fd", str(child_sock.fileno()), *self._args()]
@@ -275,6 +276,26 @@ class WorkerProcess:
             child_sock.close()
         self.sock = parent_sock
         return True
+
+    def _cap_cell(self) -> None:
+        """Move a cell's worker out of its zygote's pids group into one of its own, before
+        the guard sends it anything (no candidate code has run in it yet). A group shared by
+        the cells let them pass messages: its count, which one cell's threads raise and
+        another sees when its own fork fails at the cap, while both live (a challenger and
+        the incumbent it is paired with). Where that cannot be done the worker stays in the
+        zygote's group, which caps it too."""
+        if self._sandbox_init is None:
+            return
+        group = sandbox.pids.PidsGroup.make(self.tasks_limit, "cell")
+        if group is None:
+            return
+        try:
+            group.adopt(host_pid(self._sandbox_init))
+        except OSError as exc:
+            log.warning("a cell's worker stays in its zygote's pids group: %s", exc)
+            group.close()
+            return
+        self._pids = group
 
     @staticmethod
     def _open_sandbox_init(info_r: int) -> int | None:

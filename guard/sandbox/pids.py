@@ -81,6 +81,11 @@ class PidsGroup:
         cannot join runs nothing (the worker then fails to start, never uncapped)."""
         return ["/bin/sh", "-c", ENTER, str(self.procs), *argv]
 
+    def adopt(self, pid: int) -> None:
+        """Move process ``pid`` (all its threads) into the group; OSError where it cannot. Its
+        children made before stay where they are: move a process before it makes any."""
+        self.procs.write_text(str(pid))
+
     def tasks(self) -> list[int]:
         try:
             return [int(x) for x in self.procs.read_text().split()]
@@ -100,11 +105,7 @@ class PidsGroup:
         deadline = time.monotonic() + timeout
         while True:
             left = self.tasks()
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            self._kill(left)
             try:
                 self.path.rmdir()
                 return True
@@ -115,6 +116,29 @@ class PidsGroup:
                     log.warning("pids cgroup %s not removed: %s (%d tasks)", self.path, exc, len(left))
                     return False
             time.sleep(0.02)
+
+    def _kill(self, pids: list[int]) -> None:
+        """SIGKILL each of ``pids`` that is still in the group. A pid read from the group may
+        have ended and been given to another process by the time it is killed: each is pinned
+        by a pidfd first, then killed only if the group still lists it (a pid listed after its
+        pidfd was opened is the process that pidfd holds, or a new member of the group)."""
+        pinned: dict[int, int] = {}
+        try:
+            for pid in pids:
+                try:
+                    pinned[pid] = os.pidfd_open(pid)
+                except OSError:  # gone already
+                    pass
+            still = set(self.tasks())
+            for pid, fd in pinned.items():
+                if pid in still:
+                    try:
+                        signal.pidfd_send_signal(fd, signal.SIGKILL)
+                    except OSError:
+                        pass
+        finally:
+            for fd in pinned.values():
+                os.close(fd)
 
 
 def _create(base: Path, limit: int, tag: str) -> PidsGroup | str:

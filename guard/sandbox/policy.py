@@ -30,6 +30,12 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt")
 # sysfs: the CUDA driver and PyTorch's cpuinfo read PCI, NUMA and CPU topology there.
 SYSFS = "/sys"
+# What of sysfs is the host's running state rather than its hardware: hidden. A candidate read
+# the pids cgroup's high-water mark there (``pids.peak``, which only grows), set by an earlier
+# candidate that had made as many threads as a held-out shape's size: a message from one
+# candidate to the next that outlived the first one's cell (red team, session 33). The cgroups'
+# counters of every group on the host (memory peaks, pids, other guards') were all readable.
+SYSFS_HIDDEN = ("/sys/fs", "/sys/kernel/debug", "/sys/kernel/tracing", "/sys/kernel/security", "/sys/kernel/config")
 GPU_DEVICE_GLOB = "/dev/nvidia*"  # nvidia0..N, nvidiactl, nvidia-uvm(-tools), nvidia-caps/
 GPU_NODE = re.compile(r"/dev/nvidia(\d+)$")  # one GPU's node; the others are shared control nodes
 CUDA_GLOBS = ("/usr/local/cuda*", "/usr/local/nvidia", "/opt/nvidia", "/opt/cuda*")
@@ -118,6 +124,8 @@ class SandboxPolicy:
         masks = [p for p in protected if any(_within(p, b) for b in readonly_binds)]
         if Path("/etc") in readonly_binds:
             masks.extend(_unreadable_in_etc())
+        if Path(SYSFS) in readonly_binds:
+            masks.extend(p for p in map(Path, SYSFS_HIDDEN) if p.is_dir())
         devices: list[Path] = []
         if device.startswith("cuda"):
             devices = gpu_device_nodes(sorted(glob.glob(GPU_DEVICE_GLOB)), gpu_minor)
