@@ -39,6 +39,7 @@ __all__ = [
     "REPO",
     "RMS",
     "SCALE_DEF",
+    "SHRINKS_ITS_MEDIANS",
     "SOL_EXAMPLES",
     "TEST_MAX_WAIT_S",
     "HttpServer",
@@ -333,3 +334,28 @@ def orphan_source(marker: str) -> str:
         def run(x, w):
             return x
     """)
+
+
+# An RMSNorm candidate that divides the medians its own process reports by 100 (reached as
+# torch.sys): the outside clock's floor, not the band, keeps such a figure from deciding.
+SHRINKS_ITS_MEDIANS = """
+import torch
+
+_timer = torch.sys.modules["guard.runner.timing"]
+_summary = _timer.summarize
+
+
+def _shrunk(samples_ms):
+    stats = _summary(samples_ms)
+    stats["median_ms"] = stats["median_ms"] / 100
+    stats["rel_se"] = 0.001
+    return stats
+
+
+_timer.summarize = _shrunk
+
+
+def run(hidden_states, weight):
+    x = hidden_states.float()
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
+"""

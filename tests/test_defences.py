@@ -19,6 +19,7 @@ from guard.problems.derive import workload_set
 from helpers import (
     CHEATS,
     RMS,
+    SHRINKS_ITS_MEDIANS,
     cheat_files,
     cheat_source,
     expectation,
@@ -105,29 +106,6 @@ def test_heldout_shapes_never_shown(guard):
         assert f"num_tokens={w.axes['num_tokens']}" not in text
         assert f'"num_tokens": {w.axes["num_tokens"]}' not in text
     assert v.diagnostic is None
-
-
-SHRINKS_ITS_MEDIANS = """
-import torch
-
-_timer = torch.sys.modules["guard.runner.timing"]
-_summary = _timer.summarize
-
-
-def _shrunk(samples_ms):
-    stats = _summary(samples_ms)
-    stats["median_ms"] = stats["median_ms"] / 100
-    stats["rel_se"] = 0.001
-    return stats
-
-
-_timer.summarize = _shrunk
-
-
-def run(hidden_states, weight):
-    x = hidden_states.float()
-    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
-"""
 
 
 def test_a_forged_cpu_median_never_goes_below_the_guards_own_clock(guard_runtime_only):

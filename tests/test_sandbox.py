@@ -22,8 +22,8 @@ import pytest
 
 from guard import sandbox
 from guard.builders.cuda_cpp import EXT_PREFIX, extension_digest, publish_build
+from guard.sandbox import cgroups
 from guard.sandbox import isolation as isolation_mod
-from guard.sandbox import pids
 from guard.sandbox.policy import PROJECT_ROOT, SandboxPolicy, gpu_device_nodes
 
 from helpers import (
@@ -444,7 +444,7 @@ def test_isolation_line_names_the_mechanism(needs_bwrap):
     line = f"isolation: bubblewrap {needs_bwrap.version}"
     if os.geteuid() == 0:  # said, never silent
         line += " (run by root: candidates are the host's uid 0)"
-    capped = pids.probe()
+    capped = cgroups.probe()
     line += ", tasks capped" if capped.available else f", tasks not capped ({capped.reason})"
     assert sandbox.isolation_line() == line
 

@@ -49,7 +49,7 @@ def start(
     The zygote enters a cell once before it says ready, and does not start where it cannot
     (``caps``: what it keeps; fewer than it needs is how a test makes that happen).
     ``tasks_limit``: the processes and threads the zygote's pids group may hold (by default
-    what ``CELLS_TASKS`` workers get, ``pids.default_limit``): each cell starts in it and is
+    what ``CELLS_TASKS`` workers get, ``cgroups.default_limit``): each cell starts in it and is
     moved to a group of its own before any candidate code runs in it."""
     root = Path(root).absolute()
     root.mkdir(parents=True, exist_ok=True)
@@ -61,5 +61,5 @@ def start(
     def wrap(cmd: list[str]) -> list[str]:
         return sandbox.wrap(policy, cmd, env, keep_caps=caps)
 
-    tasks = sandbox.pids.PidsGroup.make(tasks_limit or sandbox.pids.default_limit(CELLS_TASKS), "cells")
+    tasks = sandbox.cgroups.SandboxGroup.make(tasks_limit or sandbox.cgroups.default_limit(CELLS_TASKS), "cells")
     return zygote.Zygote(env, root / LOG_NAME, args=["--cells", str(root)], wrap=wrap, tasks=tasks)

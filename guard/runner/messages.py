@@ -381,6 +381,7 @@ class CeilingsReply(Reply):
 class OverheadReply(Reply):
     iters: int = 0
     setup_s: float = 0.0  # measured by the trusted worker itself, taken out of the guard's figure
+    setup_cpu_s: float = 0.0  # the CPU time its process spent on that set-up (a CPU's stall-free figure)
     digests: list[list[DigestRow]] = Field(default_factory=list)
     # a CPU: as many descriptions as the candidate's reply carries (``ConfirmReply.held``), so
     # that reading and validating it costs the two windows alike; their contents mean nothing

@@ -50,7 +50,7 @@ class WorkerPool:
         self.build_cache = build_cache
         self.isolation = sandbox.ensure_isolation()
         self.memory_limit_gb = memory_limit_gb
-        self.tasks_limit = tasks_limit or sandbox.pids.default_limit()
+        self.tasks_limit = tasks_limit or sandbox.cgroups.default_limit()
         self.prestart = prestart
         self.keep_spare = prestart and keep_spare
         self._trusted: WorkerProcess | None = None

@@ -153,8 +153,10 @@ class WorkerProcess:
         self.expose = [Path(p) for p in expose]
         self.build_cache = Path(build_cache) if build_cache else cache_dir() / "torch_extensions"
         self.cells = cells if role == "candidate" else None
-        self.tasks_limit = tasks_limit or sandbox.pids.default_limit()
-        self._pids: sandbox.pids.PidsGroup | None = None  # the sandbox's pids cgroup, if any
+        self.tasks_limit = tasks_limit or sandbox.cgroups.default_limit()
+        self._cgroup: sandbox.cgroups.SandboxGroup | None = (
+            None  # the sandbox's cgroups (tasks capped, CPU counted), if any
+        )
         if role == "candidate":
             iso = isolation or sandbox.probe()
             self.isolation = iso.mechanism if iso.available else "none"
@@ -225,9 +227,9 @@ class WorkerProcess:
             filter_r = sandbox.seccomp.pipe()
             cmd = sandbox.wrap(policy, cmd, env, info_fd=info_w, seccomp_fd=filter_r)
             pass_fds += [info_w] + ([filter_r] if filter_r is not None else [])
-            self._pids = sandbox.pids.PidsGroup.make(self.tasks_limit, "worker")
-            if self._pids is not None:
-                cmd = self._pids.enter(cmd)
+            self._cgroup = sandbox.cgroups.SandboxGroup.make(self.tasks_limit, "worker")
+            if self._cgroup is not None:
+                cmd = self._cgroup.enter(cmd)
         logf = self._log()
         try:
             # forked from a thread that outlives this one: bwrap's --die-with-parent follows it
@@ -243,7 +245,7 @@ class WorkerProcess:
             )
         except BaseException:
             close_quietly(info_r)
-            self._end_pids()
+            self._end_cgroup()
             raise
         finally:
             child_sock.close()
@@ -286,7 +288,7 @@ class WorkerProcess:
         zygote's group, which caps it too."""
         if self._sandbox_init is None:
             return
-        group = sandbox.pids.PidsGroup.make(self.tasks_limit, "cell")
+        group = sandbox.cgroups.SandboxGroup.make(self.tasks_limit, "cell")
         if group is None:
             return
         try:
@@ -295,7 +297,7 @@ class WorkerProcess:
             log.warning("a cell's worker stays in its zygote's pids group: %s", exc)
             group.close()
             return
-        self._pids = group
+        self._cgroup = group
 
     @staticmethod
     def _open_sandbox_init(info_r: int) -> int | None:
@@ -369,14 +371,19 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 log.warning("worker %s did not die after SIGKILL", self.proc.pid)
         self._end_sandbox()
-        self._end_pids()
+        self._end_cgroup()
         if self.sock is not None:
             self.sock.close()
             self.sock = None
 
-    def _end_pids(self) -> None:
-        """Kill what is left in the sandbox's pids cgroup, then remove the group."""
-        group, self._pids = self._pids, None
+    def cpu_ns(self) -> int | None:
+        """CPU time the candidate's sandbox (or cell) has used, every task that was ever in it
+        counted by the kernel, reaped or not; None where it is not counted."""
+        return self._cgroup.cpu_ns() if self._cgroup is not None else None
+
+    def _end_cgroup(self) -> None:
+        """Kill what is left in the sandbox's cgroups, then remove them."""
+        group, self._cgroup = self._cgroup, None
         if group is not None:
             group.close()
 

@@ -102,7 +102,7 @@ def parallel_ns(before: TreeCpu, after: TreeCpu) -> int:
     far and the work beside it came out as none (red team, session 32). A process that lost a
     thread between the readings gives no busiest thread, and no thread can have run longer
     than the time between them: what fails either counts as run beside."""
-    used = sum(ns - before.processes.get(key, 0) for key, ns in after.processes.items())
+    used = used_ns(before, after)
     lost = {p for p, tid in before.threads if (p, tid) not in after.threads}
     longest = after.ended_ns - before.began_ns
     busiest = max(
@@ -116,6 +116,13 @@ def parallel_ns(before: TreeCpu, after: TreeCpu) -> int:
         default=0,
     )
     return max(0, used - busiest)
+
+
+def used_ns(before: TreeCpu, after: TreeCpu) -> int:
+    """CPU time the tree used between two readings, every thread of every process counted
+    (a process that came meanwhile, in full): unlike the wall time, a stall (the process
+    runnable but another holding its core) adds nothing to it."""
+    return sum(ns - before.processes.get(key, 0) for key, ns in after.processes.items())
 
 
 def charged_s(wall_s: float, before: TreeCpu, after: TreeCpu) -> float:

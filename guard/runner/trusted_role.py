@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import gc
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -365,15 +366,18 @@ class TrustedRole:
         data sizes, seed and padding: draws, copies as many bytes as the candidate's loop
         copies, digests. The guard times this request with its own clock, as it timed the
         candidate's, and subtracts."""
-        t0 = T.perf_counter()
+        t0, c0 = T.perf_counter(), time.process_time()
         loop = self._confirm_loop(msg.key, msg.workload, msg.axes, msg.sets, msg.iters, msg.copies, msg.projection_seed)
         self._sync()
         setup_s = T.perf_counter() - t0  # this worker is trusted: its own clock takes setup out
+        setup_cpu_s = time.process_time() - c0
         table = loop.run(msg.seed, msg.iters, None, msg.pad_passes)
         # the same reply size as the candidate's, whose digests (a GPU) or descriptions of its
         # held outputs (a CPU: 5 ms for 400 calls, paid inside its window) travel back too
         held = [] if self.cuda else self._held_like(msg.key, msg.axes, msg.iters)
-        return m.OverheadReply(ok=True, iters=msg.iters, setup_s=setup_s, digests=table, held=held)
+        return m.OverheadReply(
+            ok=True, iters=msg.iters, setup_s=setup_s, setup_cpu_s=setup_cpu_s, digests=table, held=held
+        )
 
     def _held_like(self, key: str, axes: dict, calls: int) -> list[list[m.HeldOutput | None]]:
         """Descriptions shaped as a CPU candidate's held outputs, made as its worker makes them

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..sandbox.pids import PidsGroup
+from ..sandbox.cgroups import SandboxGroup
 from . import spawner
 from .fds import close_quietly, host_pid, readable
 
@@ -122,10 +122,10 @@ class Zygote:
         log_path: Path,
         args: Sequence[str] = (),
         wrap: Callable[[list[str]], list[str]] | None = None,
-        tasks: PidsGroup | None = None,
+        tasks: SandboxGroup | None = None,
     ):
         """``args``: more of ``zygote_main``'s arguments (``--cells``); ``wrap``: turns its
-        command into the one to run (the OS sandbox's); ``tasks``: a pids cgroup the zygote
+        command into the one to run (the OS sandbox's); ``tasks``: the cgroups the zygote
         starts in, its workers with it, removed when it ends (owned from here on)."""
         self.env = dict(env)
         self.tasks = tasks

@@ -4,12 +4,12 @@ other processes or the network; writes only in the worker's own folder.
 - ``SandboxPolicy.for_worker(workdir, device, protect=..., readonly=..., expose=..., env=...)``
 - ``wrap(policy, argv, env, info_fd=None)``: the bwrap command line
 - ``probe()`` / ``ensure_isolation()`` / ``isolation_line()``: what this machine allows
-- ``pids.PidsGroup.make(limit)``: a cgroup capping a sandbox's processes and threads
+- ``cgroups.SandboxGroup.make(limit)``: a sandbox's cgroups: its tasks capped, its CPU time counted
 """
 
 from __future__ import annotations
 
-from . import pids, seccomp
+from . import cgroups, seccomp
 from .bwrap import bwrap_binary, wrap
 from .policy import SandboxPolicy, scratch_env
 from .isolation import Isolation, SandboxUnavailable, ensure_isolation, isolation_line, probe
@@ -21,7 +21,7 @@ __all__ = [
     "bwrap_binary",
     "ensure_isolation",
     "isolation_line",
-    "pids",
+    "cgroups",
     "probe",
     "scratch_env",
     "seccomp",

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bwrap, pids
+from . import bwrap, cgroups
 from .policy import SandboxPolicy
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class Isolation:
     # Run by root, the sandbox is the host's uid 0 without capabilities: what the kernel lets
     # uid 0 do by its uid alone is shut off one route at a time (docs/guard.md, "Sandbox").
     as_root: bool = False
-    # Why a sandbox's tasks are not capped (``pids``); None: each sandbox has a pids cgroup.
+    # Why a sandbox's tasks are not capped (``cgroups``); None: each sandbox has a pids cgroup.
     uncapped: str | None = None
 
     @property
@@ -48,7 +48,7 @@ class Isolation:
 
     @property
     def capped(self) -> bool:
-        """Whether each sandbox's processes and threads are capped (``pids.PidsGroup``)."""
+        """Whether each sandbox's processes and threads are capped (``cgroups.SandboxGroup``)."""
         return self.available and self.uncapped is None
 
     def line(self) -> str:
@@ -129,4 +129,4 @@ def _probe_bwrap() -> Isolation:
             return Isolation("none", reason=f"bwrap failed: {why}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return Isolation("bubblewrap", version=ver, as_root=os.geteuid() == 0, uncapped=pids.probe().reason)
+    return Isolation("bubblewrap", version=ver, as_root=os.geteuid() == 0, uncapped=cgroups.probe().reason)

@@ -1,11 +1,12 @@
-"""A sandbox's processes and threads are capped by a pids cgroup (``guard.sandbox.pids``): a
-candidate that forks without end stops at its cap, the guard judges the next candidate as
-before, and no group is left behind. Run by root (uid 0 is not held to RLIMIT_NPROC), a
-candidate took every pid of the host before this (red team, session 32).
+"""A sandbox's cgroups (``guard.sandbox.cgroups``): its processes and threads capped, its CPU
+time counted. A candidate that forks without end stops at its cap, the guard judges the next
+candidate as before, and no group is left behind (run by root, uid 0 is not held to
+RLIMIT_NPROC: a candidate took every pid of the host before this, red team, session 32). A
+process that starts and ends unseen is still counted.
 
-The tests that make groups need a pids cgroup this process may write (cgroup v1's pids
-hierarchy, or a v2 subtree with the controller delegated); elsewhere they skip, and the
-isolation line says "tasks not capped" (``test_sandbox.py``).
+The tests that make groups need cgroups this process may write (cgroup v1's pids and cpuacct
+hierarchies, or a v2 subtree with the pids controller delegated); elsewhere they skip, and
+the isolation line says "tasks not capped" (``test_sandbox.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import textwrap
 import pytest
 
 from guard.candidates.load import from_source
-from guard.sandbox import pids
+from guard.sandbox import cgroups
 
 from helpers import RMS, honest_source, make_guard, unique
 
@@ -42,14 +43,14 @@ FORKS = textwrap.dedent(
 
 @pytest.fixture
 def capped():
-    found = pids.probe()
+    found = cgroups.probe()
     if not found.available:
         pytest.skip(f"no pids cgroup here: {found.reason}")
     return found
 
 
 def _mine(base) -> list[str]:
-    return [p.name for p in base.iterdir() if p.name.startswith(f"{pids.PREFIX}{os.getpid()}-")]
+    return [p.name for p in base.iterdir() if p.name.startswith(f"{cgroups.PREFIX}{os.getpid()}-")]
 
 
 # -- finding the hierarchy --------------------------------------------------------------------
@@ -69,21 +70,21 @@ def test_the_pids_hierarchy_is_found_in_v1_and_v2(tmp_path):
         "30 25 0:27 / MNT rw,relatime - cgroup cgroup rw,memory\n"
         "31 25 0:28 / MNT rw,relatime - cgroup cgroup rw,pids\n",
     )
-    assert pids.own_pids_cgroup(v1) == tmp_path / "mnt" / "guard" / "job"
+    assert cgroups.own_cgroup("pids", v1) == tmp_path / "mnt" / "guard" / "job"
     (tmp_path / "proc").rename(tmp_path / "proc-v1")
     v2 = _fake_proc(tmp_path, "0::/guard/job\n", "40 25 0:29 / MNT rw,nosuid - cgroup2 cgroup2 rw\n")
-    assert pids.own_pids_cgroup(v2) == tmp_path / "mnt" / "guard" / "job"
+    assert cgroups.own_cgroup("pids", v2) == tmp_path / "mnt" / "guard" / "job"
 
 
 def test_no_hierarchy_is_a_reason_not_a_path(tmp_path):
     proc = _fake_proc(tmp_path, "0::/\n", "22 1 8:1 / / rw - ext4 /dev/vda rw\n")
-    found = pids.own_pids_cgroup(proc)
-    assert isinstance(found, str) and "no pids cgroup" in found
+    found = cgroups.own_cgroup("pids", proc)
+    assert isinstance(found, str) and "no pids cgroup" in found, found
 
 
 # -- the cap ----------------------------------------------------------------------------------
 def test_a_group_stops_a_fork_loop_at_its_cap_and_is_removed(capped):
-    group = pids.PidsGroup.make(16, "test")
+    group = cgroups.SandboxGroup.make(16, "test")
     assert group is not None
     try:
         done = subprocess.run(
@@ -105,9 +106,9 @@ def test_a_group_stops_a_fork_loop_at_its_cap_and_is_removed(capped):
 def test_the_groups_of_a_guard_that_is_gone_are_swept(capped):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    stale = capped.base / f"{pids.PREFIX}{gone.pid}-worker-0-abcdef"
+    stale = capped.base / f"{cgroups.PREFIX}{gone.pid}-worker-0-abcdef"
     stale.mkdir()
-    group = pids.PidsGroup.make(16, "test")
+    group = cgroups.SandboxGroup.make(16, "test")
     assert group is not None and group.close()
     assert not stale.exists()
 
@@ -142,7 +143,7 @@ def test_each_cell_has_a_group_of_its_own(session_tmp, capped):
         for w in workers:
             w.wait_ready()
         groups = [_pids_cgroup(w.sandbox_pid) for w in workers]
-        assert all(pids.PREFIX in g for g in groups), groups
+        assert all(cgroups.PREFIX in g for g in groups), groups
         if pool._cells is not None:  # forked into cells: each moved out of the zygote's group
             assert "-cell-" in groups[0] and "-cell-" in groups[1] and groups[0] != groups[1], groups
         for w in workers:
@@ -159,3 +160,23 @@ def _pids_cgroup(pid: int) -> str:
             if "pids" in controllers.split(",") or (number == "0" and not controllers):
                 return path
     return ""
+
+
+def test_a_process_started_and_reaped_unseen_is_counted(capped):
+    """The tree's own reading misses a child that the kernel reaps (SIGCHLD ignored): its CPU
+    time reaches no parent. The group's count does not."""
+    if capped.cpu_base is None:
+        pytest.skip(f"no CPU time counted here: {capped.cpu_reason}")
+    group = cgroups.SandboxGroup.make(16, "test")
+    assert group is not None and group.cpu_ns() is not None
+    spin = "import os, signal, time\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\n" + (
+        "pid = os.fork()\nif pid == 0:\n    t = time.process_time()\n    while time.process_time() - t < 0.3: pass\n"
+        "    os._exit(0)\ntry:\n    os.waitpid(pid, 0)\nexcept ChildProcessError:\n    pass\n"
+    )
+    try:
+        before = group.cpu_ns()
+        subprocess.run(group.enter([sys.executable, "-c", spin]), timeout=60, check=True)
+        used = group.cpu_ns() - before
+        assert used >= 0.3e9, used  # the child's 0.3 s, though nothing reaped it
+    finally:
+        assert group.close()

@@ -1,0 +1,297 @@
+"""The cgroups of one sandbox, made by the guard and entered before the sandbox's first
+process runs: a cap on the tasks (processes and threads) it may hold, and a count of the CPU
+time they used.
+
+- **The cap** (the pids controller). A fork bomb fails inside its group (``fork`` returns
+  EAGAIN) instead of taking every pid of the host, which would stop the guard's own workers
+  and builds too. ``RLIMIT_NPROC`` cannot do this where the guard runs as root: the kernel
+  does not hold uid 0 to it, capabilities or not.
+- **The count** (cpuacct in cgroup v1, ``cpu.stat`` in v2). The kernel charges a group for
+  every task in it as the task runs: a process that starts and ends inside a timed window,
+  reaped by the kernel so that its CPU time reaches no parent, is counted all the same, which
+  a reading of the process tree (``runner.tree_cpu``) cannot do.
+
+Only where the guard may write the hierarchies: cgroup v1's, or a cgroup v2 subtree whose new
+children get ``pids.max`` (delegated to the user, or the guard is root). Elsewhere
+``SandboxGroup.make`` returns None and ``probe()`` says why; the guard says so at start-up
+(``isolation.isolation_line``). Candidates never see the hierarchies (``policy.SYSFS_HIDDEN``).
+
+A group is named ``kernelarc-<guard pid>-<tag>-...``: the groups of a guard that died without
+removing them are removed by the next guard that makes one (``_sweep``).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import os
+import re
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PREFIX = "kernelarc-"
+_STALE = re.compile(rf"^{PREFIX}(\d+)-")
+# The shell writes its pid into each group's procs file (the arguments up to ``--``), then
+# becomes the command: every process the command makes starts in the groups.
+ENTER = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 126; shift; done; shift; exec "$@"'
+_count = itertools.count()
+
+
+def default_limit(workers: int = 1) -> int:
+    """Tasks for ``workers`` candidate workers: torch's thread pools grow with the cores, a
+    build runs a compiler per core, and an honest worker never came near this."""
+    return workers * (512 + 8 * (os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Where this process can make a sandbox's groups."""
+
+    base: Path | None  # the pids hierarchy's folder for new groups; None: no cap here
+    reason: str | None = None  # why not
+    cpu_base: Path | None = None  # where CPU-time groups are made (v2: ``base`` itself)
+    cpu_reason: str | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.base is not None
+
+
+class SandboxGroup:
+    """One sandbox's groups: ``path`` in the pids hierarchy, ``cpu_path`` where its CPU time
+    is counted (the same folder in cgroup v2, another hierarchy's in v1, None where not)."""
+
+    def __init__(self, path: Path, limit: int, cpu_path: Path | None = None) -> None:
+        self.path, self.limit, self.cpu_path = path, limit, cpu_path
+
+    @classmethod
+    def make(cls, limit: int, tag: str = "worker") -> SandboxGroup | None:
+        """New groups under this process's own, the tasks capped at ``limit``; None where no
+        pids group can be made (``probe()`` says why)."""
+        found = probe()
+        if found.base is None:
+            return None
+        made = _create(found.base, found.cpu_base, limit, tag)
+        if isinstance(made, str):
+            log.warning("no pids cap for a sandbox: %s", made)
+            return None
+        return made
+
+    def _folders(self) -> list[Path]:
+        return [self.path] + ([self.cpu_path] if self.cpu_path not in (None, self.path) else [])
+
+    def enter(self, argv: list[str]) -> list[str]:
+        """``argv`` run from inside the groups: a shell writes its own pid into each, then
+        execs ``argv``. A shell that cannot join runs nothing (the worker then fails to start,
+        never uncapped or uncounted)."""
+        return [
+            "/bin/sh",
+            "-c",
+            ENTER,
+            "kernelarc-enter",
+            *(str(p / "cgroup.procs") for p in self._folders()),
+            "--",
+            *argv,
+        ]
+
+    def adopt(self, pid: int) -> None:
+        """Move process ``pid`` (all its threads) into the groups; OSError where it cannot. Its
+        children made before stay where they are: move a process before it makes any."""
+        for folder in self._folders():
+            (folder / "cgroup.procs").write_text(str(pid))
+
+    def cpu_ns(self) -> int | None:
+        """CPU time every task that was ever in the group has used, in nanoseconds; None where
+        it is not counted."""
+        if self.cpu_path is None:
+            return None
+        try:
+            if (self.cpu_path / "cpuacct.usage").exists():
+                return int((self.cpu_path / "cpuacct.usage").read_text())
+            for line in (self.cpu_path / "cpu.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) * 1000
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def tasks(self) -> list[int]:
+        try:
+            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def peak(self) -> int | None:
+        """The most tasks the group held at once (kernels that keep ``pids.peak``)."""
+        try:
+            return int((self.path / "pids.peak").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Kill every process left in the groups and remove them; False when one could not be
+        removed in ``timeout`` (left for the next guard's sweep)."""
+        removed = True
+        for folder in reversed(self._folders()):  # the CPU one first: the pids one lists the tasks
+            removed = _remove(folder, timeout) and removed
+        return removed
+
+
+def _remove(folder: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = _listed(folder)
+        _kill(folder, left)
+        try:
+            folder.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                log.warning("cgroup %s not removed: %s (%d tasks)", folder, exc, len(left))
+                return False
+        time.sleep(0.02)
+
+
+def _listed(folder: Path) -> list[int]:
+    try:
+        return [int(x) for x in (folder / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _kill(folder: Path, pids: list[int]) -> None:
+    """SIGKILL each of ``pids`` that is still in the group. A pid read from the group may have
+    ended and been given to another process by the time it is killed: each is pinned by a
+    pidfd first, then killed only if the group still lists it (a pid listed after its pidfd was
+    opened is the process that pidfd holds, or a new member of the group)."""
+    pinned: dict[int, int] = {}
+    try:
+        for pid in pids:
+            try:
+                pinned[pid] = os.pidfd_open(pid)
+            except OSError:  # gone already
+                pass
+        still = set(_listed(folder))
+        for pid, fd in pinned.items():
+            if pid in still:
+                try:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                except OSError:
+                    pass
+    finally:
+        for fd in pinned.values():
+            os.close(fd)
+
+
+def _create(base: Path, cpu_base: Path | None, limit: int, tag: str) -> SandboxGroup | str:
+    """Groups under ``base`` (and ``cpu_base``) capped at ``limit``, or why not."""
+    name = f"{PREFIX}{os.getpid()}-{tag}-{next(_count)}-{uuid.uuid4().hex[:6]}"
+    made: list[Path] = []
+    try:
+        for folder in dict.fromkeys(b for b in (base, cpu_base) if b is not None):
+            _sweep(folder)
+            (folder / name).mkdir()
+            made.append(folder / name)
+    except OSError as exc:
+        for folder in made:
+            _remove(folder, 0.0)
+        return f"cannot make {base / name}: {exc.strerror}"
+    group = SandboxGroup(base / name, limit, cpu_base / name if cpu_base is not None else None)
+    try:
+        (group.path / "pids.max").write_text(str(limit))
+    except OSError as exc:  # a cgroup v2 subtree without the pids controller has no pids.max
+        group.close()
+        return f"no pids.max in {group.path} ({exc.strerror}): the pids controller is not enabled there"
+    if group.cpu_path is not None and group.cpu_ns() is None:  # counted nowhere after all
+        if group.cpu_path != group.path:
+            _remove(group.cpu_path, 0.0)
+        group.cpu_path = None
+    return group
+
+
+def _sweep(base: Path) -> None:
+    """Remove the groups of guards that are gone (a killed guard removes none of its own)."""
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        found = _STALE.match(entry.name)
+        if found is not None and not _alive(int(found.group(1))):
+            _remove(entry, 0.0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@functools.cache
+def probe() -> Probe:
+    """Where this process can make a sandbox's groups (tried once per process)."""
+    found = own_cgroup("pids")
+    if isinstance(found, str):
+        return Probe(None, found)
+    cpu = own_cgroup("cpuacct")
+    cpu_base, cpu_reason = (None, cpu) if isinstance(cpu, str) else (cpu, None)
+    made = _create(found, cpu_base, 1, "probe")
+    if isinstance(made, str):
+        return Probe(None, made)
+    if made.cpu_path is None:
+        cpu_base, cpu_reason = None, cpu_reason or f"no CPU time counted in {cpu_base}"
+    made.close()
+    return Probe(found, None, cpu_base, cpu_reason)
+
+
+def own_cgroup(controller: str, proc: Path = Path("/proc/self")) -> Path | str:
+    """The folder of this process's cgroup in the hierarchy of ``controller`` (v1's own
+    hierarchy for it, else the unified one), or why there is none."""
+    try:
+        memberships = (proc / "cgroup").read_text().splitlines()
+        mounts = (proc / "mountinfo").read_text().splitlines()
+    except OSError as exc:
+        return f"cgroups unreadable: {exc}"
+    v1 = v2 = None
+    for line in memberships:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if controller in parts[1].split(","):
+            v1 = parts[2]
+        elif parts[0] == "0" and parts[1] == "":
+            v2 = parts[2]
+    for line in mounts:
+        fields = line.split()
+        if "-" not in fields:
+            continue
+        dash = fields.index("-")
+        root, point, fstype = fields[3], fields[4], fields[dash + 1]
+        options = fields[dash + 3].split(",") if len(fields) > dash + 3 else []
+        if v1 is not None and fstype == "cgroup" and controller in options:
+            return _under(Path(point), root, v1)
+        if v1 is None and v2 is not None and fstype == "cgroup2":
+            return _under(Path(point), root, v2)
+    return f"no {controller} cgroup hierarchy is mounted"
+
+
+def _under(point: Path, root: str, member: str) -> Path | str:
+    """The member's folder in a hierarchy mounted at ``point`` from ``root``."""
+    rel = os.path.relpath(member, root) if root != "/" else member.lstrip("/")
+    if rel.startswith(".."):
+        return f"this process's cgroup {member} is outside the mount of {root}"
+    path = point / rel if rel not in ("", ".") else point
+    return path if path.is_dir() else f"no folder for this process's cgroup at {path}"
