@@ -180,3 +180,43 @@ def test_a_process_started_and_reaped_unseen_is_counted(capped):
         assert used >= 0.3e9, used  # the child's 0.3 s, though nothing reaped it
     finally:
         assert group.close()
+
+
+HOARDER = """
+import subprocess, sys
+
+HOLD = (
+    "import time\\nb = bytearray(900 << 20)\\nb[::4096] = b'x' * len(b[::4096])\\n"
+    "print('held', flush=True)\\ntime.sleep(60)\\n"
+)
+
+
+def run(*args):
+    children = [
+        subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True) for _ in range(4)
+    ]
+    held = sum(child.stdout.readline().strip() == "held" for child in children)
+    for child in children:
+        child.kill()
+    raise RuntimeError(f"held {held} of 4")
+"""
+
+
+def test_a_candidates_processes_stay_within_its_memory_cap_together(session_tmp, capped):
+    """Each process is held to ``cpu_memory_limit_gb`` by RLIMIT_AS; the sandbox's processes
+    together are held to it by the memory group: four children of 900 MB each under a cap of
+    3.25 GB cannot all hold theirs (the kernel kills in the group, never elsewhere). (The cap
+    is the smallest a guard takes: it keeps 3 GiB of it for its own work.)"""
+    if capped.memory_base is None:
+        pytest.skip("no memory cgroup can be made here")
+    g = make_guard(session_tmp / "ws-memory-cap", static_screen=False, call_timeout_s=60, cpu_memory_limit_gb=3.25)
+    try:
+        v = g.evaluate(from_source(unique(HOARDER), None, "kernel.py"), RMS, agent="hoarder")
+    finally:
+        g.close()
+    assert v.decision == "REJECT" and v.status == "RUNTIME_ERROR", v.reason
+    if "held" in (v.reason or ""):  # a child was killed: the worker told how many held
+        held = int(v.reason.split("held ")[1].split()[0])
+        assert held <= 3, v.reason  # four of 900 MB do not fit in 3.25 GB
+    else:  # the worker itself was the one killed
+        assert "memory cap" in (v.reason or ""), v.reason

@@ -42,6 +42,7 @@ def start(
     build_cache: Path,
     caps: Sequence[str] = ZYGOTE_CAPS,
     tasks_limit: int | None = None,
+    memory_bytes: int | None = None,
 ) -> zygote.Zygote:
     """A zygote in a sandbox that shows ``root`` (the pool's folder) writable, and what a
     candidate worker's sandbox shows read-only (``SandboxPolicy.for_worker``). ``env``: the
@@ -50,7 +51,8 @@ def start(
     (``caps``: what it keeps; fewer than it needs is how a test makes that happen).
     ``tasks_limit``: the processes and threads the zygote's pids group may hold (by default
     what ``CELLS_TASKS`` workers get, ``cgroups.default_limit``): each cell starts in it and is
-    moved to a group of its own before any candidate code runs in it."""
+    moved to a group of its own before any candidate code runs in it; ``memory_bytes``: what
+    the zygote's group may hold (None: no memory cap)."""
     root = Path(root).absolute()
     root.mkdir(parents=True, exist_ok=True)
     build_cache.mkdir(parents=True, exist_ok=True)  # a bind needs it to exist
@@ -61,5 +63,7 @@ def start(
     def wrap(cmd: list[str]) -> list[str]:
         return sandbox.wrap(policy, cmd, env, keep_caps=caps)
 
-    tasks = sandbox.cgroups.SandboxGroup.make(tasks_limit or sandbox.cgroups.default_limit(CELLS_TASKS), "cells")
+    tasks = sandbox.cgroups.SandboxGroup.make(
+        tasks_limit or sandbox.cgroups.default_limit(CELLS_TASKS), "cells", memory_bytes
+    )
     return zygote.Zygote(env, root / LOG_NAME, args=["--cells", str(root)], wrap=wrap, tasks=tasks)

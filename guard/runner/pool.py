@@ -94,6 +94,9 @@ class WorkerPool:
                     self.expose,
                     self.build_cache or cache_dir() / "torch_extensions",
                     tasks_limit=cells.CELLS_TASKS * self.tasks_limit,
+                    memory_bytes=int(cells.CELLS_TASKS * self.memory_limit_gb * (1 << 30))
+                    if self.memory_limit_gb
+                    else None,
                 )
             except zygote.ZygoteError as exc:
                 self._cells_failed = str(exc)

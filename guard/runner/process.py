@@ -227,7 +227,7 @@ class WorkerProcess:
             filter_r = sandbox.seccomp.pipe()
             cmd = sandbox.wrap(policy, cmd, env, info_fd=info_w, seccomp_fd=filter_r)
             pass_fds += [info_w] + ([filter_r] if filter_r is not None else [])
-            self._cgroup = sandbox.cgroups.SandboxGroup.make(self.tasks_limit, "worker")
+            self._cgroup = sandbox.cgroups.SandboxGroup.make(self.tasks_limit, "worker", self._memory_bytes())
             if self._cgroup is not None:
                 cmd = self._cgroup.enter(cmd)
         logf = self._log()
@@ -288,7 +288,7 @@ class WorkerProcess:
         zygote's group, which caps it too."""
         if self._sandbox_init is None:
             return
-        group = sandbox.cgroups.SandboxGroup.make(self.tasks_limit, "cell")
+        group = sandbox.cgroups.SandboxGroup.make(self.tasks_limit, "cell", self._memory_bytes())
         if group is None:
             return
         try:
@@ -375,6 +375,10 @@ class WorkerProcess:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+
+    def _memory_bytes(self) -> int | None:
+        """A CPU worker's sandbox holds at most its address-space cap, all processes together."""
+        return int(self.memory_limit_gb * (1 << 30)) if self.memory_limit_gb and self.device == "cpu" else None
 
     def cpu_ns(self) -> int | None:
         """CPU time the candidate's sandbox (or cell) has used, every task that was ever in it
@@ -471,8 +475,14 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             pass
         rc = self.returncode
+        why = f"{self.role} worker {describe_exit(rc)} during {op!r}"
+        if self._cgroup is not None and self._cgroup.oom_kills():
+            why += (
+                f": the kernel killed it, its sandbox's processes holding {self.memory_limit_gb:g} GB "
+                "together (the sandbox's memory cap)"
+            )
         self.kill()
-        return WorkerDied(f"{self.role} worker {describe_exit(rc)} during {op!r}", rc, self.log_tail())
+        return WorkerDied(why, rc, self.log_tail())
 
     @property
     def returncode(self) -> int | None:

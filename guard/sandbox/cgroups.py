@@ -10,6 +10,10 @@ time they used.
   every task in it as the task runs: a process that starts and ends inside a timed window,
   reaped by the kernel so that its CPU time reaches no parent, is counted all the same, which
   a reading of the process tree (``runner.tree_cpu``) cannot do.
+- **The memory cap** (a CPU worker's, ``cpu_memory_limit_gb``). ``RLIMIT_AS`` caps each
+  process alone: a candidate's processes together, and what it writes to its RAM-backed
+  ``/tmp``, could take the host's memory. At the group's cap the kernel's OOM killer kills in
+  the group only, and ``oom_kills()`` tells the guard why its worker died.
 
 Only where the guard may write the hierarchies: cgroup v1's, or a cgroup v2 subtree whose new
 children get ``pids.max`` (delegated to the user, or the guard is root). Elsewhere
@@ -57,6 +61,7 @@ class Probe:
     reason: str | None = None  # why not
     cpu_base: Path | None = None  # where CPU-time groups are made (v2: ``base`` itself)
     cpu_reason: str | None = None
+    memory_base: Path | None = None  # where memory groups are made (v2: ``base`` itself)
 
     @property
     def available(self) -> bool:
@@ -67,13 +72,14 @@ class SandboxGroup:
     """One sandbox's groups: ``path`` in the pids hierarchy, ``cpu_path`` where its CPU time
     is counted (the same folder in cgroup v2, another hierarchy's in v1, None where not)."""
 
-    def __init__(self, path: Path, limit: int, cpu_path: Path | None = None) -> None:
-        self.path, self.limit, self.cpu_path = path, limit, cpu_path
+    def __init__(self, path: Path, limit: int, cpu_path: Path | None = None, memory_path: Path | None = None) -> None:
+        self.path, self.limit, self.cpu_path, self.memory_path = path, limit, cpu_path, memory_path
 
     @classmethod
-    def make(cls, limit: int, tag: str = "worker") -> SandboxGroup | None:
-        """New groups under this process's own, the tasks capped at ``limit``; None where no
-        pids group can be made (``probe()`` says why)."""
+    def make(cls, limit: int, tag: str = "worker", memory_bytes: int | None = None) -> SandboxGroup | None:
+        """New groups under this process's own, the tasks capped at ``limit`` and, where
+        ``memory_bytes`` is given and a memory group can be made, the memory they hold
+        together at that; None where no pids group can be made (``probe()`` says why)."""
         found = probe()
         if found.base is None:
             return None
@@ -81,10 +87,30 @@ class SandboxGroup:
         if isinstance(made, str):
             log.warning("no pids cap for a sandbox: %s", made)
             return None
+        if memory_bytes is not None and found.memory_base is not None:
+            why = _cap_memory(made, found.memory_base, memory_bytes)
+            if why is not None:
+                log.warning("no memory cap for a sandbox: %s", why)
         return made
 
     def _folders(self) -> list[Path]:
-        return [self.path] + ([self.cpu_path] if self.cpu_path not in (None, self.path) else [])
+        extra = [p for p in (self.cpu_path, self.memory_path) if p is not None and p != self.path]
+        return [self.path, *dict.fromkeys(extra)]
+
+    def oom_kills(self) -> int:
+        """Processes the kernel killed in the group for its memory cap (0 without one)."""
+        if self.memory_path is None:
+            return 0
+        for name in ("memory.events", "memory.oom_control"):  # v2, v1
+            try:
+                text = (self.memory_path / name).read_text()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        return 0
 
     def enter(self, argv: list[str]) -> list[str]:
         """``argv`` run from inside the groups: a shell writes its own pid into each, then
@@ -218,6 +244,25 @@ def _create(base: Path, cpu_base: Path | None, limit: int, tag: str) -> SandboxG
     return group
 
 
+def _cap_memory(group: SandboxGroup, base: Path, nbytes: int) -> str | None:
+    """Give ``group`` a memory group under ``base`` capped at ``nbytes``; why not, or None."""
+    folder = base / group.path.name
+    try:
+        if folder != group.path:
+            _sweep(base)
+            folder.mkdir()
+        if (folder / "memory.limit_in_bytes").exists():  # v1
+            (folder / "memory.limit_in_bytes").write_text(str(nbytes))
+        else:
+            (folder / "memory.max").write_text(str(nbytes))
+    except OSError as exc:
+        if folder != group.path:
+            _remove(folder, 0.0)
+        return f"{folder}: {exc.strerror}"
+    group.memory_path = folder
+    return None
+
+
 def _sweep(base: Path) -> None:
     """Remove the groups of guards that are gone (a killed guard removes none of its own)."""
     try:
@@ -253,8 +298,12 @@ def probe() -> Probe:
         return Probe(None, made)
     if made.cpu_path is None:
         cpu_base, cpu_reason = None, cpu_reason or f"no CPU time counted in {cpu_base}"
+    memory = own_cgroup("memory")
+    memory_base = None
+    if not isinstance(memory, str) and _cap_memory(made, memory, 1 << 30) is None:
+        memory_base = memory
     made.close()
-    return Probe(found, None, cpu_base, cpu_reason)
+    return Probe(found, None, cpu_base, cpu_reason, memory_base)
 
 
 def own_cgroup(controller: str, proc: Path = Path("/proc/self")) -> Path | str:
