@@ -205,7 +205,7 @@ class GuardConfig(BaseModel):
         None,
         ge=16,
         description="processes and threads one candidate worker's sandbox may hold, by its pids "
-        "cgroup where the guard can make one (None: 512 + 8 per core)",
+        "cgroup where the guard can make one (None: 1024 + 16 per core)",
     )
 
     def chunk_elements(self, device_kind: str) -> int:

@@ -49,8 +49,9 @@ _count = itertools.count()
 
 def default_limit(workers: int = 1) -> int:
     """Tasks for ``workers`` candidate workers: torch's thread pools grow with the cores, a
-    build runs a compiler per core, and an honest worker never came near this."""
-    return workers * (512 + 8 * (os.cpu_count() or 1))
+    build runs a compiler per core, and ``torch.compile`` a pool of up to 32 compiling
+    processes of a few dozen threads each. A fork bomb stops there all the same."""
+    return workers * (1024 + 16 * (os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)
