@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..processes import pid_exists
 from .db import Database
 
 SCHEMA = """
@@ -48,23 +49,13 @@ def process_identity(pid: int) -> str | None:
     return f"{boot}:{fields[19]}"
 
 
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def alive(pid: int, host: str, identity: str | None) -> bool:
     """Whether the server recorded with ``pid``, ``host`` and ``identity`` still runs."""
     if host != socket.gethostname():
         return True  # cannot be checked from here
     if identity is not None and os.path.exists("/proc/self/stat"):
         return process_identity(pid) == identity
-    return _pid_exists(pid)
+    return pid_exists(pid)
 
 
 class Servers:

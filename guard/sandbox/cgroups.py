@@ -37,6 +37,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..processes import pid_exists
+
 log = logging.getLogger(__name__)
 
 PREFIX = "kernelarc-"
@@ -272,18 +274,8 @@ def _sweep(base: Path) -> None:
         return
     for entry in entries:
         found = _STALE.match(entry.name)
-        if found is not None and not _alive(int(found.group(1))):
+        if found is not None and not pid_exists(int(found.group(1))):
             _remove(entry, 0.0)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @functools.cache
