@@ -73,3 +73,55 @@ def test_stalls_of_the_guards_own_loop_do_not_let_a_forged_median_decide(guard_r
     for w in v.workloads:
         # the forged median is a hundredth of the call; the decided figure is the guard's own
         assert w.latency_ms >= own[w.uuid] / 4, (w.uuid, w.latency_ms, own[w.uuid], w.timing.outside_clock)
+
+
+def test_a_ceiling_measured_through_stalls_is_the_machines_own():
+    """The CPU's ceilings are cached for every later run: one measured while the machine's
+    other work held the core (here: this process stopped for five sixths of the time) must
+    still be about what the core does, not a fraction of it."""
+    import subprocess
+    import sys
+    import time
+
+    import torch
+
+    from guard.runner.ceilings import _time
+
+    src = torch.randn(1 << 22)
+    dst = torch.empty_like(src)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a worker: a pool's spinning threads would count as work
+
+    def copy() -> None:
+        for _ in range(20):
+            dst.copy_(src)
+
+    # what the copy costs the core: its CPU time over torch's threads (a wall time is
+    # lengthened by whatever else this machine runs, the test suite's other workers included)
+    threads = max(1, torch.get_num_threads())
+    costs = []
+    for _ in range(3):
+        c0 = time.process_time()
+        copy()
+        costs.append((time.process_time() - c0) / threads)
+    cost = min(costs)
+    staller = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import os, signal, time\nprint('go', flush=True)\nwhile True:\n"
+            f"    os.kill({os.getpid()}, signal.SIGSTOP)\n    time.sleep({STOP_S})\n"
+            f"    os.kill({os.getpid()}, signal.SIGCONT)\n    time.sleep({RUN_S})\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert staller.stdout is not None and staller.stdout.readline().strip() == "go"
+        stalled = _time(copy, 5, torch.device("cpu"))
+    finally:
+        staller.kill()
+        staller.wait()
+        os.kill(os.getpid(), signal.SIGCONT)
+        torch.set_num_threads(before)
+    assert stalled <= 2 * cost, (stalled, cost)  # the stalls alone make the wall 6x the work
