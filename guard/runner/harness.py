@@ -32,6 +32,7 @@ except ImportError:  # pragma: no cover
 
 T = SimpleNamespace(
     perf_counter=time.perf_counter,
+    process_time=time.process_time,
     monotonic=time.monotonic,
     equal=torch.equal,
     isfinite=torch.isfinite,
