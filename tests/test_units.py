@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -502,3 +503,6 @@ def test_a_ceilings_file_that_holds_none_of_this_device_is_measured_again(tmp_pa
     assert ceilings()["bandwidth_gbs"] == 10.0 and len(asked) == 2
     ceilings("cuda-unknown")
     assert len(asked) == 3 and not (path.parent / "cuda-unknown.json").exists()
+    # a file of an older format (measured another way) is measured again
+    path.write_text(json.dumps({**first, "format": reference_side.CEILINGS_FORMAT - 1}))
+    assert ceilings()["format"] == reference_side.CEILINGS_FORMAT and len(asked) == 4

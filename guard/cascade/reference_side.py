@@ -46,6 +46,11 @@ BASELINE_FIELDS = (
 log = logging.getLogger(__name__)
 
 
+# raised when how ceilings are measured changes: older files are measured again (2: a CPU
+# sample is the lesser of its wall and its CPU time, session 33)
+CEILINGS_FORMAT = 2
+
+
 def ceilings_cache_dir() -> Path:
     return cache_dir() / "ceilings"
 
@@ -148,15 +153,20 @@ class ReferenceSide:
             except (OSError, ValueError):
                 found = None
             if isinstance(found, dict) and found.get("device_key") == self.device.key:
-                self.ceilings = found
-                return found
-            log.warning("measuring the device ceilings again: %s holds none of this device", path)
+                if found.get("format") == CEILINGS_FORMAT:
+                    self.ceilings = found
+                    return found
+                log.info("measuring the device ceilings again: %s was measured the old way", path)
+            else:
+                log.warning("measuring the device ceilings again: %s holds none of this device", path)
         with self.hold(True, progress):
             progress("ceilings", 0, 1, "measuring the device's bandwidth and matmul rates")
             reply = self.request(trusted, m.Ceilings(), m.CeilingsReply, 600)
         if not reply.ok:
             raise GuardError(f"measuring the device ceilings failed: {reply.message}")
-        self.ceilings = dict(reply.ceilings, measured_at=time.time(), device_key=self.device.key)
+        self.ceilings = dict(
+            reply.ceilings, measured_at=time.time(), device_key=self.device.key, format=CEILINGS_FORMAT
+        )
         if persist:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
