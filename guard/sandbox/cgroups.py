@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import signal
+import subprocess
 import time
 import uuid
 from dataclasses import dataclass
@@ -286,17 +287,32 @@ def probe() -> Probe:
         return Probe(None, found)
     cpu = own_cgroup("cpuacct")
     cpu_base, cpu_reason = (None, cpu) if isinstance(cpu, str) else (cpu, None)
-    made = _create(found, cpu_base, 1, "probe")
+    made = _create(found, cpu_base, 16, "probe")
     if isinstance(made, str):
         return Probe(None, made)
+    if (why := _cannot_join(made)) is not None:  # a group a process cannot enter is no cap
+        made.close()
+        return Probe(None, why)
     if made.cpu_path is None:
         cpu_base, cpu_reason = None, cpu_reason or f"no CPU time counted in {cpu_base}"
     memory = own_cgroup("memory")
     memory_base = None
-    if not isinstance(memory, str) and _cap_memory(made, memory, 1 << 30) is None:
+    if not isinstance(memory, str) and _cap_memory(made, memory, 1 << 30) is None and _cannot_join(made) is None:
         memory_base = memory
     made.close()
     return Probe(found, None, cpu_base, cpu_reason, memory_base)
+
+
+def _cannot_join(group: SandboxGroup) -> str | None:
+    """Why a process cannot enter ``group`` as a sandbox's first process does, or None (a
+    cgroup v2 folder may take no process where its parent has controllers of its own)."""
+    try:
+        done = subprocess.run(group.enter(["/bin/true"]), capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot start a process in {group.path}: {exc}"
+    if done.returncode != 0:
+        return f"a process cannot enter {group.path}: {(done.stderr or '').strip()[:200] or done.returncode}"
+    return None
 
 
 def own_cgroup(controller: str, proc: Path = Path("/proc/self")) -> Path | str:
