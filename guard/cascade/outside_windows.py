@@ -239,10 +239,9 @@ def run_windows(
         wait_device_idle(ref, cx.trusted, w, "after the guard's loop")
         if not loop.ok:
             raise GuardError(f"the trusted worker could not run the timing loop: {loop.message}")
-        log.debug(
-            "trusted loop on %s: %.5f s charged, %.5f s run", w.uuid, loop_wall - loop.setup_s, ran_s - loop.setup_cpu_s
-        )
-        return min(loop_wall - loop.setup_s, ran_s - loop.setup_cpu_s)
+        charged_s, ran_s = loop_wall - loop.setup_s, ran_s - loop.setup_cpu_s
+        log.debug("trusted loop on %s: %.5f s charged, %.5f s run", w.uuid, charged_s, ran_s)
+        return min(charged_s, ran_s)
 
     def loop_again() -> outside_clock.OutsideClock:
         with candidate_stopped(cx.worker, w, "while the guard timed its loop again without the call"):

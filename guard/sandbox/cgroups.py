@@ -153,17 +153,7 @@ class SandboxGroup:
         return None
 
     def tasks(self) -> list[int]:
-        try:
-            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return []
-
-    def peak(self) -> int | None:
-        """The most tasks the group held at once (kernels that keep ``pids.peak``)."""
-        try:
-            return int((self.path / "pids.peak").read_text())
-        except (OSError, ValueError):
-            return None
+        return _listed(self.path)
 
     def close(self, timeout: float = 5.0) -> bool:
         """Kill every process left in the groups and remove them; False when one could not be
