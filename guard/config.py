@@ -171,8 +171,9 @@ class GuardConfig(BaseModel):
     confirm_held_max_bytes: int = Field(
         256 << 20,
         ge=0,
-        description="CPU: the most output bytes the outside clock's loop holds in the candidate's "
-        "worker for the guard to read (its calls are cut to fit, two at least)",
+        description="CPU: the most bytes of inputs (a set per call, written by the guard) and outputs "
+        "(held for the guard to read) the outside clock's loop keeps in the candidate's worker (its calls "
+        "are cut to fit, two at least)",
     )
     confirm_held_max_calls: int = Field(
         4096, ge=2, description="CPU: the most calls an outside clock's loop runs (and holds the outputs of)"

@@ -1,6 +1,8 @@
-"""A CPU's outside-clock loop holds its calls' outputs in the candidate's worker and the guard
-reads the chosen ones out of the worker's memory (``runner/kept.py``, ``runner/peek.py``,
-``guard/cascade/held_outputs.py``): nothing is digested or copied in the candidate's process."""
+"""A CPU's outside-clock loop gets its calls' inputs written into the candidate's worker by the
+guard (``runner/staged.py``, ``runner/poke.py``, ``guard/cascade/staged_inputs.py``), holds its
+calls' outputs there, and the guard reads the chosen ones out of the worker's memory
+(``runner/kept.py``, ``runner/peek.py``, ``guard/cascade/held_outputs.py``): nothing is drawn,
+digested or copied in the candidate's process."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from guard.cascade import held_outputs  # noqa: E402
+from guard.cascade import held_outputs, staged_inputs  # noqa: E402
+from guard.cascade.reasons import Rejection  # noqa: E402
 from guard.problems.schema import Definition, Workload  # noqa: E402
 from guard.runner import messages as m  # noqa: E402
 from guard.runner import replays  # noqa: E402
@@ -21,7 +24,9 @@ from guard.runner.confirm import ConfirmLoop  # noqa: E402
 from guard.runner.inputs import InputMaker  # noqa: E402
 from guard.runner.kept import KeptOutputs  # noqa: E402
 from guard.runner.peek import PeekError, process_with_ns_pid, read_held, span_elements  # noqa: E402
+from guard.runner.poke import write_into  # noqa: E402
 from guard.runner.refill import Refiller  # noqa: E402
+from guard.runner.staged import StagedInputs, draw_to_file  # noqa: E402
 from guard.runner.tensorio import read_tensor  # noqa: E402
 
 from helpers import SCALE_DEF  # noqa: E402
@@ -30,10 +35,22 @@ DEF = SCALE_DEF
 EXPECTED = [([4, 64], "float32")]
 
 
-def _loop(kept, sets, static=None, rows=8):
-    return ConfirmLoop(
-        "cpu", sets, Refiller(InputMaker(DEF, "cpu"), {}, {"n": 4}), static, rows, lambda p: None, kept=kept
-    )
+def _loop(kept, sets, static=None, rows=8, own=True):
+    """A CPU's loop: the candidate's (``own`` staged buffers, ``kept``) or the trusted one."""
+    refiller = Refiller(InputMaker(DEF, "cpu"), {}, {"n": 4})
+    staged = StagedInputs(sets, own=own)
+    return ConfirmLoop("cpu", sets, refiller, static, rows, lambda p: None, kept=kept, staged=staged)
+
+
+W = Workload.model_validate({"axes": {"n": 4}, "uuid": "w"})
+
+
+def _stage(loop, seed, iters, tmp_path):
+    """As the guard stages a window: the trusted loop's draws into a file, checked against the
+    buffers the candidate's loop names, written into them (here: this very process)."""
+    drawn = draw_to_file(_loop(None, _sets(), own=False).inputs_at(seed, list(range(iters))), tmp_path / "in.bin")
+    writes = staged_inputs.planned_writes(loop.staged.describe(iters), drawn, iters, W)
+    write_into(os.getpid(), tmp_path / "in.bin", writes)
 
 
 def _sets(n=2):
@@ -63,6 +80,7 @@ def test_eager_outputs_are_held_where_the_call_left_them_and_read_back(tmp_path)
         returned.append(y)
         return [y]
 
+    _stage(loop, 5, 6, tmp_path)
     assert loop.run(seed=5, iters=6, call=call, pad_passes=0) == []  # no digests: nothing computed in-process
     held = kept.describe()
     assert len(held) == 6
@@ -84,6 +102,7 @@ def test_destination_passing_gets_a_buffer_set_per_call_and_its_own_back(tmp_pat
     def in_place(k):
         dests[k][0].copy_(sets[k][0] * 2)  # writes where the destination list points now
 
+    _stage(loop, 6, 5, tmp_path)
     loop.run(seed=6, iters=5, call=in_place, pad_passes=0)
     held = kept.describe()
     assert len({h[0].address for h in held}) == 5  # never the same buffer twice
@@ -94,13 +113,56 @@ def test_destination_passing_gets_a_buffer_set_per_call_and_its_own_back(tmp_pat
         assert torch.equal(got, args[0] * 2)
 
 
-def test_the_trusted_loop_on_a_cpu_is_the_draws_alone():
+def test_the_loops_on_a_cpu_draw_nothing_and_call_on_each_calls_own_inputs(tmp_path):
+    """The window holds the calls alone: the candidate's loop calls each call on the set the
+    guard wrote for it, and the trusted loop only places its sets; neither draws, and both
+    leave the live sets as they were for the timed loop and the checks."""
     sets = _sets()
     before = [s[0].clone() for s in sets]
-    _loop(None, sets).run(seed=7, iters=4, call=None, pad_passes=0)
-    assert all(not torch.equal(a, s[0]) for a, s in zip(before, sets))  # drawn afresh
+    _loop(None, sets, own=False).run(seed=7, iters=4, call=None, pad_passes=0)
+    assert all(torch.equal(a, s[0]) for a, s in zip(before, sets))  # nothing drawn
     with pytest.raises(RuntimeError, match="hold them"):
-        _loop(None, sets).run(seed=7, iters=2, call=lambda k: [sets[k][0]], pad_passes=0)
+        _loop(None, sets, own=False).run(seed=7, iters=2, call=lambda k: [sets[k][0]], pad_passes=0)
+    loop = _loop(KeptOutputs(None, 8), sets)
+    _stage(loop, 7, 4, tmp_path)
+    seen = []
+    loop.run(seed=7, iters=4, call=lambda k: seen.append(sets[k][0].clone()) or [sets[k][0]], pad_passes=0)
+    drawn = [args[0].clone() for _, args in _loop(None, _sets(), own=False).inputs_at(7, [0, 1, 2, 3])]
+    assert all(torch.equal(a, b) for a, b in zip(seen, drawn)) and len(seen) == 4
+    assert all(torch.equal(a, s[0]) for a, s in zip(before, sets))  # the live sets are back
+    unstaged = ConfirmLoop("cpu", sets, loop.refiller, None, 8, lambda p: None, kept=KeptOutputs(None, 8))
+    with pytest.raises(RuntimeError, match="inputs staged"):
+        unstaged.run(seed=7, iters=2, call=lambda k: [sets[k][0]], pad_passes=0)
+
+
+def test_buffers_the_candidate_names_wrongly_are_refused_before_anything_is_written(tmp_path):
+    """The candidate's worker names where each call's inputs go; one buffer for every call
+    (each call would then see the last call's inputs), a buffer of another shape, dtype or
+    layout, or a count that is not the window's, is its doing: REWARD_HACK."""
+    loop = _loop(KeptOutputs(None, 8), _sets())
+    good = loop.staged.describe(3)
+    drawn = draw_to_file(_loop(None, _sets(), own=False).inputs_at(1, [0, 1, 2]), tmp_path / "in.bin")
+    assert len(staged_inputs.planned_writes(good, drawn, 3, W)) == 3
+    first = good[0][0]
+    cases = {
+        "overlap": [[first], [first], good[2]],
+        "shape": [[first.model_copy(update={"shape": [4, 32]})], *good[1:]],
+        "dtype": [[first.model_copy(update={"dtype": "float16"})], *good[1:]],
+        "layout": [[first.model_copy(update={"stride": [1, 4]})], *good[1:]],
+        "missing": [[None], *good[1:]],
+        "count": good[:2],
+    }
+    for why, named in cases.items():
+        with pytest.raises(Rejection) as caught:
+            staged_inputs.planned_writes(named, drawn, 3, W)
+        assert caught.value.status == "REWARD_HACK", why
+
+
+def test_a_buffer_that_is_not_writable_is_found(tmp_path):
+    path = tmp_path / "in.bin"
+    path.write_bytes(b"\0" * 64)
+    with pytest.raises(PeekError, match="nothing writable"):
+        write_into(os.getpid(), path, [(8, 0, 64)])  # nothing mapped at address 8
 
 
 def test_a_stale_answer_read_back_fails_the_digest_check(tmp_path):
@@ -116,6 +178,7 @@ def test_a_stale_answer_read_back_fails_the_digest_check(tmp_path):
             last[:] = [sets[k][0] * 2]
         return list(last)
 
+    _stage(loop, 8, 4, tmp_path)
     loop.run(seed=8, iters=4, call=lazy, pad_passes=0)
     held = kept.describe()
     projection = replays.Projection(3)
@@ -175,8 +238,8 @@ def test_the_guard_reads_a_stopped_child_processes_memory(tmp_path):
 
 def test_calls_per_window_fit_the_memory_and_lengthen_short_windows():
     d = Definition.model_validate(DEF)
-    w = Workload.model_validate({"axes": {"n": 4}, "uuid": "w"})  # 1 KiB of output a call
-    assert held_outputs.held_calls(d, w, 64 << 10, 4096) == 64
+    w = Workload.model_validate({"axes": {"n": 4}, "uuid": "w"})  # 1 KiB of input and of output a call
+    assert held_outputs.held_calls(d, w, 128 << 10, 4096) == 64  # and 1 KiB of input
     assert held_outputs.held_calls(d, w, 100, 4096) == held_outputs.MIN_HELD_CALLS
     assert held_outputs.held_calls(d, w, 1 << 30, 500) == 500
     # a 5 ms window of 10 calls: 10 ms wanted, with a fifth to spare

@@ -19,10 +19,11 @@ MIN_HELD_CALLS = 2
 
 
 def held_calls(d: Definition, w: Workload, max_bytes: int, max_calls: int) -> int:
-    """The most calls of one loop whose outputs fit in ``max_bytes``, ``max_calls`` at most
-    (two at least: a call that large takes long enough for the guard's clock to resolve it)."""
-    out_bytes = tensor_bytes(d, w)[1]
-    fit = max_bytes // out_bytes if out_bytes > 0 else max_calls
+    """The most calls of one loop whose inputs (a set per call, ``runner/staged.py``) and held
+    outputs fit in ``max_bytes``, ``max_calls`` at most (two at least: a call that large takes
+    long enough for the guard's clock to resolve it)."""
+    call_bytes = sum(tensor_bytes(d, w))
+    fit = max_bytes // call_bytes if call_bytes > 0 else max_calls
     return max(MIN_HELD_CALLS, min(max_calls, fit))
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import outside_clock
-from . import held_outputs
+from . import held_outputs, staged_inputs
 from ..problems.schema import Workload
 from ..runner import messages as m
 from ..runner import tree_cpu
@@ -83,7 +83,9 @@ def pad_passes(ref: ReferenceSide, host_ms: float, flush_ms: float) -> tuple[int
     return passes, passes * flush_ms, wanted > cap
 
 
-def calls_per_window(cx: WorkloadContext, run_seed: int, calls: int, most: int) -> int:
+def calls_per_window(
+    cx: WorkloadContext, run_seed: int, calls: int, most: int, copies: bool, projection_seed: int
+) -> int:
     """A CPU: the calls per window of the outside clock's loop, from one loop of ``calls`` timed by
     the guard's clock (its outputs are not read: the windows that decide come after, on their own
     data). Only a loop that is slower than it need be lengthens it: a candidate gains nothing."""
@@ -91,9 +93,12 @@ def calls_per_window(cx: WorkloadContext, run_seed: int, calls: int, most: int) 
     if calls >= most or target <= 0:
         return calls
     seed = cx.ref.seed("confirm-probe", run_seed)
+    staging = staged_inputs.stage(cx, seed, calls, "probe", copies, projection_seed)
+    with candidate_stopped(cx.worker, cx.w, "while the guard wrote the inputs of its loop"):
+        staged_inputs.write(cx, staging)
     with no_gc():
         t0 = time.monotonic()
-        probe = call(cx.worker, m.Confirm(seed=seed, iters=calls), m.ConfirmReply, cx.timeout)
+        probe = call(cx.worker, m.Confirm(seed=0, iters=calls), m.ConfirmReply, cx.timeout)
         wall = time.monotonic() - t0
     if not probe.ok:
         raise failure(probe, cx.w, "timing")
@@ -154,14 +159,18 @@ def run_windows(
         index = first_window + len(run_walls)  # windows of a workload never share data or files
         seed = ref.seed(f"confirm-{index}", run_seed)
         chosen = sorted(check_rng.sample(range(n), min(ref.cfg.replay_checks, n)))
-        cpu0 = tree_cpu.read(run_pid if held else None)
-        counted0 = cx.worker.cpu_ns() if held else None
+        cpu0, counted0 = tree_cpu.read(None), None
         with no_gc():
+            if held:  # the inputs written while the candidate is stopped, its CPU time read then too
+                staging = staged_inputs.stage(cx, seed, n, f"window{index}", copies, projection_seed)
+                with candidate_stopped(cx.worker, w, "while the guard wrote the inputs of its loop"):
+                    staged_inputs.write(cx, staging)
+                    cpu0, counted0 = tree_cpu.read(run_pid), cx.worker.cpu_ns()
             mine0 = time.thread_time()
             t0 = time.monotonic()
-            confirmed = call(
-                cx.worker, m.Confirm(seed=seed, iters=n, pad_passes=passes, copies=copies), m.ConfirmReply, cx.timeout
-            )
+            # a CPU's loop draws nothing: its seed is the guard's alone
+            confirm = m.Confirm(seed=0 if held else seed, iters=n, pad_passes=passes, copies=copies)
+            confirmed = call(cx.worker, confirm, m.ConfirmReply, cx.timeout)
             run_wall = time.monotonic() - t0
         if not confirmed.ok:
             raise failure(confirmed, w, "timing")
@@ -181,7 +190,9 @@ def run_windows(
                 run_wall, parallel = charged(time.monotonic() - t0, cpu0, run_pid, w)
                 counted1 = cx.worker.cpu_ns()
                 if counted0 is not None and counted1 is not None:  # see trusted_loop
-                    run_wall = min(run_wall, (counted1 - counted0) / 1e9 + time.thread_time() - mine0)
+                    ran = (counted1 - counted0) / 1e9 + time.thread_time() - mine0
+                    log.debug("candidate's window on %s: %.5f s charged, %.5f s run", w.uuid, run_wall, ran)
+                    run_wall = min(run_wall, ran)
                 dest = cx.trusted.workdir / "read" / f"window{index}"
                 read = held_outputs.read_chosen(cx.worker, confirmed, chosen, cx.d, w, dest)
             loop_walls.append(trusted_loop(seed))

@@ -224,8 +224,6 @@ def time_workload(
     rel, abs_ms, slack = outside_windows.bands(ref, loop_kind)
 
     n_loop = min(n, held) if held else n
-    if held:  # enough calls that a window's own fixed cost is small beside them
-        n_loop = outside_windows.calls_per_window(cx, run_seed, n_loop, held)
 
     def judge(run_walls: list[float], loop_walls: list[float]) -> outside_clock.OutsideClock:
         # pauses (a collection, the scheduler) only lengthen a window: the shortest of each is the loop
@@ -245,7 +243,9 @@ def time_workload(
         ).model_copy(update={"windows": len(run_walls)})
 
     floors = outside_windows.figure_floors(ref, host_bound)
-    try:  # the outputs read out of the candidate's worker go when this workload is done
+    try:  # the inputs written and the outputs read out of the candidate's worker go when this workload is done
+        if held:  # enough calls that a window's own fixed cost is small beside them
+            n_loop = outside_windows.calls_per_window(cx, run_seed, n_loop, held, copies, projection_seed)
         run_walls, loop_walls, confirms, clock = outside_windows.run_windows(
             cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng
         )
@@ -279,6 +279,7 @@ def time_workload(
             )
     finally:
         shutil.rmtree(cx.trusted.workdir / "read", ignore_errors=True)
+        shutil.rmtree(cx.trusted.workdir / "staged", ignore_errors=True)
     outside_windows.reject_disagreement(cx, clock, run_walls, loop_walls, n_loop)
     return {"stats": stats, "nvml": {"before": before, "after": after}}
 

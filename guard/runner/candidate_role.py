@@ -33,6 +33,7 @@ from .poison import poison_free_blocks, poison_in_place, poison_tensor, reads_as
 from .refill import Refiller
 from .compare import compare, spec_args
 from .snapshots import close, same_bytes, snapshots
+from .staged import StagedInputs
 from .tensorio import write_tensor
 from .timing import Plan, Timer
 
@@ -77,6 +78,7 @@ class CandidateRole:
             m.Check: self.check,
             m.Arm: self.arm,
             m.Run: self.run,
+            m.StageInputs: self.stage_inputs,
             m.Confirm: self.confirm,
             m.Stats: self.stats,
             m.Memory: self.memory,
@@ -338,7 +340,10 @@ class CandidateRole:
             if not self.dps:  # an eager call's outputs come from the heap: its pages touched once, here
                 one = sum(t.numel() * t.element_size() for t in self._alloc_outputs(self.axes))
                 prefault_host_heap(rows * one)
-            return ConfirmLoop(self.device, self.sets, self.refiller, None, rows, self.timer.idle_passes, kept=kept)
+            staged = StagedInputs(self.sets, own=True)
+            return ConfirmLoop(
+                self.device, self.sets, self.refiller, None, rows, self.timer.idle_passes, kept=kept, staged=staged
+            )
         if self.plan.method == "cuda-graph":
             static = [replays.tensors_of(self._outputs(out)) for _, out in self.plan.graphs]
         elif self.dps:
@@ -406,6 +411,21 @@ class CandidateRole:
             raise self._fault(exc) from None
         self._finish = finish
         return m.RunReply(ok=True, digests=table)
+
+    def stage_inputs(self, msg: m.StageInputs) -> m.Reply:
+        """A CPU: where the guard is to write the inputs of the next loop's calls."""
+        loop = self.confirm_loop
+        if loop is None or loop.staged is None:
+            return m.Reply(ok=False, status="INTERNAL", message="inputs staged before arm, or on a GPU")
+        if msg.iters > loop.rows:
+            return m.Reply(ok=False, status="INTERNAL", message=f"{msg.iters} calls staged for {loop.rows} at most")
+        try:
+            inputs = loop.staged.describe(msg.iters)
+        except CandidateFault:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            raise self._fault(exc) from None
+        return m.StageReply(ok=True, inputs=inputs, pid=self._own_pid)
 
     def confirm(self, msg: m.Confirm) -> m.Reply:
         """The outside clock's loop (``confirm.ConfirmLoop``): nothing but padding, fresh

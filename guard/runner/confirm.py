@@ -23,10 +23,12 @@ bytes. Inputs that a custom generator makes cannot be drawn in a graph: they are
 from the call's own seed (``Refiller``), eagerly, and the loop is host-bound; the guard
 then applies the wider band.
 
-On a CPU the loop does nothing but the draws and the calls: each call's outputs are held where
-the call left them (``kept.KeptOutputs``) and the guard reads the ones it checks out of the
-worker's memory itself (``peek``); the trusted loop is the draws alone. Nothing is left in the
-candidate's process for it to do more cheaply than the trusted worker does.
+On a CPU the loop does nothing but the calls: each call's inputs are a set of its own that the
+guard wrote while the worker was stopped (``staged.StagedInputs``: drawn by the trusted worker,
+so no draw is in the window), each call's outputs are held where the call left them
+(``kept.KeptOutputs``) and the guard reads the ones it checks out of the worker's memory itself
+(``peek``); the trusted loop places the sets alone. Nothing is left in the candidate's process
+for it to do more cheaply than the trusted worker does.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from . import replays
 from .harness import T
 from .kept import KeptOutputs
 from .refill import Refiller, StreamRefill
+from .staged import StagedInputs
 
 # ``call(set)``: runs the candidate's call on the live set ``set``; returns the output tensors
 # to copy into the static buffers, or None when the call wrote them there itself
@@ -65,12 +68,13 @@ class ConfirmLoop:
         mirror: list[list[torch.Tensor]] | None = None,
         projection_seed: int = 0,
         kept: KeptOutputs | None = None,
+        staged: StagedInputs | None = None,
     ):
-        """``kept`` (a CPU, the candidate's loop, with ``static`` None): where the calls'
-        outputs are held. With neither ``static`` nor ``kept`` the loop is the draws alone (a
-        CPU's trusted loop)."""
+        """A CPU's loop (``static`` None): ``staged``, each call's inputs, and ``kept`` (the
+        candidate's loop), where the calls' outputs are held. Without ``kept`` the loop places
+        the staged sets alone (a CPU's trusted loop)."""
         self.device = torch.device(device)
-        self.kept = kept
+        self.kept, self.staged = kept, staged
         self.sets, self.refiller, self.static, self.mirror = sets, refiller, static, mirror
         self.rows, self.idle = max(1, rows), idle
         self.regime = "seeded" if refiller.custom else "stream"
@@ -154,6 +158,8 @@ class ConfirmLoop:
             self.digests.reset()
         if self.kept is not None:
             self.kept.reset()
+        if self.staged is not None:
+            self.staged.ensure(iters)
         self._sync()
         n = len(self.sets)
         collecting = gc.isenabled()
@@ -162,13 +168,15 @@ class ConfirmLoop:
         try:
             if self.digests is not None:
                 self._loop(seed, iters, call, pad_passes, n, copies)
-            else:  # a CPU's (``kept``): the calls' outputs held, or the draws alone
-                self._held_loop(seed, iters, call, pad_passes, n)
+            else:  # a CPU's: the staged inputs placed, and the calls' outputs held (``kept``)
+                self._held_loop(iters, call, pad_passes, n)
             self.host_ms_per_iter = (T.perf_counter() - t0) * 1e3 / iters
             self._sync()
         finally:
             if self.kept is not None:
                 self.kept.finish()
+            if self.staged is not None:
+                self.staged.finish()
             if collecting:
                 gc.enable()
         return self.digests.read(iters) if self.digests is not None else []
@@ -192,15 +200,18 @@ class ConfirmLoop:
                     T.copy_(dst, src)
             self._digest_step(k)
 
-    def _held_loop(self, seed: int, iters: int, call: LoopCall | None, pad_passes: int, n: int) -> None:
-        """A CPU's loop: the draws, and the call with its outputs held (none without a call)."""
-        kept = self.kept
+    def _held_loop(self, iters: int, call: LoopCall | None, pad_passes: int, n: int) -> None:
+        """A CPU's loop: each call's staged inputs placed, and the call with its outputs held
+        (none without a call). The guard wrote the inputs before the window (``staged``)."""
+        kept, staged = self.kept, self.staged
         if call is not None and kept is None:
             raise RuntimeError("a loop of calls needs their outputs' digests or somewhere to hold them")
+        if staged is None:
+            raise RuntimeError("a CPU's loop needs its calls' inputs staged")
         for it in range(iters):
             k = it % n
             self.idle(pad_passes)
-            self._refill(k, seed, it)
+            staged.place(it, k)
             if call is not None and kept is not None:
                 kept.before(it, k)
                 kept.take(it, call(k))

@@ -57,10 +57,11 @@ class TensorMeta(_Msg):
 
 
 class HeldOutput(_Msg):
-    """Where one output of one call of the outside clock's loop lies in the candidate worker's
-    memory (a CPU: ``runner/kept.py``). The guard reads it there itself while the worker is
-    stopped (``runner/peek.py``); a description that points at nothing readable is the
-    candidate's doing."""
+    """Where one tensor of one call of the outside clock's loop lies in the candidate worker's
+    memory (a CPU): an output held where the call left it (``runner/kept.py``), which the guard
+    reads itself while the worker is stopped (``runner/peek.py``), or the buffer of an input,
+    which the guard writes so (``runner/staged.py``, ``runner/poke.py``). A description that
+    points at nothing readable, or writable, is the candidate's doing."""
 
     address: int = Field(ge=0)
     shape: list[Annotated[int, Field(ge=0)]]
@@ -183,6 +184,14 @@ class Confirm(_Msg):
     copies: bool = False
 
 
+class StageInputs(_Msg):
+    """A CPU: buffers for the inputs of the outside clock's next ``iters`` calls, one set per
+    call (``staged.StagedInputs``), for the guard to write while the worker is stopped."""
+
+    op: Literal["stage_inputs"] = "stage_inputs"
+    iters: int = Field(ge=1)
+
+
 class Stats(_Msg):
     """The statistics of the last run, read from the profiler after the guard's clock stopped."""
 
@@ -237,18 +246,33 @@ class Plan(_Msg):
     pad_ms: float = 0.0
 
 
-class Overhead(_OnProblemWorkload):
+class _OnLoop(_OnProblemWorkload):
+    """A request about the outside clock's loop of one workload in the trusted worker (the loop
+    is kept for the workload's next windows and checks)."""
+
+    sets: list[int]
+    seed: int
+    iters: int = Field(ge=1)
+    projection_seed: int = 0
+    copies: bool = False  # the candidate's loop copies an eager call's outputs: copy as many bytes
+
+
+class Overhead(_OnLoop):
     """The outside clock's loop run in the trusted worker without the call, on the same data
     sizes and seed: its own cost, which the guard subtracts. Nothing in it comes from the
     candidate's process."""
 
     op: Literal["overhead"] = "overhead"
-    sets: list[int]
-    seed: int
-    iters: int
     pad_passes: int = 0
-    projection_seed: int = 0
-    copies: bool = False  # the candidate's loop copies an eager call's outputs: copy as many bytes
+
+
+class DrawInputs(_OnLoop):
+    """A CPU: the inputs of the outside clock's ``iters`` calls on the data of ``seed``, drawn
+    as the loop draws them (``ConfirmLoop.inputs_at``), written one call after another into
+    the file at ``path`` for the guard to write into the candidate's worker."""
+
+    op: Literal["draw_inputs"] = "draw_inputs"
+    path: str
 
 
 class VerifyReplays(_OnProblemWorkload):
@@ -290,16 +314,29 @@ class Exit(_Msg):
     op: Literal["exit"] = "exit"
 
 
-CandidateRequest = Annotated[Setup | Prepare | Check | Arm | Run | Confirm | Stats | Memory, Field(discriminator="op")]
+CandidateRequest = Annotated[
+    Setup | Prepare | Check | Arm | Run | StageInputs | Confirm | Stats | Memory, Field(discriminator="op")
+]
 TrustedRequest = Annotated[
-    LoadProblem | Reference | Compare | Release | Baseline | Ceilings | Overhead | VerifyReplays | Memory | DeviceIdle,
+    LoadProblem
+    | Reference
+    | Compare
+    | Release
+    | Baseline
+    | Ceilings
+    | Overhead
+    | DrawInputs
+    | VerifyReplays
+    | Memory
+    | DeviceIdle,
     Field(discriminator="op"),
 ]
 # every request kind's name: what a worker's memory report may be broken down by
 REQUEST_OPS = frozenset(
     model.model_fields["op"].default
-    for model in (Setup, Prepare, Check, Arm, Run, Confirm, Stats, Memory)
-    + (LoadProblem, Reference, Compare, Release, Baseline, Ceilings, Overhead, VerifyReplays, DeviceIdle, Exit)
+    for model in (Setup, Prepare, Check, Arm, Run, StageInputs, Confirm, Stats, Memory)
+    + (LoadProblem, Reference, Compare, Release, Baseline, Ceilings, Overhead, DrawInputs, VerifyReplays)
+    + (DeviceIdle, Exit)
 )
 _CANDIDATE = TypeAdapter(CandidateRequest)
 _TRUSTED = TypeAdapter(TrustedRequest)
@@ -414,6 +451,27 @@ class ConfirmReply(Reply):
     # process id as its own PID namespace numbers it, to find its memory
     held: list[list[HeldOutput | None]] = Field(default_factory=list)
     pid: int = 0
+
+
+class StageReply(Reply):
+    # per call, per argument, the buffer the guard writes the input into (None: not a tensor);
+    # and the worker's process id as its own PID namespace numbers it
+    inputs: list[list[HeldOutput | None]] = Field(default_factory=list)
+    pid: int = 0
+
+
+class DrawnTensor(_Msg):
+    """One input of one call in a ``DrawInputs`` file: where its bytes start, how many, and
+    what they hold (a contiguous tensor)."""
+
+    offset: int = Field(ge=0)
+    nbytes: int = Field(ge=0)
+    shape: list[int]
+    dtype: str
+
+
+class DrawnReply(Reply):
+    tensors: list[list[DrawnTensor | None]] = Field(default_factory=list)  # per call, per argument
 
 
 class VerifyReply(Reply):

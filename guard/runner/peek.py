@@ -52,6 +52,16 @@ def span_elements(shape: list[int], stride: list[int]) -> int:
     return 1 + sum((s - 1) * st for s, st in zip(shape, stride))
 
 
+def contiguous_strides(shape: list[int]) -> list[int]:
+    """The strides of a contiguous tensor of ``shape``, in elements."""
+    strides: list[int] = []
+    step = 1
+    for size in reversed(shape):
+        strides.insert(0, step)
+        step *= max(1, size)
+    return strides
+
+
 def read_held(
     pid: int, held: list[m.HeldOutput | None], expected: list[tuple[list[int], str]], dest: Path, tag: str
 ) -> list[m.ReadOutput | None]:

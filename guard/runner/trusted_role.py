@@ -30,7 +30,9 @@ from .compare_scan import all_finite
 from .harness import T
 from .inputs import InputMaker, spec_shape, torch_dtype
 from .tensorio import read_tensor
+from .peek import contiguous_strides
 from .refill import Refiller
+from .staged import StagedInputs, draw_to_file
 from .timing import Timer
 
 
@@ -64,6 +66,7 @@ class TrustedRole:
             m.Baseline: self.baseline,
             m.Ceilings: self.ceilings,
             m.Overhead: self.overhead,
+            m.DrawInputs: self.draw_inputs,
             m.VerifyReplays: self.verify_replays,
             m.Memory: self.memory,
             m.DeviceIdle: self.device_idle,
@@ -379,6 +382,14 @@ class TrustedRole:
             ok=True, iters=msg.iters, setup_s=setup_s, setup_cpu_s=setup_cpu_s, digests=table, held=held
         )
 
+    def draw_inputs(self, msg: m.DrawInputs) -> m.Reply:
+        """A CPU: every call's inputs of the outside clock's next window, drawn as the loop
+        draws them and as the checks draw them again (``ConfirmLoop.inputs_at``), into one
+        file, a call after another, for the guard to write into the candidate's worker."""
+        loop = self._confirm_loop(msg.key, msg.workload, msg.axes, msg.sets, msg.iters, msg.copies, msg.projection_seed)
+        rows = draw_to_file(loop.inputs_at(msg.seed, list(range(msg.iters))), msg.path)
+        return m.DrawnReply(ok=True, tensors=rows)
+
     def _held_like(self, key: str, axes: dict, calls: int) -> list[list[m.HeldOutput | None]]:
         """Descriptions shaped as a CPU candidate's held outputs, made as its worker makes them
         (a model per output per call), so that the guard's two windows carry the same reply."""
@@ -386,11 +397,7 @@ class TrustedRole:
         outs = []
         for spec in d["outputs"].values():
             shape = list(spec_shape(spec, axes))
-            stride, step = [], 1
-            for size in reversed(shape):
-                stride.insert(0, step)
-                step *= max(1, size)
-            outs.append((shape, stride, spec["dtype"]))
+            outs.append((shape, contiguous_strides(shape), spec["dtype"]))
         return [[m.HeldOutput(address=0, shape=sh, stride=st, dtype=dt) for sh, st, dt in outs] for _ in range(calls)]
 
     def _confirm_loop(
@@ -406,7 +413,7 @@ class TrustedRole:
         if self.timer is None:
             self.timer = Timer(self.device)
         live = [maker.make(workload, axes, s, "normal") for s in sets]
-        # a CPU's loop is the draws alone (``ConfirmLoop``): no outputs to digest or copy
+        # a CPU's loop places the staged inputs alone (``ConfirmLoop``): no outputs to digest or copy
         static = [self._output_buffers(d, axes) for _ in live] if self.cuda else None
         mirror = [[T.clone(t) for t in outs] for outs in static] if copies and static is not None else None
         loop = ConfirmLoop(
@@ -418,6 +425,7 @@ class TrustedRole:
             self.timer.idle_passes,
             mirror=mirror,
             projection_seed=projection_seed,
+            staged=None if self.cuda else StagedInputs(live, own=False),
         )
         self._loop = (ident, loop)
         return loop

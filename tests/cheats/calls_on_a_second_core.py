@@ -1,4 +1,4 @@
-"""Runs the outside clock's calls on a second core while its main thread draws, and forges its median.
+"""Runs the outside clock's calls on a second core while its main thread feeds them, and forges its median.
 EXPECT screen=REWARD_HACK runtime=REWARD_HACK loaded=FLOORED PARALLEL
 
 Red team, session 19 (CPU, screen off): the guard's clock around a CPU window saw the wall
@@ -9,7 +9,8 @@ own checks, which computes the calls on the other core while the main thread dra
 set: the window's wall then holds the longer of the two, not their sum, and the forged median
 was floored by a figure 1.6-4x below the honest kernel's. Since session 20 a CPU window is
 charged its wall time plus the CPU time the tree used beside its busiest thread
-(``guard/runner/tree_cpu.py``): the helper's work is paid for in full.
+(``guard/runner/tree_cpu.py``): the helper's work is paid for in full. (Since session 34 the
+guard writes each call's inputs before the window and the main thread only places them.)
 """
 
 import queue
@@ -28,9 +29,9 @@ def _kernel(x, w):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5) * w.float()).to(x.dtype)
 
 
-def _parallel_loop(self, seed, iters, call, pad_passes, n):
+def _parallel_loop(self, iters, call, pad_passes, n):
     if call is None or self.kept is None or self.kept.static is not None:
-        return _orig(self, seed, iters, call, pad_passes, n)
+        return _orig(self, iters, call, pad_passes, n)
     jobs = queue.SimpleQueue()
     outs = [None] * iters
 
@@ -43,7 +44,7 @@ def _parallel_loop(self, seed, iters, call, pad_passes, n):
     second.start()
     for it in range(iters):
         k = it % n
-        self._refill(k, seed, it)
+        self.staged.place(it, k)
         x, w = self.sets[k][0], self.sets[k][1]
         jobs.put((it, x.clone(), w.clone()))
     jobs.put(None)

@@ -6,9 +6,9 @@ CPU time, so the guard takes it where it is less than the wall). A reading of th
 tree counts the processes it finds at the window's two ends: a child forked after the first
 and gone before the second, reaped by the kernel (SIGCHLD ignored), is in neither, and its CPU
 time reaches no parent. This loop forks such a child at its start; the child runs every call
-on the sets the parent draws into shared memory and writes the outputs there, while the
+on the sets the parent places in shared memory and writes the outputs there, while the
 parent waits on a pipe, using no CPU. Measured by the tree's reading, the window would hold
-the draws alone. The guard takes a window's CPU time from the sandbox's cgroup instead, which
+the placing alone. The guard takes a window's CPU time from the sandbox's cgroup instead, which
 the kernel charges for every task that was ever in it: the child's work is paid for.
 """
 
@@ -28,22 +28,23 @@ def _kernel(x, w):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5) * w.float()).to(x.dtype)
 
 
-def _child(sets, outs, n, go, done):
+def _child(rows, outs, go, done):
     torch.set_num_threads(1)  # a thread pool does not survive a fork
     while len(msg := os.read(go, 4)) == 4:
         it = int.from_bytes(msg, "little")
-        x, w = sets[it % n][0], sets[it % n][1]
+        x, w = rows[it][0], rows[it][1]
         outs[it].copy_(_kernel(x, w))
         os.write(done, b"d")
     os._exit(0)
 
 
-def _unseen_loop(self, seed, iters, call, pad_passes, n):
+def _unseen_loop(self, iters, call, pad_passes, n):
     if call is None or self.kept is None or self.kept.static is not None:
-        return _orig(self, seed, iters, call, pad_passes, n)
-    for s in self.sets:
-        for t in s:
-            t.share_memory_()  # refilled in place: the child sees every draw
+        return _orig(self, iters, call, pad_passes, n)
+    rows = self.staged.rows[:iters]  # each call's inputs, as the guard wrote them
+    for row in rows:
+        for t in row:
+            t.share_memory_()  # moved to shared memory, values and all: the child sees them
     x0 = self.sets[0][0]
     outs = torch.empty((iters, *x0.shape), dtype=x0.dtype).share_memory_()
     go_r, go_w = os.pipe()
@@ -53,14 +54,14 @@ def _unseen_loop(self, seed, iters, call, pad_passes, n):
     if pid == 0:
         os.close(go_w)
         os.close(done_r)
-        _child(self.sets, outs, n, go_r, done_w)
+        _child(rows, outs, go_r, done_w)
     os.close(go_r)
     os.close(done_w)
     try:
         for it in range(iters):
             k = it % n
             self.idle(pad_passes)
-            self._refill(k, seed, it)
+            self.staged.place(it, k)
             self.kept.before(it, k)
             os.write(go_w, it.to_bytes(4, "little"))
             if os.read(done_r, 1) != b"d":

