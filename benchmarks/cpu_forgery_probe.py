@@ -4,9 +4,12 @@ idea, without the mean), judged in turn by one guard with a user's settings and 
 screen off, several rounds. Prints each verdict's decided figure per workload and, at the end, per workload the
 median of the forger's figures over the median of the honest ones (1.0: no gain).
 ``--forger second-core``: the forger also runs the outside clock's calls on a second core
-while its loop draws (``tests/cheats/calls_on_a_second_core.py``).
+while its loop goes on (``tests/cheats/calls_on_a_second_core.py``). ``--stall``: the trusted
+worker is stopped for five sixths of each of its outside-clock windows while the forger is
+judged (``harness.Staller``), as a busy machine would hold it off its core
+(``tests/test_outside_clock_stalls.py``).
 
-    python -m benchmarks.cpu_forgery_probe --rounds 4 [--forger second-core] [--out table.json]
+    python -m benchmarks.cpu_forgery_probe --rounds 4 [--forger second-core] [--stall] [--out table.json]
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness import CHEATS, RMS, honest_source, unique
+from benchmarks.harness import CHEATS, RMS, honest_source, stalling_trusted_windows, unique
 
 log = logging.getLogger("cpu_forgery_probe")
 
@@ -50,6 +53,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--forger", choices=("median", "second-core"), default="median")
+    parser.add_argument("--stall", action="store_true", help="stall the trusted windows while the forger is judged")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     forger = FORGER if args.forger == "median" else (CHEATS / "calls_on_a_second_core.py").read_text()
@@ -68,7 +72,12 @@ def main() -> int:
     try:
         for r in range(args.rounds):
             for kind, src in (("honest", honest_source()), ("forger", forger)):
-                v = guard.evaluate(from_source(unique(src), "pytorch"), RMS, agent=f"{kind}-{r}")
+                undo = stalling_trusted_windows() if args.stall and kind == "forger" else None
+                try:
+                    v = guard.evaluate(from_source(unique(src), "pytorch"), RMS, agent=f"{kind}-{r}")
+                finally:
+                    if undo is not None:
+                        undo()
                 row = {"round": r, "kind": kind, "status": v.status, "decision": v.decision, "workloads": {}}
                 for w in v.workloads:
                     oc = w.timing.outside_clock if w.timing else None
@@ -109,7 +118,8 @@ def main() -> int:
                 summary[u]["worst_gain"],
             )
     if args.out:
-        args.out.write_text(json.dumps({"forger": args.forger, "rows": rows, "summary": summary}, indent=1))
+        result = {"forger": args.forger, "stall": args.stall, "rows": rows, "summary": summary}
+        args.out.write_text(json.dumps(result, indent=1))
     return 0
 
 

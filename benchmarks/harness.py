@@ -1,6 +1,7 @@
 """What the benchmarks share with the tests: the fast guard settings, a workspace that uses
-them, the ``kernelarc`` command in a subprocess, a served workspace over HTTP, and the cheat
-files of ``tests/cheats`` (read as data, with their EXPECT lines). The tests import these
+them, the ``kernelarc`` command in a subprocess, a served workspace over HTTP, the cheat
+files of ``tests/cheats`` (read as data, with their EXPECT lines), and a staller that holds
+a process off its core as a busy machine would. The tests import these
 through ``tests/helpers.py``; nothing here imports the tests."""
 
 from __future__ import annotations
@@ -8,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -197,3 +200,55 @@ def unique(source: str, comment: str = "#") -> str:
 
 def honest_source() -> str:
     return unique((CHEATS / "honest_torch.py").read_text())
+
+
+class Staller:
+    """While entered: stops ``pid`` for ``stop_s`` and lets it run for ``run_s``, in turn, as a
+    machine whose other work holds the process's core would. SIGSTOP takes wall time and no
+    CPU time, as a descheduled process's stall does."""
+
+    def __init__(self, pid: int, stop_s: float = 0.02, run_s: float = 0.004) -> None:
+        self.pid, self.stop_s, self.run_s = pid, stop_s, run_s
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            os.kill(self.pid, signal.SIGSTOP)
+            self.done.wait(self.stop_s)
+            os.kill(self.pid, signal.SIGCONT)
+            self.done.wait(self.run_s)
+
+    def __enter__(self) -> Staller:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+        os.kill(self.pid, signal.SIGCONT)
+
+
+def stalling_trusted_windows():
+    """Patches the guard's outside clock so that every trusted window (``Overhead``) runs under
+    a ``Staller``; returns the function that undoes it. The count of stalled windows is in the
+    returned function's ``stalled`` list (one entry per window)."""
+    from guard.cascade import outside_windows
+    from guard.runner import messages as m
+
+    real_call = outside_windows.call
+    stalled: list[int] = []
+
+    def call(worker, message, reply_type, timeout):
+        if not isinstance(message, m.Overhead):
+            return real_call(worker, message, reply_type, timeout)
+        stalled.append(worker.proc.pid)
+        with Staller(worker.proc.pid):
+            return real_call(worker, message, reply_type, timeout)
+
+    def undo() -> None:
+        outside_windows.call = real_call
+
+    outside_windows.call = call
+    undo.stalled = stalled  # type: ignore[attr-defined]
+    return undo
