@@ -230,25 +230,24 @@ class Staller:
 
 
 def stalling_trusted_windows():
-    """Patches the guard's outside clock so that every trusted window (``Overhead``) runs under
-    a ``Staller``; returns the function that undoes it. The count of stalled windows is in the
-    returned function's ``stalled`` list (one entry per window)."""
-    from guard.cascade import outside_windows
-    from guard.runner import messages as m
+    """Patches the guard's outside clock so that every trusted window of a CPU (its paced
+    calls, ``guard/cascade/paced_calls.py``) runs under a ``Staller``; returns the function
+    that undoes it, whose ``stalled`` list has one entry per stalled window."""
+    from guard.cascade import paced_calls
 
-    real_call = outside_windows.call
+    real_run = paced_calls.run
     stalled: list[int] = []
 
-    def call(worker, message, reply_type, timeout):
-        if not isinstance(message, m.Overhead):
-            return real_call(worker, message, reply_type, timeout)
+    def run(worker, *args, **kwargs):
+        if worker.role != "trusted":
+            return real_run(worker, *args, **kwargs)
         stalled.append(worker.proc.pid)
         with Staller(worker.proc.pid):
-            return real_call(worker, message, reply_type, timeout)
+            return real_run(worker, *args, **kwargs)
 
     def undo() -> None:
-        outside_windows.call = real_call
+        paced_calls.run = real_run
 
-    outside_windows.call = call
+    paced_calls.run = run
     undo.stalled = stalled  # type: ignore[attr-defined]
     return undo

@@ -20,11 +20,12 @@ from guard.cascade.reasons import Rejection  # noqa: E402
 from guard.problems.schema import Definition, Workload  # noqa: E402
 from guard.runner import messages as m  # noqa: E402
 from guard.runner import replays  # noqa: E402
-from guard.runner.confirm import ConfirmLoop  # noqa: E402
+from guard.runner.confirm import ConfirmLoop, pack_outputs  # noqa: E402
 from guard.runner.inputs import InputMaker  # noqa: E402
 from guard.runner.kept import KeptOutputs  # noqa: E402
+from guard.runner.pacing import unpack  # noqa: E402
 from guard.runner.peek import PeekError, process_with_ns_pid, read_held, span_elements  # noqa: E402
-from guard.runner.poke import write_into  # noqa: E402
+from guard.runner.poke import Memory  # noqa: E402
 from guard.runner.refill import Refiller  # noqa: E402
 from guard.runner.staged import StagedInputs, draw_to_file  # noqa: E402
 from guard.runner.tensorio import read_tensor  # noqa: E402
@@ -47,10 +48,23 @@ W = Workload.model_validate({"axes": {"n": 4}, "uuid": "w"})
 
 def _stage(loop, seed, iters, tmp_path):
     """As the guard stages a window: the trusted loop's draws into a file, checked against the
-    buffers the candidate's loop names, written into them (here: this very process)."""
+    buffers the candidate's loop names, written into them (here: this very process; every
+    call's at once, where the guard writes each when the call before it is done)."""
     drawn = draw_to_file(_loop(None, _sets(), own=False).inputs_at(seed, list(range(iters))), tmp_path / "in.bin")
-    writes = staged_inputs.planned_writes(loop.staged.describe(iters), drawn, iters, W)
-    write_into(os.getpid(), tmp_path / "in.bin", writes)
+    writes = staged_inputs.planned_writes(loop.staged.describe(iters), drawn, iters, _refused)
+    with Memory(os.getpid()) as memory:
+        for call in writes:
+            memory.write((tmp_path / "in.bin").read_bytes(), call)
+
+
+def _refused(why):
+    return Rejection("benchmark", "REWARD_HACK", why, None, "w")
+
+
+def _held(kept, it):
+    """Where call ``it``'s outputs lie, as its DONE tells the guard (``runner/pacing.py``)."""
+    outputs = unpack(pack_outputs(kept.held[it], [2]), [2])
+    return held_outputs.described(outputs, EXPECTED)
 
 
 def _sets(n=2):
@@ -82,8 +96,7 @@ def test_eager_outputs_are_held_where_the_call_left_them_and_read_back(tmp_path)
 
     _stage(loop, 5, 6, tmp_path)
     assert loop.run(seed=5, iters=6, call=call, pad_passes=0) == []  # no digests: nothing computed in-process
-    held = kept.describe()
-    assert len(held) == 6
+    held = [_held(kept, it) for it in range(6)]
     assert [h[0].address for h in held] == [y.data_ptr() for y in returned]  # no copies either
     # each call's own answer, on its own draw, as the trusted worker replays the draws
     checker = _loop(None, _sets())
@@ -104,7 +117,7 @@ def test_destination_passing_gets_a_buffer_set_per_call_and_its_own_back(tmp_pat
 
     _stage(loop, 6, 5, tmp_path)
     loop.run(seed=6, iters=5, call=in_place, pad_passes=0)
-    held = kept.describe()
+    held = [_held(kept, it) for it in range(5)]
     assert len({h[0].address for h in held}) == 5  # never the same buffer twice
     assert [d[0] for d in dests] == originals  # the timed loop's buffers are back
     checker = _loop(None, _sets())
@@ -142,7 +155,7 @@ def test_buffers_the_candidate_names_wrongly_are_refused_before_anything_is_writ
     loop = _loop(KeptOutputs(None, 8), _sets())
     good = loop.staged.describe(3)
     drawn = draw_to_file(_loop(None, _sets(), own=False).inputs_at(1, [0, 1, 2]), tmp_path / "in.bin")
-    assert len(staged_inputs.planned_writes(good, drawn, 3, W)) == 3
+    assert [len(call) for call in staged_inputs.planned_writes(good, drawn, 3, _refused)] == [1, 1, 1]
     first = good[0][0]
     cases = {
         "overlap": [[first], [first], good[2]],
@@ -154,15 +167,15 @@ def test_buffers_the_candidate_names_wrongly_are_refused_before_anything_is_writ
     }
     for why, named in cases.items():
         with pytest.raises(Rejection) as caught:
-            staged_inputs.planned_writes(named, drawn, 3, W)
+            staged_inputs.planned_writes(named, drawn, 3, _refused)
         assert caught.value.status == "REWARD_HACK", why
 
 
 def test_a_buffer_that_is_not_writable_is_found(tmp_path):
     path = tmp_path / "in.bin"
-    path.write_bytes(b"\0" * 64)
-    with pytest.raises(PeekError, match="nothing writable"):
-        write_into(os.getpid(), path, [(8, 0, 64)])  # nothing mapped at address 8
+    path.write_bytes(bytes(64))
+    with Memory(os.getpid()) as memory, pytest.raises(PeekError, match="nothing writable"):
+        memory.write(path.read_bytes(), [(8, 0, 64)])  # nothing mapped at address 8
 
 
 def test_a_stale_answer_read_back_fails_the_digest_check(tmp_path):
@@ -180,7 +193,7 @@ def test_a_stale_answer_read_back_fails_the_digest_check(tmp_path):
 
     _stage(loop, 8, 4, tmp_path)
     loop.run(seed=8, iters=4, call=lazy, pad_passes=0)
-    held = kept.describe()
+    held = [_held(kept, it) for it in range(4)]
     projection = replays.Projection(3)
     checker = _loop(None, _sets())
     for it, args in checker.inputs_at(8, [1]):
@@ -318,10 +331,10 @@ def test_read_outputs_are_checked_element_by_element_not_by_digest(tmp_path):
     assert "2 outputs read, expected 1" in replay_check.outputs_mismatch([None, None], [ref], tol, ["y"], exact)
 
 
-def test_the_trusted_loop_replies_with_as_many_descriptions_as_the_candidates(tmp_path):
-    """The guard's clock runs around both windows' replies: the trusted one carries as many
-    held-output descriptions as the candidate's (made and validated alike), so that cost is
-    charged to both windows, not to the candidate's alone."""
+def test_the_trusted_worker_draws_a_windows_inputs_and_names_buffers_of_its_own(tmp_path):
+    """The trusted worker draws every call's inputs of a window into a file, as its checks
+    draw them again later, and names buffers of its own for them: the guard writes the same
+    bytes into both workers call by call, so both windows pay the writes alike."""
     from guard.problems.derive import workload_set
     from guard.problems.store import load_problem
     from guard.runner import trusted_role as tr
@@ -334,15 +347,22 @@ def test_the_trusted_loop_replies_with_as_many_descriptions_as_the_candidates(tm
     role = tr.TrustedRole("cpu", tmp_path)
     key = d.content_hash()
     assert role.handle({"op": "problem", "key": key, "definition": d.to_json(), "blob_root": None})["ok"]
-    reply = role.handle(
-        m.Overhead(key=key, workload=w.model_dump(mode="json"), axes=axes, sets=[1, 2], seed=3, iters=7).model_dump()
+    common = {"key": key, "workload": w.model_dump(mode="json"), "axes": axes, "sets": [1, 2]}
+    path = tmp_path / "drawn.bin"
+    reply = m.DrawnReply.model_validate(
+        role.handle(m.DrawInputs(**common, seed=3, iters=5, path=str(path)).model_dump())
     )
-    assert reply["ok"], reply
-    held = m.OverheadReply.model_validate(reply).held
-    assert len(held) == 7 and all(len(row) == len(d.outputs) for row in held)
-    (spec,) = d.outputs.values()
-    assert held[0][0].shape == list(d.shape_of(spec, axes)) and held[0][0].dtype == spec.dtype
-    assert held[0][0].stride[-1] == 1
+    assert reply.ok and reply.pid == os.getpid() and len(reply.tensors) == len(reply.buffers) == 5
+    writes = staged_inputs.planned_writes(reply.buffers, reply.tensors, 5, _refused)
+    assert sum(nbytes for call in writes for _, _, nbytes in call) == path.stat().st_size
+    # what the file holds is what the checks draw again for those calls
+    loop = role._loop[1]
+    data = path.read_bytes()
+    for it, args in loop.inputs_at(3, [0, 4]):
+        for t, drawn in zip(args, reply.tensors[it]):
+            if drawn is not None:
+                raw = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                assert raw == data[drawn.offset : drawn.offset + drawn.nbytes]
 
 
 CUSTOM_REFERENCE = (

@@ -20,8 +20,7 @@ in a CPU window (``runner/staged.py``): the trusted loop costs next to nothing t
 from __future__ import annotations
 
 from guard.candidates.load import from_source
-from guard.cascade import outside_windows
-from guard.runner import messages as m
+from guard.cascade import paced_calls
 
 from helpers import REPO, RMS, SHRINKS_ITS_MEDIANS, Staller, honest_source, unique
 
@@ -33,17 +32,17 @@ def test_stalls_of_the_guards_own_loop_do_not_let_a_forged_median_decide(guard_r
     honest = g.evaluate(from_source(unique(honest_source()), None, "kernel.py"), RMS, agent="honest-stalls")
     assert honest.status == "PASSED", honest.reason
     stalled = 0
-    real_call = outside_windows.call
+    real_run = paced_calls.run
 
-    def call(worker, message, reply_type, timeout):
+    def run(worker, *args, **kwargs):  # a CPU window's calls, paced (``runner/pacing.py``)
         nonlocal stalled
-        if not isinstance(message, m.Overhead):
-            return real_call(worker, message, reply_type, timeout)
+        if worker.role != "trusted":
+            return real_run(worker, *args, **kwargs)
         stalled += 1
         with Staller(worker.proc.pid, STOP_S, RUN_S):
-            return real_call(worker, message, reply_type, timeout)
+            return real_run(worker, *args, **kwargs)
 
-    monkeypatch.setattr(outside_windows, "call", call)
+    monkeypatch.setattr(paced_calls, "run", run)
     v = g.evaluate(from_source(unique(SHRINKS_ITS_MEDIANS), None, "kernel.py"), RMS, agent="shrinker-stalled")
     assert stalled >= len(v.workloads), stalled  # every trusted window was stalled
     assert v.status == "PASSED", v.reason

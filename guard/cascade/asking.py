@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..runner import messages as m
 from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
@@ -46,7 +46,17 @@ class Asked(Generic[m.R]):
 
     def reply(self, timeout: float) -> m.R:
         self.answered = True
-        raw = self._call(lambda: self.worker.receive(timeout))
+        return self.taken(self._call(lambda: self.worker.receive(timeout)))
+
+    def during(self, do: Callable[[], T]) -> T:
+        """``do`` while the request is outstanding (a paced loop's handshakes,
+        ``paced_calls``), with ``ask``'s rules for a worker that dies or does not answer."""
+        return self._call(do)
+
+    def taken(self, raw: dict[str, Any]) -> m.R:
+        """The reply as ``reply_model``, read already (by ``reply``, or by a paced loop that
+        ended before its last call)."""
+        self.answered = True
         try:
             return m.parse_reply(raw, self.reply_model)
         except m.MessageError as exc:

@@ -1,17 +1,16 @@
 """The guard's side of a CPU's outside-clock loop whose outputs stay in the candidate's worker
-(``runner/kept.py``): how many calls a loop may hold, and reading the chosen calls' outputs
-out of the stopped worker (``runner/peek.py``) for the trusted worker to check."""
+(``runner/kept.py``): how many calls a loop may hold, and reading a checked call's outputs out
+of the worker (``runner/peek.py``) as soon as the call is done (``runner/pacing.py``) for the
+trusted worker to check."""
 
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 from ..problems.schema import Definition, Workload
 from ..runner import messages as m
-from ..runner.peek import PeekError, process_with_ns_pid, read_held
-from ..runner.process import WorkerProcess
+from ..runner.peek import PeekError, read_held
 from .memory_plan import tensor_bytes
 from .reasons import Rejection
 
@@ -51,29 +50,25 @@ def longer_windows(calls: int, shortest_s: float, outside_ms: float, target_s: f
     return None
 
 
-def read_chosen(
-    worker: WorkerProcess,
-    reply: m.ConfirmReply,
-    chosen: list[int],
-    d: Definition,
-    w: Workload,
-    dest: Path,
-) -> list[list[m.ReadOutput | None]]:
-    """The outputs of the ``chosen`` calls, read from the candidate's worker (which must be
-    stopped) into files in ``dest`` (a fresh folder the trusted worker reads). A description
-    that cannot be read as it says is REWARD_HACK: the worker's process chose it."""
-    if worker.proc is None:
-        raise RuntimeError("the candidate's worker is not running")
+def expected_outputs(d: Definition, w: Workload) -> list[tuple[list[int], str]]:
+    """Per output of one call on ``w``: the definition's shape and dtype."""
     axes = d.resolve_axes(w.axes)
-    expected = [(list(d.shape_of(spec, axes)), spec.dtype) for spec in d.outputs.values()]
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
+    return [(list(d.shape_of(spec, axes)), spec.dtype) for spec in d.outputs.values()]
+
+
+def read_call(
+    pid: int,
+    outputs: list[tuple[int, list[int]]],
+    expected: list[tuple[list[int], str]],
+    dest: Path,
+    tag: str,
+    w: Workload,
+) -> list[m.ReadOutput | None]:
+    """One call's outputs, where its DONE said they lie (``runner/pacing.py``), read out of the
+    worker ``pid`` into files in ``dest`` for the trusted worker to check. A description that
+    cannot be read as it says is REWARD_HACK: the worker's process chose it."""
     try:
-        root = worker.sandbox_pid
-        if root is None:
-            raise PeekError("the candidate's worker has ended")
-        pid = process_with_ns_pid(root, reply.pid)
-        return [read_held(pid, reply.held[i], expected, dest, f"call{i}") for i in chosen]
+        return read_held(pid, described(outputs, expected), expected, dest, tag)
     except PeekError as exc:
         raise Rejection(
             "benchmark",
@@ -83,3 +78,13 @@ def read_chosen(
             None,
             w.uuid,
         ) from None
+
+
+def described(outputs: list[tuple[int, list[int]]], expected: list[tuple[list[int], str]]) -> list[m.HeldOutput | None]:
+    """A DONE's outputs as the descriptions ``peek.read_held`` reads (None: not a tensor)."""
+    return [
+        m.HeldOutput(address=address, shape=shape, stride=strides, dtype=dtype)
+        if address > 0 and all(s >= 0 for s in strides)
+        else None
+        for (address, strides), (shape, dtype) in zip(outputs, expected)
+    ]

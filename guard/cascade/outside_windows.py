@@ -11,19 +11,24 @@ import time
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import outside_clock
-from . import held_outputs, staged_inputs
+from . import held_outputs, paced_calls, staged_inputs
+from .asking import Asked
 from ..problems.schema import Workload
 from ..runner import messages as m
 from ..runner import tree_cpu
 from ..runner.freeze import frozen
+from ..runner.peek import PeekError
+from ..runner.poke import Memory
+from ..runner.process import WorkerProcess
 from .reasons import GuardError, Rejection
 from .reference_side import ReferenceSide
 from .workload_requests import WorkloadContext, call, candidate_stopped, failure, no_gc, wait_device_idle
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def figure_floors(ref: ReferenceSide, host_bound: bool) -> bool:
@@ -94,15 +99,47 @@ def calls_per_window(
         return calls
     seed = cx.ref.seed("confirm-probe", run_seed)
     staging = staged_inputs.stage(cx, seed, calls, "probe", copies, projection_seed)
-    with candidate_stopped(cx.worker, cx.w, "while the guard wrote the inputs of its loop"):
-        staged_inputs.write(cx, staging)
-    with no_gc():
-        t0 = time.monotonic()
-        probe = call(cx.worker, m.Confirm(seed=0, iters=calls), m.ConfirmReply, cx.timeout)
-        wall = time.monotonic() - t0
+    w = cx.w
+    pid = candidates_memory_fault(w, lambda: staged_inputs.worker_process(cx.worker, staging.candidate_pid))
+    ndims = [len(shape) for shape, _ in held_outputs.expected_outputs(cx.d, w)]
+    with Memory(pid) as memory:
+        with candidate_stopped(cx.worker, w, "while the guard wrote the inputs of its loop"):
+            candidates_memory_fault(w, lambda: memory.write(staging.data, staging.candidate[0]))
+        with no_gc():
+            t0 = time.monotonic()
+            deadline = t0 + cx.timeout
+            asked = Asked(cx.worker, m.Confirm(seed=0, iters=calls), m.ConfirmReply, "benchmark")
+            try:
+                _, early = asked.during(
+                    lambda: paced_calls.run(
+                        cx.worker, memory, staging.data, staging.candidate, ndims, lambda i, o: None, deadline
+                    )
+                )
+                probe = asked.taken(early) if early is not None else asked.reply(paced_calls.remaining(deadline))
+            except BaseException:
+                if not asked.answered:
+                    cx.worker.kill()
+                raise
+            wall = time.monotonic() - t0
     if not probe.ok:
-        raise failure(probe, cx.w, "timing")
+        raise failure(probe, w, "timing")
     return held_outputs.calls_for_window(calls, wall, target, most)
+
+
+def candidates_memory_fault(w: Workload, do: Callable[[], T]) -> T:
+    """``do``, which reads or writes the candidate's worker where its process said: a place
+    that cannot be read or written so is REWARD_HACK."""
+    try:
+        return do()
+    except PeekError as exc:
+        raise Rejection(
+            "benchmark",
+            "REWARD_HACK",
+            f"the candidate's worker described memory of the outside clock's loop on {w.uuid} that "
+            f"cannot be read or written as it said: {exc}",
+            None,
+            w.uuid,
+        ) from None
 
 
 @dataclass
@@ -134,12 +171,13 @@ def run_windows(
     contradicted). (walls of the candidate's loops, walls of the trusted loops, the calls to
     check per window, the judgement on all the windows run).
 
-    On a CPU the loop holds its outputs in the candidate's worker (``held_outputs``): the
-    candidate's window ends when its whole tree is stopped, not when it replies (a thread that
-    went on computing after the reply would otherwise do its work off the clock), the chosen
-    calls' outputs are read out of it then, and the trusted window ends the same way. Each
-    window is charged its wall time plus the CPU time its tree used beside its busiest thread
-    (``runner.tree_cpu``): calls run on a second core while the loop drew are paid for.
+    On a CPU the loop is paced (``paced_window``, ``runner/pacing.py``): the guard writes each
+    call's inputs once the call before it is done, and reads the chosen calls' outputs out of
+    the candidate's worker as each is done (``held_outputs``). The candidate's window ends when
+    its whole tree is stopped, not when it replies (a thread that went on computing after the
+    reply would otherwise do its work off the clock), and the trusted window, paced alike,
+    ends the same way. Each window is charged its wall time plus the CPU time its tree used
+    beside its busiest thread (``runner.tree_cpu``): calls run on a second core are paid for.
 
     ``first_window``: windows already run for this workload (a CPU's first windows, too short,
     are run again longer): the new ones take the next seeds, so no call sees inputs an earlier
@@ -155,36 +193,32 @@ def run_windows(
     run_pid = cx.worker.proc.pid if cx.worker.proc is not None else None
     loop_pid = cx.trusted.proc.pid if cx.trusted.proc is not None else None
 
+    stagings: dict[int, staged_inputs.Staging] = {}  # the last window's inputs, by seed (``loop_again``)
+
     def window() -> outside_clock.OutsideClock:
         index = first_window + len(run_walls)  # windows of a workload never share data or files
         seed = ref.seed(f"confirm-{index}", run_seed)
         chosen = sorted(check_rng.sample(range(n), min(ref.cfg.replay_checks, n)))
-        cpu0, counted0 = tree_cpu.read(None), None
-        with no_gc():
-            if held:  # the inputs written while the candidate is stopped, its CPU time read then too
-                staging = staged_inputs.stage(cx, seed, n, f"window{index}", copies, projection_seed)
-                with candidate_stopped(cx.worker, w, "while the guard wrote the inputs of its loop"):
-                    staged_inputs.write(cx, staging)
-                    cpu0, counted0 = tree_cpu.read(run_pid), cx.worker.cpu_ns()
-            mine0 = time.thread_time()
-            t0 = time.monotonic()
-            # a CPU's loop draws nothing: its seed is the guard's alone
-            confirm = m.Confirm(seed=0 if held else seed, iters=n, pad_passes=passes, copies=copies)
-            confirmed = call(cx.worker, confirm, m.ConfirmReply, cx.timeout)
-            run_wall = time.monotonic() - t0
-        if not confirmed.ok:
-            raise failure(confirmed, w, "timing")
-        calls = len(confirmed.held) if held else len(confirmed.digests)
-        if calls != n:
-            raise Rejection(
-                "benchmark",
-                "REWARD_HACK",
-                f"the outside clock's loop on {w.uuid} reported {calls} calls for {n}",
-                None,
-                w.uuid,
-            )
         read = None
         parallel = 0.0
+        if held:
+            run_wall, counted0, mine0, t0, cpu0, read = paced_window(index, seed, chosen)
+        else:
+            with no_gc():
+                t0 = time.monotonic()
+                confirm = m.Confirm(seed=seed, iters=n, pad_passes=passes, copies=copies)
+                confirmed = call(cx.worker, confirm, m.ConfirmReply, cx.timeout)
+                run_wall = time.monotonic() - t0
+            if not confirmed.ok:
+                raise failure(confirmed, w, "timing")
+            if len(confirmed.digests) != n:
+                raise Rejection(
+                    "benchmark",
+                    "REWARD_HACK",
+                    f"the outside clock's loop on {w.uuid} reported {len(confirmed.digests)} calls for {n}",
+                    None,
+                    w.uuid,
+                )
         with candidate_stopped(cx.worker, w, "while the guard timed its loop without the call"):
             if held:
                 run_wall, parallel = charged(time.monotonic() - t0, cpu0, run_pid, w)
@@ -193,16 +227,86 @@ def run_windows(
                     ran = (counted1 - counted0) / 1e9 + time.thread_time() - mine0
                     log.debug("candidate's window on %s: %.5f s charged, %.5f s run", w.uuid, run_wall, ran)
                     run_wall = min(run_wall, ran)
-                dest = cx.trusted.workdir / "read" / f"window{index}"
-                read = held_outputs.read_chosen(cx.worker, confirmed, chosen, cx.d, w, dest)
-            loop_walls.append(trusted_loop(seed))
+            loop_walls.append(trusted_loop(seed, chosen))
         run_walls.append(run_wall)
         run_parallel.append(parallel)
         digests = [] if held else [confirmed.digests[i] for i in chosen]
         confirms.append(Checked(seed, chosen, digests, read))
         return judged()
 
-    def trusted_loop(seed: int) -> float:
+    def paced_window(
+        index: int, seed: int, chosen: list[int]
+    ) -> tuple[float, int | None, float, float, tree_cpu.TreeCpu, list[list[m.ReadOutput | None]]]:
+        """A CPU's window (``runner/pacing.py``): call 0's inputs written while the candidate is
+        stopped, its CPU time and the guard's clock read then, and the calls paced one at a
+        time, the chosen ones' outputs read out of its worker as each is done. (its wall, the
+        sandbox's CPU count and this thread's CPU time at its start, its start, its tree's
+        reading at its start, the chosen calls' outputs as read)."""
+        staging = staged_inputs.stage(cx, seed, n, f"window{index}", copies, projection_seed)
+        stagings.clear()
+        stagings[seed] = staging
+        expected = held_outputs.expected_outputs(cx.d, w)
+        dest = cx.trusted.workdir / "read" / f"window{index}"
+        dest.mkdir(parents=True, exist_ok=True)
+        wanted = set(chosen)
+        reads: dict[int, list[m.ReadOutput | None]] = {}
+
+        def on_done(i: int, outputs: list[tuple[int, list[int]]]) -> None:
+            if i in wanted:  # read now, before the next call's inputs exist
+                reads[i] = held_outputs.read_call(pid, outputs, expected, dest, f"call{i}", w)
+
+        with no_gc():
+            pid = candidates_memory_fault(w, lambda: staged_inputs.worker_process(cx.worker, staging.candidate_pid))
+            with Memory(pid) as memory:
+                with candidate_stopped(cx.worker, w, "while the guard wrote the inputs of its loop"):
+                    candidates_memory_fault(w, lambda: memory.write(staging.data, staging.candidate[0]))
+                    cpu0, counted0 = tree_cpu.read(run_pid), cx.worker.cpu_ns()
+                mine0 = time.thread_time()
+                t0 = time.monotonic()
+                # a CPU's loop draws nothing: its seed is the guard's alone
+                confirm = m.Confirm(seed=0, iters=n, pad_passes=passes, copies=copies)
+                calls, confirmed = paced(cx, cx.worker, confirm, m.ConfirmReply, memory, staging, on_done)
+                run_wall = time.monotonic() - t0
+        if not confirmed.ok:
+            raise failure(confirmed, w, "timing")
+        if calls != n:
+            raise Rejection(
+                "benchmark",
+                "REWARD_HACK",
+                f"the outside clock's loop on {w.uuid} ended after {calls} calls of {n}",
+                None,
+                w.uuid,
+            )
+        return run_wall, counted0, mine0, t0, cpu0, [reads[i] for i in chosen]
+
+    def paced(
+        cx: WorkloadContext,
+        worker: WorkerProcess,
+        request: m.Confirm | m.Overhead,
+        reply_type: type[m.R],
+        memory: Memory,
+        staging: staged_inputs.Staging,
+        on_done: Callable[[int, list[tuple[int, list[int]]]], None],
+    ) -> tuple[int, m.R]:
+        """``request``'s paced loop in ``worker`` (``paced_calls.run``): (the calls done, its
+        reply). A worker left inside a loop that failed half-way is killed: it waits for a GO
+        that will not come, and its next request would find it so."""
+        writes = staging.candidate if worker is cx.worker else staging.trusted
+        ndims = [len(shape) for shape, _ in held_outputs.expected_outputs(cx.d, cx.w)]
+        deadline = time.monotonic() + cx.timeout
+        asked = Asked(worker, request, reply_type, "benchmark")
+        try:
+            calls, early = asked.during(
+                lambda: paced_calls.run(worker, memory, staging.data, writes, ndims, on_done, deadline)
+            )
+            reply = asked.taken(early) if early is not None else asked.reply(paced_calls.remaining(deadline))
+        except BaseException:
+            if not asked.answered:
+                worker.kill()
+            raise
+        return calls, reply
+
+    def trusted_loop(seed: int, chosen: list[int]) -> float:
         """The loop without the call, on ``seed``'s data, in the trusted worker (the candidate's
         processes stopped by the caller): its wall time less its set-up, charged on a CPU as the
         candidate's window is, and there, as the candidate's window is too, the CPU time it
@@ -223,30 +327,21 @@ def run_windows(
         done in the window is CPU time of the sandbox, and waiting computes nothing. Where the
         count is not kept the candidate's window stays charged by the wall."""
         wait_device_idle(ref, cx.trusted, w, "before the guard's loop")
-        loop_cpu0 = tree_cpu.read(loop_pid if held else None)
-        with no_gc():
-            mine0 = time.thread_time()
-            t0 = time.monotonic()
-            loop = call(
-                cx.trusted,
-                m.Overhead(
-                    **cx.trusted_fields(),
-                    seed=seed,
-                    iters=n,
-                    pad_passes=passes,
-                    copies=copies,
-                    projection_seed=projection_seed,
-                ),
-                m.OverheadReply,
-                cx.timeout,
-            )
-            loop_wall = time.monotonic() - t0
-            ran_s = math.inf
-            if held:  # ended and charged as the candidate's window was
-                with frozen(loop_pid):
-                    after = tree_cpu.read(loop_pid)
-                    loop_wall = tree_cpu.charged_s(time.monotonic() - t0, loop_cpu0, after)
-                    ran_s = tree_cpu.used_ns(loop_cpu0, after) / 1e9 + time.thread_time() - mine0
+        overhead = m.Overhead(
+            **cx.trusted_fields(),
+            seed=seed,
+            iters=n,
+            pad_passes=passes,
+            copies=copies,
+            projection_seed=projection_seed,
+        )
+        if held:
+            loop_wall, ran_s, loop = paced_trusted_loop(stagings[seed], overhead, chosen)
+        else:
+            with no_gc():
+                t0 = time.monotonic()
+                loop = call(cx.trusted, overhead, m.OverheadReply, cx.timeout)
+                loop_wall, ran_s = time.monotonic() - t0, math.inf
         wait_device_idle(ref, cx.trusted, w, "after the guard's loop")
         if not loop.ok:
             raise GuardError(f"the trusted worker could not run the timing loop: {loop.message}")
@@ -254,9 +349,41 @@ def run_windows(
         log.debug("trusted loop on %s: %.5f s charged, %.5f s run", w.uuid, charged_s, ran_s)
         return min(charged_s, ran_s)
 
+    def paced_trusted_loop(
+        staging: staged_inputs.Staging, overhead: m.Overhead, chosen: list[int]
+    ) -> tuple[float, float, m.OverheadReply]:
+        """A CPU's trusted window, paced as the candidate's was: the same inputs written into
+        its own buffers call by call, as many bytes read out of it for the chosen calls, ended
+        and charged as the candidate's window was. (charged wall, CPU time, the reply)."""
+        mirror = cx.trusted.workdir / "read" / "mirror"
+        mirror.mkdir(parents=True, exist_ok=True)
+        expected = held_outputs.expected_outputs(cx.d, w)
+        wanted = set(chosen)
+        try:
+            pid = staged_inputs.worker_process(cx.trusted, staging.trusted_pid)
+            with Memory(pid) as memory:
+
+                def on_done(i: int, outputs: list[tuple[int, list[int]]]) -> None:
+                    if i in wanted:  # what the candidate's window reads, read here too
+                        held_outputs.read_call(pid, outputs, expected, mirror, f"call{i}", w)
+
+                memory.write(staging.data, staging.trusted[0])
+                loop_cpu0 = tree_cpu.read(loop_pid)
+                with no_gc():
+                    mine0 = time.thread_time()
+                    t0 = time.monotonic()
+                    _, loop = paced(cx, cx.trusted, overhead, m.OverheadReply, memory, staging, on_done)
+                    with frozen(loop_pid):  # ended and charged as the candidate's window was
+                        after = tree_cpu.read(loop_pid)
+                        loop_wall = tree_cpu.charged_s(time.monotonic() - t0, loop_cpu0, after)
+                        ran_s = tree_cpu.used_ns(loop_cpu0, after) / 1e9 + time.thread_time() - mine0
+        except (PeekError, Rejection) as exc:
+            raise GuardError(f"the trusted worker's loop on {w.uuid} could not be paced: {exc}") from None
+        return loop_wall, ran_s, loop
+
     def loop_again() -> outside_clock.OutsideClock:
         with candidate_stopped(cx.worker, w, "while the guard timed its loop again without the call"):
-            loop_walls.append(trusted_loop(confirms[-1].seed))
+            loop_walls.append(trusted_loop(confirms[-1].seed, confirms[-1].chosen))
         return judged()
 
     def judged() -> outside_clock.OutsideClock:

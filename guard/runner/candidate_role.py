@@ -29,6 +29,7 @@ from .common import (
 from .harness import T
 from .inputs import InputMaker, spec_shape, torch_dtype
 from .kept import KeptOutputs
+from .pacing import Pacer, Pacing
 from .poison import poison_free_blocks, poison_in_place, poison_tensor, reads_as_poison
 from .refill import Refiller
 from .compare import compare, spec_args
@@ -42,8 +43,11 @@ LARGE_ROUND_BYTES = 256 << 20
 
 
 class CandidateRole:
-    def __init__(self, device: str, workdir: Path, meter: PeakMeter | None = None):
+    def __init__(self, device: str, workdir: Path, meter: PeakMeter | None = None, pacer: Pacer | None = None):
+        """``pacer``: the handshake with the guard on the worker's socket that a CPU's
+        outside-clock loop makes after each call (None: unpaced, for tests of the role alone)."""
         self.device = device
+        self.pacer = pacer
         self.meter = meter or PeakMeter(device)  # the worker's loop measures each request
         self.workdir = workdir
         self.srcdir = workdir / "src"
@@ -341,8 +345,17 @@ class CandidateRole:
                 one = sum(t.numel() * t.element_size() for t in self._alloc_outputs(self.axes))
                 prefault_host_heap(rows * one)
             staged = StagedInputs(self.sets, own=True)
+            ndims = [len(spec_shape(spec, self.axes)) for spec in self.d["outputs"].values()]
             return ConfirmLoop(
-                self.device, self.sets, self.refiller, None, rows, self.timer.idle_passes, kept=kept, staged=staged
+                self.device,
+                self.sets,
+                self.refiller,
+                None,
+                rows,
+                self.timer.idle_passes,
+                kept=kept,
+                staged=staged,
+                pacing=Pacing(self.pacer, ndims) if self.pacer is not None else None,
             )
         if self.plan.method == "cuda-graph":
             static = [replays.tensors_of(self._outputs(out)) for _, out in self.plan.graphs]
@@ -435,14 +448,13 @@ class CandidateRole:
         loop = self.confirm_loop
         try:
             table = loop.run(msg.seed, msg.iters, self._loop_call(), msg.pad_passes, msg.copies)
-            held = loop.kept.describe() if loop.kept is not None else []
         except CandidateFault:
             raise
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
-        # a CPU: the outputs stay held until the next loop; the guard reads them while this
-        # process is stopped, from the process that its own PID namespace numbers so
-        return m.ConfirmReply(ok=True, digests=table, held=held, pid=self._own_pid)
+        # a CPU: the outputs stay held until the next loop; the guard read the ones it checks
+        # as each call was done (``pacing``)
+        return m.ConfirmReply(ok=True, digests=table)
 
     def memory(self, msg: m.Memory) -> m.Reply:
         peak, by_op = self.meter.read(msg.reset)

@@ -23,17 +23,19 @@ bytes. Inputs that a custom generator makes cannot be drawn in a graph: they are
 from the call's own seed (``Refiller``), eagerly, and the loop is host-bound; the guard
 then applies the wider band.
 
-On a CPU the loop does nothing but the calls: each call's inputs are a set of its own that the
-guard wrote while the worker was stopped (``staged.StagedInputs``: drawn by the trusted worker,
-so no draw is in the window), each call's outputs are held where the call left them
-(``kept.KeptOutputs``) and the guard reads the ones it checks out of the worker's memory itself
-(``peek``); the trusted loop places the sets alone. Nothing is left in the candidate's process
-for it to do more cheaply than the trusted worker does.
+On a CPU the loop does nothing but the calls, one at a time: each call's inputs are a set of its
+own that the guard writes once the call before it is done (``staged.StagedInputs``, drawn by
+the trusted worker, so no draw is in the window; ``pacing``: after each call the loop says
+where its outputs lie and waits), each call's outputs are held where the call left them
+(``kept.KeptOutputs``) and the guard reads the ones it checks out of the worker's memory
+itself (``peek``) right then; the trusted loop, paced alike, places the sets alone. Nothing is
+left in the candidate's process for it to do more cheaply than the trusted worker does.
 """
 
 from __future__ import annotations
 
 import gc
+import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,6 +44,7 @@ import torch
 from . import replays
 from .harness import T
 from .kept import KeptOutputs
+from .pacing import Pacing
 from .refill import Refiller, StreamRefill
 from .staged import StagedInputs
 
@@ -69,12 +72,15 @@ class ConfirmLoop:
         projection_seed: int = 0,
         kept: KeptOutputs | None = None,
         staged: StagedInputs | None = None,
+        pacing: Pacing | None = None,
     ):
-        """A CPU's loop (``static`` None): ``staged``, each call's inputs, and ``kept`` (the
-        candidate's loop), where the calls' outputs are held. Without ``kept`` the loop places
-        the staged sets alone (a CPU's trusted loop)."""
+        """A CPU's loop (``static`` None): ``staged``, each call's inputs, ``kept`` (the
+        candidate's loop), where the calls' outputs are held, and ``pacing``, the handshake
+        with the guard after each call (``runner/pacing.py``; None: unpaced, for tests of the
+        loop alone). Without ``kept`` the loop places the staged sets alone (a CPU's trusted
+        loop)."""
         self.device = torch.device(device)
-        self.kept, self.staged = kept, staged
+        self.kept, self.staged, self.pacing = kept, staged, pacing
         self.sets, self.refiller, self.static, self.mirror = sets, refiller, static, mirror
         self.rows, self.idle = max(1, rows), idle
         self.regime = "seeded" if refiller.custom else "stream"
@@ -203,18 +209,23 @@ class ConfirmLoop:
     def _held_loop(self, iters: int, call: LoopCall | None, pad_passes: int, n: int) -> None:
         """A CPU's loop: each call's staged inputs placed, and the call with its outputs held
         (none without a call). The guard wrote the inputs before the window (``staged``)."""
-        kept, staged = self.kept, self.staged
+        kept, staged, pacing = self.kept, self.staged, self.pacing
         if call is not None and kept is None:
             raise RuntimeError("a loop of calls needs their outputs' digests or somewhere to hold them")
         if staged is None:
             raise RuntimeError("a CPU's loop needs its calls' inputs staged")
         for it in range(iters):
             k = it % n
+            if it and pacing is not None:
+                pacing.pacer.go()  # the guard has written this call's inputs
             self.idle(pad_passes)
             staged.place(it, k)
             if call is not None and kept is not None:
                 kept.before(it, k)
                 kept.take(it, call(k))
+            if pacing is not None:
+                shown = kept.held[it] if call is not None and kept is not None else pacing.stand_ins
+                pacing.pacer.done(pack_outputs(shown, pacing.ndims))
 
     def _spare(self) -> list[list[torch.Tensor]]:
         """Buffers of the outputs' sizes, made once, for the copies a call without outputs of
@@ -238,3 +249,17 @@ class ConfirmLoop:
     def _sync(self) -> None:
         if self.device.type == "cuda":
             T.cuda_sync()
+
+
+def pack_outputs(outputs: list[Any], ndims: list[int]) -> bytes:
+    """A DONE payload (``runner/pacing.py``): where each output of one call lies (the
+    definition's outputs, ``ndims`` dimensions each), its address and strides in elements;
+    zeros for one that is not a CPU tensor of that rank (the guard finds nothing there)."""
+    parts = []
+    for j, nd in enumerate(ndims):
+        t: Any = outputs[j] if j < len(outputs) else None
+        if T.type(t) is T.tensor_type and t.device.type == "cpu" and t.dim() == nd:
+            parts.append(struct.pack(f"<{1 + nd}q", T.data_ptr(t), *t.stride()))
+        else:
+            parts.append(bytes(8 * (1 + nd)))
+    return b"".join(parts)

@@ -4,12 +4,13 @@ On a GPU the loop digests every call's outputs in captured graphs and the short-
 bounds what a candidate gains by doing that work more cheaply. A CPU has neither: digests and
 copies done in the candidate's process were its own to skip, and a red team (session 18) that
 replaced the loop with one that digested in float32 and copied nothing made its outside
-figure near zero. So on a CPU the loop does no work of its own beyond the draws: each call's
-outputs stay where the call put them (an eager call's own tensors; for destination passing, a
-fresh set of buffers per call, made before the loop), and the guard reads the ones it chose
-out of the worker's memory itself while the worker is stopped (``runner/peek.py``). What the
-candidate's process says about them is only where to look: memory that does not hold the
-answer for that call's inputs fails the check as a skipped call does.
+figure near zero. So on a CPU the loop does no work of its own: each call's outputs stay where
+the call put them (an eager call's own tensors; for destination passing, a fresh set of
+buffers per call, made before the loop), and the guard reads the ones it chose out of the
+worker's memory itself as soon as the call says it is done (``runner/pacing.py``,
+``runner/peek.py``). What the candidate's process says about them is only where to look:
+memory that does not hold the answer for that call's inputs fails the check as a skipped call
+does.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from typing import Any
 
 import torch
 
-from . import messages as m
-from .common import dtype_name
 from .harness import T
 
 
@@ -61,20 +60,3 @@ class KeptOutputs:
         """The destination lists as they were, for the timed loop and the checks."""
         for outs, orig in zip(self.static or [], self._restore):
             outs[:] = orig
-
-    def describe(self) -> list[list[m.HeldOutput | None]]:
-        """Where each held output lies, per iteration (None: not a tensor)."""
-        rows: list[list[m.HeldOutput | None]] = []
-        for outs in self.held:
-            row: list[m.HeldOutput | None] = []
-            for t in outs:
-                if T.type(t) is not T.tensor_type or t.device.type != "cpu":
-                    row.append(None)
-                    continue
-                row.append(
-                    m.HeldOutput(
-                        address=T.data_ptr(t), shape=list(t.shape), stride=list(t.stride()), dtype=dtype_name(t)
-                    )
-                )
-            rows.append(row)
-        return rows

@@ -420,9 +420,6 @@ class OverheadReply(Reply):
     setup_s: float = 0.0  # measured by the trusted worker itself, taken out of the guard's figure
     setup_cpu_s: float = 0.0  # the CPU time its process spent on that set-up (a CPU's stall-free figure)
     digests: list[list[DigestRow]] = Field(default_factory=list)
-    # a CPU: as many descriptions as the candidate's reply carries (``ConfirmReply.held``), so
-    # that reading and validating it costs the two windows alike; their contents mean nothing
-    held: list[list[HeldOutput | None]] = Field(default_factory=list)
 
 
 class MemoryReply(Reply):
@@ -446,11 +443,9 @@ class DeviceIdleReply(Reply):
 
 
 class ConfirmReply(Reply):
-    digests: list[list[DigestRow]] = Field(default_factory=list)  # a GPU loop: per call, per output
-    # a CPU loop: per call, per output, where it is held (None: not a tensor); and the worker's
-    # process id as its own PID namespace numbers it, to find its memory
-    held: list[list[HeldOutput | None]] = Field(default_factory=list)
-    pid: int = 0
+    # a GPU loop: per call, per output; a CPU loop says where each call's outputs lie as the
+    # call is done instead (``runner/pacing.py``)
+    digests: list[list[DigestRow]] = Field(default_factory=list)
 
 
 class StageReply(Reply):
@@ -472,6 +467,10 @@ class DrawnTensor(_Msg):
 
 class DrawnReply(Reply):
     tensors: list[list[DrawnTensor | None]] = Field(default_factory=list)  # per call, per argument
+    # the trusted loop's own buffers for the same inputs (the guard writes them there too, as
+    # into the candidate's, so that both windows pay the writes), and its process id
+    buffers: list[list[HeldOutput | None]] = Field(default_factory=list)
+    pid: int = 0
 
 
 class VerifyReply(Reply):

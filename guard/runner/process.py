@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import sandbox
 from ..paths import cache_dir
-from . import nvml, protocol, request_profile, spawner, worker_files, zygote
+from . import nvml, pacing, protocol, request_profile, spawner, worker_files, zygote
 from .fds import close_quietly, host_pid, readable
 
 log = logging.getLogger(__name__)
@@ -452,6 +452,40 @@ class WorkerProcess:
         finally:
             self._outstanding = None
             self.op_seconds[op] = self.op_seconds.get(op, 0.0) + time.monotonic() - t0
+
+    def pace_done(self, size: int, deadline: float) -> bytes | dict[str, Any]:
+        """In a paced loop (``pacing``): the payload of the worker's next DONE, or, where the
+        loop ended first (a failure, a loop cut short), the outstanding request's reply."""
+        if self._outstanding is None or self.sock is None:
+            raise RuntimeError(f"{self.role} worker: no paced loop is outstanding")
+        op, t0 = self._outstanding
+        try:
+            first = protocol.recv_raw(self.sock, 1, deadline)
+            if first == pacing.DONE:
+                return protocol.recv_raw(self.sock, size, deadline)
+            reply = protocol.recv_rest(self.sock, first, deadline)
+        except protocol.ReplyTimeout:
+            self.kill()
+            raise WorkerTimeout(f"{self.role} worker gave no answer to {op!r} in time") from None
+        except (protocol.PeerGone, OSError):
+            raise self._died(op) from None
+        except protocol.ProtocolError as exc:
+            self.kill()
+            raise MalformedReply(
+                f"{self.role} worker answered {op!r} out of protocol: {exc}", None, self.log_tail()
+            ) from None
+        self._outstanding = None
+        self.op_seconds[op] = self.op_seconds.get(op, 0.0) + time.monotonic() - t0
+        return reply
+
+    def pace_go(self) -> None:
+        """In a paced loop: the next call's inputs are written."""
+        if self.sock is None or self._outstanding is None:
+            raise RuntimeError(f"{self.role} worker: no paced loop is outstanding")
+        try:
+            protocol.send_raw(self.sock, pacing.GO)
+        except OSError:
+            raise self._died(self._outstanding[0]) from None
 
     def _recv(self, timeout: float, op: str) -> dict[str, Any]:
         assert self.sock is not None, "the worker was killed before it was ready"

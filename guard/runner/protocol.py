@@ -61,12 +61,29 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
+def send_raw(sock: socket.socket, data: bytes) -> None:
+    """Bytes outside the framing, for a handshake inside an outstanding request (``pacing``)."""
+    _sendall(sock, data)
+
+
+def recv_raw(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """Exactly ``n`` bytes outside the framing, by ``deadline`` (monotonic) if given."""
+    return _recv_exact(sock, n, deadline)
+
+
 def recv(sock: socket.socket, timeout: float | None = None) -> dict[str, Any]:
     deadline = None if timeout is None else time.monotonic() + timeout
-    (length,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, deadline))
+    return recv_rest(sock, b"", deadline)
+
+
+def recv_rest(sock: socket.socket, begun: bytes, deadline: float | None) -> dict[str, Any]:
+    """A message of which the first bytes, ``begun``, were read already (a paced loop's reply
+    that came where a handshake was awaited)."""
+    header = begun + _recv_exact(sock, _HEADER.size - len(begun), deadline)
+    (length,) = _HEADER.unpack(header[: _HEADER.size])
     if length > MAX_MESSAGE:
         raise ProtocolError(f"peer announced a {length}-byte message")
-    data = _recv_exact(sock, length, deadline)
+    data = header[_HEADER.size :] + _recv_exact(sock, length - len(header[_HEADER.size :]), deadline)
     try:
         message = _loads(data)
     except Exception as exc:  # noqa: BLE001 - not only JSONDecodeError: a reply nested 3000 deep

@@ -8,12 +8,13 @@ the outside figure, a small difference of two large ones, came out short by as m
 call itself, and a median forged 100x short was decided at a tenth of the honest figure (a
 loaded CI run, session 34). So the draws left the window: the trusted worker draws every
 call's inputs (``runner.confirm.ConfirmLoop.inputs_at``, the same draws its checks make again
-later), and the guard writes them into buffers of the candidate's worker, one set per call,
-while its processes are stopped (``runner.poke``). The window then holds the calls alone, and
-the trusted loop, which places each call's set as the candidate's loop does, costs next to
-nothing to subtract.
+later) and names buffers of its own for them, and the guard writes them into both workers'
+buffers, one set per call (``runner.poke``): call 0's before the window, while the candidate's
+processes are stopped, and each next call's once the call before it is done
+(``runner.pacing``), so that no call's inputs exist before the one before it has been
+computed.
 
-The candidate's process sees a window's inputs only once it is running again, by which time
+The candidate's process sees call 0's inputs only once it is running again, by which time
 the guard's clock has started (its CPU time is counted from before it was continued).
 """
 

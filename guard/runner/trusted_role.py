@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 import sys
 import time
 import traceback
@@ -30,7 +31,7 @@ from .compare_scan import all_finite
 from .harness import T
 from .inputs import InputMaker, spec_shape, torch_dtype
 from .tensorio import read_tensor
-from .peek import contiguous_strides
+from .pacing import Pacer, Pacing
 from .refill import Refiller
 from .staged import StagedInputs, draw_to_file
 from .timing import Timer
@@ -41,8 +42,10 @@ KEPT_PROBLEMS = 2
 
 
 class TrustedRole:
-    def __init__(self, device: str, workdir: Path, meter: PeakMeter | None = None):
+    def __init__(self, device: str, workdir: Path, meter: PeakMeter | None = None, pacer: Pacer | None = None):
+        """``pacer``: as a candidate worker's (``CandidateRole``): the trusted loop is paced alike."""
         self.device = device
+        self.pacer = pacer
         self.meter = meter or PeakMeter(device)  # the worker's loop measures each request
         self.workdir = workdir
         self.cuda = device.startswith("cuda")
@@ -375,12 +378,7 @@ class TrustedRole:
         setup_s = T.perf_counter() - t0  # this worker is trusted: its own clock takes setup out
         setup_cpu_s = time.process_time() - c0
         table = loop.run(msg.seed, msg.iters, None, msg.pad_passes)
-        # the same reply size as the candidate's, whose digests (a GPU) or descriptions of its
-        # held outputs (a CPU: 5 ms for 400 calls, paid inside its window) travel back too
-        held = [] if self.cuda else self._held_like(msg.key, msg.axes, msg.iters)
-        return m.OverheadReply(
-            ok=True, iters=msg.iters, setup_s=setup_s, setup_cpu_s=setup_cpu_s, digests=table, held=held
-        )
+        return m.OverheadReply(ok=True, iters=msg.iters, setup_s=setup_s, setup_cpu_s=setup_cpu_s, digests=table)
 
     def draw_inputs(self, msg: m.DrawInputs) -> m.Reply:
         """A CPU: every call's inputs of the outside clock's next window, drawn as the loop
@@ -388,17 +386,8 @@ class TrustedRole:
         file, a call after another, for the guard to write into the candidate's worker."""
         loop = self._confirm_loop(msg.key, msg.workload, msg.axes, msg.sets, msg.iters, msg.copies, msg.projection_seed)
         rows = draw_to_file(loop.inputs_at(msg.seed, list(range(msg.iters))), msg.path)
-        return m.DrawnReply(ok=True, tensors=rows)
-
-    def _held_like(self, key: str, axes: dict, calls: int) -> list[list[m.HeldOutput | None]]:
-        """Descriptions shaped as a CPU candidate's held outputs, made as its worker makes them
-        (a model per output per call), so that the guard's two windows carry the same reply."""
-        d = self.problems[key][0]
-        outs = []
-        for spec in d["outputs"].values():
-            shape = list(spec_shape(spec, axes))
-            outs.append((shape, contiguous_strides(shape), spec["dtype"]))
-        return [[m.HeldOutput(address=0, shape=sh, stride=st, dtype=dt) for sh, st, dt in outs] for _ in range(calls)]
+        buffers = loop.staged.describe(msg.iters) if loop.staged is not None else []
+        return m.DrawnReply(ok=True, tensors=rows, buffers=buffers, pid=os.getpid())
 
     def _confirm_loop(
         self, key: str, workload: dict, axes: dict, sets: list[int], iters: int, copies: bool, projection_seed: int
@@ -425,10 +414,19 @@ class TrustedRole:
             self.timer.idle_passes,
             mirror=mirror,
             projection_seed=projection_seed,
-            staged=None if self.cuda else StagedInputs(live, own=False),
+            staged=None if self.cuda else StagedInputs(live, own=True),
+            pacing=self._pacing(d, axes),
         )
         self._loop = (ident, loop)
         return loop
+
+    def _pacing(self, d: dict, axes: dict) -> Pacing | None:
+        """A CPU's trusted loop paced as the candidate's is, describing buffers of the outputs'
+        sizes where the candidate's loop describes its call's outputs."""
+        if self.cuda or self.pacer is None:
+            return None
+        ndims = [len(spec_shape(spec, axes)) for spec in d["outputs"].values()]
+        return Pacing(self.pacer, ndims, stand_ins=self._output_buffers(d, axes))
 
     def device_idle(self, msg: m.DeviceIdle) -> m.Reply:
         if not self.cuda:

@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import harness  # noqa: F401  (captures before any candidate code exists)
     from . import protocol, spare_setup
+    from .pacing import Pacer
     from .common import PeakMeter
     from .request_profile import ENV as PROFILE_ENV
     from .request_profile import RequestProfiler
@@ -117,11 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.role == "candidate":
             from .candidate_role import CandidateRole
 
-            role = CandidateRole(device, workdir, meter)
+            role = CandidateRole(device, workdir, meter, Pacer(sock))
         else:
             from .trusted_role import TrustedRole
 
-            role = TrustedRole(device, workdir, meter)
+            role = TrustedRole(device, workdir, meter, Pacer(sock))
     except Exception as exc:
         protocol.send(sock, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
         traceback.print_exc()
