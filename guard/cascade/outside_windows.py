@@ -15,14 +15,12 @@ from typing import Any, TypeVar
 
 from .. import outside_clock
 from . import held_outputs, paced_calls, staged_inputs
-from .asking import Asked
 from ..problems.schema import Workload
 from ..runner import messages as m
 from ..runner import tree_cpu
 from ..runner.freeze import frozen
 from ..runner.peek import PeekError
 from ..runner.poke import Memory
-from ..runner.process import WorkerProcess
 from .reasons import GuardError, Rejection
 from .reference_side import ReferenceSide
 from .workload_requests import WorkloadContext, call, candidate_stopped, failure, no_gc, wait_device_idle
@@ -107,19 +105,10 @@ def calls_per_window(
             candidates_memory_fault(w, lambda: memory.write(staging.data, staging.candidate[0]))
         with no_gc():
             t0 = time.monotonic()
-            deadline = t0 + cx.timeout
-            asked = Asked(cx.worker, m.Confirm(seed=0, iters=calls), m.ConfirmReply, "benchmark")
-            try:
-                _, early = asked.during(
-                    lambda: paced_calls.run(
-                        cx.worker, memory, staging.data, staging.candidate, ndims, lambda i, o: None, deadline
-                    )
-                )
-                probe = asked.taken(early) if early is not None else asked.reply(paced_calls.remaining(deadline))
-            except BaseException:
-                if not asked.answered:
-                    cx.worker.kill()
-                raise
+            confirm = m.Confirm(seed=0, iters=calls)
+            _, probe = paced_calls.request(
+                cx.worker, confirm, m.ConfirmReply, memory, staging.data, staging.candidate, ndims, None, cx.timeout
+            )
             wall = time.monotonic() - t0
     if not probe.ok:
         raise failure(probe, w, "timing")
@@ -246,6 +235,7 @@ def run_windows(
         stagings.clear()
         stagings[seed] = staging
         expected = held_outputs.expected_outputs(cx.d, w)
+        ndims = [len(shape) for shape, _ in expected]
         dest = cx.trusted.workdir / "read" / f"window{index}"
         dest.mkdir(parents=True, exist_ok=True)
         wanted = set(chosen)
@@ -265,7 +255,17 @@ def run_windows(
                 t0 = time.monotonic()
                 # a CPU's loop draws nothing: its seed is the guard's alone
                 confirm = m.Confirm(seed=0, iters=n, pad_passes=passes, copies=copies)
-                calls, confirmed = paced(cx, cx.worker, confirm, m.ConfirmReply, memory, staging, on_done)
+                calls, confirmed = paced_calls.request(
+                    cx.worker,
+                    confirm,
+                    m.ConfirmReply,
+                    memory,
+                    staging.data,
+                    staging.candidate,
+                    ndims,
+                    on_done,
+                    cx.timeout,
+                )
                 run_wall = time.monotonic() - t0
         if not confirmed.ok:
             raise failure(confirmed, w, "timing")
@@ -278,33 +278,6 @@ def run_windows(
                 w.uuid,
             )
         return run_wall, counted0, mine0, t0, cpu0, [reads[i] for i in chosen]
-
-    def paced(
-        cx: WorkloadContext,
-        worker: WorkerProcess,
-        request: m.Confirm | m.Overhead,
-        reply_type: type[m.R],
-        memory: Memory,
-        staging: staged_inputs.Staging,
-        on_done: Callable[[int, list[tuple[int, list[int]]]], None],
-    ) -> tuple[int, m.R]:
-        """``request``'s paced loop in ``worker`` (``paced_calls.run``): (the calls done, its
-        reply). A worker left inside a loop that failed half-way is killed: it waits for a GO
-        that will not come, and its next request would find it so."""
-        writes = staging.candidate if worker is cx.worker else staging.trusted
-        ndims = [len(shape) for shape, _ in held_outputs.expected_outputs(cx.d, cx.w)]
-        deadline = time.monotonic() + cx.timeout
-        asked = Asked(worker, request, reply_type, "benchmark")
-        try:
-            calls, early = asked.during(
-                lambda: paced_calls.run(worker, memory, staging.data, writes, ndims, on_done, deadline)
-            )
-            reply = asked.taken(early) if early is not None else asked.reply(paced_calls.remaining(deadline))
-        except BaseException:
-            if not asked.answered:
-                worker.kill()
-            raise
-        return calls, reply
 
     def trusted_loop(seed: int, chosen: list[int]) -> float:
         """The loop without the call, on ``seed``'s data, in the trusted worker (the candidate's
@@ -358,6 +331,7 @@ def run_windows(
         mirror = cx.trusted.workdir / "read" / "mirror"
         mirror.mkdir(parents=True, exist_ok=True)
         expected = held_outputs.expected_outputs(cx.d, w)
+        ndims = [len(shape) for shape, _ in expected]
         wanted = set(chosen)
         try:
             pid = staged_inputs.worker_process(cx.trusted, staging.trusted_pid)
@@ -372,7 +346,17 @@ def run_windows(
                 with no_gc():
                     mine0 = time.thread_time()
                     t0 = time.monotonic()
-                    _, loop = paced(cx, cx.trusted, overhead, m.OverheadReply, memory, staging, on_done)
+                    _, loop = paced_calls.request(
+                        cx.trusted,
+                        overhead,
+                        m.OverheadReply,
+                        memory,
+                        staging.data,
+                        staging.trusted,
+                        ndims,
+                        on_done,
+                        cx.timeout,
+                    )
                     with frozen(loop_pid):  # ended and charged as the candidate's window was
                         after = tree_cpu.read(loop_pid)
                         loop_wall = tree_cpu.charged_s(time.monotonic() - t0, loop_cpu0, after)

@@ -9,10 +9,44 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..runner import messages as m
 from ..runner.pacing import payload_size, unpack
 from ..runner.poke import Memory
 from ..runner.process import WorkerProcess
+from .asking import Asked
 from .staged_inputs import Write
+
+OnDone = Callable[[int, list[tuple[int, list[int]]]], None]
+
+
+def request(
+    worker: WorkerProcess,
+    message: m.Confirm | m.Overhead,
+    reply_type: type[m.R],
+    memory: Memory,
+    data: bytes,
+    writes: list[list[Write]],
+    ndims: list[int],
+    on_done: OnDone | None,
+    timeout: float,
+) -> tuple[int, m.R]:
+    """``message``'s paced loop in ``worker``, call 0's inputs written already: (the calls
+    done, its reply), within ``timeout``. A worker left inside a loop that failed half-way is
+    killed: it waits for a GO that will not come, and its next request would find it so."""
+    deadline = time.monotonic() + timeout
+    asked = Asked(worker, message, reply_type, "benchmark")
+    try:
+        calls, early = asked.during(lambda: run(worker, memory, data, writes, ndims, on_done or _nothing, deadline))
+        reply = asked.taken(early) if early is not None else asked.reply(remaining(deadline))
+    except BaseException:
+        if not asked.answered:
+            worker.kill()
+        raise
+    return calls, reply
+
+
+def _nothing(i: int, outputs: list[tuple[int, list[int]]]) -> None:
+    pass
 
 
 def run(
@@ -21,7 +55,7 @@ def run(
     data: bytes,
     writes: list[list[Write]],
     ndims: list[int],
-    on_done: Callable[[int, list[tuple[int, list[int]]]], None],
+    on_done: OnDone,
     deadline: float,
 ) -> tuple[int, dict[str, Any] | None]:
     """The calls of a paced loop whose request is outstanding, call 0's inputs written already:
