@@ -89,6 +89,8 @@ def main() -> int:
                         "calls": oc.run_iters if oc else None,
                     }
                 rows.append(row)
+                if undo is not None:
+                    row["stalled_windows"] = len(undo.stalled)
                 figures = " ".join(f"{x['decided_ms']:.4f}" for x in row["workloads"].values())
                 log.info("round %d %-6s %s %s decided ms: %s", r, kind, v.status, v.decision, figures)
     finally:

@@ -230,24 +230,48 @@ class Staller:
 
 
 def stalling_trusted_windows():
-    """Patches the guard's outside clock so that every trusted window of a CPU (its paced
-    calls, ``guard/cascade/paced_calls.py``) runs under a ``Staller``; returns the function
-    that undoes it, whose ``stalled`` list has one entry per stalled window."""
-    from guard.cascade import paced_calls
-
-    real_run = paced_calls.run
+    """Patches the guard's outside clock so that every trusted window of a CPU runs under a
+    ``Staller``; returns the function that undoes it, whose ``stalled`` list has one entry per
+    stalled window. Since session 34 a trusted window is a paced request
+    (``guard/cascade/paced_calls.py``); before, one ``Overhead`` request: both are patched,
+    whichever the checkout has, so that commits before and after can be compared."""
     stalled: list[int] = []
+    try:
+        from guard.cascade import paced_calls
+    except ImportError:
+        paced_calls = None
+    if paced_calls is not None:
+        real_run = paced_calls.run
 
-    def run(worker, *args, **kwargs):
-        if worker.role != "trusted":
-            return real_run(worker, *args, **kwargs)
-        stalled.append(worker.proc.pid)
-        with Staller(worker.proc.pid):
-            return real_run(worker, *args, **kwargs)
+        def run(worker, *args, **kwargs):
+            if worker.role != "trusted":
+                return real_run(worker, *args, **kwargs)
+            stalled.append(worker.proc.pid)
+            with Staller(worker.proc.pid):
+                return real_run(worker, *args, **kwargs)
 
-    def undo() -> None:
-        paced_calls.run = real_run
+        paced_calls.run = run
 
-    paced_calls.run = run
+        def undo() -> None:
+            paced_calls.run = real_run
+
+    else:
+        from guard.cascade import outside_windows
+        from guard.runner import messages as m
+
+        real_call = outside_windows.call
+
+        def call(worker, message, reply_type, timeout):
+            if not isinstance(message, m.Overhead):
+                return real_call(worker, message, reply_type, timeout)
+            stalled.append(worker.proc.pid)
+            with Staller(worker.proc.pid):
+                return real_call(worker, message, reply_type, timeout)
+
+        outside_windows.call = call
+
+        def undo() -> None:
+            outside_windows.call = real_call
+
     undo.stalled = stalled  # type: ignore[attr-defined]
     return undo
