@@ -210,10 +210,11 @@ def run_windows(
                 )
         with candidate_stopped(cx.worker, w, "while the guard timed its loop without the call"):
             if held:
-                run_wall, parallel = charged(time.monotonic() - t0, cpu0, run_pid, w)
                 counted1 = cx.worker.cpu_ns()
-                if counted0 is not None and counted1 is not None:  # see trusted_loop
-                    ran = (counted1 - counted0) / 1e9 + time.thread_time() - mine0
+                counted = counted1 - counted0 if counted0 is not None and counted1 is not None else None
+                run_wall, parallel = charged(time.monotonic() - t0, cpu0, run_pid, w, counted)
+                if counted is not None:  # see trusted_loop
+                    ran = counted / 1e9 + time.thread_time() - mine0
                     log.debug("candidate's window on %s: %.5f s charged, %.5f s run", w.uuid, run_wall, ran)
                     run_wall = min(run_wall, ran)
             loop_walls.append(trusted_loop(seed, chosen))
@@ -382,10 +383,13 @@ def run_windows(
     return run_walls, loop_walls, confirms, clock
 
 
-def charged(wall_s: float, before: tree_cpu.TreeCpu, pid: int | None, w: Workload) -> tuple[float, float]:
+def charged(
+    wall_s: float, before: tree_cpu.TreeCpu, pid: int | None, w: Workload, counted_ns: int | None = None
+) -> tuple[float, float]:
     """A CPU window of the candidate's that ends now (its tree stopped): (what it is charged,
-    the part of that its tree ran on other cores beside its busiest thread). A window in which
-    a process of the tree ended is REWARD_HACK: what that process ran cannot be counted."""
+    the part of that its tree ran on other cores beside its busiest thread, by the readings or
+    by ``counted_ns``, its sandbox's cgroup count, where that is more). A window in which a
+    process of the tree ended is REWARD_HACK: what that process ran cannot be counted."""
     after = tree_cpu.read(pid)
     if gone := tree_cpu.vanished(before, after):
         raise Rejection(
@@ -396,7 +400,7 @@ def charged(wall_s: float, before: tree_cpu.TreeCpu, pid: int | None, w: Workloa
             None,
             w.uuid,
         )
-    parallel = tree_cpu.parallel_ns(before, after) / 1e9
+    parallel = tree_cpu.parallel_ns(before, after, counted_ns) / 1e9
     return wall_s + parallel, parallel
 
 

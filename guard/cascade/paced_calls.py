@@ -71,7 +71,7 @@ def run(
         on_done(i, unpack(got, ndims))
         if i + 1 < n:
             memory.write(data, writes[i + 1])
-            worker.pace_go()
+            worker.pace_go(deadline)
     return n, None
 
 

@@ -478,14 +478,27 @@ class WorkerProcess:
         self.op_seconds[op] = self.op_seconds.get(op, 0.0) + time.monotonic() - t0
         return reply
 
-    def pace_go(self) -> None:
-        """In a paced loop: the next call's inputs are written."""
+    def pace_go(self, deadline: float) -> None:
+        """In a paced loop: the next call's inputs are written. The GO before it must have been
+        read: a loop that said a call was done without waiting for its GO left the guard's GOs
+        piling up in the socket, until a send blocked for good (red team, session 34)."""
         if self.sock is None or self._outstanding is None:
             raise RuntimeError(f"{self.role} worker: no paced loop is outstanding")
+        op = self._outstanding[0]
+        if (protocol.unread(self.sock) or 0) > 0:
+            self.kill()
+            raise MalformedReply(
+                f"{self.role} worker said a call of {op!r} was done before reading the guard's go-ahead for it",
+                None,
+                self.log_tail(),
+            )
         try:
-            protocol.send_raw(self.sock, pacing.GO)
+            protocol.send_raw(self.sock, pacing.GO, deadline)
+        except protocol.ReplyTimeout:
+            self.kill()
+            raise WorkerTimeout(f"{self.role} worker read nothing of {op!r} in time") from None
         except OSError:
-            raise self._died(self._outstanding[0]) from None
+            raise self._died(op) from None
 
     def _recv(self, timeout: float, op: str) -> dict[str, Any]:
         assert self.sock is not None, "the worker was killed before it was ready"

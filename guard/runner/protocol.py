@@ -6,11 +6,13 @@ code in the parent. Bulk tensor data travels as files (see tensorio), not messag
 
 from __future__ import annotations
 
+import fcntl
 import json
 import re
 import select
 import socket
 import struct
+import termios
 import time
 from typing import Any
 
@@ -19,7 +21,7 @@ _HEADER = struct.Struct("!Q")
 # Taken at import, before a worker loads any candidate: a patched json or socket cannot
 # forge what the worker sends.
 _dumps, _loads = json.dumps, json.loads
-_sendall, _recv = socket.socket.sendall, socket.socket.recv
+_sendall, _send, _recv = socket.socket.sendall, socket.socket.send, socket.socket.recv
 _poll = select.poll  # not select.select: a guard's descriptors may be numbered past 1024
 
 
@@ -61,9 +63,37 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-def send_raw(sock: socket.socket, data: bytes) -> None:
-    """Bytes outside the framing, for a handshake inside an outstanding request (``pacing``)."""
-    _sendall(sock, data)
+def send_raw(sock: socket.socket, data: bytes, deadline: float | None = None) -> None:
+    """Bytes outside the framing, for a handshake inside an outstanding request (``pacing``),
+    sent by ``deadline`` (monotonic) if given: a peer that reads nothing fills the socket's
+    buffer, and a blocking send then waits for good (red team, session 34: the guard's thread
+    sat in a send to a candidate that never read its GOs)."""
+    if deadline is None:
+        _sendall(sock, data)
+        return
+    view = memoryview(data)
+    while view:
+        remaining = deadline - time.monotonic()
+        poller = _poll()
+        poller.register(sock, select.POLLOUT)
+        if remaining <= 0 or not poller.poll(remaining * 1000):
+            raise ReplyTimeout("the peer read nothing in time")
+        try:
+            view = view[_send(sock, view, socket.MSG_DONTWAIT) :]
+        except BlockingIOError:
+            continue
+
+
+def unread(sock: socket.socket) -> int | None:
+    """What was sent on ``sock`` and not yet read by its peer, as the kernel accounts the
+    buffers that hold it (a Unix socket's send queue keeps them until the peer reads; 0 when
+    all was read), or None where the kernel does not say."""
+    try:
+        out = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, struct.pack("i", 0))
+    except OSError:
+        return None
+    (count,) = struct.unpack("i", out)
+    return int(count)
 
 
 def recv_raw(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
