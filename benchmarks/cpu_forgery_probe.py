@@ -4,7 +4,8 @@ idea, without the mean), judged in turn by one guard with a user's settings and 
 screen off, several rounds. Prints each verdict's decided figure per workload and, at the end, per workload the
 median of the forger's figures over the median of the honest ones (1.0: no gain).
 ``--forger second-core``: the forger also runs the outside clock's calls on a second core
-while its loop goes on (``tests/cheats/calls_on_a_second_core.py``). ``--stall``: the trusted
+while its loop goes on (``tests/cheats/calls_on_a_second_core.py``); ``--forger batching``: it
+makes one batched call of a window's calls where the guard does not pace them (session 34). ``--stall``: the trusted
 worker is stopped for five sixths of each of its outside-clock windows while the forger is
 judged (``harness.Staller``), as a busy machine would hold it off its core
 (``tests/test_outside_clock_stalls.py``).
@@ -49,14 +50,49 @@ def run(hidden_states, weight):
 """
 
 
+# the forger above, whose outside-clock loop also makes one batched call of a window's calls
+# where every call's inputs are there at the start (the windows that are not paced), and runs
+# honestly where the guard paces the calls (``guard/runner/pacing.py``)
+BATCHER = (
+    FORGER
+    + """
+
+_mods = torch.sys.modules
+_confirm = _mods["guard.runner.confirm"]
+_orig = _confirm.ConfirmLoop._held_loop
+
+
+def _batched(self, iters, call, pad_passes, n):
+    if call is None or self.kept is None or self.kept.static is not None or self.paced_now:
+        return _orig(self, iters, call, pad_passes, n)
+    rows = self.staged.rows
+    x = torch.stack([rows[it][0] for it in range(iters)]).float()
+    w = torch.stack([rows[it][1] for it in range(iters)]).float()
+    w = w.unsqueeze(1) if x.dim() == 3 else w
+    out = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w).to(rows[0][0].dtype)
+    for it in range(iters):
+        self.kept.take(it, [out[it]])
+        if self.pacing is not None:
+            self.pacing.pacer.done(_confirm.pack_outputs([out[it]], self.pacing.ndims))
+
+
+_confirm.ConfirmLoop._held_loop = _batched
+"""
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--forger", choices=("median", "second-core"), default="median")
+    parser.add_argument("--forger", choices=("median", "second-core", "batching"), default="median")
     parser.add_argument("--stall", action="store_true", help="stall the trusted windows while the forger is judged")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    forger = FORGER if args.forger == "median" else (CHEATS / "calls_on_a_second_core.py").read_text()
+    forger = {
+        "median": FORGER,
+        "second-core": (CHEATS / "calls_on_a_second_core.py").read_text(),
+        "batching": BATCHER,
+    }[args.forger]
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 
     from guard.candidates.load import from_source

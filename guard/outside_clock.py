@@ -55,6 +55,18 @@ class OutsideClock(BaseModel):
     # a CPU: CPU time the candidate's tree used beside its busiest thread in the window that
     # decided (other cores at once), charged to that window on top of its wall time
     parallel_s: float = 0.0
+    # a CPU: the figure per call of a window whose calls were paced one at a time (each call's
+    # inputs written once the call before it was done: ``runner/pacing.py``), and the share of
+    # it that floors the decided figure beside ``outside_ms`` (``floor_ms``). A paced call runs
+    # after a handshake, its caches cold: 1.3-2.2x an honest small call's median on a 2-core
+    # machine, so only a share floors; batching a window's calls cannot shorten it.
+    paced_ms: float | None = None
+    paced_share: float = 0.0
+
+    @property
+    def floor_ms(self) -> float:
+        """The least the decided figure may be where the outside figure floors it."""
+        return max(self.outside_ms, self.paced_share * (self.paced_ms or 0.0))
 
 
 def judge(

@@ -41,16 +41,19 @@ def floor_by_outside_clock(stats: dict[str, Any], clock: outside_clock.OutsideCl
     """On a CPU the candidate's own median (its process's clock) cannot be held to the outside
     clock's band, which must be wide there (100% + 5 ms: a loaded machine stalls windows), while
     calls take a fraction of a millisecond: a red team halved its medians and was ACCEPTed. The
-    figure that decides is therefore never below what the guard's own clock saw per call; the
-    candidate's own median is kept beside it (``inside_median_ms``). Tampering can then only
-    make a CPU figure slower. A GPU keeps CUPTI's figure, held to a 10% band, except where its
-    loop is host-bound: there an honest eager call's host time is in the outside figure and not
-    in its span (a Triton call of two launches: 106 us outside, 9 us inside, on the H200), and
-    the guard's figure, which is never below the call's device time, decides."""
+    figure that decides is therefore never below what the guard's own clock saw per call
+    (``OutsideClock.floor_ms``: on a CPU also a share of a paced window's figure, which batching
+    a window's calls cannot shorten); the candidate's own median is kept beside it
+    (``inside_median_ms``). Tampering can then only make a CPU figure slower. A GPU keeps
+    CUPTI's figure, held to a 10% band, except where its loop is host-bound: there an honest
+    eager call's host time is in the outside figure and not in its span (a Triton call of two
+    launches: 106 us outside, 9 us inside, on the H200), and the guard's figure, which is never
+    below the call's device time, decides."""
     inside = float(stats["median_ms"])
-    if clock.outside_ms > inside:
+    floor = clock.floor_ms
+    if floor > inside:
         stats["inside_median_ms"] = inside
-        stats["median_ms"] = clock.outside_ms
+        stats["median_ms"] = floor
         stats["floored_by_outside_clock"] = True
 
 
@@ -153,6 +156,8 @@ def run_windows(
     floors: bool,
     check_rng: random.Random,
     first_window: int = 0,
+    paced: bool = False,
+    most: int | None = None,
 ) -> tuple[list[float], list[float], list[Checked], outside_clock.OutsideClock]:
     """The outside clock: the candidate's loop of calls, then the same loop without the call in
     the trusted worker while the candidate's processes are stopped; each window on new data,
@@ -160,24 +165,28 @@ def run_windows(
     contradicted). (walls of the candidate's loops, walls of the trusted loops, the calls to
     check per window, the judgement on all the windows run).
 
-    On a CPU the loop is paced (``paced_window``, ``runner/pacing.py``): the guard writes each
-    call's inputs once the call before it is done, and reads the chosen calls' outputs out of
-    the candidate's worker as each is done (``held_outputs``). The candidate's window ends when
+    On a CPU the candidate's worker gets each call's inputs from the guard (``cpu_window``,
+    ``runner/staged.py``), all before the window or, ``paced``, each once the call before it is
+    done (``runner/pacing.py``), and says where each call's outputs lie as it is done; the guard
+    reads the chosen calls' outputs then (``held_outputs``). The candidate's window ends when
     its whole tree is stopped, not when it replies (a thread that went on computing after the
-    reply would otherwise do its work off the clock), and the trusted window, paced alike,
-    ends the same way. Each window is charged its wall time plus the CPU time its tree used
-    beside its busiest thread (``runner.tree_cpu``): calls run on a second core are paid for.
+    reply would otherwise do its work off the clock), and the trusted window, run alike, ends
+    the same way. Each window is charged its wall time plus the CPU time its tree used beside
+    its busiest thread (``runner.tree_cpu``): calls run on a second core are paid for.
 
     ``first_window``: windows already run for this workload (a CPU's first windows, too short,
     are run again longer): the new ones take the next seeds, so no call sees inputs an earlier
-    window's call saw and could answer from memory."""
+    window's call saw and could answer from memory. ``paced`` (a CPU): each call's inputs are
+    written once the call before it is done (``runner/pacing.py``), else all before the window.
+    ``most``: at most this many windows (else the configuration's)."""
     ref, w = cx.ref, cx.w
     held = ref.device.kind != "cuda"
     run_walls: list[float] = []  # charged: wall time, and CPU time on other cores (a CPU)
     run_parallel: list[float] = []
     loop_walls: list[float] = []
     confirms: list[Checked] = []
-    most = ref.cfg.outside_windows if ref.device.kind == "cuda" else ref.cfg.outside_windows_cpu
+    if most is None:
+        most = ref.cfg.outside_windows if ref.device.kind == "cuda" else ref.cfg.outside_windows_cpu
 
     run_pid = cx.worker.proc.pid if cx.worker.proc is not None else None
     loop_pid = cx.trusted.proc.pid if cx.trusted.proc is not None else None
@@ -191,7 +200,7 @@ def run_windows(
         read = None
         parallel = 0.0
         if held:
-            run_wall, counted0, mine0, t0, cpu0, read = paced_window(index, seed, chosen)
+            run_wall, counted0, mine0, t0, cpu0, read = cpu_window(index, seed, chosen)
         else:
             with no_gc():
                 t0 = time.monotonic()
@@ -224,12 +233,12 @@ def run_windows(
         confirms.append(Checked(seed, chosen, digests, read))
         return judged()
 
-    def paced_window(
+    def cpu_window(
         index: int, seed: int, chosen: list[int]
     ) -> tuple[float, int | None, float, float, tree_cpu.TreeCpu, list[list[m.ReadOutput | None]]]:
-        """A CPU's window (``runner/pacing.py``): call 0's inputs written while the candidate is
-        stopped, its CPU time and the guard's clock read then, and the calls paced one at a
-        time, the chosen ones' outputs read out of its worker as each is done. (its wall, the
+        """A CPU's window: the inputs written while the candidate is stopped (every call's, or,
+        paced, call 0's: ``runner/pacing.py``), its CPU time and the guard's clock read then,
+        the chosen calls' outputs read out of its worker as each says it is done. (its wall, the
         sandbox's CPU count and this thread's CPU time at its start, its start, its tree's
         reading at its start, the chosen calls' outputs as read)."""
         staging = staged_inputs.stage(cx, seed, n, f"window{index}", copies, projection_seed)
@@ -250,12 +259,13 @@ def run_windows(
             pid = candidates_memory_fault(w, lambda: staged_inputs.worker_process(cx.worker, staging.candidate_pid))
             with Memory(pid) as memory:
                 with candidate_stopped(cx.worker, w, "while the guard wrote the inputs of its loop"):
-                    candidates_memory_fault(w, lambda: memory.write(staging.data, staging.candidate[0]))
+                    first = [x for writes in staging.candidate[: 1 if paced else n] for x in writes]
+                    candidates_memory_fault(w, lambda: memory.write(staging.data, first))
                     cpu0, counted0 = tree_cpu.read(run_pid), cx.worker.cpu_ns()
                 mine0 = time.thread_time()
                 t0 = time.monotonic()
                 # a CPU's loop draws nothing: its seed is the guard's alone
-                confirm = m.Confirm(seed=0, iters=n, pad_passes=passes, copies=copies)
+                confirm = m.Confirm(seed=0, iters=n, pad_passes=passes, copies=copies, paced=paced)
                 calls, confirmed = paced_calls.request(
                     cx.worker,
                     confirm,
@@ -308,9 +318,10 @@ def run_windows(
             pad_passes=passes,
             copies=copies,
             projection_seed=projection_seed,
+            paced=paced and held,
         )
         if held:
-            loop_wall, ran_s, loop = paced_trusted_loop(stagings[seed], overhead, chosen)
+            loop_wall, ran_s, loop = cpu_trusted_loop(stagings[seed], overhead, chosen)
         else:
             with no_gc():
                 t0 = time.monotonic()
@@ -323,12 +334,13 @@ def run_windows(
         log.debug("trusted loop on %s: %.5f s charged, %.5f s run", w.uuid, charged_s, ran_s)
         return min(charged_s, ran_s)
 
-    def paced_trusted_loop(
+    def cpu_trusted_loop(
         staging: staged_inputs.Staging, overhead: m.Overhead, chosen: list[int]
     ) -> tuple[float, float, m.OverheadReply]:
-        """A CPU's trusted window, paced as the candidate's was: the same inputs written into
-        its own buffers call by call, as many bytes read out of it for the chosen calls, ended
-        and charged as the candidate's window was. (charged wall, CPU time, the reply)."""
+        """A CPU's trusted window, run as the candidate's was: the same inputs written into its
+        own buffers (call by call where paced), as many bytes read out of it for the chosen
+        calls, ended and charged as the candidate's window was. (charged wall, CPU time, the
+        reply)."""
         mirror = cx.trusted.workdir / "read" / "mirror"
         mirror.mkdir(parents=True, exist_ok=True)
         expected = held_outputs.expected_outputs(cx.d, w)
@@ -342,7 +354,7 @@ def run_windows(
                     if i in wanted:  # what the candidate's window reads, read here too
                         held_outputs.read_call(pid, outputs, expected, mirror, f"call{i}", w)
 
-                memory.write(staging.data, staging.trusted[0])
+                memory.write(staging.data, [x for writes in staging.trusted[: 1 if paced else n] for x in writes])
                 loop_cpu0 = tree_cpu.read(loop_pid)
                 with no_gc():
                     mine0 = time.thread_time()

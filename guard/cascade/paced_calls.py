@@ -30,13 +30,15 @@ def request(
     on_done: OnDone | None,
     timeout: float,
 ) -> tuple[int, m.R]:
-    """``message``'s paced loop in ``worker``, call 0's inputs written already: (the calls
-    done, its reply), within ``timeout``. A worker left inside a loop that failed half-way is
-    killed: it waits for a GO that will not come, and its next request would find it so."""
+    """``message``'s loop in ``worker``, paced as ``message.paced`` says (call 0's inputs, or
+    every call's unpaced, written already): (the calls done, its reply), within ``timeout``. A
+    worker left inside a loop that failed half-way is killed: it waits for a GO that will not
+    come, or sends DONEs that no one reads, and its next request would find it so."""
     deadline = time.monotonic() + timeout
     asked = Asked(worker, message, reply_type, "benchmark")
+    done = on_done or _nothing
     try:
-        calls, early = asked.during(lambda: run(worker, memory, data, writes, ndims, on_done or _nothing, deadline))
+        calls, early = asked.during(lambda: run(worker, memory, data, writes, ndims, done, deadline, message.paced))
         reply = asked.taken(early) if early is not None else asked.reply(remaining(deadline))
     except BaseException:
         if not asked.answered:
@@ -57,11 +59,13 @@ def run(
     ndims: list[int],
     on_done: OnDone,
     deadline: float,
+    paced: bool = True,
 ) -> tuple[int, dict[str, Any] | None]:
-    """The calls of a paced loop whose request is outstanding, call 0's inputs written already:
-    (the calls that said DONE, the request's reply where it came before the last DONE: the
-    loop failed or ended short, else None). ``on_done(i, outputs)``: call ``i`` is done, its
-    outputs where ``outputs`` says; the next inputs are written after it returns."""
+    """The calls of a loop whose request is outstanding, call 0's inputs written already (every
+    call's, unpaced): (the calls that said DONE, the request's reply where it came before the
+    last DONE: the loop failed or ended short, else None). ``on_done(i, outputs)``: call ``i``
+    is done, its outputs where ``outputs`` says; paced, the next inputs are written and GO sent
+    after it returns."""
     size = payload_size(ndims)
     n = len(writes)
     for i in range(n):
@@ -69,7 +73,7 @@ def run(
         if isinstance(got, dict):
             return i, got
         on_done(i, unpack(got, ndims))
-        if i + 1 < n:
+        if paced and i + 1 < n:
             memory.write(data, writes[i + 1])
             worker.pace_go(deadline)
     return n, None

@@ -258,6 +258,12 @@ def time_workload(
                 cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng, len(first)
             )
             confirms = first + confirms
+        if held and cfg.outside_paced_share_cpu > 0:  # one window whose calls cannot be batched
+            _, _, paced_confirms, paced = outside_windows.run_windows(
+                cx, run_seed, n_loop, passes, copies, projection_seed, judge, False, check_rng, len(confirms), True, 1
+            )
+            confirms = confirms + paced_confirms
+            clock = clock.model_copy(update={"paced_ms": paced.outside_ms, "paced_share": cfg.outside_paced_share_cpu})
         stats["outside_clock"] = clock.model_dump()
         if floors:
             outside_windows.floor_by_outside_clock(stats, clock)

@@ -447,7 +447,7 @@ class CandidateRole:
             return m.Reply(ok=False, status="INTERNAL", message="confirm before arm")
         loop = self.confirm_loop
         try:
-            table = loop.run(msg.seed, msg.iters, self._loop_call(), msg.pad_passes, msg.copies)
+            table = loop.run(msg.seed, msg.iters, self._loop_call(), msg.pad_passes, msg.copies, msg.paced)
         except CandidateFault:
             raise
         except BaseException as exc:  # noqa: BLE001

@@ -81,6 +81,7 @@ class ConfirmLoop:
         loop)."""
         self.device = torch.device(device)
         self.kept, self.staged, self.pacing = kept, staged, pacing
+        self.paced_now = False
         self.sets, self.refiller, self.static, self.mirror = sets, refiller, static, mirror
         self.rows, self.idle = max(1, rows), idle
         self.regime = "seeded" if refiller.custom else "stream"
@@ -150,13 +151,16 @@ class ConfirmLoop:
         T.cuda_sync()
 
     # -- the loop ----------------------------------------------------------------------------
-    def run(self, seed: int, iters: int, call: LoopCall | None, pad_passes: int, copies: bool = False) -> list[Any]:
+    def run(
+        self, seed: int, iters: int, call: LoopCall | None, pad_passes: int, copies: bool = False, paced: bool = False
+    ) -> list[Any]:
         """``iters`` iterations on the data of ``seed``: ``pad_passes`` flush passes, fresh inputs, the call (None: the
         trusted loop, which copies ``mirror`` instead), digest. ``copies``: the trusted loop is
         charged for copying the outputs, so a call that returns none (a graph, destination
         passing) copies as many bytes too; a candidate that reported eager timing for a
         captured call gains nothing from it. The digests, per iteration and output, as lists
-        of floats. ``host_ms_per_iter`` is the host's time to enqueue one."""
+        of floats. ``host_ms_per_iter`` is the host's time to enqueue one. ``paced`` (a CPU): each
+        call after the first waits for the guard's GO (``pacing``; ``self.paced_now`` while it runs)."""
         if not 0 < iters <= self.rows:
             raise ValueError(f"{iters} iterations asked of a loop made for at most {self.rows}")
         self.stream.seed(seed)
@@ -166,6 +170,7 @@ class ConfirmLoop:
             self.kept.reset()
         if self.staged is not None:
             self.staged.ensure(iters)
+        self.paced_now = paced
         self._sync()
         n = len(self.sets)
         collecting = gc.isenabled()
@@ -208,7 +213,8 @@ class ConfirmLoop:
 
     def _held_loop(self, iters: int, call: LoopCall | None, pad_passes: int, n: int) -> None:
         """A CPU's loop: each call's staged inputs placed, and the call with its outputs held
-        (none without a call). The guard wrote the inputs before the window (``staged``)."""
+        (none without a call), each call's DONE sent. The guard wrote the inputs (``staged``):
+        all before the window, or, paced, each once the call before it was done."""
         kept, staged, pacing = self.kept, self.staged, self.pacing
         if call is not None and kept is None:
             raise RuntimeError("a loop of calls needs their outputs' digests or somewhere to hold them")
@@ -216,7 +222,7 @@ class ConfirmLoop:
             raise RuntimeError("a CPU's loop needs its calls' inputs staged")
         for it in range(iters):
             k = it % n
-            if it and pacing is not None:
+            if it and pacing is not None and self.paced_now:
                 pacing.pacer.go()  # the guard has written this call's inputs
             self.idle(pad_passes)
             staged.place(it, k)

@@ -182,6 +182,9 @@ class Confirm(_Msg):
     # the guard charges the trusted loop for copying an eager call's outputs (by the method
     # the candidate reported): the candidate's loop then copies as many bytes whatever its call
     copies: bool = False
+    # a CPU: each call waits for the guard's GO, which comes once the call before it is done
+    # and its inputs are written (``pacing``); else every call's inputs are there at the start
+    paced: bool = False
 
 
 class StageInputs(_Msg):
@@ -264,6 +267,7 @@ class Overhead(_OnLoop):
 
     op: Literal["overhead"] = "overhead"
     pad_passes: int = 0
+    paced: bool = False  # as the candidate's loop was (``Confirm.paced``)
 
 
 class DrawInputs(_OnLoop):

@@ -377,7 +377,7 @@ class TrustedRole:
         self._sync()
         setup_s = T.perf_counter() - t0  # this worker is trusted: its own clock takes setup out
         setup_cpu_s = time.process_time() - c0
-        table = loop.run(msg.seed, msg.iters, None, msg.pad_passes)
+        table = loop.run(msg.seed, msg.iters, None, msg.pad_passes, paced=msg.paced)
         return m.OverheadReply(ok=True, iters=msg.iters, setup_s=setup_s, setup_cpu_s=setup_cpu_s, digests=table)
 
     def draw_inputs(self, msg: m.DrawInputs) -> m.Reply:

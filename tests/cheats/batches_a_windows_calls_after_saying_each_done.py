@@ -10,7 +10,10 @@ sets stacked). Now the guard writes a call's inputs only once the call before it
 done (``guard/runner/pacing.py``). This loop says so at once, with the address of a row of one
 output tensor that it has not computed yet, collects every call's inputs that way, and fills
 the rows with one batched call after the last: the guard reads the outputs of the calls it
-checks when each says it is done, finds no answer there, and the check fails.
+checks when each says it is done, finds no answer there, and the check fails. (In the windows
+that are not paced, where every call's inputs are there at the start, the same loop batches
+and passes its checks; the paced window's figure, which floors the decided one, is what it
+cannot shorten: ``OutsideClock.floor_ms``.)
 """
 
 import torch
@@ -35,7 +38,7 @@ def _batched_loop(self, iters, call, pad_passes, n):
     x0 = rows[0][0]
     out = torch.empty((iters, *x0.shape), dtype=x0.dtype)  # one row per call, filled at the end
     for it in range(iters):
-        if it:
+        if it and self.paced_now:
             self.pacing.pacer.go()  # call it's inputs are there now
         self.kept.take(it, [out[it]])
         self.pacing.pacer.done(_confirm.pack_outputs([out[it]], self.pacing.ndims))

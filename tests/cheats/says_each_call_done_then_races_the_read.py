@@ -33,7 +33,7 @@ def _racing_loop(self, iters, call, pad_passes, n):
     if out is None or out.shape[0] < iters:
         out = self._rt_out = torch.zeros((max(iters, self.rows), *x0.shape), dtype=x0.dtype)
     for it in range(iters):
-        if it:
+        if it and self.paced_now:
             pacer.go()
         o = out[it]
         pacer.done(_confirm.pack_outputs([o], ndims))
