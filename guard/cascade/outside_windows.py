@@ -105,7 +105,8 @@ def calls_per_window(
     ndims = [len(shape) for shape, _ in held_outputs.expected_outputs(cx.d, w)]
     with Memory(pid) as memory:
         with candidate_stopped(cx.worker, w, "while the guard wrote the inputs of its loop"):
-            candidates_memory_fault(w, lambda: memory.write(staging.data, staging.candidate[0]))
+            every = [x for writes in staging.candidate for x in writes]  # unpaced: every call's inputs
+            candidates_memory_fault(w, lambda: memory.write(staging.data, every))
         with no_gc():
             t0 = time.monotonic()
             confirm = m.Confirm(seed=0, iters=calls)
