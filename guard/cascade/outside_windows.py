@@ -1,7 +1,8 @@
 """The outside clock's windows for one workload (``guard.outside_clock`` judges them): the
 candidate's loop of calls timed by the guard's clock, then the same loop without the call in the
-trusted worker while the candidate's processes are stopped; its bands, its padding on a GPU, its
-window length and charges on a CPU, and where its figure floors the candidate's own."""
+trusted worker while the candidate's processes are stopped; its bands, its padding on a GPU, and
+where its figure floors the candidate's own. A GPU's windows are here; a CPU's, whose inputs the
+guard writes and whose outputs it reads, are in ``cpu_windows``."""
 
 from __future__ import annotations
 
@@ -11,22 +12,16 @@ import time
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from .. import outside_clock
-from . import held_outputs, paced_calls, staged_inputs
-from ..problems.schema import Workload
 from ..runner import messages as m
-from ..runner import tree_cpu
-from ..runner.freeze import frozen
-from ..runner.peek import PeekError
-from ..runner.poke import Memory
+from .cpu_windows import CpuWindows
 from .reasons import GuardError, Rejection
 from .reference_side import ReferenceSide
 from .workload_requests import WorkloadContext, call, candidate_stopped, failure, no_gc, wait_device_idle
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 def figure_floors(ref: ReferenceSide, host_bound: bool) -> bool:
@@ -89,52 +84,6 @@ def pad_passes(ref: ReferenceSide, host_ms: float, flush_ms: float) -> tuple[int
     return passes, passes * flush_ms, wanted > cap
 
 
-def calls_per_window(
-    cx: WorkloadContext, run_seed: int, calls: int, most: int, copies: bool, projection_seed: int
-) -> int:
-    """A CPU: the calls per window of the outside clock's loop, from one loop of ``calls`` timed by
-    the guard's clock (its outputs are not read: the windows that decide come after, on their own
-    data). Only a loop that is slower than it need be lengthens it: a candidate gains nothing."""
-    target = cx.ref.cfg.outside_window_s_cpu
-    if calls >= most or target <= 0:
-        return calls
-    seed = cx.ref.seed("confirm-probe", run_seed)
-    staging = staged_inputs.stage(cx, seed, calls, "probe", copies, projection_seed)
-    w = cx.w
-    pid = candidates_memory_fault(w, lambda: staged_inputs.worker_process(cx.worker, staging.candidate_pid))
-    ndims = [len(shape) for shape, _ in held_outputs.expected_outputs(cx.d, w)]
-    with Memory(pid) as memory:
-        with candidate_stopped(cx.worker, w, "while the guard wrote the inputs of its loop"):
-            every = [x for writes in staging.candidate for x in writes]  # unpaced: every call's inputs
-            candidates_memory_fault(w, lambda: memory.write(staging.data, every))
-        with no_gc():
-            t0 = time.monotonic()
-            confirm = m.Confirm(seed=0, iters=calls)
-            _, probe = paced_calls.request(
-                cx.worker, confirm, m.ConfirmReply, memory, staging.data, staging.candidate, ndims, None, cx.timeout
-            )
-            wall = time.monotonic() - t0
-    if not probe.ok:
-        raise failure(probe, w, "timing")
-    return held_outputs.calls_for_window(calls, wall, target, most)
-
-
-def candidates_memory_fault(w: Workload, do: Callable[[], T]) -> T:
-    """``do``, which reads or writes the candidate's worker where its process said: a place
-    that cannot be read or written so is REWARD_HACK."""
-    try:
-        return do()
-    except PeekError as exc:
-        raise Rejection(
-            "benchmark",
-            "REWARD_HACK",
-            f"the candidate's worker described memory of the outside clock's loop on {w.uuid} that "
-            f"cannot be read or written as it said: {exc}",
-            None,
-            w.uuid,
-        ) from None
-
-
 @dataclass
 class Checked:
     """One window's calls to check: their seed, which, and their digests (a GPU) or outputs as
@@ -166,8 +115,8 @@ def run_windows(
     contradicted). (walls of the candidate's loops, walls of the trusted loops, the calls to
     check per window, the judgement on all the windows run).
 
-    On a CPU the candidate's worker gets each call's inputs from the guard (``cpu_window``,
-    ``runner/staged.py``), all before the window or, ``paced``, each once the call before it is
+    On a CPU (``CpuWindows``) the candidate's worker gets each call's inputs from the guard
+    (``runner/staged.py``), all before the window or, ``paced``, each once the call before it is
     done (``runner/pacing.py``), and says where each call's outputs lie as it is done; the guard
     reads the chosen calls' outputs then (``held_outputs``). The candidate's window ends when
     its whole tree is stopped, not when it replies (a thread that went on computing after the
@@ -189,128 +138,54 @@ def run_windows(
     if most is None:
         most = ref.cfg.outside_windows if ref.device.kind == "cuda" else ref.cfg.outside_windows_cpu
 
-    run_pid = cx.worker.proc.pid if cx.worker.proc is not None else None
-    loop_pid = cx.trusted.proc.pid if cx.trusted.proc is not None else None
-
-    stagings: dict[int, staged_inputs.Staging] = {}  # the last window's inputs, by seed (``loop_again``)
+    cpu = CpuWindows(cx, n, copies, projection_seed, paced) if held else None
 
     def window() -> outside_clock.OutsideClock:
         index = first_window + len(run_walls)  # windows of a workload never share data or files
         seed = ref.seed(f"confirm-{index}", run_seed)
         chosen = sorted(check_rng.sample(range(n), min(ref.cfg.replay_checks, n)))
-        read = None
         parallel = 0.0
-        if held:
-            run_wall, counted0, mine0, t0, cpu0, read = cpu_window(index, seed, chosen)
+        if cpu is not None:
+            ran = cpu.run(index, seed, chosen)
+            digests: list[Any] = []
+            read = ran.read
         else:
-            with no_gc():
-                t0 = time.monotonic()
-                confirm = m.Confirm(seed=seed, iters=n, pad_passes=passes, copies=copies)
-                confirmed = call(cx.worker, confirm, m.ConfirmReply, cx.timeout)
-                run_wall = time.monotonic() - t0
-            if not confirmed.ok:
-                raise failure(confirmed, w, "timing")
-            if len(confirmed.digests) != n:
-                raise Rejection(
-                    "benchmark",
-                    "REWARD_HACK",
-                    f"the outside clock's loop on {w.uuid} reported {len(confirmed.digests)} calls for {n}",
-                    None,
-                    w.uuid,
-                )
+            run_wall, digests = gpu_window(seed, chosen)
+            read = None
         with candidate_stopped(cx.worker, w, "while the guard timed its loop without the call"):
-            if held:
-                counted1 = cx.worker.cpu_ns()
-                counted = counted1 - counted0 if counted0 is not None and counted1 is not None else None
-                run_wall, parallel = charged(time.monotonic() - t0, cpu0, run_pid, w, counted)
-                if counted is not None:  # see trusted_loop
-                    ran = counted / 1e9 + time.thread_time() - mine0
-                    log.debug("candidate's window on %s: %.5f s charged, %.5f s run", w.uuid, run_wall, ran)
-                    run_wall = min(run_wall, ran)
+            if cpu is not None:
+                run_wall, parallel = cpu.charge(ran)
             loop_walls.append(trusted_loop(seed, chosen))
         run_walls.append(run_wall)
         run_parallel.append(parallel)
-        digests = [] if held else [confirmed.digests[i] for i in chosen]
         confirms.append(Checked(seed, chosen, digests, read))
         return judged()
 
-    def cpu_window(
-        index: int, seed: int, chosen: list[int]
-    ) -> tuple[float, int | None, float, float, tree_cpu.TreeCpu, list[list[m.ReadOutput | None]]]:
-        """A CPU's window: the inputs written while the candidate is stopped (every call's, or,
-        paced, call 0's: ``runner/pacing.py``), its CPU time and the guard's clock read then,
-        the chosen calls' outputs read out of its worker as each says it is done. (its wall, the
-        sandbox's CPU count and this thread's CPU time at its start, its start, its tree's
-        reading at its start, the chosen calls' outputs as read)."""
-        staging = staged_inputs.stage(cx, seed, n, f"window{index}", copies, projection_seed)
-        stagings.clear()
-        stagings[seed] = staging
-        expected = held_outputs.expected_outputs(cx.d, w)
-        ndims = [len(shape) for shape, _ in expected]
-        dest = cx.trusted.workdir / "read" / f"window{index}"
-        dest.mkdir(parents=True, exist_ok=True)
-        wanted = set(chosen)
-        reads: dict[int, list[m.ReadOutput | None]] = {}
-
-        def on_done(i: int, outputs: list[tuple[int, list[int]]]) -> None:
-            if i in wanted:  # read now, before the next call's inputs exist
-                reads[i] = held_outputs.read_call(pid, outputs, expected, dest, f"call{i}", w)
-
+    def gpu_window(seed: int, chosen: list[int]) -> tuple[float, list[Any]]:
+        """A GPU's window: the candidate's loop draws its own inputs (in graphs) and digests
+        every call. (its wall, the chosen calls' digests)."""
         with no_gc():
-            pid = candidates_memory_fault(w, lambda: staged_inputs.worker_process(cx.worker, staging.candidate_pid))
-            with Memory(pid) as memory:
-                with candidate_stopped(cx.worker, w, "while the guard wrote the inputs of its loop"):
-                    first = [x for writes in staging.candidate[: 1 if paced else n] for x in writes]
-                    candidates_memory_fault(w, lambda: memory.write(staging.data, first))
-                    cpu0, counted0 = tree_cpu.read(run_pid), cx.worker.cpu_ns()
-                mine0 = time.thread_time()
-                t0 = time.monotonic()
-                # a CPU's loop draws nothing: its seed is the guard's alone
-                confirm = m.Confirm(seed=0, iters=n, pad_passes=passes, copies=copies, paced=paced)
-                calls, confirmed = paced_calls.request(
-                    cx.worker,
-                    confirm,
-                    m.ConfirmReply,
-                    memory,
-                    staging.data,
-                    staging.candidate,
-                    ndims,
-                    on_done,
-                    cx.timeout,
-                )
-                run_wall = time.monotonic() - t0
+            t0 = time.monotonic()
+            confirm = m.Confirm(seed=seed, iters=n, pad_passes=passes, copies=copies)
+            confirmed = call(cx.worker, confirm, m.ConfirmReply, cx.timeout)
+            run_wall = time.monotonic() - t0
         if not confirmed.ok:
             raise failure(confirmed, w, "timing")
-        if calls != n:
+        if len(confirmed.digests) != n:
             raise Rejection(
                 "benchmark",
                 "REWARD_HACK",
-                f"the outside clock's loop on {w.uuid} ended after {calls} calls of {n}",
+                f"the outside clock's loop on {w.uuid} reported {len(confirmed.digests)} calls for {n}",
                 None,
                 w.uuid,
             )
-        return run_wall, counted0, mine0, t0, cpu0, [reads[i] for i in chosen]
+        return run_wall, [confirmed.digests[i] for i in chosen]
 
     def trusted_loop(seed: int, chosen: list[int]) -> float:
         """The loop without the call, on ``seed``'s data, in the trusted worker (the candidate's
-        processes stopped by the caller): its wall time less its set-up, charged on a CPU as the
-        candidate's window is, and there, as the candidate's window is too, the CPU time it
-        took where that is less.
-
-        CPU time is what a stall cannot lengthen. This figure is taken from the candidate's
-        window, so a trusted window that the machine's other work held off its core made the
-        outside figure short, by as much as the whole call: a median forged 1000x short then
-        decided at 13x and 58x below the honest figure (red team, session 32). Here CPU time
-        counts every thread of the trusted worker and this thread's own (sending, reading and
-        checking the reply); a loop that ran on two cores is charged both.
-
-        The candidate's window is taken the same way where its sandbox's CPU time is counted by
-        the kernel (``sandbox.cgroups``: every task that was ever in it, a process started and
-        reaped inside the window included, which a reading of its tree would miss): stalls then
-        drop out of both windows, and an honest figure on a busy machine is not floored by the
-        stalls of its own window either. That cannot make a window shorter than its work: work
-        done in the window is CPU time of the sandbox, and waiting computes nothing. Where the
-        count is not kept the candidate's window stays charged by the wall."""
+        processes stopped by the caller): its wall time less its set-up; on a CPU charged as the
+        candidate's window is, and the CPU time it took where that is less
+        (``CpuWindows.trusted``)."""
         wait_device_idle(ref, cx.trusted, w, "before the guard's loop")
         overhead = m.Overhead(
             **cx.trusted_fields(),
@@ -321,8 +196,8 @@ def run_windows(
             projection_seed=projection_seed,
             paced=paced and held,
         )
-        if held:
-            loop_wall, ran_s, loop = cpu_trusted_loop(stagings[seed], overhead, chosen)
+        if cpu is not None:
+            loop_wall, ran_s, loop = cpu.trusted(overhead, chosen)
         else:
             with no_gc():
                 t0 = time.monotonic()
@@ -334,50 +209,6 @@ def run_windows(
         charged_s, ran_s = loop_wall - loop.setup_s, ran_s - loop.setup_cpu_s
         log.debug("trusted loop on %s: %.5f s charged, %.5f s run", w.uuid, charged_s, ran_s)
         return min(charged_s, ran_s)
-
-    def cpu_trusted_loop(
-        staging: staged_inputs.Staging, overhead: m.Overhead, chosen: list[int]
-    ) -> tuple[float, float, m.OverheadReply]:
-        """A CPU's trusted window, run as the candidate's was: the same inputs written into its
-        own buffers (call by call where paced), as many bytes read out of it for the chosen
-        calls, ended and charged as the candidate's window was. (charged wall, CPU time, the
-        reply)."""
-        mirror = cx.trusted.workdir / "read" / "mirror"
-        mirror.mkdir(parents=True, exist_ok=True)
-        expected = held_outputs.expected_outputs(cx.d, w)
-        ndims = [len(shape) for shape, _ in expected]
-        wanted = set(chosen)
-        try:
-            pid = staged_inputs.worker_process(cx.trusted, staging.trusted_pid)
-            with Memory(pid) as memory:
-
-                def on_done(i: int, outputs: list[tuple[int, list[int]]]) -> None:
-                    if i in wanted:  # what the candidate's window reads, read here too
-                        held_outputs.read_call(pid, outputs, expected, mirror, f"call{i}", w)
-
-                memory.write(staging.data, [x for writes in staging.trusted[: 1 if paced else n] for x in writes])
-                loop_cpu0 = tree_cpu.read(loop_pid)
-                with no_gc():
-                    mine0 = time.thread_time()
-                    t0 = time.monotonic()
-                    _, loop = paced_calls.request(
-                        cx.trusted,
-                        overhead,
-                        m.OverheadReply,
-                        memory,
-                        staging.data,
-                        staging.trusted,
-                        ndims,
-                        on_done,
-                        cx.timeout,
-                    )
-                    with frozen(loop_pid):  # ended and charged as the candidate's window was
-                        after = tree_cpu.read(loop_pid)
-                        loop_wall = tree_cpu.charged_s(time.monotonic() - t0, loop_cpu0, after)
-                        ran_s = tree_cpu.used_ns(loop_cpu0, after) / 1e9 + time.thread_time() - mine0
-        except (PeekError, Rejection) as exc:
-            raise GuardError(f"the trusted worker's loop on {w.uuid} could not be paced: {exc}") from None
-        return loop_wall, ran_s, loop
 
     def loop_again() -> outside_clock.OutsideClock:
         with candidate_stopped(cx.worker, w, "while the guard timed its loop again without the call"):
@@ -394,27 +225,6 @@ def run_windows(
         window, ref.cfg.outside_windows_first, most, floors, ref.pool.quiet_spare, loop_again if floors else None
     )
     return run_walls, loop_walls, confirms, clock
-
-
-def charged(
-    wall_s: float, before: tree_cpu.TreeCpu, pid: int | None, w: Workload, counted_ns: int | None = None
-) -> tuple[float, float]:
-    """A CPU window of the candidate's that ends now (its tree stopped): (what it is charged,
-    the part of that its tree ran on other cores beside its busiest thread, by the readings or
-    by ``counted_ns``, its sandbox's cgroup count, where that is more). A window in which a
-    process of the tree ended is REWARD_HACK: what that process ran cannot be counted."""
-    after = tree_cpu.read(pid)
-    if gone := tree_cpu.vanished(before, after):
-        raise Rejection(
-            "benchmark",
-            "REWARD_HACK",
-            f"processes {gone} of the candidate's tree ended while the guard's clock timed its loop on "
-            f"{w.uuid}: the CPU time they used cannot be charged",
-            None,
-            w.uuid,
-        )
-    parallel = tree_cpu.parallel_ns(before, after, counted_ns) / 1e9
-    return wall_s + parallel, parallel
 
 
 def reject_disagreement(

@@ -84,6 +84,12 @@ def stage(cx: WorkloadContext, seed: int, iters: int, tag: str, copies: bool, pr
     )
 
 
+def before_window(writes: list[list[Write]], paced: bool) -> list[Write]:
+    """What is written before a window starts: call 0's inputs where the window is paced (each
+    next call's come once the one before it is done), else every call's."""
+    return [x for row in writes[: 1 if paced else len(writes)] for x in row]
+
+
 def planned_writes(
     buffers: list[list[m.HeldOutput | None]],
     drawn: list[list[m.DrawnTensor | None]],

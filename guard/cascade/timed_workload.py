@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from .. import outside_clock
-from . import held_outputs, memory_plan, outside_windows
+from . import cpu_windows, held_outputs, memory_plan, outside_windows
 from ..problems import tolerance as tolerance_mod
 from ..problems.schema import Definition, Workload
 from ..runner import messages as m
@@ -245,7 +245,7 @@ def time_workload(
     floors = outside_windows.figure_floors(ref, host_bound)
     try:  # the inputs written and the outputs read out of the candidate's worker go when this workload is done
         if held:  # enough calls that a window's own fixed cost is small beside them
-            n_loop = outside_windows.calls_per_window(cx, run_seed, n_loop, held, copies, projection_seed)
+            n_loop = cpu_windows.calls_per_window(cx, run_seed, n_loop, held, copies, projection_seed)
         run_walls, loop_walls, confirms, clock = outside_windows.run_windows(
             cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng
         )
