@@ -405,3 +405,21 @@ def test_the_trusted_worker_lets_the_loop_go_before_remaking_custom_inputs(tmp_p
     )
     assert reply["ok"] and reply["passed"] is False  # a digest of zeros is no answer
     assert (role._loop is None) == custom
+
+
+def test_a_cpu_check_draws_only_the_calls_it_checks(monkeypatch):
+    """A CPU's loop draws nothing in its windows, so each call's inputs come from their own
+    seed: the check of call 5 gets the inputs the window's staging drew for call 5, and draws
+    no call before it (a stream of draws would have drawn all six)."""
+    staged = {
+        it: [a.clone() for a in args] for it, args in _loop(None, _sets(), own=False).inputs_at(9, list(range(6)))
+    }
+    checker = _loop(None, _sets(), own=False)
+    drawn = []
+    real = checker.refiller.__call__
+    monkeypatch.setattr(checker, "refiller", lambda live, seed: (drawn.append(seed), real(live, seed)))
+    got = {it: [a.clone() for a in args] for it, args in checker.inputs_at(9, [5, 2])}
+    assert sorted(got) == [2, 5] and len(drawn) == 2
+    for it in (2, 5):
+        assert all(torch.equal(a, b) for a, b in zip(got[it], staged[it]))
+    assert not torch.equal(staged[2][0], staged[5][0])  # and every call's are new

@@ -84,7 +84,10 @@ class ConfirmLoop:
         self.paced_now = False
         self.sets, self.refiller, self.static, self.mirror = sets, refiller, static, mirror
         self.rows, self.idle = max(1, rows), idle
-        self.regime = "seeded" if refiller.custom else "stream"
+        # a CPU's loop draws nothing (the trusted worker draws each window's inputs for the guard
+        # to write): its calls' inputs come from their own seeds, so a check redraws only the
+        # calls it checks, not every call before them in one stream
+        self.regime = "seeded" if refiller.custom or self.device.type != "cuda" else "stream"
         self.stream = StreamRefill(refiller.draws, self.device)
         # the projection signs are drawn here, before any window: drawing a million of them is
         # milliseconds of fixed cost that a window must not hold (a candidate could do it faster)
@@ -244,6 +247,13 @@ class ConfirmLoop:
         """The live set of each of ``iterations`` (ascending), as the loop of ``seed`` had it:
         the same draws from the same seed, in the same order, without the calls."""
         wanted = set(iterations)
+        if self.regime == "seeded":  # each call's inputs from its own seed: only those asked for
+            for it in sorted(wanted):
+                k = it % len(self.sets)
+                self._refill(k, seed, it)
+                self._sync()
+                yield it, self.sets[k]
+            return
         self.stream.seed(seed)
         for it in range(max(iterations, default=-1) + 1):
             k = it % len(self.sets)
