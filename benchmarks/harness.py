@@ -38,6 +38,9 @@ FAST = {
     # many times (at 50 ms a verdict with a pairing took 13.7 s against 9.8 s), and the tests
     # check the mechanisms, which do not depend on the length
     "outside_window_s_cpu": 0.015,
+    # two CPU workloads per problem, not four: the smallest two, where a call is shortest and
+    # timing is hardest; the larger ones cost most of an RMSNorm verdict's draws and checks
+    "cpu_workloads": 2,
 }
 
 

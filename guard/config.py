@@ -49,6 +49,12 @@ class GuardConfig(BaseModel):
     # Correctness
     correctness_rounds: int = Field(3, ge=1, description="random rounds per visible workload")
     heldout_rounds: int = Field(2, ge=1)
+    cpu_workloads: int = Field(
+        4,
+        ge=1,
+        description="CPU: the visible workloads judged per problem, small versions of the problem's, "
+        "smallest first (fewer: quicker verdicts on fewer shapes)",
+    )
     adversarial_rounds: bool = True
     check_determinism: bool = True
     static_screen: bool = True  # tests switch it off to exercise the runtime defences alone

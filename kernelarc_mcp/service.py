@@ -149,7 +149,7 @@ class Service:
     def get_problem(self, name: str) -> V.ProblemView:
         p = self._problem(name)
         d = p.definition
-        wset = workload_set(p, self.guard.device.kind, self.guard._secret)
+        wset = workload_set(p, self.guard.device.kind, self.guard._secret, self.guard.cfg.cpu_workloads)
         ceilings = _cached_ceilings(self.guard.device.key)
         dhash = d.content_hash()
         float_inputs = [s.dtype for s in d.inputs.values() if s.shape is not None and dtype_info(s.dtype).is_float]

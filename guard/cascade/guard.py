@@ -92,7 +92,7 @@ class Guard:
         before any candidate (both are cached), so that the first verdict does not wait for
         them."""
         problem = self.store.get(problem_name)
-        wset = workload_set(problem, self.device.kind, self._secret)
+        wset = workload_set(problem, self.device.kind, self._secret, self.cfg.cpu_workloads)
         self._check_fits(problem, wset.visible + wset.heldout)
         with self._lock:
             self.reference.prepare(problem, wset.visible, progress or noop)
@@ -212,7 +212,7 @@ class Guard:
         t_start: float,
     ) -> Verdict:
         d = problem.definition
-        wset = workload_set(problem, self.device.kind, self._secret)
+        wset = workload_set(problem, self.device.kind, self._secret, self.cfg.cpu_workloads)
         phases: dict[str, float] = {"screen": time.monotonic() - t_start}
         eval_seed = self.reference.seed("eval", cid, d.content_hash())
         self._check_fits(problem, wset.visible + wset.heldout)

@@ -33,11 +33,14 @@ class WorkloadSet:
     heldout: list[Workload]
 
 
-def workload_set(problem: Problem, device_class: str, secret: bytes) -> WorkloadSet:
-    """Visible and held-out workloads for ``device_class`` ("cuda" or "cpu")."""
+def workload_set(
+    problem: Problem, device_class: str, secret: bytes, cpu_count: int = CPU_WORKLOAD_COUNT
+) -> WorkloadSet:
+    """Visible and held-out workloads for ``device_class`` ("cuda" or "cpu"); on the CPU at
+    most ``cpu_count`` visible ones (``GuardConfig.cpu_workloads``), the smallest."""
     d = problem.definition
     if device_class == "cpu":
-        visible = d.kernelarc.cpu_workloads or cpu_workloads(d, problem.workloads)
+        visible = (d.kernelarc.cpu_workloads or cpu_workloads(d, problem.workloads, cpu_count))[:cpu_count]
     else:
         visible = problem.workloads
     if problem.heldout and device_class != "cpu":
@@ -191,8 +194,9 @@ def shrink(d: Definition, axes: dict[str, int], budget: int = CPU_ELEMENT_BUDGET
     return apply_constraints(d, out)
 
 
-def cpu_workloads(d: Definition, workloads: list[Workload]) -> list[Workload]:
-    """Small versions of the visible workloads for machines without a GPU."""
+def cpu_workloads(d: Definition, workloads: list[Workload], count: int = CPU_WORKLOAD_COUNT) -> list[Workload]:
+    """Small versions of the visible workloads for machines without a GPU, ``count`` at most,
+    the smallest first."""
     seen: set[tuple[tuple[str, int], ...]] = set()
     out: list[Workload] = []
     ordered = sorted(workloads, key=lambda w: largest_tensor(d, w.axes))
@@ -203,7 +207,7 @@ def cpu_workloads(d: Definition, workloads: list[Workload]) -> list[Workload]:
             continue
         seen.add(key)
         out.append(_resized(w, f"cpu-{w.uuid}", axes))
-        if len(out) >= CPU_WORKLOAD_COUNT:
+        if len(out) >= count:
             break
     if not out:  # a problem with no workloads at all: one with every var axis at 1
         axes = apply_constraints(d, {a: 1 for a in d.var_axes})
