@@ -143,7 +143,7 @@ def test_verdicts_export_as_traces_the_schema_accepts(tmp_path):
         )
         assert (good.status, bad.status) == ("PASSED", "INCORRECT_NUMERICAL")
         out = tmp_path / "export"
-        summary = export_problem(g.db, g.store.get(problem.name), out)
+        summary = export_problem(g.db, g.store.get(problem.name), out, cpu_count=g.cfg.cpu_workloads)
     finally:
         g.close()
     assert summary.candidates == 3 and not summary.skipped

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from ..archive.db import Database
+from ..problems.derive import CPU_WORKLOAD_COUNT
 from ..problems.problem import DEFINITION_FILE, WORKLOAD_FILE, Problem, write_jsonl
 from ..verdict import Verdict
 from . import sol_trace as T
@@ -33,8 +34,11 @@ class ExportSummary(BaseModel):
     skipped: list[str] = Field(default_factory=list)  # "<candidate>: why"
 
 
-def candidate_export(db: Database, problem: Problem, cid: str) -> tuple[SolSolution, list[T.Trace]]:
-    """The published solution and the traces of one judged candidate."""
+def candidate_export(
+    db: Database, problem: Problem, cid: str, cpu_count: int = CPU_WORKLOAD_COUNT
+) -> tuple[SolSolution, list[T.Trace]]:
+    """The published solution and the traces of one judged candidate (``cpu_count``: the CPU
+    workloads its workspace judges, ``GuardConfig.cpu_workloads``)."""
     row = db.candidate(cid)
     if row is None:
         raise ExportError(f"no candidate {cid!r}")
@@ -51,10 +55,12 @@ def candidate_export(db: Database, problem: Problem, cid: str) -> tuple[SolSolut
             f"candidate {cid} does not fit SOL-ExecBench's solution schema: "
             f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
         ) from None
-    return solution, candidate_traces(verdict, problem, cid, row["finished_at"] or row["created_at"])
+    return solution, candidate_traces(verdict, problem, cid, row["finished_at"] or row["created_at"], cpu_count)
 
 
-def export_problem(db: Database, problem: Problem, folder: Path, agent: str | None = None) -> ExportSummary:
+def export_problem(
+    db: Database, problem: Problem, folder: Path, agent: str | None = None, cpu_count: int = CPU_WORKLOAD_COUNT
+) -> ExportSummary:
     folder = Path(folder)
     (folder / SOLUTIONS_DIR).mkdir(parents=True, exist_ok=True)
     (folder / DEFINITION_FILE).write_text(json.dumps(problem.definition.to_json(), indent=2) + "\n")
@@ -68,7 +74,7 @@ def export_problem(db: Database, problem: Problem, folder: Path, agent: str | No
     ]
     for row in rows:
         try:
-            solution, traces = candidate_export(db, problem, row["id"])
+            solution, traces = candidate_export(db, problem, row["id"], cpu_count)
         except ExportError as exc:
             summary.skipped.append(str(exc))
             log.warning("%s", exc)

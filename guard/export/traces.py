@@ -26,7 +26,7 @@ from typing import Any
 
 from ..candidates.solution import Solution as GuardSolution
 from ..problems import tolerance as tolerance_mod
-from ..problems.derive import cpu_workloads
+from ..problems.derive import CPU_WORKLOAD_COUNT, cpu_workloads
 from ..problems.problem import Problem
 from ..problems.schema import Definition, Workload
 from ..verdict import Verdict, WorkloadResult
@@ -41,11 +41,12 @@ class ExportError(ValueError):
     """A candidate that cannot be written as traces (not judged yet, unknown problem)."""
 
 
-def visible_workloads(problem: Problem, device_kind: str) -> list[Workload]:
-    """The visible workloads a guard on ``device_kind`` runs (no secret needed for these)."""
+def visible_workloads(problem: Problem, device_kind: str, cpu_count: int = CPU_WORKLOAD_COUNT) -> list[Workload]:
+    """The visible workloads a guard on ``device_kind`` runs (no secret needed for these); on
+    the CPU ``cpu_count`` at most (``GuardConfig.cpu_workloads``)."""
     d = problem.definition
     if device_kind == "cpu":
-        return list(d.kernelarc.cpu_workloads or cpu_workloads(d, problem.workloads))
+        return list(d.kernelarc.cpu_workloads or cpu_workloads(d, problem.workloads, cpu_count))[:cpu_count]
     return list(problem.workloads)
 
 
@@ -115,13 +116,18 @@ def _performance(r: WorkloadResult) -> T.Performance:
 
 
 def candidate_traces(
-    verdict: Verdict, problem: Problem, solution_name: str, finished_at: float | None = None
+    verdict: Verdict,
+    problem: Problem,
+    solution_name: str,
+    finished_at: float | None = None,
+    cpu_count: int = CPU_WORKLOAD_COUNT,
 ) -> list[T.Trace]:
-    """The traces of one judged candidate, one per visible workload, in the problem's order."""
+    """The traces of one judged candidate, one per visible workload (on a CPU ``cpu_count`` at
+    most, as the workspace's guard judges them), in the problem's order."""
     d = problem.definition
     env = environment(verdict)
     stamp = _timestamp(finished_at)
-    workloads = visible_workloads(problem, verdict.device.kind or "cpu")
+    workloads = visible_workloads(problem, verdict.device.kind or "cpu", cpu_count)
     errors = verdict.checked.errors or {}
     traces = []
     if verdict.status == "PASSED":

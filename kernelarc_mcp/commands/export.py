@@ -28,7 +28,7 @@ def show_trace(args) -> int:
         print(f"no candidate {args.candidate!r}", file=sys.stderr)
         return 2
     try:
-        _, traces = candidate_export(db, ws.problems().get(row["problem"]), args.candidate)
+        _, traces = candidate_export(db, ws.problems().get(row["problem"]), args.candidate, ws.config().cpu_workloads)
     except ExportError as exc:
         print(f"kernelarc: {exc}", file=sys.stderr)
         return 2
@@ -44,7 +44,9 @@ def cmd_export(args) -> int:
     ws = open_workspace(args)
     problem = ws.problems().get(args.problem)
     folder = Path(args.out or f"{args.problem}-sol-execbench")
-    summary = export_problem(Database(ws.db_path), problem, folder, agent=args.agent)
+    summary = export_problem(
+        Database(ws.db_path), problem, folder, agent=args.agent, cpu_count=ws.config().cpu_workloads
+    )
     if args.json:
         _out(json.dumps(summary.model_dump()))
         return 0

@@ -24,7 +24,7 @@ def test_serve_measures_the_named_problems_baselines_before_any_candidate(tmp_pa
     try:
         ws = Workspace.open(ws_path)
         problem = ws.problems().get(PROBLEM)
-        visible = {w.uuid for w in workload_set(problem, "cpu", ws.secret).visible}
+        visible = {w.uuid for w in workload_set(problem, "cpu", ws.secret, ws.config().cpu_workloads).visible}
         dhash = problem.definition.content_hash()
         db = Database(ws_path / "workspace.db")
         deadline = time.monotonic() + 180

@@ -44,9 +44,11 @@ async def test_get_problem_shows_no_heldout_shape(service):
     async with Client(server_for(service, "a"), mode="legacy") as c:
         r = await c.call_tool("get_problem", {"problem": RMS})
     view = r.structured_content
-    assert not r.is_error and view["heldout_workloads"] == 3
+    hidden = workload_set(
+        service.guard.store.get(RMS), "cpu", service.guard._secret, service.guard.cfg.cpu_workloads
+    ).heldout
+    assert not r.is_error and hidden and view["heldout_workloads"] == len(hidden)
     assert "seed_triton.py" in view["seed_files"] and "def run" in view["reference"]
-    hidden = workload_set(service.guard.store.get(RMS), "cpu", service.guard._secret).heldout
     visible_uuids = {w["uuid"] for w in view["workloads"]}
     for w in hidden:
         assert w.uuid not in visible_uuids and w.uuid not in r.content[0].text
