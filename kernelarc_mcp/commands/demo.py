@@ -33,6 +33,9 @@ DEMO_CPU_PROFILE = {
     # inputs of a window are drawn and written by the guard outside it, a cost that grows with
     # the window's calls (at 50 ms the demo ran 193 s, two attempts an agent)
     "outside_window_s_cpu": 0.015,
+    # the two smallest CPU workloads of four: with four, the agents' verdicts and pairings
+    # overran the budget in one run of three (193 s, three jobs left unjudged, session 35)
+    "cpu_workloads": 2,
 }
 
 
