@@ -186,7 +186,7 @@ def cheat_source(path, guard) -> str:
     if "{VISIBLE}" in source:  # the cheat knows the visible shapes, as an agent would
         from guard.problems.derive import workload_set
 
-        wset = workload_set(guard.store.get(RMS), guard.device.kind, guard._secret)
+        wset = workload_set(guard.store.get(RMS), guard.device.kind, guard._secret, guard.cfg.cpu_workloads)
         rows = sorted({w.axes["num_tokens"] for w in wset.visible})
         source = source.replace("{VISIBLE}", repr(set(rows)))
     return unique(source)
