@@ -38,7 +38,7 @@ def calls_per_window(
     if calls >= most or target <= 0:
         return calls
     staging = staged_inputs.stage(cx, cx.ref.seed("confirm-probe", run_seed), calls, "probe", copies, projection_seed)
-    ndims = held_outputs.output_ndims(cx.d, cx.w)
+    ndims = held_outputs.output_ndims(held_outputs.expected_outputs(cx.d, cx.w))
     with _candidate_memory(cx, staging) as (_, memory):
         _write_stopped(cx, memory, staging, False, lambda: None)
         with no_gc():
@@ -82,7 +82,7 @@ class CpuWindows:
     def __init__(self, cx: WorkloadContext, n: int, copies: bool, projection_seed: int, paced: bool):
         self.cx, self.n, self.copies, self.projection_seed, self.paced = cx, n, copies, projection_seed, paced
         self.expected = held_outputs.expected_outputs(cx.d, cx.w)
-        self.ndims = held_outputs.output_ndims(cx.d, cx.w)
+        self.ndims = held_outputs.output_ndims(self.expected)
         self.staging: staged_inputs.Staging | None = None
         self.run_pid = cx.worker.proc.pid if cx.worker.proc is not None else None
         self.loop_pid = cx.trusted.proc.pid if cx.trusted.proc is not None else None

@@ -56,9 +56,9 @@ def expected_outputs(d: Definition, w: Workload) -> list[tuple[list[int], str]]:
     return [(list(d.shape_of(spec, axes)), spec.dtype) for spec in d.outputs.values()]
 
 
-def output_ndims(d: Definition, w: Workload) -> list[int]:
-    """Per output of one call on ``w``: its rank, as a DONE payload describes it."""
-    return [len(shape) for shape, _ in expected_outputs(d, w)]
+def output_ndims(expected: list[tuple[list[int], str]]) -> list[int]:
+    """Per output of ``expected_outputs``: its rank, as a DONE payload describes it."""
+    return [len(shape) for shape, _ in expected]
 
 
 def read_call(

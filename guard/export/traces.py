@@ -26,7 +26,7 @@ from typing import Any
 
 from ..candidates.solution import Solution as GuardSolution
 from ..problems import tolerance as tolerance_mod
-from ..problems.derive import CPU_WORKLOAD_COUNT, cpu_workloads
+from ..problems.derive import CPU_WORKLOAD_COUNT, visible_workloads
 from ..problems.problem import Problem
 from ..problems.schema import Definition, Workload
 from ..verdict import Verdict, WorkloadResult
@@ -39,15 +39,6 @@ LIBS = ("torch", "triton", "nvidia-cutlass-dsl", "cuda-tile", "tilelang")
 
 class ExportError(ValueError):
     """A candidate that cannot be written as traces (not judged yet, unknown problem)."""
-
-
-def visible_workloads(problem: Problem, device_kind: str, cpu_count: int = CPU_WORKLOAD_COUNT) -> list[Workload]:
-    """The visible workloads a guard on ``device_kind`` runs (no secret needed for these); on
-    the CPU ``cpu_count`` at most (``GuardConfig.cpu_workloads``)."""
-    d = problem.definition
-    if device_kind == "cpu":
-        return list(d.kernelarc.cpu_workloads or cpu_workloads(d, problem.workloads, cpu_count))[:cpu_count]
-    return list(problem.workloads)
 
 
 def environment(verdict: Verdict) -> T.Environment:

@@ -33,16 +33,22 @@ class WorkloadSet:
     heldout: list[Workload]
 
 
+def visible_workloads(problem: Problem, device_class: str, cpu_count: int = CPU_WORKLOAD_COUNT) -> list[Workload]:
+    """The visible workloads a guard on ``device_class`` ("cuda" or "cpu") judges, as the
+    problem gives them (no secret needed); on the CPU at most ``cpu_count``
+    (``GuardConfig.cpu_workloads``), the smallest."""
+    d = problem.definition
+    if device_class == "cpu":
+        return list(d.kernelarc.cpu_workloads or cpu_workloads(d, problem.workloads, cpu_count))[:cpu_count]
+    return list(problem.workloads)
+
+
 def workload_set(
     problem: Problem, device_class: str, secret: bytes, cpu_count: int = CPU_WORKLOAD_COUNT
 ) -> WorkloadSet:
-    """Visible and held-out workloads for ``device_class`` ("cuda" or "cpu"); on the CPU at
-    most ``cpu_count`` visible ones (``GuardConfig.cpu_workloads``), the smallest."""
+    """Visible and held-out workloads for ``device_class`` ("cuda" or "cpu") (``visible_workloads``)."""
     d = problem.definition
-    if device_class == "cpu":
-        visible = (d.kernelarc.cpu_workloads or cpu_workloads(d, problem.workloads, cpu_count))[:cpu_count]
-    else:
-        visible = problem.workloads
+    visible = visible_workloads(problem, device_class, cpu_count)
     if problem.heldout and device_class != "cpu":
         heldout = problem.heldout
     else:
