@@ -16,7 +16,8 @@ WORKLOAD = {"inputs": {"hidden_states": {"type": "random"}, "weight": {"type": "
 
 
 def _row_exponents(batch: int, seed: int) -> torch.Tensor:
-    hidden, _ = InputMaker(RMSNORM, "cpu").make(WORKLOAD, {"batch_size": batch, "hidden_size": 4096}, seed, kind="mixed")
+    axes = {"batch_size": batch, "hidden_size": 4096}
+    hidden, _ = InputMaker(RMSNORM, "cpu").make(WORKLOAD, axes, seed, kind="mixed")
     return hidden.float().pow(2).mean(-1).sqrt().log10()
 
 
