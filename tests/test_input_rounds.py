@@ -15,9 +15,13 @@ RMSNORM = json.loads((SOL_EXAMPLES / "rmsnorm_h4096" / "definition.json").read_t
 WORKLOAD = {"inputs": {"hidden_states": {"type": "random"}, "weight": {"type": "random"}}}
 
 
+def _inputs(batch: int, seed: int, kind: str) -> list[torch.Tensor]:
+    """Each call a fresh maker, as each worker has its own."""
+    return InputMaker(RMSNORM, "cpu").make(WORKLOAD, {"batch_size": batch, "hidden_size": 4096}, seed, kind=kind)
+
+
 def _row_exponents(batch: int, seed: int) -> torch.Tensor:
-    axes = {"batch_size": batch, "hidden_size": 4096}
-    hidden, _ = InputMaker(RMSNORM, "cpu").make(WORKLOAD, axes, seed, kind="mixed")
+    hidden, _ = _inputs(batch, seed, "mixed")
     return hidden.float().pow(2).mean(-1).sqrt().log10()
 
 
@@ -38,9 +42,7 @@ def test_the_mixed_round_spans_its_scales_on_every_draw():
 
 def test_round_inputs_are_the_same_in_every_worker_with_the_same_seed():
     for kind in ("normal", "mixed", "large", "tiny"):
-        a = InputMaker(RMSNORM, "cpu").make(WORKLOAD, {"batch_size": 5, "hidden_size": 4096}, 123, kind=kind)
-        b = InputMaker(RMSNORM, "cpu").make(WORKLOAD, {"batch_size": 5, "hidden_size": 4096}, 123, kind=kind)
-        c = InputMaker(RMSNORM, "cpu").make(WORKLOAD, {"batch_size": 5, "hidden_size": 4096}, 124, kind=kind)
+        a, b, c = _inputs(5, 123, kind), _inputs(5, 123, kind), _inputs(5, 124, kind)
         assert all(torch.equal(x, y) for x, y in zip(a, b)), kind
         assert not torch.equal(a[0], c[0]), kind
 

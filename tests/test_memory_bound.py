@@ -21,7 +21,7 @@ from pathlib import Path
 from guard.candidates.load import from_source
 from guard.runner import messages as m
 
-from helpers import REPO, make_guard
+from helpers import FEW_TIMED_CALLS, REPO, make_guard
 
 ROWS, COLS = 2048, 8192  # float32: 64 MiB per tensor
 BOUND = 3.0
@@ -101,7 +101,7 @@ def test_the_trusted_workers_peak_is_within_the_stated_multiple(session_tmp):
 
     # the benchmark gate runs before the held-out rounds but is not what is measured here:
     # 1-3 timed calls per workload
-    g = make_guard(folder / "ws", correctness_rounds=2, heldout_rounds=1, min_iters=1, max_iters=3)
+    g = make_guard(folder / "ws", correctness_rounds=2, heldout_rounds=1, **FEW_TIMED_CALLS)
     try:
         g.store.import_path(problem)
         trusted = g.pool.trusted()

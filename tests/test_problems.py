@@ -12,7 +12,7 @@ from guard.problems.derive import cpu_workloads, heldout_workloads, workload_set
 from guard.problems.problem import load_problem
 from guard.problems.sol_import import import_sol_folder
 
-from helpers import DATA, SOL_EXAMPLES, make_guard, unique
+from helpers import DATA, FEW_TIMED_CALLS, SOL_EXAMPLES, make_guard, unique
 
 EXAMPLES = sorted(p for p in SOL_EXAMPLES.iterdir() if p.is_dir())
 # Examples whose full-size constant axes make every call slow on the CPU: gemma's two
@@ -27,7 +27,7 @@ HEAVY = {"google_gemma-3-12b-it_gemma3_fused_gate_up_projection_with_swiglu"}
 def _sol_guard(path, folders, **overrides):
     # one timed call per workload where a call takes longer than the target time (gemma's
     # 0.25 s): every gate still runs, on fewer calls
-    g = make_guard(path, correctness_rounds=1, heldout_rounds=1, min_iters=1, max_iters=3, **overrides)
+    g = make_guard(path, correctness_rounds=1, heldout_rounds=1, **{**FEW_TIMED_CALLS, **overrides})
     for folder in folders:
         g.store.import_path(folder)
     return g

@@ -25,7 +25,7 @@ from guard.cascade import GuardError
 from guard.export.sol_solution import SolSolution
 from guard.screen import screen_solution
 
-from helpers import DATA, SOL_EXAMPLES, make_guard
+from helpers import DATA, FEW_TIMED_CALLS, SOL_EXAMPLES, make_guard
 
 SUITE = DATA / "sol-regression"
 CASES = json.loads((SUITE / "manifest.json").read_text())
@@ -46,7 +46,7 @@ def sol_guard(session_tmp):
     # 1-3 timed calls per workload: these cases are decided by the screen and the correctness
     # gate, and an honest one by every gate, not by its figures (the Triton one runs in the
     # interpreter: 24 s with the fast settings' 3-10 calls, 18 s with these)
-    g = make_guard(session_tmp / "ws-sol-regression", correctness_rounds=1, heldout_rounds=1, min_iters=1, max_iters=3)
+    g = make_guard(session_tmp / "ws-sol-regression", correctness_rounds=1, heldout_rounds=1, **FEW_TIMED_CALLS)
     for problem in sorted({c["problem"] for c in CASES}):
         g.store.import_path(SOL_EXAMPLES / problem)
     yield g
