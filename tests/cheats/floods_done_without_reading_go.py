@@ -1,5 +1,5 @@
 """Says every outside-clock call is done at once and never reads the guard's GO, so that the guard's sends pile up until one blocks for good.
-EXPECT screen=REWARD_HACK runtime=REWARD_HACK
+EXPECT screen=REWARD_HACK runtime=REWARD_HACK gpu=GAINS_NOTHING
 
 Red team, session 34 (second pass; CPU, screen off). The guard sent each GO with a blocking
 ``sendall`` and no deadline; a unix socket takes about 280 unread one-byte sends before the
@@ -8,7 +8,8 @@ more calls than that (windows that come out short are run again with thousands o
 guard's thread sat in ``unix_stream_sendmsg`` with no CPU used for minutes and gave no
 verdict. Now a DONE that arrives while the GO before it is still unread is out of protocol
 (``WorkerProcess.pace_go`` asks the kernel how much of what it sent is unread), and a send to
-a worker has a deadline.
+a worker has a deadline. On a GPU the outside clock's loop is not paced and not
+``_held_loop`` (the CPU's): the kernel runs as it is, honestly (PASSED on the H100 in session 37).
 """
 
 import time
