@@ -73,12 +73,7 @@ def test_a_failure_of_the_workers_own_step_in_the_candidates_process_is_the_cand
     assert "MemoryError" in fault.value.message and "4097" not in fault.value.message
 
 
-def test_a_kept_result_still_poisoned_is_told_from_a_rewritten_buffer():
-    """The repeat check on a GPU poisons the first call's outputs; a second call that returns
-    that very buffer untouched returned a kept result (a cache), one that wrote it again did not
-    (an honest kernel with a static output buffer). Tensors on the CPU stand for the device's:
-    what is read is the same."""
-    from guard.runner.candidate_role import _kept_from_first_call
+def test_reads_as_poison_reads_every_chunk():
     from guard.runner.poison import poison_tensor, reads_as_poison
 
     for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.bool):
@@ -90,33 +85,57 @@ def test_a_kept_result_still_poisoned_is_told_from_a_rewritten_buffer():
         assert not reads_as_poison(out) and not reads_as_poison(out, chunk_bytes=3), dtype
     assert not reads_as_poison(torch.ones(4, 4).t())  # not contiguous: not read
 
-    kept = torch.randn(3, 8)
-    at = [kept.data_ptr()]
-    poison_tensor(kept)
-    why = _kept_from_first_call(["y"], [kept], at)
-    assert why is not None and "'y'" in why and "kept" in why
-    rewritten = kept.normal_()  # the same buffer, computed again
-    assert _kept_from_first_call(["y"], [rewritten], at) is None
-    other = torch.full((3, 8), float("nan"))  # poison-like values, a buffer of its own
-    poison_tensor(other)
-    assert _kept_from_first_call(["y"], [other], at) is None
-    assert _kept_from_first_call(["y"], [kept], [None]) is None  # nothing was poisoned there (a CPU)
+
+def test_a_kept_result_or_a_copy_of_it_is_told_from_a_computed_one():
+    """The repeat check on a GPU marks the first call's outputs; a second call that returns
+    that very buffer untouched, or a copy of it made after the mark (a C++ cache that clones
+    its entry: INCORRECT_NUMERICAL on the H100 in session 37, as non-determinism), returned a
+    kept result; one that wrote the buffer again (an honest kernel with a static output
+    buffer) or a buffer of its own did not, and neither did one whose new buffer was left
+    unwritten (it reads as the poison of free blocks, not the mark). Tensors on the CPU stand
+    for the device's: what is read is the same."""
+    from guard.runner import repeat_mark
+    from guard.runner.poison import POISON_BYTE
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool):
+        first = (torch.randn(3, 8) > 0) if dtype == torch.bool else torch.randn(3, 8).to(dtype)
+        kept = first  # what a cache holds: the tensor it returned
+        marked = repeat_mark.first_outputs([first], device_type="cpu")
+        assert marked[0] is not None and marked[0][1], dtype
+        repeat_mark.mark_in_place([first], device_type="cpu")
+        assert repeat_mark.reads_as_mark(first), dtype
+        why = repeat_mark.kept_from_first_call(["y"], [kept], marked)
+        assert why is not None and "'y'" in why and "kept" in why, dtype
+        copy = kept.clone()  # another buffer, the mark and all
+        why = repeat_mark.kept_from_first_call(["y"], [copy], marked)
+        assert why is not None and "copy" in why, dtype
+        unwritten = torch.empty_like(kept)
+        unwritten.view(torch.uint8).fill_(POISON_BYTE)  # a fresh block, as ``poison_free_blocks`` left it
+        assert repeat_mark.kept_from_first_call(["y"], [unwritten], marked) is None, dtype
+        computed = kept.clone().zero_() if dtype != torch.bool else kept.clone().fill_(False)
+        assert repeat_mark.kept_from_first_call(["y"], [computed], marked) is None, dtype
+    rewritten = torch.randn(3, 8)
+    marked = repeat_mark.first_outputs([rewritten], device_type="cpu")
+    repeat_mark.mark_in_place([rewritten], device_type="cpu")
+    rewritten.normal_()  # the same buffer, computed again
+    assert repeat_mark.kept_from_first_call(["y"], [rewritten], marked) is None
+    assert repeat_mark.kept_from_first_call(["y"], [rewritten], [None]) is None  # nothing marked (a CPU)
 
 
-def test_an_answer_that_reads_as_the_poison_is_never_taken_for_a_kept_one():
-    """An honest mask that is all True, or an index all -1, holds the poison's bytes; with
-    destination passing the caching allocator hands the second call the first call's block.
-    Such an output is left to the comparison of the two calls (a red team's honest
+def test_an_answer_that_reads_as_the_mark_or_the_poison_is_never_taken_for_a_kept_one():
+    """An honest mask that is all True holds the mark's bytes, an index all -1 the poison's
+    (an output left unwritten reads so too: its freed block may come back to the second call
+    unwritten); with destination passing the caching allocator hands the second call the first
+    call's block. Such outputs are left to the comparison of the two calls (a red team's honest
     ``isfinite`` was REWARD_HACK), while any other answer is still watched."""
-    from guard.runner.candidate_role import _kept_from_first_call, _poisoned_addresses
-    from guard.runner.poison import poison_tensor
+    from guard.runner import repeat_mark
 
     mask = torch.ones(16, dtype=torch.bool)
     index = torch.full((4, 4), -1, dtype=torch.int64)
     values = torch.randn(4, 4)
-    at = _poisoned_addresses([mask, index, values], device_type="cpu")
-    assert at[:2] == [None, None] and at[2] == values.data_ptr()
-    for t in (mask, index, values):
-        poison_tensor(t)
-    assert _kept_from_first_call(["mask", "index"], [mask, index], at[:2]) is None
-    assert "'values'" in (_kept_from_first_call(["mask", "index", "values"], [mask, index, values], at) or "")
+    marked = repeat_mark.first_outputs([mask, index, values], device_type="cpu")
+    assert [m[1] for m in marked if m is not None] == [False, False, True]
+    repeat_mark.mark_in_place([mask, index, values], device_type="cpu")
+    assert repeat_mark.kept_from_first_call(["mask", "index"], [mask, index], marked[:2]) is None
+    why = repeat_mark.kept_from_first_call(["mask", "index", "values"], [mask, index, values], marked)
+    assert "'values'" in (why or "")

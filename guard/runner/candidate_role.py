@@ -13,7 +13,7 @@ import torch
 
 from ..builders import BuildError, get_builder
 from ..builders.trim import trim_traceback
-from . import harness, replays
+from . import harness, repeat_mark, replays
 from . import messages as m
 from .confirm import ConfirmLoop
 from .common import (
@@ -30,7 +30,7 @@ from .harness import T
 from .inputs import InputMaker, spec_shape, torch_dtype
 from .kept import KeptOutputs
 from .pacing import Pacer, Pacing
-from .poison import poison_free_blocks, poison_in_place, poison_tensor, reads_as_poison
+from .poison import poison_free_blocks, poison_in_place, poison_tensor
 from .refill import Refiller
 from .compare import compare, spec_args
 from .snapshots import close, same_bytes, snapshots
@@ -227,12 +227,12 @@ class CandidateRole:
                 # second call reuses their device memory instead of adding its own
                 with self._after_candidate_code("after its call"):
                     first = snapshots(outs, call_bytes)
-                    poisoned_at = _poisoned_addresses(outs)
-                    poison_in_place(outs)
+                    marked = repeat_mark.first_outputs(outs)
+                    repeat_mark.mark_in_place(outs)
                 del outs
                 outs = self._call(args, axes, call_bytes)
                 with self._after_candidate_code("comparing its two calls"):
-                    if kept := _kept_from_first_call(list(self.d["outputs"]), outs, poisoned_at):
+                    if kept := repeat_mark.kept_from_first_call(list(self.d["outputs"]), outs, marked):
                         raise CandidateFault("REWARD_HACK", kept)
                     why = _repeat_differs(list(self.d["outputs"]), outs, first, msg.repeat.within)
                 if why:
@@ -482,35 +482,6 @@ class CandidateRole:
             )
         if broken:
             raise CandidateFault("REWARD_HACK", "; ".join(broken))
-
-
-def _poisoned_addresses(outs: list, device_type: str = "cuda") -> list[int | None]:
-    """Where each output that ``poison_in_place`` overwrites lies (a tensor on ``device_type``),
-    else None. Also None where the answer itself reads as the poison (an all-True mask, an
-    all -1 index): a buffer returned untouched then cannot be told from one computed again,
-    and the comparison of the two calls judges it (a kept buffer holds the right answer)."""
-    return [
-        T.data_ptr(t)
-        if T.isinstance(t, T.tensor_type) and t.device.type == device_type and T.numel(t) and not reads_as_poison(t)
-        else None
-        for t in outs
-    ]
-
-
-def _kept_from_first_call(names: list[str], second: list, poisoned_at: list[int | None]) -> str | None:
-    """Why a second call on the same inputs returned a result kept from the first, or None: an
-    output that is the first call's output buffer and holds nothing but the poison the guard
-    wrote into it after that call. An honest kernel that reuses its output buffer writes it on
-    every call; a cache keyed by the inputs returns it as it is (without this, such a cache
-    read as non-determinism: an output that differs between two calls)."""
-    for name, t, at in zip(names, second, poisoned_at):
-        if at is not None and T.isinstance(t, T.tensor_type) and T.data_ptr(t) == at and reads_as_poison(t):
-            return (
-                f"output {name!r} of a second call on the same inputs is the first call's output, still "
-                "holding the poison the guard wrote into it after that call: the candidate returned a "
-                "result it had kept, without computing it"
-            )
-    return None
 
 
 def _repeat_differs(names: list[str], second: list, first: list, within: list[m.Tolerance] | None) -> str | None:

@@ -74,10 +74,17 @@ def reads_as_poison(t: Any, chunk_bytes: int = 64 << 20) -> bool:
     """Whether a contiguous tensor holds nothing but what ``poison_tensor`` wrote into it,
     read a chunk at a time (no copy of its size). False for anything else: a tensor laid out
     otherwise is not read."""
+    return reads_as_bytes(
+        t, 1 if T.isinstance(t, T.tensor_type) and t.dtype == torch.bool else POISON_BYTE, chunk_bytes
+    )
+
+
+def reads_as_bytes(t: Any, byte: int, chunk_bytes: int = 64 << 20) -> bool:
+    """Whether every byte of a contiguous tensor is ``byte``, read a chunk at a time; False for
+    anything else (a tensor laid out otherwise is not read)."""
     if not T.isinstance(t, T.tensor_type) or not T.numel(t) or not t.is_contiguous():
         return False
     raw = T.view(T.view(t, (-1,)), torch.uint8)
-    byte = 1 if t.dtype == torch.bool else POISON_BYTE
     for lo in range(0, T.numel(raw), chunk_bytes):
         part = raw[lo : lo + chunk_bytes]
         if not T.equal(part, T.full((T.numel(part),), byte, dtype=torch.uint8, device=part.device)):
