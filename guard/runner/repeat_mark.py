@@ -37,7 +37,7 @@ def reads_as_mark(t: Any) -> bool:
     return T.isinstance(t, T.tensor_type) and reads_as_bytes(t, _mark_byte(t))
 
 
-def first_outputs(outs: list, device_type: str = "cuda") -> list[tuple[Range, bool] | None]:
+def first_outputs(outs: list[Any], device_type: str = "cuda") -> list[tuple[Range, bool] | None]:
     """Per output of the first call: where it lies and whether the mark can tell its second
     call (None: no tensor on ``device_type``). Watched: contiguous, and an answer that reads
     neither as the mark (an honest all-True mask could not be told from a kept one) nor as the
@@ -57,7 +57,7 @@ def first_outputs(outs: list, device_type: str = "cuda") -> list[tuple[Range, bo
     return first
 
 
-def mark_in_place(outs: list, device_type: str = "cuda") -> None:
+def mark_in_place(outs: list[Any], device_type: str = "cuda") -> None:
     """The mark written over each output on ``device_type`` (poison where it is laid out
     otherwise than contiguously)."""
     for t in outs:
@@ -69,7 +69,7 @@ def mark_in_place(outs: list, device_type: str = "cuda") -> None:
             poison_tensor(t)
 
 
-def kept_from_first_call(names: list[str], second: list, first: list[tuple[Range, bool] | None]) -> str | None:
+def kept_from_first_call(names: list[str], second: list[Any], first: list[tuple[Range, bool] | None]) -> str | None:
     """Why a second call on the same inputs returned a result kept from the first, or None:
     a watched output holding nothing but the mark, at the first call's output's address (the
     kept buffer itself) or apart from every first output's memory (a copy of it: the blocks
