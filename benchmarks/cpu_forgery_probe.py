@@ -122,6 +122,9 @@ def main() -> int:
                         "inside_ms": oc.inside_ms if oc else None,
                         "outside_ms": oc.outside_ms if oc else None,
                         "windows": oc.windows if oc else None,
+                        "loop_windows": oc.loop_windows if oc else None,
+                        "paced_ms": oc.paced_ms if oc else None,
+                        "paced_share": oc.paced_share if oc else None,
                         "calls": oc.run_iters if oc else None,
                     }
                 rows.append(row)

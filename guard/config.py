@@ -200,6 +200,13 @@ class GuardConfig(BaseModel):
         "cold, 1.3-2.2x an honest small call's median on a 2-core machine; batching a window's calls, "
         "which the unpaced windows cannot see, cannot shorten it (0: no paced window)",
     )
+    outside_paced_loops_cpu: int = Field(
+        3,
+        ge=1,
+        description="CPU: the trusted worker's loops after the paced window, on its inputs, the "
+        "shortest subtracted: with one, a loop that the machine's other work slowed made an honest "
+        "paced figure -0.016 ms (session 36's red team), which floored nothing",
+    )
     outside_rel_band_cpu: float = Field(1.0, ge=0, description="relative part of the band, CPU")
     outside_abs_band_ms_cpu: float = Field(5.0, ge=0, description="absolute part of the band, CPU")
     outside_loop_slack_cpu: float = Field(

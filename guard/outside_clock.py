@@ -62,6 +62,8 @@ class OutsideClock(BaseModel):
     # machine, so only a share floors; batching a window's calls cannot shorten it.
     paced_ms: float | None = None
     paced_share: float = 0.0
+    # the trusted loops whose shortest was subtracted from the paced window
+    paced_loops: int = 0
 
     @property
     def floor_ms(self) -> float:

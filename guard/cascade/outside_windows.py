@@ -108,6 +108,7 @@ def run_windows(
     first_window: int = 0,
     paced: bool = False,
     most: int | None = None,
+    loops: int = 1,
 ) -> tuple[list[float], list[float], list[Checked], outside_clock.OutsideClock]:
     """The outside clock: the candidate's loop of calls, then the same loop without the call in
     the trusted worker while the candidate's processes are stopped; each window on new data,
@@ -128,7 +129,9 @@ def run_windows(
     are run again longer): the new ones take the next seeds, so no call sees inputs an earlier
     window's call saw and could answer from memory. ``paced`` (a CPU): each call's inputs are
     written once the call before it is done (``runner/pacing.py``), else all before the window.
-    ``most``: at most this many windows (else the configuration's)."""
+    ``most``: at most this many windows (else the configuration's). ``loops``: the trusted
+    loops run after each window of the candidate's, on its inputs (the shortest of all is
+    subtracted: a loop that the machine's other work slowed shortens the figure)."""
     ref, w = cx.ref, cx.w
     held = ref.device.kind != "cuda"
     run_walls: list[float] = []  # charged: wall time, and CPU time on other cores (a CPU)
@@ -155,7 +158,7 @@ def run_windows(
         with candidate_stopped(cx.worker, w, "while the guard timed its loop without the call"):
             if cpu is not None:
                 run_wall, parallel = cpu.charge(ran)
-            loop_walls.append(trusted_loop(seed, chosen))
+            loop_walls.extend(trusted_loop(seed, chosen) for _ in range(loops))
         run_walls.append(run_wall)
         run_parallel.append(parallel)
         confirms.append(Checked(seed, chosen, digests, read))

@@ -260,10 +260,28 @@ def time_workload(
             confirms = first + confirms
         if held and cfg.outside_paced_share_cpu > 0:  # one window whose calls cannot be batched
             _, _, paced_confirms, paced = outside_windows.run_windows(
-                cx, run_seed, n_loop, passes, copies, projection_seed, judge, False, check_rng, len(confirms), True, 1
+                cx,
+                run_seed,
+                n_loop,
+                passes,
+                copies,
+                projection_seed,
+                judge,
+                False,
+                check_rng,
+                len(confirms),
+                paced=True,
+                most=1,
+                loops=cfg.outside_paced_loops_cpu,
             )
             confirms = confirms + paced_confirms
-            clock = clock.model_copy(update={"paced_ms": paced.outside_ms, "paced_share": cfg.outside_paced_share_cpu})
+            clock = clock.model_copy(
+                update={
+                    "paced_ms": paced.outside_ms,
+                    "paced_share": cfg.outside_paced_share_cpu,
+                    "paced_loops": paced.loop_windows,
+                }
+            )
         stats["outside_clock"] = clock.model_dump()
         if floors:
             outside_windows.floor_by_outside_clock(stats, clock)
