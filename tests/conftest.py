@@ -21,7 +21,7 @@ if not Path("/dev/nvidiactl").exists():
     # chosen before triton is first imported.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from helpers import SOL_EXAMPLES, make_guard  # noqa: E402  (after the environment above)
+from helpers import SOL_EXAMPLES, in_shard, make_guard  # noqa: E402  (after the environment above)
 
 
 def _gpu_run(config) -> bool:
@@ -38,11 +38,42 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return max(2, min(4, os.cpu_count() or 2))
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--shard",
+        default=None,
+        metavar="K/N",
+        help="run only part K of N of the selected tests (each test's part from a hash of its id, "
+        "the same in every run): a GPU run longer than one device call is split over N calls",
+    )
+
+
+def _shard(config) -> tuple[int, int] | None:
+    """``--shard K/N`` as (K, N), 1 <= K <= N; a clear error for anything else."""
+    text = config.getoption("shard")
+    if text is None:
+        return None
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--shard takes K/N, two whole numbers, not {text!r}") from None
+    if not 1 <= k <= n:
+        raise pytest.UsageError(f"--shard {text}: K must be between 1 and N")
+    return k, n
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """The modules with a test marked ``slow`` first, and those tests first within their
-    module: with several workers, the long tests start at once instead of running alone at
-    the end. A module's tests stay together and in order, so that a run in one process still
-    makes each module's fixtures once."""
+    """With ``--shard K/N``, only that part of the tests. Then the modules with a test marked
+    ``slow`` first, and those tests first within their module: with several workers, the long
+    tests start at once instead of running alone at the end. A module's tests stay together and
+    in order, so that a run in one process still makes each module's fixtures once."""
+    shard = _shard(config)
+    if shard is not None:
+        kept = [item for item in items if in_shard(item.nodeid, *shard)]
+        deselected = [item for item in items if not in_shard(item.nodeid, *shard)]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
     modules: dict[str, int] = {}
     heavy: set[str] = set()
     for item in items:

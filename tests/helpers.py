@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import zlib
 from pathlib import Path
 
 from benchmarks.harness import (
@@ -367,3 +368,9 @@ def run(hidden_states, weight):
     x = hidden_states.float()
     return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
 """
+
+
+def in_shard(nodeid: str, k: int, n: int) -> bool:
+    """Whether the test ``nodeid`` is in part ``k`` of ``n``: a hash of the id, not its place in
+    the run, so adding a test moves no other."""
+    return zlib.crc32(nodeid.encode()) % n == k - 1
