@@ -86,56 +86,86 @@ def test_reads_as_poison_reads_every_chunk():
     assert not reads_as_poison(torch.ones(4, 4).t())  # not contiguous: not read
 
 
+def _first_call(outs, cache):
+    """The guard's side of the first call: outputs recorded and marked, the guard's own
+    references dropped (``outs`` is emptied), whatever ``cache`` holds still held."""
+    from guard.runner import repeat_mark
+
+    first = repeat_mark.first_outputs(outs, device_type="cpu")
+    repeat_mark.mark_in_place(outs, device_type="cpu")
+    outs.clear()
+    return first, repeat_mark.still_held(first), cache
+
+
 def test_a_kept_result_or_a_copy_of_it_is_told_from_a_computed_one():
-    """The repeat check on a GPU marks the first call's outputs; a second call that returns
-    that very buffer untouched, or a copy of it made after the mark (a C++ cache that clones
-    its entry: INCORRECT_NUMERICAL on the H100 in session 37, as non-determinism), returned a
-    kept result; one that wrote the buffer again (an honest kernel with a static output
-    buffer) or a buffer of its own did not, and neither did one whose new buffer was left
-    unwritten (it reads as the poison of free blocks, not the mark). Tensors on the CPU stand
-    for the device's: what is read is the same."""
+    """The repeat check on a GPU marks the first call's outputs and lets go of them; a second
+    call that returns that very buffer, which it kept, or a copy of it made after the mark (a
+    C++ cache that clones its entry: INCORRECT_NUMERICAL on the H100 in session 37, read as
+    non-determinism) returned a kept result. One that computed, or whose new buffer was left
+    unwritten (it reads as the poison of free blocks, not the mark), did not. Tensors on the CPU
+    stand for the device's: what is read is the same."""
     from guard.runner import repeat_mark
     from guard.runner.poison import POISON_BYTE
 
-    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool):
-        first = (torch.randn(3, 8) > 0) if dtype == torch.bool else torch.randn(3, 8).to(dtype)
-        kept = first  # what a cache holds: the tensor it returned
-        marked = repeat_mark.first_outputs([first], device_type="cpu")
-        assert marked[0] is not None and marked[0][1], dtype
-        repeat_mark.mark_in_place([first], device_type="cpu")
-        assert repeat_mark.reads_as_mark(first), dtype
-        why = repeat_mark.kept_from_first_call(["y"], [kept], marked)
-        assert why is not None and "'y'" in why and "kept" in why, dtype
-        copy = kept.clone()  # another buffer, the mark and all
-        why = repeat_mark.kept_from_first_call(["y"], [copy], marked)
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.uint8):
+        answer = torch.randn(3, 8).mul(10).to(dtype)
+        first, held, cache = _first_call([answer], [answer])  # the cache keeps what it returned
+        del answer
+        kept = cache[0]
+        assert first[0] is not None and first[0].watched and held == [True], dtype
+        assert repeat_mark.reads_as_mark(kept), dtype
+        why = repeat_mark.kept_from_first_call(["y"], [kept], first, held)
+        assert why is not None and "'y'" in why and "first call's output" in why, dtype
+        why = repeat_mark.kept_from_first_call(["y"], [kept.clone()], first, held)
         assert why is not None and "copy" in why, dtype
         unwritten = torch.empty_like(kept)
         unwritten.view(torch.uint8).fill_(POISON_BYTE)  # a fresh block, as ``poison_free_blocks`` left it
-        assert repeat_mark.kept_from_first_call(["y"], [unwritten], marked) is None, dtype
-        computed = kept.clone().zero_() if dtype != torch.bool else kept.clone().fill_(False)
-        assert repeat_mark.kept_from_first_call(["y"], [computed], marked) is None, dtype
-    rewritten = torch.randn(3, 8)
-    marked = repeat_mark.first_outputs([rewritten], device_type="cpu")
-    repeat_mark.mark_in_place([rewritten], device_type="cpu")
-    rewritten.normal_()  # the same buffer, computed again
-    assert repeat_mark.kept_from_first_call(["y"], [rewritten], marked) is None
-    assert repeat_mark.kept_from_first_call(["y"], [rewritten], [None]) is None  # nothing marked (a CPU)
+        assert repeat_mark.kept_from_first_call(["y"], [unwritten], first, held) is None, dtype
+        assert repeat_mark.kept_from_first_call(["y"], [kept.clone().zero_()], first, held) is None, dtype
+
+
+def test_memory_the_first_call_let_go_of_is_never_taken_for_a_kept_result():
+    """A first output that nothing references once the guard let go of it was freed: a second
+    call may be handed its block, mark and all (a destination buffer, a block reused at the same
+    address) and leave it unwritten, a bug and not a cache. Likewise a bool output: the guard
+    poisons a destination buffer True, the bool mark, so only the kept buffer itself counts."""
+    from guard.runner import repeat_mark
+
+    first, held, _ = _first_call([torch.randn(3, 8)], [])  # the guard's list held its only reference
+    assert held == [False]
+    reused = torch.empty(3, 8)
+    reused.view(torch.uint8).fill_(repeat_mark.MARK_BYTE)  # the freed block, handed out again
+    assert repeat_mark.reads_as_mark(reused)
+    assert repeat_mark.kept_from_first_call(["y"], [reused], first, held) is None
+
+    mask = torch.randn(16) > 0
+    first, held, cache = _first_call([mask], [mask])
+    del mask
+    assert first[0] is not None and first[0].watched and first[0].is_bool and held == [True]
+    fresh = torch.ones(16, dtype=torch.bool)  # a destination buffer as the guard poisons it
+    assert repeat_mark.kept_from_first_call(["m"], [fresh], first, held) is None
+    assert "first call's output" in (repeat_mark.kept_from_first_call(["m"], [cache[0]], first, held) or "")
+    assert repeat_mark.kept_from_first_call(["m"], [cache[0]], [None], [False]) is None  # nothing marked (a CPU)
 
 
 def test_an_answer_that_reads_as_the_mark_or_the_poison_is_never_taken_for_a_kept_one():
-    """An honest mask that is all True holds the mark's bytes, an index all -1 the poison's
-    (an output left unwritten reads so too: its freed block may come back to the second call
-    unwritten); with destination passing the caching allocator hands the second call the first
-    call's block. Such outputs are left to the comparison of the two calls (a red team's honest
-    ``isfinite`` was REWARD_HACK), while any other answer is still watched."""
+    """An honest mask that is all True holds the mark's bytes, an index all -1 the poison's (an
+    output left unwritten reads so too), an int8 output all -2 the mark's: such outputs are not
+    watched, and the comparison of the two calls judges them (a red team's honest ``isfinite``
+    was REWARD_HACK), while any other answer is still watched. A conjugate view, whose bytes are
+    not its values, is neither marked nor watched."""
     from guard.runner import repeat_mark
 
     mask = torch.ones(16, dtype=torch.bool)
     index = torch.full((4, 4), -1, dtype=torch.int64)
+    minus_two = torch.full((8,), -2, dtype=torch.int8)
     values = torch.randn(4, 4)
-    marked = repeat_mark.first_outputs([mask, index, values], device_type="cpu")
-    assert [m[1] for m in marked if m is not None] == [False, False, True]
-    repeat_mark.mark_in_place([mask, index, values], device_type="cpu")
-    assert repeat_mark.kept_from_first_call(["mask", "index"], [mask, index], marked[:2]) is None
-    why = repeat_mark.kept_from_first_call(["mask", "index", "values"], [mask, index, values], marked)
-    assert "'values'" in (why or "")
+    conj = torch.randn(4, dtype=torch.complex64).conj()
+    outs = [mask, index, minus_two, values, conj]
+    first, held, cache = _first_call(outs, list(outs))
+    assert [f.watched for f in first if f is not None] == [False, False, False, True, False]
+    assert held == [True] * 5
+    names = ["mask", "index", "minus_two", "values", "conj"]
+    assert repeat_mark.kept_from_first_call(names[:3], cache[:3], first[:3], held[:3]) is None
+    assert "'values'" in (repeat_mark.kept_from_first_call(names, cache, first, held) or "")
+    assert not repeat_mark.reads_as_mark(cache[4])  # left as it was, not marked

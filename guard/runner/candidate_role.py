@@ -230,9 +230,10 @@ class CandidateRole:
                     marked = repeat_mark.first_outputs(outs)
                     repeat_mark.mark_in_place(outs)
                 del outs
+                held = repeat_mark.still_held(marked)  # what the guard no longer holds, someone else may
                 outs = self._call(args, axes, call_bytes)
                 with self._after_candidate_code("comparing its two calls"):
-                    if kept := repeat_mark.kept_from_first_call(list(self.d["outputs"]), outs, marked):
+                    if kept := repeat_mark.kept_from_first_call(list(self.d["outputs"]), outs, marked, held):
                         raise CandidateFault("REWARD_HACK", kept)
                     why = _repeat_differs(list(self.d["outputs"]), outs, first, msg.repeat.within)
                 if why:

@@ -82,14 +82,23 @@ def reads_as_poison(t: Any, chunk_bytes: int = 64 << 20) -> bool:
 def reads_as_bytes(t: Any, byte: int, chunk_bytes: int = 64 << 20) -> bool:
     """Whether every byte of a contiguous tensor is ``byte``, read a chunk at a time; False for
     anything else (a tensor laid out otherwise is not read)."""
-    if not T.isinstance(t, T.tensor_type) or not T.numel(t) or not t.is_contiguous():
-        return False
+    return uniform_byte(t, chunk_bytes) == byte
+
+
+def uniform_byte(t: Any, chunk_bytes: int = 64 << 20) -> int | None:
+    """The one value of every byte of a contiguous tensor, or None: bytes that differ, or a
+    tensor that is empty, laid out otherwise or a conjugate or negative view (its bytes are not
+    its values). Read a chunk at a time: the least and greatest byte of each, no copy."""
+    if not T.isinstance(t, T.tensor_type) or not T.numel(t) or not t.is_contiguous() or t.is_conj() or t.is_neg():
+        return None
     raw = T.view(T.view(t, (-1,)), torch.uint8)
+    value: int | None = None
     for lo in range(0, T.numel(raw), chunk_bytes):
-        part = raw[lo : lo + chunk_bytes]
-        if not T.equal(part, T.full((T.numel(part),), byte, dtype=torch.uint8, device=part.device)):
-            return False
-    return True
+        low, high = (int(x) for x in T.aminmax(raw[lo : lo + chunk_bytes]))
+        if low != high or (value is not None and low != value):
+            return None
+        value = low
+    return value
 
 
 class _DeviceBytes:
