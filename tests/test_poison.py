@@ -86,15 +86,27 @@ def test_reads_as_poison_reads_every_chunk():
     assert not reads_as_poison(torch.ones(4, 4).t())  # not contiguous: not read
 
 
-def _first_call(outs, cache):
-    """The guard's side of the first call: outputs recorded and marked, the guard's own
-    references dropped (``outs`` is emptied), whatever ``cache`` holds still held."""
+def test_uniform_byte_reads_every_chunk():
+    from guard.runner.poison import uniform_byte
+
+    x = torch.zeros(8, dtype=torch.uint8)
+    assert uniform_byte(x, chunk_bytes=4) == 0
+    x[4:] = 7  # each chunk uniform, the two not the same
+    assert uniform_byte(x, chunk_bytes=4) is None
+    x[:4] = 7
+    assert uniform_byte(x, chunk_bytes=3) == 7
+    assert uniform_byte(torch.zeros(0)) is None and uniform_byte(torch.ones(4, 4).t()) is None
+
+
+def _marked(outs):
+    """The guard's side of the first call: outputs recorded and marked, then the guard's own
+    references dropped (``outs`` is emptied): what still holds them is the caller's."""
     from guard.runner import repeat_mark
 
     first = repeat_mark.first_outputs(outs, device_type="cpu")
     repeat_mark.mark_in_place(outs, device_type="cpu")
     outs.clear()
-    return first, repeat_mark.still_held(first), cache
+    return first
 
 
 def test_a_kept_result_or_a_copy_of_it_is_told_from_a_computed_one():
@@ -108,64 +120,96 @@ def test_a_kept_result_or_a_copy_of_it_is_told_from_a_computed_one():
     from guard.runner.poison import POISON_BYTE
 
     for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.uint8):
-        answer = torch.randn(3, 8).mul(10).to(dtype)
-        first, held, cache = _first_call([answer], [answer])  # the cache keeps what it returned
-        del answer
-        kept = cache[0]
-        assert first[0] is not None and first[0].watched and held == [True], dtype
-        assert repeat_mark.reads_as_mark(kept), dtype
-        why = repeat_mark.kept_from_first_call(["y"], [kept], first, held)
-        assert why is not None and "'y'" in why and "first call's output" in why, dtype
-        why = repeat_mark.kept_from_first_call(["y"], [kept.clone()], first, held)
-        assert why is not None and "copy" in why, dtype
-        unwritten = torch.empty_like(kept)
-        unwritten.view(torch.uint8).fill_(POISON_BYTE)  # a fresh block, as ``poison_free_blocks`` left it
-        assert repeat_mark.kept_from_first_call(["y"], [unwritten], first, held) is None, dtype
-        assert repeat_mark.kept_from_first_call(["y"], [kept.clone().zero_()], first, held) is None, dtype
+        cache = [torch.randn(3, 8).mul(10).to(dtype)]  # the cache keeps what it returned
+        first = _marked(list(cache))
+        try:
+            kept = cache[0]
+            assert first[0] is not None and first[0].watched, dtype
+            assert repeat_mark.reads_as_mark(kept), dtype
+            why = repeat_mark.kept_from_first_call(["y"], [kept], first)
+            assert why is not None and "'y'" in why and "first call's output" in why, dtype
+            why = repeat_mark.kept_from_first_call(["y"], [kept.clone()], first)
+            assert why is not None and "copy" in why, dtype
+            unwritten = torch.empty_like(kept)
+            unwritten.view(torch.uint8).fill_(POISON_BYTE)  # a fresh block, as ``poison_free_blocks`` left it
+            assert repeat_mark.kept_from_first_call(["y"], [unwritten], first) is None, dtype
+            assert repeat_mark.kept_from_first_call(["y"], [torch.randn(3, 8).to(dtype)], first) is None, dtype
+        finally:
+            repeat_mark.release(first)
+        assert first == []  # released once
+
+
+def test_a_kernel_that_accumulates_into_a_buffer_it_keeps_is_not_called_a_cache():
+    """A bug, not a cache: the output buffer kept from call to call and summed into without
+    zeroing it. Its second output is the mark plus the answer: with a mark of large magnitude
+    (0xFE bytes, -1.7e38 in float32) the sums stayed the mark exactly and read as a kept
+    result; the mark is now a tiny number, so they are the answer and the comparison of the two
+    calls judges them."""
+    from guard.runner import repeat_mark
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        answer = torch.randn(4, 16).to(dtype)
+        kept = [answer.clone()]  # the first call's output: its buffer, kept
+        first = _marked(list(kept))
+        try:
+            kept[0] += answer  # the second call adds into it again
+            assert not repeat_mark.reads_as_mark(kept[0]), dtype
+            assert repeat_mark.kept_from_first_call(["y"], kept, first) is None, dtype
+        finally:
+            repeat_mark.release(first)
 
 
 def test_memory_the_first_call_let_go_of_is_never_taken_for_a_kept_result():
-    """A first output that nothing references once the guard let go of it was freed: a second
-    call may be handed its block, mark and all (a destination buffer, a block reused at the same
-    address) and leave it unwritten, a bug and not a cache. Likewise a bool output: the guard
-    poisons a destination buffer True, the bool mark, so only the kept buffer itself counts."""
+    """A first output that nothing references after the second call was freed: the second call
+    may be handed its block, mark and all (a destination buffer, a block reused at the same
+    address) and leave it unwritten, a bug and not a cache. A bool output: the guard poisons a
+    destination buffer True, the bool mark, so only the kept storage itself counts for it."""
     from guard.runner import repeat_mark
 
-    first, held, _ = _first_call([torch.randn(3, 8)], [])  # the guard's list held its only reference
-    assert held == [False]
-    reused = torch.empty(3, 8)
-    reused.view(torch.uint8).fill_(repeat_mark.MARK_BYTE)  # the freed block, handed out again
-    assert repeat_mark.reads_as_mark(reused)
-    assert repeat_mark.kept_from_first_call(["y"], [reused], first, held) is None
+    first = _marked([torch.randn(3, 8)])  # the guard's list held its only reference
+    try:
+        reused = torch.empty(3, 8)
+        reused.view(torch.uint8).fill_(repeat_mark.MARK_BYTE)  # the freed block, handed out again
+        assert repeat_mark.reads_as_mark(reused)
+        assert repeat_mark.kept_from_first_call(["y"], [reused], first) is None
+    finally:
+        repeat_mark.release(first)
 
-    mask = torch.randn(16) > 0
-    first, held, cache = _first_call([mask], [mask])
-    del mask
-    assert first[0] is not None and first[0].watched and first[0].is_bool and held == [True]
-    fresh = torch.ones(16, dtype=torch.bool)  # a destination buffer as the guard poisons it
-    assert repeat_mark.kept_from_first_call(["m"], [fresh], first, held) is None
-    assert "first call's output" in (repeat_mark.kept_from_first_call(["m"], [cache[0]], first, held) or "")
-    assert repeat_mark.kept_from_first_call(["m"], [cache[0]], [None], [False]) is None  # nothing marked (a CPU)
+    cache = [torch.randn(16) > 0]
+    first = _marked(list(cache))
+    try:
+        assert first[0] is not None and first[0].watched and first[0].is_bool
+        fresh = torch.ones(16, dtype=torch.bool)  # a destination buffer as the guard poisons it
+        assert repeat_mark.kept_from_first_call(["m"], [fresh], first) is None
+        assert "first call's output" in (repeat_mark.kept_from_first_call(["m"], cache, first) or "")
+        assert repeat_mark.kept_from_first_call(["m"], cache, [None]) is None  # nothing marked (a CPU)
+    finally:
+        repeat_mark.release(first)
 
 
-def test_an_answer_that_reads_as_the_mark_or_the_poison_is_never_taken_for_a_kept_one():
+def test_answers_all_of_one_value_are_not_watched_and_views_of_other_bytes_not_marked():
     """An honest mask that is all True holds the mark's bytes, an index all -1 the poison's (an
-    output left unwritten reads so too), an int8 output all -2 the mark's: such outputs are not
-    watched, and the comparison of the two calls judges them (a red team's honest ``isfinite``
-    was REWARD_HACK), while any other answer is still watched. A conjugate view, whose bytes are
-    not its values, is neither marked nor watched."""
+    output left unwritten reads so too), an answer all zeros nothing a kept buffer left alone
+    could not hold: such outputs are not watched, and the comparison of the two calls judges
+    them (a red team's honest ``isfinite`` was REWARD_HACK), while any other answer is still
+    watched. A conjugate view, whose bytes are not its values, is neither marked nor watched."""
     from guard.runner import repeat_mark
 
-    mask = torch.ones(16, dtype=torch.bool)
-    index = torch.full((4, 4), -1, dtype=torch.int64)
-    minus_two = torch.full((8,), -2, dtype=torch.int8)
-    values = torch.randn(4, 4)
-    conj = torch.randn(4, dtype=torch.complex64).conj()
-    outs = [mask, index, minus_two, values, conj]
-    first, held, cache = _first_call(outs, list(outs))
-    assert [f.watched for f in first if f is not None] == [False, False, False, True, False]
-    assert held == [True] * 5
-    names = ["mask", "index", "minus_two", "values", "conj"]
-    assert repeat_mark.kept_from_first_call(names[:3], cache[:3], first[:3], held[:3]) is None
-    assert "'values'" in (repeat_mark.kept_from_first_call(names, cache, first, held) or "")
-    assert not repeat_mark.reads_as_mark(cache[4])  # left as it was, not marked
+    conj_values = torch.randn(4, dtype=torch.complex64)
+    cache = [
+        torch.ones(16, dtype=torch.bool),
+        torch.full((4, 4), -1, dtype=torch.int64),
+        torch.zeros(8),
+        torch.randn(4, 4),
+        conj_values.conj(),
+    ]
+    before = cache[4].resolve_conj().clone()
+    first = _marked(list(cache))
+    try:
+        assert [f.watched for f in first if f is not None] == [False, False, False, True, False]
+        names = ["mask", "index", "zeros", "values", "conj"]
+        assert repeat_mark.kept_from_first_call(names[:3], cache[:3], first[:3]) is None
+        assert "'values'" in (repeat_mark.kept_from_first_call(names, cache, first) or "")
+        assert torch.equal(cache[4].resolve_conj(), before)  # left as it was
+    finally:
+        repeat_mark.release(first)

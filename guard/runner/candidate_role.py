@@ -228,14 +228,17 @@ class CandidateRole:
                 with self._after_candidate_code("after its call"):
                     first = snapshots(outs, call_bytes)
                     marked = repeat_mark.first_outputs(outs)
-                    repeat_mark.mark_in_place(outs)
-                del outs
-                held = repeat_mark.still_held(marked)  # what the guard no longer holds, someone else may
-                outs = self._call(args, axes, call_bytes)
-                with self._after_candidate_code("comparing its two calls"):
-                    if kept := repeat_mark.kept_from_first_call(list(self.d["outputs"]), outs, marked, held):
-                        raise CandidateFault("REWARD_HACK", kept)
-                    why = _repeat_differs(list(self.d["outputs"]), outs, first, msg.repeat.within)
+                try:
+                    with self._after_candidate_code("after its call"):
+                        repeat_mark.mark_in_place(outs)
+                    del outs  # the guard's last reference: what still holds them is the candidate's
+                    outs = self._call(args, axes, call_bytes)
+                    with self._after_candidate_code("comparing its two calls"):
+                        if kept := repeat_mark.kept_from_first_call(list(self.d["outputs"]), outs, marked):
+                            raise CandidateFault("REWARD_HACK", kept)
+                        why = _repeat_differs(list(self.d["outputs"]), outs, first, msg.repeat.within)
+                finally:
+                    repeat_mark.release(marked)
                 if why:
                     raise CandidateFault("INCORRECT_NUMERICAL", why)
                 del first

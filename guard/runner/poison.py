@@ -94,7 +94,7 @@ def uniform_byte(t: Any, chunk_bytes: int = 64 << 20) -> int | None:
     raw = T.view(T.view(t, (-1,)), torch.uint8)
     value: int | None = None
     for lo in range(0, T.numel(raw), chunk_bytes):
-        low, high = (int(x) for x in T.aminmax(raw[lo : lo + chunk_bytes]))
+        low, high = T.stack(T.aminmax(raw[lo : lo + chunk_bytes])).tolist()  # one read of the device
         if low != high or (value is not None and low != value):
             return None
         value = low
