@@ -53,7 +53,25 @@ def test_default_stream_kernel_is_timed_like_the_same_kernel_on_the_current_stre
     ratios = [d.latency_ms / c.latency_ms for c, d in zip(cur.workloads, dft.workloads)]
     print("default/current per workload:", [round(r, 3) for r in ratios])
     assert abs(statistics.median(ratios) - 1) < 0.05, ratios
-    assert all(abs(r - 1) < 0.15 for r in ratios), ratios
+    # a workload off (2.90x on one of 14 on the H100 in session 37): what decided its figure
+    off = "\n".join(
+        f"  {d.uuid}: {r:.2f}x, default {_figures(d)}; current {_figures(c)}"
+        for c, d, r in zip(cur.workloads, dft.workloads, ratios)
+        if abs(r - 1) >= 0.15
+    )
+    assert not off, f"default/current beyond 15%:\n{off}"
+
+
+def _figures(w) -> str:
+    t, oc = w.timing, w.timing.outside_clock
+    floored = bool(getattr(t, "floored_by_outside_clock", False))  # a field the guard adds, not declared
+    line = f"decided {w.latency_ms * 1e3:.1f} us by {t.method}, floored {floored}"
+    if oc is not None:
+        line += (
+            f", inside {oc.inside_ms * 1e3:.1f} us, outside {oc.outside_ms * 1e3:.1f} us, "
+            f"host-bound {oc.host_bound}, windows {oc.windows}, loop {oc.loop}, pad {oc.pad_ms * 1e3:.0f} us"
+        )
+    return line
 
 
 def test_outside_clock_loop_draws_fresh_inputs_in_graphs():
