@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from guard.candidates.load import from_source
 from guard.cascade import cpu_windows
+from guard.config import GuardConfig
 
 from helpers import FEW_TIMED_CALLS, RMS, honest_source, make_guard, unique
 
@@ -21,7 +22,8 @@ SLOWED_S = 1.0  # a window's calls take milliseconds: one such loop would make i
 
 
 def test_one_slow_trusted_loop_does_not_void_the_paced_figure(session_tmp, monkeypatch):
-    g = make_guard(session_tmp / "ws-paced-floor", **FEW_TIMED_CALLS)
+    default = GuardConfig().outside_paced_loops_cpu  # the tests' fast settings run one loop
+    g = make_guard(session_tmp / "ws-paced-floor", outside_paced_loops_cpu=default, **FEW_TIMED_CALLS)
     real = cpu_windows.CpuWindows.trusted
     slowed: list[int] = []
     loops_after: dict[int, int] = {}
@@ -47,6 +49,6 @@ def test_one_slow_trusted_loop_does_not_void_the_paced_figure(session_tmp, monke
     for w in v.workloads:
         oc = w.timing.outside_clock
         assert oc is not None and oc.paced_ms is not None, w.uuid
-        assert oc.paced_loops == g.cfg.outside_paced_loops_cpu >= 2, (w.uuid, oc.paced_loops)
+        assert oc.paced_loops == default >= 2, (w.uuid, oc.paced_loops)
         # a loop charged a second more would have made the figure about -1 s / calls
         assert oc.paced_ms > 0, (w.uuid, oc.paced_ms, oc.run_iters)
