@@ -38,10 +38,6 @@ FAST = {
     # many times (at 50 ms a verdict with a pairing took 13.7 s against 9.8 s), and the tests
     # check the mechanisms, which do not depend on the length
     "outside_window_s_cpu": 0.015,
-    # one trusted loop after the paced window, not three: the loops that follow it cost a
-    # timing-heavy test a second or more each (the suite: 609 s with three, 557 s before), and
-    # tests/test_paced_floor.py checks the three with the guard's own default
-    "outside_paced_loops_cpu": 1,
     # two CPU workloads per problem, not four: the smallest two, where a call is shortest and
     # timing is hardest; the larger ones cost most of an RMSNorm verdict's draws and checks
     "cpu_workloads": 2,

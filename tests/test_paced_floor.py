@@ -22,7 +22,7 @@ SLOWED_S = 1.0  # a window's calls take milliseconds: one such loop would make i
 
 
 def test_one_slow_trusted_loop_does_not_void_the_paced_figure(session_tmp, monkeypatch):
-    default = GuardConfig().outside_paced_loops_cpu  # the tests' fast settings run one loop
+    default = GuardConfig().outside_paced_loops_cpu  # the guard's own, whatever the fast settings say
     g = make_guard(session_tmp / "ws-paced-floor", outside_paced_loops_cpu=default, **FEW_TIMED_CALLS)
     real = cpu_windows.CpuWindows.trusted
     slowed: list[int] = []
