@@ -15,9 +15,10 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.harness import CHEATS, fast_config
+from benchmarks.harness import CHEATS, REPO, fast_config, submit_cheat
 
 log = logging.getLogger("cheat_repeat")
+SOL_EXAMPLES = REPO / "tests" / "data" / "sol-execbench-examples"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,18 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     if not path.is_file():
         parser.error(f"no cheat file {args.cheat}")
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from guard.cascade import Guard
     from guard.workspace import Workspace
-
-    from helpers import SOL_EXAMPLES, submit_cheat  # the tests' own submission: its PROBLEM, its language
 
     seen: Counter[str] = Counter()
     for i in range(args.runs):
         ws = Path(tempfile.mkdtemp(prefix="cheat-repeat-")) / "ws"
         cfg = fast_config(static_screen=not args.screen_off, call_timeout_s=10)
         guard = Guard(Workspace.open(ws), cfg, device="cpu")
-        guard.store.import_path(SOL_EXAMPLES / "softmax_h4096")  # as the tests' guards do
+        guard.store.import_path(SOL_EXAMPLES / "softmax_h4096")  # the problem of a cheat that names it
         try:
             v = submit_cheat(guard, path, f"repeat-{i}")
         finally:
