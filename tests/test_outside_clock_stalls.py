@@ -74,10 +74,13 @@ for _ in range(3):
     costs.append(time.process_time() - c0)
 me = os.getpid()
 stall = sys.argv[1].replace("PID", str(me))
-staller = subprocess.Popen([sys.executable, "-c", stall], stdout=subprocess.PIPE, text=True)
+staller = subprocess.Popen([sys.executable, "-c", stall], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 assert staller.stdout.readline().strip() == "go"
 stalled = _time(copy, 5, torch.device("cpu"))
-staller.kill()
+# asked to end, not killed: killed, its last SIGSTOP could come after and leave this process
+# stopped for good (a fresh clone's suite sat 5 minutes so, session 37); it ends after a SIGCONT
+staller.stdin.write("end\\n")
+staller.stdin.flush()
 staller.wait()
 print(stalled, min(costs))
 """
@@ -92,8 +95,9 @@ def test_a_ceiling_measured_through_stalls_is_the_machines_own():
     import subprocess
     import sys
 
-    stall = (
-        "import os, signal, time\nprint('go', flush=True)\nwhile True:\n"
+    stall = (  # stops and continues the probe until asked to end on its stdin (or the probe is gone)
+        "import os, select, signal, sys, time\nprint('go', flush=True)\n"
+        "while not select.select([sys.stdin], [], [], 0)[0]:\n"
         f"    os.kill(PID, signal.SIGSTOP)\n    time.sleep({STOP_S})\n"
         f"    os.kill(PID, signal.SIGCONT)\n    time.sleep({RUN_S})\n"
     )
