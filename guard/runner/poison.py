@@ -74,15 +74,8 @@ def reads_as_poison(t: Any, chunk_bytes: int = 64 << 20) -> bool:
     """Whether a contiguous tensor holds nothing but what ``poison_tensor`` wrote into it,
     read a chunk at a time (no copy of its size). False for anything else: a tensor laid out
     otherwise is not read."""
-    return reads_as_bytes(
-        t, 1 if T.isinstance(t, T.tensor_type) and t.dtype == torch.bool else POISON_BYTE, chunk_bytes
-    )
-
-
-def reads_as_bytes(t: Any, byte: int, chunk_bytes: int = 64 << 20) -> bool:
-    """Whether every byte of a contiguous tensor is ``byte``, read a chunk at a time; False for
-    anything else (a tensor laid out otherwise is not read)."""
-    return uniform_byte(t, chunk_bytes) == byte
+    poison = 1 if T.isinstance(t, T.tensor_type) and t.dtype == torch.bool else POISON_BYTE
+    return uniform_byte(t, chunk_bytes) == poison
 
 
 def uniform_byte(t: Any, chunk_bytes: int = 64 << 20) -> int | None:
