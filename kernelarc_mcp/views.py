@@ -44,7 +44,8 @@ class ProblemView(BaseModel):
     outputs: dict[str, Any]
     reference: str = Field(description="the PyTorch reference; your run(...) must match its signature")
     tolerances: dict[str, dict[str, float]] = Field(
-        description="atol/rtol per output, and the share of elements that must be within them"
+        description="atol/rtol per output, and the share of elements that must be within them; "
+        "atol is at most 10 x rtol x the reference output's root mean square"
     )
     not_honoured: list[str] = Field(
         default_factory=list,

@@ -168,12 +168,16 @@ def run(x):
     return x * 2.0
 """
 
+# 3x off its allowance on every 150th element, within the ratio and the outlier bound: the
+# allowance's atol is held to the output's size (10 x rtol x its RMS, ``held_atol``), which
+# the near-zero round's outputs (2**-40) fall far below
 ROUNDED = """import torch
 
 def run(x):
     y = x * 2.0
     flat = y.view(-1)
-    flat[::150] += 3.0 * (1e-3 + 1e-3 * flat[::150].abs())
+    atol = min(1e-3, 1e-2 * float(flat.pow(2).mean().sqrt()))
+    flat[::150] += 3.0 * (atol + 1e-3 * flat[::150].abs())
     return y
 """
 

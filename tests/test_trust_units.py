@@ -420,10 +420,10 @@ def test_the_count_over_the_calls_holds_a_kernel_to_the_float64_reference_too():
         row = [replays.digest([out], p, it)[0].tolist()]
         assert replays.digest_mismatch(row[0], values, allow, "y", 0.99) is None  # each call alone passes
         tally.add(0, replays.compare_samples(row[0], values, allow).misses, it)
-        seen.append((row, hi))
+        seen.append((row, rounded.to(torch.float32), hi))
     assert tally.mismatch(tol, ["y"]) is not None  # held to the rounded reference alone: accused
-    for it, (row, hi) in enumerate(seen):
-        replay_check.lower_by_exact(tally, row, [hi], tol, p, it)
+    for it, (row, rounded, hi) in enumerate(seen):
+        replay_check.lower_by_exact(tally, row, [rounded], [hi], tol, p, it)
     assert tally.mismatch(tol, ["y"]) is None
 
 

@@ -13,7 +13,9 @@ KernelArc follows it, with one difference it names whenever it matters:
   float64), every element must be within them, as before: a ratio sized for 1e-2 does not carry
   over to 1e-4. That is stricter than SOL-ExecBench, and a rejection says so.
 
-Integer and bool outputs must match exactly in every case (``guard/runner/compare.py``).
+Integer and bool outputs must match exactly in every case (``guard/runner/compare.py``). The
+atol chosen here is an upper bound: an output far smaller than it is held to at most
+10 x rtol x the reference output's root mean square (``guard/runner/held_atol.py``).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ import torch
 
 from .common import dtype_name
 from .compare_scan import Scan, all_within, scan_exact, scan_floats
+from .held_atol import HeldAtol, held_atol, rms
 from .messages import DEFAULT_CHUNK_ELEMENTS
 
 # How far past its allowance (atol + rtol * |ref|) an element the matched ratio lets through
@@ -56,6 +57,8 @@ def compare(
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     same_dtype: bool = True,
     figures: bool = True,
+    scale: bool = True,
+    reference_error: float = 0.0,
 ) -> dict[str, Any]:
     """A report: ``ok``, ``status``, ``message`` and error statistics.
 
@@ -72,7 +75,12 @@ def compare(
     a whole output is ever made. ``same_dtype=False`` compares values only (the float64
     recheck, against a reference evaluated in float64). ``figures=False`` (a check of many
     outputs, which reads only a failure): a float output in which no element fails reports no
-    error statistics, and is scanned for them only when one does."""
+    error statistics, and is scanned for them only when one does.
+
+    ``scale``: ``atol`` is held down to the reference's own size (``held_atol``), never below
+    ``REFERENCE_ERROR_FACTOR`` times ``reference_error`` (the reference's largest error against
+    its float64 evaluation, where known). False compares two results of one kernel (its
+    repeats): their rounding noise is not proportional to the output's size."""
     if same_dtype and out.dtype != ref.dtype:
         return _fail("INCORRECT_DTYPE", f"{name}: dtype {dtype_name(out)}, expected {dtype_name(ref)}")
     if tuple(out.shape) != tuple(ref.shape):
@@ -91,6 +99,8 @@ def compare(
             )
         return {"ok": True, "status": "PASSED", "max_abs": 0.0, "max_rel": 0.0}
 
+    held = held_atol(atol, rtol, rms(ref, chunk_elements), reference_error) if scale else HeldAtol(atol, atol, math.nan)
+    atol = held.atol
     if not figures and all_within(out, ref, atol, rtol, row_scaled, error_cap, chunk_elements):
         return {"ok": True, "status": "PASSED"}
     scan = scan_floats(out, ref, atol, rtol, row_scaled, OUTLIER_FACTOR, chunk_elements)
@@ -103,6 +113,8 @@ def compare(
         "numel": numel,
         "matched_ratio": 1.0 - n_fail / numel,
     }
+    if held.scaled:
+        stats["held_atol"] = atol
     if error_cap is not None and max_abs > error_cap:
         worst_where = _index(scan.worst_abs.index, shape)
         return _fail(
@@ -114,7 +126,7 @@ def compare(
     if n_fail == 0:
         return {"ok": True, "status": "PASSED", **stats}
     if 1.0 - n_fail / numel >= matched_ratio:
-        verdict = _within_ratio(scan, shape, name, matched_ratio, stats)
+        verdict = _within_ratio(scan, shape, name, matched_ratio, stats, held)
         if verdict is not None:
             return verdict
     first = scan.first_fail
@@ -122,7 +134,7 @@ def compare(
     worst_where = _index(scan.worst_fail.index, shape)
     allowance = math.floor((1.0 - matched_ratio) * numel + 1e-9)
     parts = [
-        f"{name}: {n_fail} of {numel} elements outside atol={atol:g} rtol={rtol:g}"
+        f"{name}: {n_fail} of {numel} elements outside atol={atol:g}{held.note()} rtol={rtol:g}"
         + (" (+ rtol x row RMS)" if row_scaled else "")
         + (
             f", more than the {allowance} that required_matched_ratio={matched_ratio:g} allows"
@@ -138,7 +150,7 @@ def compare(
 
 
 def _within_ratio(
-    scan: Scan, shape: tuple[int, ...], name: str, matched_ratio: float, stats: dict[str, Any]
+    scan: Scan, shape: tuple[int, ...], name: str, matched_ratio: float, stats: dict[str, Any], held: HeldAtol
 ) -> dict[str, Any] | None:
     """Few enough elements miss for the matched ratio. None when they are rounding-sized (the
     output passes); a failure naming the check otherwise."""
@@ -160,7 +172,7 @@ def _within_ratio(
             f"{name}: KernelArc's outlier bound, stricter than SOL-ExecBench: {scan.outliers} elements "
             f"are off by more than {OUTLIER_FACTOR:g}x their allowance (worst at "
             f"{_index(worst.index, shape)}: got {worst.got:.6g}, expected "
-            f"{worst.want:.6g}, {factor:.3g}x). The {stats['mismatches']} of "
+            f"{worst.want:.6g}, {factor:.3g}x; atol {held.atol:g}{held.note()}). The {stats['mismatches']} of "
             f"{stats['numel']} elements outside tolerance are within required_matched_ratio="
             f"{matched_ratio:g}, but that ratio is for rounding: an error this size is a defect "
             "(an unmasked tail, a skipped element, a wrong index)",

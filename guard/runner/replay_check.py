@@ -18,7 +18,9 @@ two ways:
 
 Both also accept what matches the reference evaluated in float64 (a kernel more accurate than
 a reference that rounds intermediates); ``exact`` runs it, only when it is needed, and at most
-once per call (the caller passes it cached).
+once per call (the caller passes it cached). Both hold the atol down to the reference's size
+(``held_atol``), and against the float64 reference no lower than ten times the reference's own
+error against it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch
 from . import messages as m
 from . import replays
 from .compare import compare, spec_args
+from .held_atol import reference_error
 from .tensorio import read_tensor
 
 Exact = Callable[[], list[torch.Tensor]]
@@ -62,11 +65,11 @@ def outputs_mismatch(
             continue
         if report["status"] == "INCORRECT_NUMERICAL" and ref.is_floating_point():
             hi = exact()[j]
-            if (
-                hi.is_floating_point()
-                and compare(out, hi, tol.atol, tol.rtol, name, same_dtype=False, figures=False, **args)["ok"]
-            ):
-                continue
+            if hi.is_floating_point():
+                error = reference_error(ref, hi)
+                hi_args = dict(same_dtype=False, figures=False, reference_error=error, **args)
+                if compare(out, hi, tol.atol, tol.rtol, name, **hi_args)["ok"]:
+                    continue
         message: str = report["message"]
         return message
     return None
@@ -110,6 +113,7 @@ class SampleTally:
 def lower_by_exact(
     tally: SampleTally,
     row: list[list[float]],
+    refs: list[torch.Tensor],
     exact: list[torch.Tensor],
     tolerances: list[m.Tolerance],
     projection: replays.Projection,
@@ -118,12 +122,13 @@ def lower_by_exact(
     """Count call ``iteration``'s sampled misses against the float64 reference too, and keep
     the fewer (``SampleTally.lower``): before the count over the calls accuses a kernel, as
     each call's own check does before it accuses one."""
-    for j, (got, hi, tol) in enumerate(zip(row, exact, tolerances)):
+    for j, (got, ref, hi, tol) in enumerate(zip(row, refs, exact, tolerances)):
         if not hi.is_floating_point():
             continue
         ratio, cap = tol.required_matched_ratio or 1.0, tol.max_error_cap
+        error = reference_error(ref, hi) if ref.is_floating_point() else 0.0
         values, allow = replays.digest_bounds(
-            hi.to(torch.float64), tol.atol, tol.rtol, projection, ratio, cap, iteration
+            hi.to(torch.float64), tol.atol, tol.rtol, projection, ratio, cap, iteration, error
         )
         tally.lower(j, replays.compare_samples(got, values, allow).misses, iteration)
 
@@ -148,7 +153,10 @@ def digests_mismatch(
         why = replays.digest_mismatch(got, values, allow, name, ratio)
         if why and ref.is_floating_point():
             hi = exact()[j].to(torch.float64)
-            hi_values, hi_allow = replays.digest_bounds(hi, tol.atol, tol.rtol, projection, ratio, cap, iteration)
+            error = reference_error(ref, hi)
+            hi_values, hi_allow = replays.digest_bounds(
+                hi, tol.atol, tol.rtol, projection, ratio, cap, iteration, error
+            )
             if replays.digest_mismatch(got, hi_values, hi_allow, name, ratio) is None:
                 why, values, allow = None, hi_values, hi_allow
         if why:
