@@ -103,14 +103,15 @@ def test_a_spare_that_fails_to_start_is_dropped_not_raised(tmp_path, started):
 
 
 def test_only_spares_are_told_they_start_ahead_of_their_candidate(tmp_path, monkeypatch):
+    """Told by an argument (``--spare``), never by a variable: a worker's environment holds
+    nothing of the guard's (tests/test_worker_environment.py)."""
     from guard.runner import pool as pool_mod
-    from guard.runner import spare_setup
 
-    envs: list[dict] = []
+    made: list[tuple[dict, bool]] = []
 
     class Recorded:
         def __init__(self, role, device, workdir, memory_limit_gb, env, **kw):
-            envs.append(dict(env))
+            made.append((dict(env), kw.get("spare", False)))
 
         def start(self):
             return self
@@ -119,8 +120,8 @@ def test_only_spares_are_told_they_start_ahead_of_their_candidate(tmp_path, monk
     pool = WorkerPool("cuda", tmp_path, prestart=False, env={"CUDA_VISIBLE_DEVICES": "1"})
     pool._new("candidate")
     pool._new("candidate", spare=True)
-    assert [spare_setup.ENV in e for e in envs] == [False, True]
-    assert all(e["CUDA_VISIBLE_DEVICES"] == "1" for e in envs) and spare_setup.ENV not in pool.env
+    assert [spare for _, spare in made] == [False, True]
+    assert all(e == {"CUDA_VISIBLE_DEVICES": "1"} for e, _ in made)
 
 
 def test_a_discarded_worker_is_killed_not_asked_to_exit(tmp_path, monkeypatch):

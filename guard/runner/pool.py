@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import sandbox
 from ..paths import cache_dir
-from . import cells, request_profile, spare_setup, worker_files, zygote
+from . import cells, request_profile, worker_files, zygote
 from .process import WorkerDied, WorkerProcess, WorkerTimeout, worker_env
 
 log = logging.getLogger(__name__)
@@ -61,21 +61,19 @@ class WorkerPool:
 
     def _new(self, role: str, spare: bool = False) -> WorkerProcess:
         workdir = self.root / f"{role}-{uuid.uuid4().hex[:10]}"
-        env = dict(self.env)
-        if spare:  # started ahead of its candidate (spare_setup)
-            env[spare_setup.ENV] = "1"
         return WorkerProcess(
             role,
             self.device,
             workdir,
             self.memory_limit_gb,
-            env,
+            dict(self.env),
             protect=self.protect,
             expose=self.expose,
             isolation=self.isolation,
             build_cache=self.build_cache,
             cells=self._candidate_zygote() if role == "candidate" else None,
             tasks_limit=self.tasks_limit,
+            spare=spare,  # started ahead of its candidate (spare_setup)
         ).start()
 
     def _candidate_zygote(self) -> zygote.Zygote | None:

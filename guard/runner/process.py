@@ -28,7 +28,9 @@ from .fds import close_quietly, host_pid, readable
 
 log = logging.getLogger(__name__)
 
-# Variables a worker may inherit; everything else (KERNELARC_* above all) is dropped.
+# Variables a worker may inherit; everything else (KERNELARC_* above all) is dropped. A
+# candidate that finds a variable of the guard's knows it runs under the guard and where (the
+# spare workers' marker once told a ``reads_environment`` cheat, on an H100, session 38).
 ENV_KEEP_PREFIXES = (
     "PATH",
     "HOME",
@@ -87,8 +89,6 @@ def worker_env(device: str, extra: dict[str, str] | None = None) -> dict[str, st
     env = {k: v for k, v in os.environ.items() if k.startswith(ENV_KEEP_PREFIXES) and not k.startswith("KERNELARC")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
-    if os.environ.get(request_profile.ENV):  # a diagnostic: the workers profile their requests
-        env[request_profile.ENV] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
@@ -129,6 +129,7 @@ class WorkerProcess:
         build_cache: Path | None = None,
         cells: zygote.Zygote | None = None,
         tasks_limit: int | None = None,
+        spare: bool = False,
     ):
         """``protect``: paths a candidate must not see (the workspace, the secret);
         ``expose``: read-only paths it may see even inside those (problem folders);
@@ -137,7 +138,8 @@ class WorkerProcess:
         ``cells``: the pool's candidates' zygote (``runner.cells``), whose sandbox holds
         ``workdir``'s folder: a candidate worker is forked by it into a cell of its own;
         ``tasks_limit``: the processes and threads a sandbox of its own may hold (its pids
-        cgroup's cap; a cell's are capped with its zygote's, ``cells.start``)."""
+        cgroup's cap; a cell's are capped with its zygote's, ``cells.start``);
+        ``spare``: a candidate worker started ahead of its candidate (``spare_setup``)."""
         self.role = role
         self.device = device
         self.workdir = Path(workdir).absolute()
@@ -149,6 +151,7 @@ class WorkerProcess:
         self.log_path = self.workdir / "worker.log"
         self.memory_limit_gb = memory_limit_gb
         self.env_extra = env_extra
+        self.spare = spare
         self.protect = [Path(p) for p in protect]
         self.expose = [Path(p) for p in expose]
         self.build_cache = Path(build_cache) if build_cache else cache_dir() / "torch_extensions"
@@ -189,10 +192,16 @@ class WorkerProcess:
 
     # -- lifecycle ----------------------------------------------------------------
     def _args(self) -> list[str]:
-        """``worker_main``'s arguments but ``--fd``."""
+        """``worker_main``'s arguments but ``--fd``. What the guard tells a worker about
+        itself goes here, never into its environment, which keeps nothing of the guard's
+        (``worker_env``)."""
         args = ["--role", self.role, "--device", self.device]
         if self.memory_limit_gb and self.device == "cpu":
             args += ["--memory-limit-gb", str(self.memory_limit_gb)]
+        if self.spare and self.role == "candidate":
+            args.append("--spare")
+        if request_profile.enabled():
+            args.append("--profile")
         return args
 
     def start(self) -> "WorkerProcess":

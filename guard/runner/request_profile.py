@@ -24,6 +24,16 @@ from pathlib import Path
 from typing import Any
 
 ENV = "KERNELARC_WORKER_PROFILE"
+
+
+def enabled() -> bool:
+    """Whether the guard's workers profile their requests (told by ``--profile``, never by
+    their environment, which keeps nothing of the guard's)."""
+    import os
+
+    return bool(os.environ.get(ENV))
+
+
 FILE_NAME = "profile.txt"
 TOP = 30
 HOLDERS = 20  # lines of code shown for the memory held at exit

@@ -19,8 +19,6 @@ import time
 
 log = logging.getLogger(__name__)
 
-ENV = "KERNELARC_WORKER_SPARE"  # set by the pool for the spare workers it starts
-
 
 def set_up(device: str) -> float:
     """Seconds spent; 0 without a GPU. Never raises: the candidate's own first call would pay

@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--role", choices=["candidate", "trusted"], required=True)
     ap.add_argument("--device", required=True)
     ap.add_argument("--memory-limit-gb", type=float)
+    ap.add_argument("--spare", action="store_true", help="started ahead of its candidate (spare_setup)")
+    ap.add_argument("--profile", action="store_true", help="profile each request (request_profile)")
     args = ap.parse_args(argv)
     _die_with_parent(args.fd)
     if args.role == "candidate":
@@ -86,7 +88,6 @@ def main(argv: list[str] | None = None) -> int:
     from . import protocol, spare_setup
     from .pacing import Pacer
     from .common import PeakMeter
-    from .request_profile import ENV as PROFILE_ENV
     from .request_profile import RequestProfiler
 
     import torch
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             info["triton"] = importlib.metadata.version("triton")
         except importlib.metadata.PackageNotFoundError:
             info["triton"] = None
-        if args.role == "candidate" and os.environ.get(spare_setup.ENV):
+        if args.role == "candidate" and args.spare:
             info["setup_s"] = round(spare_setup.set_up(device), 3)
         workdir = Path.cwd()
         meter = PeakMeter(device)
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return 1
     protocol.send(sock, info)
-    profiler = RequestProfiler(cuda=device.startswith("cuda")) if os.environ.get(PROFILE_ENV) else None
+    profiler = RequestProfiler(cuda=device.startswith("cuda")) if args.profile else None
     while True:
         try:
             msg = protocol.recv(sock)
