@@ -243,36 +243,30 @@ def time_workload(
         ).model_copy(update={"windows": len(run_walls)})
 
     floors = outside_windows.figure_floors(ref, host_bound)
+
+    def windows(
+        n: int, first: int = 0, **how: Any
+    ) -> tuple[list[float], list[float], list[outside_windows.Checked], outside_clock.OutsideClock]:
+        """The outside clock's windows of ``n`` calls, after ``first`` windows already run on
+        this workload (``outside_windows.run_windows``; ``how``: floors, paced, most, loops)."""
+        return outside_windows.run_windows(
+            cx, run_seed, n, passes, copies, projection_seed, judge, how.pop("floors", floors), check_rng, first, **how
+        )
+
     try:  # the inputs written and the outputs read out of the candidate's worker go when this workload is done
         if held:  # enough calls that a window's own fixed cost is small beside them
             n_loop = cpu_windows.calls_per_window(cx, run_seed, n_loop, held, copies, projection_seed)
-        run_walls, loop_walls, confirms, clock = outside_windows.run_windows(
-            cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng
-        )
+        run_walls, loop_walls, confirms, clock = windows(n_loop)
         target = cfg.outside_window_s_cpu
         longer = held_outputs.longer_windows(n_loop, min(run_walls), clock.outside_ms, target, held) if held else None
         if longer is not None:  # too short to time: longer windows decide, the first are checked too
             n_loop = longer
             first = confirms
-            run_walls, loop_walls, confirms, clock = outside_windows.run_windows(
-                cx, run_seed, n_loop, passes, copies, projection_seed, judge, floors, check_rng, len(first)
-            )
+            run_walls, loop_walls, confirms, clock = windows(n_loop, len(first))
             confirms = first + confirms
         if held and cfg.outside_paced_share_cpu > 0:  # one window whose calls cannot be batched
-            _, _, paced_confirms, paced = outside_windows.run_windows(
-                cx,
-                run_seed,
-                n_loop,
-                passes,
-                copies,
-                projection_seed,
-                judge,
-                False,
-                check_rng,
-                len(confirms),
-                paced=True,
-                most=1,
-                loops=cfg.outside_paced_loops_cpu,
+            _, _, paced_confirms, paced = windows(
+                n_loop, len(confirms), floors=False, paced=True, most=1, loops=cfg.outside_paced_loops_cpu
             )
             confirms = confirms + paced_confirms
             clock = clock.model_copy(
