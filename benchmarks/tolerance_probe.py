@@ -38,7 +38,7 @@ from guard.problems import tolerance  # noqa: E402
 from guard.problems.problem import load_problem  # noqa: E402
 from guard.runner.common import load_module_from_source, normalize_outputs  # noqa: E402
 from guard.runner.compare import compare, spec_args  # noqa: E402
-from guard.runner.held_atol import held_atol, reference_error, rms  # noqa: E402
+from guard.runner.held_atol import NO_GAP, held_atol, reference_gap, rms  # noqa: E402
 from guard.runner.inputs import InputMaker  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
 
@@ -58,8 +58,8 @@ def _judge(out: Any, ref: torch.Tensor, exact: Any, tol: dict, row_scaled: bool,
     hi = exact() if first["status"] == "INCORRECT_NUMERICAL" else None
     if hi is None or not hi.is_floating_point():
         return False, str(first.get("message", first["status"]))[:300]
-    error = reference_error(ref, hi) if scale else 0.0
-    again = compare(out, hi, tol["atol"], tol["rtol"], same_dtype=False, reference_error=error, **args)
+    gap = reference_gap(ref, hi) if scale else NO_GAP
+    again = compare(out, hi, tol["atol"], tol["rtol"], same_dtype=False, gap=gap, **args)
     if again["ok"]:
         return True, "float64"
     return False, str(first.get("message", first["status"]))[:300]

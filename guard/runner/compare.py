@@ -22,7 +22,7 @@ import torch
 
 from .common import dtype_name
 from .compare_scan import Scan, all_within, scan_exact, scan_floats
-from .held_atol import HeldAtol, held_atol, rms
+from .held_atol import NO_GAP, HeldAtol, ReferenceGap, held_atol, rms
 from .messages import DEFAULT_CHUNK_ELEMENTS
 
 # How far past its allowance (atol + rtol * |ref|) an element the matched ratio lets through
@@ -58,7 +58,7 @@ def compare(
     same_dtype: bool = True,
     figures: bool = True,
     scale: bool = True,
-    reference_error: float = 0.0,
+    gap: ReferenceGap = NO_GAP,
 ) -> dict[str, Any]:
     """A report: ``ok``, ``status``, ``message`` and error statistics.
 
@@ -77,10 +77,10 @@ def compare(
     outputs, which reads only a failure): a float output in which no element fails reports no
     error statistics, and is scanned for them only when one does.
 
-    ``scale``: ``atol`` is held down to the reference's own size (``held_atol``), never below
-    ``REFERENCE_ERROR_FACTOR`` times ``reference_error`` (the reference's largest error against
-    its float64 evaluation, where known). False compares two results of one kernel (its
-    repeats): their rounding noise is not proportional to the output's size."""
+    ``scale``: ``atol`` is held down to the reference's own size (``held_atol``), with the
+    floors that ``gap`` gives (how far the reference lies from its float64 evaluation, where
+    known). False compares two results of one kernel (its repeats): their rounding noise is
+    not proportional to the output's size."""
     if same_dtype and out.dtype != ref.dtype:
         return _fail("INCORRECT_DTYPE", f"{name}: dtype {dtype_name(out)}, expected {dtype_name(ref)}")
     if tuple(out.shape) != tuple(ref.shape):
@@ -99,7 +99,7 @@ def compare(
             )
         return {"ok": True, "status": "PASSED", "max_abs": 0.0, "max_rel": 0.0}
 
-    held = held_atol(atol, rtol, rms(ref, chunk_elements), reference_error) if scale else HeldAtol(atol, atol, math.nan)
+    held = held_atol(atol, rtol, rms(ref, chunk_elements), gap) if scale else HeldAtol(atol, atol, math.nan)
     atol = held.atol
     if not figures and all_within(out, ref, atol, rtol, row_scaled, error_cap, chunk_elements):
         return {"ok": True, "status": "PASSED"}

@@ -10,16 +10,19 @@ at most ``SCALE_FACTOR * rtol * RMS(reference)``: where the reference's root mea
 below it the bound becomes relative to the output's own size.
 
 Two floors keep an honest kernel from being accused where the output's size is not the
-scale of its rounding:
+scale of its rounding. Both use how far the reference, rounded in its dtypes, lies from the
+same reference evaluated in float64 (its ``ReferenceGap``), which the checks know only once
+the float64 reference has run, as they do before they accuse:
 
-- the reference's own error: where the reference, rounded in its dtypes, lies far from the
-  same reference evaluated in float64 (an output that cancels to near zero: the mean of a
-  normalised tensor, a difference of near-equal terms), the bound is at least
-  ``REFERENCE_ERROR_FACTOR`` times the largest such error. The checks know it only once the
-  float64 reference has run, which they do before they accuse (``reference_error``);
-- a reference that is zero throughout (nothing to scale to) keeps the stated atol.
+- where that gap's RMS is ``NOISE_SHARE`` of the float64 output's RMS or more, the output is
+  mostly rounding (KernelBench level 2's 23_Conv3d_GroupNorm_Mean is 0 in exact arithmetic):
+  nothing can be held to its size, and the stated atol stands. A red-team review found
+  honest kernels there 5-40x further from float64 than ATen's cascade sums (session 38);
+- elsewhere the atol is at least ``REFERENCE_ERROR_FACTOR`` times the gap's largest element
+  (an output that cancels partly, a norm whose float32 reference itself misses rtol).
 
-A tolerance without a relative part (``rtol`` 0) is absolute by intent and is kept.
+A reference that is zero throughout (nothing to scale to) and a tolerance without a relative
+part (``rtol`` 0, absolute by intent) keep the stated atol too.
 """
 
 from __future__ import annotations
@@ -33,6 +36,19 @@ from .messages import DEFAULT_CHUNK_ELEMENTS
 
 SCALE_FACTOR = 10.0
 REFERENCE_ERROR_FACTOR = 10.0
+NOISE_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class ReferenceGap:
+    """How far the reference, rounded in its own dtypes, lies from its float64 evaluation on
+    the same inputs: the largest element's difference and the differences' RMS."""
+
+    largest: float = 0.0
+    rms: float = 0.0
+
+
+NO_GAP = ReferenceGap()  # not known: the float64 reference has not run
 
 
 @dataclass(frozen=True)
@@ -42,7 +58,7 @@ class HeldAtol:
     atol: float
     stated: float
     rms: float
-    reference_error: float = 0.0
+    gap: ReferenceGap = NO_GAP
 
     @property
     def scaled(self) -> bool:
@@ -53,25 +69,28 @@ class HeldAtol:
         if not self.scaled:
             return ""
         why = f"scaled from {self.stated:g}: {SCALE_FACTOR:g} x rtol x the reference's RMS {self.rms:.3g}"
-        if self.reference_error > 0:
-            why += f", at least {REFERENCE_ERROR_FACTOR:g} x the reference's own error {self.reference_error:.3g}"
+        if self.gap.largest > 0:
+            why += f", at least {REFERENCE_ERROR_FACTOR:g} x the reference's own error {self.gap.largest:.3g}"
         return f" ({why})"
 
 
-def held_atol(stated: float, rtol: float, rms: float, reference_error: float = 0.0) -> HeldAtol:
-    """The atol for a reference of root mean square ``rms`` whose largest error against its
-    float64 evaluation is ``reference_error`` (0 where unknown)."""
-    if rtol <= 0 or stated <= 0 or not math.isfinite(rms) or rms <= 0:
-        return HeldAtol(stated, stated, rms, reference_error)
-    floor = REFERENCE_ERROR_FACTOR * reference_error
-    return HeldAtol(min(stated, max(SCALE_FACTOR * rtol * rms, floor)), stated, rms, reference_error)
+def held_atol(stated: float, rtol: float, rms: float, gap: ReferenceGap = NO_GAP) -> HeldAtol:
+    """The atol for a reference of root mean square ``rms`` (the float64 one's, where ``gap``
+    is known) that lies ``gap`` from its float64 evaluation."""
+    if rtol <= 0 or stated <= 0 or not math.isfinite(rms) or rms <= 0 or gap.rms >= NOISE_SHARE * rms:
+        return HeldAtol(stated, stated, rms, gap)
+    floor = REFERENCE_ERROR_FACTOR * gap.largest
+    return HeldAtol(min(stated, max(SCALE_FACTOR * rtol * rms, floor)), stated, rms, gap)
+
+
+def _flat_real(t: torch.Tensor) -> torch.Tensor:
+    return (torch.view_as_real(t) if t.is_complex() else t).reshape(-1)
 
 
 def rms(t: torch.Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> float:
     """The root mean square of ``t``'s finite elements, in float64, a chunk at a time (0 for
     none). A complex tensor counts its real and imaginary parts as elements."""
-    x = torch.view_as_real(t) if t.is_complex() else t
-    flat = x.reshape(-1)
+    flat = _flat_real(t)
     total, count = 0.0, 0
     step = max(1, int(chunk_elements))
     for start in range(0, flat.numel(), step):
@@ -83,18 +102,21 @@ def rms(t: torch.Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> float:
     return math.sqrt(total / count) if count else 0.0
 
 
-def reference_error(ref: torch.Tensor, exact: torch.Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> float:
-    """The largest ``|ref - exact|`` where both are finite: how far the reference, rounded in
-    its own dtypes, lies from its float64 evaluation on the same inputs."""
-    a = (torch.view_as_real(ref) if ref.is_complex() else ref).reshape(-1)
-    b = (torch.view_as_real(exact) if exact.is_complex() else exact).reshape(-1)
+def reference_gap(ref: torch.Tensor, exact: torch.Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> ReferenceGap:
+    """``ReferenceGap`` of ``ref`` from ``exact`` over the elements finite in both, a chunk at
+    a time."""
+    a, b = _flat_real(ref), _flat_real(exact)
     if a.numel() != b.numel():
-        return 0.0
-    worst = 0.0
+        return NO_GAP
+    largest, total, count = 0.0, 0.0, 0
     step = max(1, int(chunk_elements))
     for start in range(0, a.numel(), step):
         x = a[start : start + step].to(torch.float64)
         y = b[start : start + step].to(device=x.device, dtype=torch.float64)
         both = torch.isfinite(x) & torch.isfinite(y)
-        worst = max(worst, float(torch.where(both, (x - y).abs(), 0.0).max().item()))
-    return worst
+        d = torch.where(both, (x - y).abs(), 0.0)
+        figures = torch.stack([d.max(), d.pow(2).sum(), both.sum().to(torch.float64)]).tolist()
+        largest = max(largest, figures[0])
+        total += figures[1]
+        count += int(figures[2])
+    return ReferenceGap(largest, math.sqrt(total / count) if count else 0.0)

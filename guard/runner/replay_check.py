@@ -32,7 +32,7 @@ import torch
 from . import messages as m
 from . import replays
 from .compare import compare, spec_args
-from .held_atol import reference_error
+from .held_atol import NO_GAP, reference_gap
 from .tensorio import read_tensor
 
 Exact = Callable[[], list[torch.Tensor]]
@@ -66,8 +66,7 @@ def outputs_mismatch(
         if report["status"] == "INCORRECT_NUMERICAL" and ref.is_floating_point():
             hi = exact()[j]
             if hi.is_floating_point():
-                error = reference_error(ref, hi)
-                hi_args = dict(same_dtype=False, figures=False, reference_error=error, **args)
+                hi_args = dict(same_dtype=False, figures=False, gap=reference_gap(ref, hi), **args)
                 if compare(out, hi, tol.atol, tol.rtol, name, **hi_args)["ok"]:
                     continue
         message: str = report["message"]
@@ -126,9 +125,9 @@ def lower_by_exact(
         if not hi.is_floating_point():
             continue
         ratio, cap = tol.required_matched_ratio or 1.0, tol.max_error_cap
-        error = reference_error(ref, hi) if ref.is_floating_point() else 0.0
+        gap = reference_gap(ref, hi) if ref.is_floating_point() else NO_GAP
         values, allow = replays.digest_bounds(
-            hi.to(torch.float64), tol.atol, tol.rtol, projection, ratio, cap, iteration, error
+            hi.to(torch.float64), tol.atol, tol.rtol, projection, ratio, cap, iteration, gap
         )
         tally.lower(j, replays.compare_samples(got, values, allow).misses, iteration)
 
@@ -153,10 +152,8 @@ def digests_mismatch(
         why = replays.digest_mismatch(got, values, allow, name, ratio)
         if why and ref.is_floating_point():
             hi = exact()[j].to(torch.float64)
-            error = reference_error(ref, hi)
-            hi_values, hi_allow = replays.digest_bounds(
-                hi, tol.atol, tol.rtol, projection, ratio, cap, iteration, error
-            )
+            gap = reference_gap(ref, hi)
+            hi_values, hi_allow = replays.digest_bounds(hi, tol.atol, tol.rtol, projection, ratio, cap, iteration, gap)
             if replays.digest_mismatch(got, hi_values, hi_allow, name, ratio) is None:
                 why, values, allow = None, hi_values, hi_allow
         if why:

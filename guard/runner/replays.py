@@ -34,7 +34,7 @@ import torch
 from .common import is_torch_result_tuple
 from .harness import T
 from .compare import OUTLIER_FACTOR
-from .held_atol import held_atol
+from .held_atol import NO_GAP, ReferenceGap, held_atol
 from .inputs import sub_seed
 
 # a digest's layout (the messages carry it): its fields, then the values of SAMPLES elements
@@ -343,7 +343,7 @@ def digest_bounds(
     matched_ratio: float = 1.0,
     outlier_error: float | None = None,
     call: int = 0,
-    reference_error: float = 0.0,
+    gap: ReferenceGap = NO_GAP,
 ) -> tuple[list[float], list[float]]:
     """The reference's digest and, for each of its entries, how far a candidate's may lie from
     it when every element satisfies ``|out - ref| <= atol + rtol * |ref|``: for the sum and the
@@ -361,14 +361,14 @@ def digest_bounds(
     largest element's allowance, as the correctness comparison bounds it); for the samples
     ``digest_mismatch`` counts the misses.
 
-    ``atol`` is held down to the reference's size (its RMS, from the digest's L2 norm), never
-    below ten times ``reference_error`` (``held_atol``), as the correctness comparison holds
-    every element."""
+    ``atol`` is held down to the reference's size (its RMS, from the digest's L2 norm), with the
+    floors that ``gap`` gives (``held_atol``), as the correctness comparison holds every
+    element."""
     x = _as_real(ref)
     n = x.numel()
     values = digest([x], projection, call)[0].tolist()
     l1, l2 = values[1], values[2]
-    atol = held_atol(atol, rtol, l2 / math.sqrt(n) if n else 0.0, reference_error).atol
+    atol = held_atol(atol, rtol, l2 / math.sqrt(n) if n else 0.0, gap).atol
     allow_sum = n * atol + rtol * l1
     allow_l2 = math.sqrt(n) * atol + rtol * l2
     misses = math.floor((1.0 - matched_ratio) * n) if matched_ratio < 1.0 else 0

@@ -28,7 +28,7 @@ from .common import (
 )
 from .compare import compare, spec_args
 from .compare_scan import all_finite
-from .held_atol import reference_error
+from .held_atol import NO_GAP, ReferenceGap, reference_gap
 from .harness import T
 from .inputs import InputMaker, spec_shape, torch_dtype
 from .tensorio import read_tensor
@@ -241,17 +241,17 @@ class TrustedRole:
         hi = self._compare_read(meta, exact, tol, name, origin, chunk)
         if hi is not None and not hi["ok"] and "held_atol" in hi:
             own = self._run_reference(*origin)[0][index]
-            error = reference_error(own, exact, chunk)
+            gap = reference_gap(own, exact, chunk)
             del own
-            if error > 0:
-                hi = self._compare_read(meta, exact, tol, name, origin, chunk, error)
+            if gap.largest > 0:
+                hi = self._compare_read(meta, exact, tol, name, origin, chunk, gap)
         del exact
         if hi is not None and hi["ok"]:
             return {**hi, "via": "float64 reference", "reference_mismatch": report.get("message")}
         return report
 
     def _compare_read(
-        self, meta: dict, exact: torch.Tensor, tol: dict, name: str, origin, chunk: int, error: float = 0.0
+        self, meta: dict, exact: torch.Tensor, tol: dict, name: str, origin, chunk: int, gap: ReferenceGap = NO_GAP
     ) -> dict | None:
         """The candidate's output, read again from its file, against the float64 reference;
         None when it cannot be read (read a moment ago: the first comparison's report stands)."""
@@ -268,7 +268,7 @@ class TrustedRole:
             row_scaled=origin[4] != "normal",
             chunk_elements=chunk,
             same_dtype=False,
-            reference_error=error,
+            gap=gap,
             **spec_args(tol),
         )
 
