@@ -47,8 +47,8 @@ file has none); or a SOL-ExecBench solution.json. Outputs must be new tensors wi
 the declared dtype and shape; inputs are read-only.
 The guard checks every visible workload and hidden held-out ones (other, often odd sizes)
 with several rounds of fresh random inputs and adversarial values (mixed scales, large and
-tiny magnitudes), demands bitwise-identical results on a repeat (an output far smaller than its atol is held to
-at most 10 x rtol x the reference output's root mean square instead), then times the visible
+tiny magnitudes; an output far smaller than its atol is held to at most 10 x rtol x the
+reference output's root mean square instead), demands bitwise-identical results on a repeat, then times the visible
 workloads on the GPU (CUDA-graph replay, L2 flushed before each call, inputs rotated) and
 compares with your best: ACCEPT / KEEP / REVERT / REJECT, plus advice
 (continue / redraft / stop).

@@ -45,7 +45,8 @@ class ProblemView(BaseModel):
     reference: str = Field(description="the PyTorch reference; your run(...) must match its signature")
     tolerances: dict[str, dict[str, float]] = Field(
         description="atol/rtol per output, and the share of elements that must be within them; "
-        "atol is at most 10 x rtol x the reference output's root mean square"
+        "atol is at most 10 x rtol x the reference output's root mean square, unless that output is "
+        "mostly rounding"
     )
     not_honoured: list[str] = Field(
         default_factory=list,

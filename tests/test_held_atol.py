@@ -201,3 +201,72 @@ def test_an_output_that_is_only_rounding_keeps_the_stated_atol():
     # a reference that is accurate to a hundredth of its size is held to as before
     small = (torch.randn(128, generator=gen, dtype=torch.float64) * 1e-6).float()
     assert not _judged(small * 0.9, small, small.double(), *FP32)
+
+
+def test_subnormal_outputs_allow_a_step_of_their_dtype():
+    """Small float16 inputs put a matmul's outputs among float16's subnormals (a few steps of
+    6e-8 here): two honest orders of operations differ there by a step, which a bound of
+    10 x rtol x the outputs' size (2e-9) would call wrong (a review, session 38). The atol is
+    never below two steps of the output's dtype (``resolution``)."""
+    gen = _gen(11)
+    a = (torch.randn(64, 256, generator=gen) * 2.0**-13).to(torch.float16)
+    b = (torch.randn(256, 64, generator=gen) * 2.0**-13).to(torch.float16)
+    ref = (a.float() @ b.float()).to(torch.float16)
+    step = 2.0**-24  # float16's smallest subnormal
+    honest = ref.clone()
+    honest.view(-1)[::97] += step  # a different rounding on some elements: one step off
+    assert 0 < rms(ref) < 1e-6
+    assert compare(honest, ref, 1e-3, 1e-3)["ok"]
+    assert not compare(torch.zeros_like(ref), ref, 1e-3, 1e-3)["ok"]  # zeros are still far off
+
+
+CANCELS = """import torch
+
+
+def run(x):
+    assert x.dtype == torch.float32, "this reference runs in float32 only"
+    return (x - x.mean(-1, keepdim=True)).sum(-1)
+"""
+CANCELS_OTHER_ORDER = """import torch
+
+
+def run(x):
+    return x.sum(-1) - x.mean(-1) * x.shape[-1]
+"""
+
+
+def test_without_a_float64_reference_the_stated_atol_decides(tmp_path):
+    """The floors of the held atol come from the float64 reference (a review, session 38). A
+    reference that cannot run in float64, on an output that is rounding only (a sum of
+    deviations from the mean, 0 in exact arithmetic), leaves nothing that sizes the output:
+    an honest kernel in another order is judged by the stated atol, and PASSED, through the
+    whole guard; one off by more than the stated atol is still rejected."""
+    import json
+
+    from guard.candidates.load import from_source
+
+    from helpers import make_guard, unique
+
+    folder = tmp_path / "sum_of_deviations"
+    folder.mkdir()
+    definition = {
+        "name": "sum_of_deviations",
+        "axes": {"n": {"type": "var"}, "h": {"type": "const", "value": 256}},
+        "inputs": {"x": {"shape": ["n", "h"], "dtype": "float32"}},
+        "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
+        "reference": CANCELS,
+        "kernelarc": {"heldout_count": 1, "adversarial": False},
+    }
+    (folder / "definition.json").write_text(json.dumps(definition))
+    rows = [{"uuid": f"w{n}", "axes": {"n": n}, "inputs": {"x": {"type": "random"}}} for n in (16, 33)]
+    (folder / "workload.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    g = make_guard(tmp_path / "ws", correctness_rounds=1, heldout_rounds=1)
+    try:
+        g.store.import_path(folder)
+        v = g.evaluate(from_source(unique(CANCELS_OTHER_ORDER), "pytorch", "kernel.py"), "sum_of_deviations", agent="a")
+        assert v.status == "PASSED", v.reason
+        off = CANCELS_OTHER_ORDER.replace("* x.shape[-1]", "* x.shape[-1] + 1e-3")
+        bad = g.evaluate(from_source(unique(off), "pytorch", "kernel.py"), "sum_of_deviations", agent="b")
+        assert bad.status == "INCORRECT_NUMERICAL", bad.reason
+    finally:
+        g.close()

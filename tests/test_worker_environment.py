@@ -5,7 +5,9 @@ variable of the guard's own (``KERNELARC_WORKER_SPARE``): the cheat ``reads_envi
 which computes honestly only where it finds a variable named like the guard's, found it in
 every candidate that got a spare worker, and was PASSED on an H100 (session 38). What the
 guard tells a worker about itself now goes in its arguments (``WorkerProcess._args``); the
-environment keeps only the allowed prefixes (``worker_env``).
+environment keeps only the allowed prefixes (``worker_env``). Whether a worker is a spare
+shows in its arguments (/proc/self/cmdline) where it is not forked from a zygote: it says
+when the worker started, not what a call is for.
 """
 
 from __future__ import annotations
@@ -38,8 +40,18 @@ def test_no_variable_of_the_guards_reaches_a_worker(monkeypatch):
         assert not [k for k in env if "KERNELARC" in k.upper()], env
 
 
-def test_spare_and_fresh_candidate_workers_see_nothing_of_the_guard(tmp_path):
-    g = make_guard(tmp_path / "ws", static_screen=False)
+def test_spare_and_fresh_candidate_workers_see_nothing_of_the_guard(tmp_path, monkeypatch):
+    from guard.runner import pool as pool_mod
+
+    started: list[tuple[str, bool]] = []
+    new = pool_mod.WorkerPool._new
+
+    def recorded(self, role, spare=False):
+        started.append((role, spare))
+        return new(self, role, spare)
+
+    monkeypatch.setattr(pool_mod.WorkerPool, "_new", recorded)
+    g = make_guard(tmp_path / "ws", prestart=True, static_screen=False)  # spares, as a server keeps
     try:
         seen = []
         # the first candidate's worker is started for it or prestarted; each later one is the
@@ -50,5 +62,6 @@ def test_spare_and_fresh_candidate_workers_see_nothing_of_the_guard(tmp_path):
             assert m, (v.status, v.reason)
             seen.append(m.groups())
         assert seen == [("[]", "[]")] * 3, seen
+        assert ("candidate", True) in started, started  # a spare served one of the probes
     finally:
         g.close()

@@ -15,7 +15,9 @@ KernelArc follows it, with one difference it names whenever it matters:
 
 Integer and bool outputs must match exactly in every case (``guard/runner/compare.py``). The
 atol chosen here is an upper bound: an output far smaller than it is held to at most
-10 x rtol x the reference output's root mean square (``guard/runner/held_atol.py``).
+10 x rtol x the reference output's root mean square, with floors from the reference's own
+error against float64 and the dtype's spacing, and the stated atol where the output is mostly
+rounding or no float64 reference can run (``guard/runner/held_atol.py``).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def start(
 ) -> zygote.Zygote:
     """A zygote in a sandbox that shows ``root`` (the pool's folder) writable, and what a
     candidate worker's sandbox shows read-only (``SandboxPolicy.for_worker``). ``env``: the
-    workers' environment but what differs per worker (its folder's caches, the spare's mark).
+    workers' environment but what differs per worker (its folder's caches).
     The zygote enters a cell once before it says ready, and does not start where it cannot
     (``caps``: what it keeps; fewer than it needs is how a test makes that happen).
     ``tasks_limit``: the processes and threads the zygote's pids group may hold (by default

@@ -22,7 +22,10 @@ the float64 reference has run, as they do before they accuse:
   (an output that cancels partly, a norm whose float32 reference itself misses rtol).
 
 A reference that is zero throughout (nothing to scale to) and a tolerance without a relative
-part (``rtol`` 0, absolute by intent) keep the stated atol too.
+part (``rtol`` 0, absolute by intent) keep the stated atol too, and the atol is never below
+``RESOLUTION_STEPS`` of the output dtype's own spacing near zero (``resolution``): a float16
+"tiny" round's outputs are subnormal, and two honest orders of operations differ there by a
+step of 6e-8 (a review, session 38).
 """
 
 from __future__ import annotations
@@ -37,6 +40,16 @@ from .messages import DEFAULT_CHUNK_ELEMENTS
 SCALE_FACTOR = 10.0
 REFERENCE_ERROR_FACTOR = 10.0
 NOISE_SHARE = 0.1
+RESOLUTION_STEPS = 2.0
+
+
+def resolution(dtype: torch.dtype) -> float:
+    """``RESOLUTION_STEPS`` times the spacing of ``dtype``'s values near zero (its smallest
+    subnormal); 0 for a dtype that is not a float."""
+    if not dtype.is_floating_point:
+        return 0.0
+    info = torch.finfo(dtype)
+    return RESOLUTION_STEPS * info.smallest_normal * info.eps
 
 
 @dataclass(frozen=True)
@@ -48,7 +61,10 @@ class ReferenceGap:
     rms: float = 0.0
 
 
-NO_GAP = ReferenceGap()  # not known: the float64 reference has not run
+NO_GAP = ReferenceGap()  # not known yet: the float64 reference has not run
+# the float64 reference cannot run (a reference in its own dtypes only): nothing sizes the
+# output beyond its rounding, and the stated atol stands
+UNKNOWN_GAP = ReferenceGap(math.inf, math.inf)
 
 
 @dataclass(frozen=True)
@@ -74,12 +90,13 @@ class HeldAtol:
         return f" ({why})"
 
 
-def held_atol(stated: float, rtol: float, rms: float, gap: ReferenceGap = NO_GAP) -> HeldAtol:
+def held_atol(stated: float, rtol: float, rms: float, gap: ReferenceGap = NO_GAP, spacing: float = 0.0) -> HeldAtol:
     """The atol for a reference of root mean square ``rms`` (the float64 one's, where ``gap``
-    is known) that lies ``gap`` from its float64 evaluation."""
+    is known) that lies ``gap`` from its float64 evaluation, of an output whose dtype's
+    ``resolution`` is ``spacing``."""
     if rtol <= 0 or stated <= 0 or not math.isfinite(rms) or rms <= 0 or gap.rms >= NOISE_SHARE * rms:
         return HeldAtol(stated, stated, rms, gap)
-    floor = REFERENCE_ERROR_FACTOR * gap.largest
+    floor = max(REFERENCE_ERROR_FACTOR * gap.largest, spacing)
     return HeldAtol(min(stated, max(SCALE_FACTOR * rtol * rms, floor)), stated, rms, gap)
 
 

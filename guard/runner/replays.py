@@ -344,6 +344,7 @@ def digest_bounds(
     outlier_error: float | None = None,
     call: int = 0,
     gap: ReferenceGap = NO_GAP,
+    spacing: float = 0.0,
 ) -> tuple[list[float], list[float]]:
     """The reference's digest and, for each of its entries, how far a candidate's may lie from
     it when every element satisfies ``|out - ref| <= atol + rtol * |ref|``: for the sum and the
@@ -362,13 +363,14 @@ def digest_bounds(
     ``digest_mismatch`` counts the misses.
 
     ``atol`` is held down to the reference's size (its RMS, from the digest's L2 norm), with the
-    floors that ``gap`` gives (``held_atol``), as the correctness comparison holds every
-    element."""
+    floors that ``gap`` and ``spacing`` (the output dtype's ``resolution``) give
+    (``held_atol``), as the correctness comparison holds every element."""
     x = _as_real(ref)
     n = x.numel()
     values = digest([x], projection, call)[0].tolist()
     l1, l2 = values[1], values[2]
-    atol = held_atol(atol, rtol, l2 / math.sqrt(n) if n else 0.0, gap).atol
+    # the L2 norm counts every element: a reference with an infinity keeps the stated atol here
+    atol = held_atol(atol, rtol, l2 / math.sqrt(n) if n else 0.0, gap, spacing).atol
     allow_sum = n * atol + rtol * l1
     allow_l2 = math.sqrt(n) * atol + rtol * l2
     misses = math.floor((1.0 - matched_ratio) * n) if matched_ratio < 1.0 else 0
