@@ -46,6 +46,14 @@ def pytest_addoption(parser) -> None:
         help="run only part K of N of the selected tests (each test's part from a hash of its id, "
         "the same in every run): a GPU run longer than one device call is split over N calls",
     )
+    parser.addoption(
+        "--gpu-workloads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="GPU tests: judge the cheats' RMSNorm problem on N of its workloads (the smallest, the "
+        "largest and evenly between), so that more cheats fit in one device call; all by default",
+    )
 
 
 def _shard(config) -> tuple[int, int] | None:

@@ -370,6 +370,27 @@ def run(hidden_states, weight):
 """
 
 
+def shadow_with_fewer_workloads(workspace: Path, problem: str, count: int) -> list[str]:
+    """Put a copy of the shipped problem ``problem`` with only ``count`` of its workloads (the
+    first, the last and evenly between, as listed) into ``workspace``'s problems, where it
+    shadows the shipped one for that workspace's guard; the uuids kept."""
+    import json
+
+    from guard.workspace import Workspace
+    from seeds import SEEDS_DIR
+
+    if count < 1:
+        raise ValueError(f"{count} workloads: at least one")
+    source = SEEDS_DIR / problem
+    rows = [ln for ln in (source / "workload.jsonl").read_text().splitlines() if ln.strip()]
+    picks = sorted({round(i * (len(rows) - 1) / max(1, count - 1)) for i in range(count)}) if count > 1 else [0]
+    target = Workspace.open(workspace).problems_dir / problem
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "definition.json").write_text((source / "definition.json").read_text())
+    (target / "workload.jsonl").write_text("".join(rows[i] + "\n" for i in picks))
+    return [json.loads(rows[i])["uuid"] for i in picks]
+
+
 def in_shard(nodeid: str, k: int, n: int) -> bool:
     """Whether the test ``nodeid`` is in part ``k`` of ``n``: a hash of the id, not its place in
     the run, so adding a test moves no other."""

@@ -1,12 +1,13 @@
 """``--shard K/N`` (tests/conftest.py): a GPU run longer than one device call is split over N
-calls, each running one part; the parts of a selection must not overlap and must cover it."""
+calls, each running one part; the parts of a selection must not overlap and must cover it.
+``--gpu-workloads N`` fits more of them in a call."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from helpers import REPO, in_shard
+from helpers import REPO, RMS, in_shard, shadow_with_fewer_workloads
 
 SELECTION = ["tests/test_poison.py", "tests/test_pacing.py"]
 
@@ -44,3 +45,16 @@ def test_a_shard_that_is_no_part_is_refused_with_its_reason():
     done = _pytest("--shard", "4/3", SELECTION[0])
     assert done.returncode == 4, done.returncode  # pytest's usage error
     assert "--shard 4/3" in done.stderr, done.stderr[-500:]
+
+
+def test_fewer_workloads_shadow_the_shipped_problem_in_one_workspace(tmp_path):
+    """``--gpu-workloads N``: the GPU tests' guard judges the RMSNorm cheats on N workloads,
+    the smallest, the largest and evenly between; other workspaces keep all of them."""
+    from guard.workspace import Workspace
+
+    kept = shadow_with_fewer_workloads(tmp_path / "ws", RMS, 4)
+    problem = Workspace.open(tmp_path / "ws").problems().get(RMS)
+    assert [w.uuid for w in problem.workloads] == kept and len(kept) == 4
+    shipped = Workspace.open(tmp_path / "other").problems().get(RMS)
+    assert len(shipped.workloads) == 12 and kept[0] == shipped.workloads[0].uuid
+    assert kept[-1] == shipped.workloads[-1].uuid

@@ -19,12 +19,26 @@ from guard.cascade import Guard  # noqa: E402
 from guard.workspace import Workspace  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
 
-from helpers import RMS, SOL_EXAMPLES, cheat_files, expectation, fast_config, honest_source, submit_cheat, unique  # noqa: E402,E501
+from helpers import (  # noqa: E402
+    RMS,
+    SOL_EXAMPLES,
+    cheat_files,
+    expectation,
+    fast_config,
+    honest_source,
+    shadow_with_fewer_workloads,
+    submit_cheat,
+    unique,
+)
 
 CHEAT_FILES = cheat_files("cuda")  # every cheat, the GPU-only and CUDA C++ ones included
 
 
-def _guard(path, **kw):
+def _guard(path, workloads=None, **kw):
+    """``workloads`` (``--gpu-workloads``): the RMSNorm problem judged on that many of its
+    workloads (``shadow_with_fewer_workloads``)."""
+    if workloads:
+        shadow_with_fewer_workloads(path, RMS, workloads)
     cfg = fast_config(min_iters=20, max_iters=100, target_time_s=0.02, **kw)
     g = Guard(Workspace.open(path), cfg, device="cuda")
     g.store.import_path(SOL_EXAMPLES / "softmax_h4096")  # the problem of the float32 cheat
@@ -32,15 +46,16 @@ def _guard(path, **kw):
 
 
 @pytest.fixture(scope="module")
-def gpu_guard(session_tmp):
-    g = _guard(session_tmp / "gpu-screen")
+def gpu_guard(session_tmp, request):
+    g = _guard(session_tmp / "gpu-screen", request.config.getoption("gpu_workloads"))
     yield g
     g.close()
 
 
 @pytest.fixture(scope="module")
-def gpu_guard_runtime(session_tmp):
-    g = _guard(session_tmp / "gpu-runtime", static_screen=False, call_timeout_s=15)
+def gpu_guard_runtime(session_tmp, request):
+    workloads = request.config.getoption("gpu_workloads")
+    g = _guard(session_tmp / "gpu-runtime", workloads, static_screen=False, call_timeout_s=15)
     yield g
     g.close()
 
