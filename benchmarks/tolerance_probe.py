@@ -98,7 +98,18 @@ def _stand_ins(refs: list[Any]) -> dict[str, list[Any]]:
     }
 
 
-def probe_problem(name: str, device: str, kinds: list[str], most: int | None, deadline: float) -> list[dict]:
+def probe_problem(
+    name: str,
+    device: str,
+    kinds: list[str],
+    most: int | None,
+    deadline: float,
+    kernels: bool = True,
+    gaps: bool = False,
+) -> list[dict]:
+    """Rows of judgements for one seed problem. ``kernels``: the Triton seed too (slow in the
+    CPU's interpreter); ``gaps``: each row also holds its reference's gap to float64 as a share
+    of the float64 output's RMS (``held_atol.NOISE_SHARE`` keeps the stated atol above it)."""
     folder = SEEDS_DIR / name
     problem = load_problem(folder, "seed")
     d = problem.definition.to_json()
@@ -106,7 +117,7 @@ def probe_problem(name: str, device: str, kinds: list[str], most: int | None, de
     with tempfile.TemporaryDirectory() as tmp:
         module = load_module_from_source(d["reference"], Path(tmp), "reference")
         maker = InputMaker(d, torch.device(device), module, str(problem.root) if problem.root else None)
-        seed_mod = _seed_module(folder)
+        seed_mod = _seed_module(folder) if kernels else None
         names = list(d["outputs"])
         workloads = problem.workloads[:most] if most else problem.workloads
         for w in workloads:
@@ -151,6 +162,9 @@ def probe_problem(name: str, device: str, kinds: list[str], most: int | None, de
                             "rms": rms(ref),
                         }
                         row["held_atol"] = held_atol(tol["atol"], tol["rtol"], row["rms"]).atol
+                        hi = exact_all()[j] if gaps else None
+                        if hi is not None and hi.is_floating_point():
+                            row["gap_share"] = reference_gap(ref, hi).rms / max(rms(hi), 1e-300)
 
                         exact_j = functools.partial(_nth, exact_all, j)
                         row["stated_ok"], row["stated_by"] = _judge(out, ref, exact_j, tol, adversarial, False)
@@ -183,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", nargs="*", default=["normal", "mixed", "large", "tiny"])
     ap.add_argument("--workloads", type=int, default=None, help="the first N workloads of each problem")
     ap.add_argument("--budget-s", type=float, default=420.0)
+    ap.add_argument("--no-kernels", action="store_true", help="the stand-ins only, not the Triton seeds")
+    ap.add_argument("--gaps", action="store_true", help="each reference's gap to float64, as a share of its size")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     names = a.only or sorted(p.name for p in SEEDS_DIR.iterdir() if (p / "definition.json").is_file())
@@ -190,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     for name in names:
         try:
-            rows += probe_problem(name, a.device, a.kinds, a.workloads, deadline)
+            rows += probe_problem(name, a.device, a.kinds, a.workloads, deadline, not a.no_kernels, a.gaps)
         except Exception as exc:  # noqa: BLE001 - one problem's failure is reported, the rest go on
             log.error("%s: %s: %s", name, type(exc).__name__, exc)
             rows.append({"problem": name, "error": f"{type(exc).__name__}: {exc}"[:500]})
@@ -201,6 +217,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(summarize([r for r in rows if "error" not in r and r["problem"] == name]), flush=True)
     print(summarize([r for r in rows if "error" not in r]), flush=True)
+    shares = [r for r in rows if "gap_share" in r and r["candidate"] == "zeros"]
+    if shares:
+        worst = max(shares, key=lambda r: r["gap_share"])
+        print(
+            f"largest reference gap to float64: {worst['gap_share']:.3g} of the output's size "
+            f"({worst['problem']} {worst['workload']} {worst['kind']} {worst['output']}) over {len(shares)} outputs",
+            flush=True,
+        )
     honest_misses = [r for r in rows if r.get("candidate") == "seed_triton" and r["stated_ok"] and not r["held_ok"]]
     for r in honest_misses:
         print(f"HONEST SEED NEWLY REJECTED: {r['problem']} {r['workload']} {r['kind']} {r['output']}: {r['held_by']}")
