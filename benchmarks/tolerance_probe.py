@@ -37,8 +37,8 @@ sys.path.insert(0, str(REPO))
 from guard.problems import tolerance  # noqa: E402
 from guard.problems.problem import load_problem  # noqa: E402
 from guard.runner.common import load_module_from_source, normalize_outputs  # noqa: E402
-from guard.runner.compare import compare, spec_args  # noqa: E402
-from guard.runner.held_atol import NO_GAP, held_atol, reference_gap, rms  # noqa: E402
+from guard.runner.compare import judge, spec_args  # noqa: E402
+from guard.runner.held_atol import held_atol, reference_gap, rms  # noqa: E402
 from guard.runner.inputs import InputMaker  # noqa: E402
 from seeds import SEEDS_DIR  # noqa: E402
 
@@ -47,22 +47,15 @@ SEED = 20261206
 
 
 def _judge(out: Any, ref: torch.Tensor, exact: Any, tol: dict, row_scaled: bool, scale: bool) -> tuple[bool, str]:
-    """(passed, by what): the trusted worker's two steps (``TrustedRole.compare`` and
-    ``_against_float64``). ``exact``: a callable giving the float64 output, or None."""
+    """(passed, by what), as the guard decides (``compare.judge``). ``exact``: a callable giving
+    the float64 output, or None where it cannot run."""
     if not isinstance(out, torch.Tensor):
         return False, "not a tensor"
-    args = {"row_scaled": row_scaled, "scale": scale, **spec_args(tol)}
-    first = compare(out, ref, tol["atol"], tol["rtol"], **args)
-    if first["ok"]:
-        return True, "reference"
-    hi = exact() if first["status"] == "INCORRECT_NUMERICAL" else None
-    if hi is None or not hi.is_floating_point():
-        return False, str(first.get("message", first["status"]))[:300]
-    gap = reference_gap(ref, hi) if scale else NO_GAP
-    again = compare(out, hi, tol["atol"], tol["rtol"], same_dtype=False, gap=gap, **args)
-    if again["ok"]:
-        return True, "float64"
-    return False, str(first.get("message", first["status"]))[:300]
+    kw = {"row_scaled": row_scaled, "scale": scale, **spec_args(tol)}
+    report = judge(out, ref, exact, tol["atol"], tol["rtol"], **kw)
+    if report["ok"]:
+        return True, report.get("via", "reference")
+    return False, str(report.get("message", report["status"]))[:300]
 
 
 def _float64_outputs(module: Any, args: list[Any], names: list[str]) -> list[Any]:

@@ -18,7 +18,7 @@ import torch
 
 from guard.runner import messages as m
 from guard.runner import replay_check, replays
-from guard.runner.compare import compare
+from guard.runner.compare import compare, judge
 from guard.runner.held_atol import ReferenceGap, held_atol, reference_gap, rms
 
 FP32 = (1e-4, 1e-4)  # float32's default (atol, rtol)
@@ -57,11 +57,9 @@ def test_rms_and_reference_gap_skip_non_finite_elements_and_read_in_chunks():
 
 
 def _judged(out: torch.Tensor, ref: torch.Tensor, exact: torch.Tensor, atol: float, rtol: float) -> bool:
-    """The trusted worker's two steps: the reference, then, before a numerical failure stands,
-    the float64 reference with the reference's own error as the floor (``_against_float64``)."""
-    if compare(out, ref, atol, rtol)["ok"]:
-        return True
-    return bool(compare(out, exact, atol, rtol, same_dtype=False, gap=reference_gap(ref, exact))["ok"])
+    """As the guard decides: the reference, then, before a numerical failure stands, the
+    float64 reference with the reference's gap to it as the floors (``compare.judge``)."""
+    return bool(judge(out, ref, lambda: exact, atol, rtol)["ok"])
 
 
 def test_a_softmax_over_many_columns_answered_with_zeros_fails():

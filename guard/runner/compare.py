@@ -16,13 +16,14 @@ themselves, and on a wide tensor it stays under 1% of the elements.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .common import dtype_name
 from .compare_scan import Scan, all_within, scan_exact, scan_floats
-from .held_atol import NO_GAP, HeldAtol, ReferenceGap, held_atol, resolution, rms
+from .held_atol import NO_GAP, UNKNOWN_GAP, HeldAtol, ReferenceGap, held_atol, reference_gap, resolution, rms
 from .messages import DEFAULT_CHUNK_ELEMENTS
 
 # How far past its allowance (atol + rtol * |ref|) an element the matched ratio lets through
@@ -151,6 +152,35 @@ def compare(
     if scan.nan or scan.inf:
         parts.append(f"{scan.nan} NaN and {scan.inf} Inf where the reference is finite")
     return _fail("INCORRECT_NUMERICAL", "; ".join(parts), nan=scan.nan, inf=scan.inf, **stats)
+
+
+def judge(
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    float64: Callable[[], torch.Tensor | None],
+    atol: float,
+    rtol: float,
+    name: str = "output",
+    **kw: Any,
+) -> dict[str, Any]:
+    """``compare`` as the guard decides, all in memory: against ``ref``; before a numerical
+    failure of a float output stands, against the same reference evaluated in float64
+    (``float64()``, run only then), the reference's gap to it flooring the held atol, or,
+    where it is None (the reference runs in its own dtypes only), with the stated atol. The
+    first report stands where neither passes; a pass says which in ``via``. The trusted
+    worker's rounds do the same with less held at once (``TrustedRole._against_float64``)."""
+    first = compare(out, ref, atol, rtol, name, **kw)
+    if first["ok"] or first["status"] != "INCORRECT_NUMERICAL" or not ref.is_floating_point():
+        return first
+    hi = float64()
+    if hi is None:
+        again, via = compare(out, ref, atol, rtol, name, gap=UNKNOWN_GAP, **kw), "stated atol (no float64 reference)"
+    elif hi.is_floating_point():
+        gap = reference_gap(ref, hi)
+        again, via = compare(out, hi, atol, rtol, name, same_dtype=False, gap=gap, **kw), "float64 reference"
+    else:
+        return first
+    return {**again, "via": via, "reference_mismatch": first.get("message")} if again["ok"] else first
 
 
 def _within_ratio(

@@ -25,13 +25,14 @@ gives; where the float64 reference cannot run, the stated atol decides.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
 
 from . import messages as m
 from . import replays
-from .compare import compare, spec_args
+from .compare import judge, spec_args
 from .held_atol import NO_GAP, UNKNOWN_GAP, reference_gap, resolution
 from .tensorio import read_tensor
 
@@ -60,24 +61,17 @@ def outputs_mismatch(
         if r is None:
             return f"output {name!r}: not a tensor"
         out = read_output(r)
-        args = spec_args(tol.model_dump())
-        report = compare(out, ref, tol.atol, tol.rtol, name, figures=False, **args)
-        if report["ok"]:
-            continue
-        if report["status"] == "INCORRECT_NUMERICAL" and ref.is_floating_point():
-            his = exact()
-            if his is None:  # nothing sizes the output: the stated atol decides
-                if compare(out, ref, tol.atol, tol.rtol, name, figures=False, gap=UNKNOWN_GAP, **args)["ok"]:
-                    continue
-                return str(report["message"])
-            hi = his[j]
-            if hi.is_floating_point():
-                hi_args = dict(same_dtype=False, figures=False, gap=reference_gap(ref, hi), **args)
-                if compare(out, hi, tol.atol, tol.rtol, name, **hi_args)["ok"]:
-                    continue
-        message: str = report["message"]
-        return message
+        exact_j = functools.partial(_nth, exact, j)
+        report = judge(out, ref, exact_j, tol.atol, tol.rtol, name, figures=False, **spec_args(tol.model_dump()))
+        if not report["ok"]:
+            message: str = report["message"]
+            return message
     return None
+
+
+def _nth(exact: Exact, j: int) -> torch.Tensor | None:
+    outputs = exact()
+    return None if outputs is None else outputs[j]
 
 
 class SampleTally:
@@ -115,6 +109,27 @@ class SampleTally:
         return None
 
 
+def _second_bounds(
+    ref: torch.Tensor,
+    hi: torch.Tensor | None,
+    tol: m.Tolerance,
+    projection: replays.Projection,
+    iteration: int,
+) -> tuple[list[float], list[float]] | None:
+    """The digest bounds a float output is held to before a failure stands (``compare.judge``
+    for digests): the float64 reference's, the reference's gap to it flooring the held atol,
+    or, where there is none (``hi`` None), the reference's with the stated atol; None where the
+    float64 output is not a float."""
+    ratio, cap = tol.required_matched_ratio or 1.0, tol.max_error_cap
+    if hi is None:
+        return replays.digest_bounds(ref, tol.atol, tol.rtol, projection, ratio, cap, iteration, UNKNOWN_GAP)
+    if not hi.is_floating_point():
+        return None
+    hi = hi.to(torch.float64)
+    gap, spacing = reference_gap(ref, hi), resolution(ref.dtype)
+    return replays.digest_bounds(hi, tol.atol, tol.rtol, projection, ratio, cap, iteration, gap, spacing)
+
+
 def lower_by_exact(
     tally: SampleTally,
     row: list[list[float]],
@@ -124,27 +139,13 @@ def lower_by_exact(
     projection: replays.Projection,
     iteration: int,
 ) -> None:
-    """Count call ``iteration``'s sampled misses against the float64 reference too, and keep
-    the fewer (``SampleTally.lower``): before the count over the calls accuses a kernel, as
-    each call's own check does before it accuses one."""
+    """Count call ``iteration``'s sampled misses as its own check holds them before it
+    accuses (``_second_bounds``), and keep the fewer (``SampleTally.lower``): before the count
+    over the calls accuses a kernel, as each call's own check does before it accuses one."""
     for j, (got, ref, tol) in enumerate(zip(row, refs, tolerances)):
-        ratio, cap = tol.required_matched_ratio or 1.0, tol.max_error_cap
-        if exact is None:  # no float64 reference: the stated atol, against the reference
-            if not ref.is_floating_point():
-                continue
-            values, allow = replays.digest_bounds(
-                ref, tol.atol, tol.rtol, projection, ratio, cap, iteration, UNKNOWN_GAP
-            )
-            tally.lower(j, replays.compare_samples(got, values, allow).misses, iteration)
-            continue
-        hi = exact[j]
-        if not hi.is_floating_point():
-            continue
-        gap = reference_gap(ref, hi) if ref.is_floating_point() else NO_GAP
-        values, allow = replays.digest_bounds(
-            hi.to(torch.float64), tol.atol, tol.rtol, projection, ratio, cap, iteration, gap, resolution(ref.dtype)
-        )
-        tally.lower(j, replays.compare_samples(got, values, allow).misses, iteration)
+        bounds = _second_bounds(ref, None if exact is None else exact[j], tol, projection, iteration)
+        if ref.is_floating_point() and bounds is not None:
+            tally.lower(j, replays.compare_samples(got, *bounds).misses, iteration)
 
 
 def digests_mismatch(
@@ -168,20 +169,10 @@ def digests_mismatch(
             ref, tol.atol, tol.rtol, projection, ratio, cap, iteration, NO_GAP, spacing
         )
         why = replays.digest_mismatch(got, values, allow, name, ratio)
-        his = exact() if why and ref.is_floating_point() else None
-        if why and ref.is_floating_point() and his is None:  # nothing sizes the output: the stated atol
-            values, allow = replays.digest_bounds(
-                ref, tol.atol, tol.rtol, projection, ratio, cap, iteration, UNKNOWN_GAP
-            )
-            why = replays.digest_mismatch(got, values, allow, name, ratio)
-        elif why and his is not None:
-            hi = his[j].to(torch.float64)
-            gap = reference_gap(ref, hi)
-            hi_values, hi_allow = replays.digest_bounds(
-                hi, tol.atol, tol.rtol, projection, ratio, cap, iteration, gap, spacing
-            )
-            if replays.digest_mismatch(got, hi_values, hi_allow, name, ratio) is None:
-                why, values, allow = None, hi_values, hi_allow
+        if why and ref.is_floating_point():
+            bounds = _second_bounds(ref, _nth(exact, j), tol, projection, iteration)
+            if bounds is not None and replays.digest_mismatch(got, *bounds, name, ratio) is None:
+                why, (values, allow) = None, bounds
         if why:
             return why
         if tally is not None:

@@ -197,7 +197,8 @@ class TrustedRole:
             adversarial = origin is not None and origin[4] != "normal"
             try:
                 out = read_tensor(meta, self.device)
-                report = compare(
+                against_ref = functools.partial(
+                    compare,
                     out,
                     ref,
                     tol["atol"],
@@ -207,6 +208,7 @@ class TrustedRole:
                     chunk_elements=chunk,
                     **spec_args(tol),
                 )
+                report = against_ref()
             except (MemoryError, torch.OutOfMemoryError):
                 raise  # the description is the reference's: memory is the guard's to plan, not the candidate's fault
             except Exception as exc:  # noqa: BLE001 - whatever the candidate's file makes fail is its own
@@ -218,31 +220,25 @@ class TrustedRole:
                     reports=reports,
                 )
             numerical = not report["ok"] and report["status"] == "INCORRECT_NUMERICAL"
-            # what the stated atol says: it decides where no float64 run can size the output
-            stated = (
-                compare(
-                    out,
-                    ref,
-                    tol["atol"],
-                    tol["rtol"],
-                    name,
-                    row_scaled=adversarial,
-                    chunk_elements=chunk,
-                    gap=UNKNOWN_GAP,
-                    **spec_args(tol),
-                )
-                if numerical and "held_atol" in report
-                else None
-            )
+            # what the stated atol says, a pass standing where no float64 run can size the
+            # output (taken now, while the two are held: the float64 run comes with neither)
+            fallback = report
+            if numerical and "held_atol" in report:
+                stated = against_ref(gap=UNKNOWN_GAP)
+                if stated["ok"]:
+                    fallback = {
+                        **stated,
+                        "via": "stated atol (no float64 reference)",
+                        "reference_mismatch": report.get("message"),
+                    }
+            del against_ref
             del ref, out
-            if numerical and origin is not None:
-                report = self._against_float64(origin, len(reports), meta, report, tol, name, chunk, stated)
-            elif numerical and stated is not None and stated["ok"]:
-                report = {
-                    **stated,
-                    "via": "stated atol (no float64 reference)",
-                    "reference_mismatch": report.get("message"),
-                }
+            if numerical:
+                report = (
+                    fallback
+                    if origin is None
+                    else self._against_float64(origin, len(reports), meta, report, tol, name, chunk, fallback)
+                )
             if not self.cuda:
                 trim_host_heap()
             reports.append(report)
@@ -253,7 +249,7 @@ class TrustedRole:
         return m.CompareReply(ok=True, passed=True, status="PASSED", reports=reports)
 
     def _against_float64(
-        self, origin, index: int, meta: dict, report: dict, tol: dict, name: str, chunk: int, stated: dict | None = None
+        self, origin, index: int, meta: dict, report: dict, tol: dict, name: str, chunk: int, fallback: dict
     ) -> dict:
         """A reference that rounds intermediates (bf16 products added to a residual, say)
         can differ from a more accurate kernel by more than the tolerance on adversarial
@@ -261,19 +257,14 @@ class TrustedRole:
         The float64 run comes first, with nothing else of the round held; then only the
         output compared is kept of it, the candidate's is read again from its file, and the
         two are compared a chunk at a time (no float64 copy of the candidate's output).
+        ``compare.judge`` is the same decision with everything in memory.
 
         Where the atol was held down to the output's size and the output still misses, the
         reference is run once more in its own dtypes beside the float64 output: its gap to it
         floors the atol, and where the gap is a tenth of the output's size the output is
         mostly rounding and the stated atol stands (``held_atol``). Where that run fails (its
         memory), the stated atol decides against float64; where the float64 run itself cannot
-        be made, ``stated`` (the comparison with the stated atol) decides: nothing then says
-        that the output's size is more than rounding."""
-        fallback = (
-            {**stated, "via": "stated atol (no float64 reference)", "reference_mismatch": report.get("message")}
-            if stated is not None and stated["ok"]
-            else report
-        )
+        be made, ``fallback`` (the stated atol's pass against the reference, else ``report``)."""
         try:
             exact = self._run_reference(*origin, float64=True)[0]  # its inputs dropped
         except Exception:  # a reference that only runs in its own dtypes
