@@ -8,9 +8,11 @@ while its loop goes on (``tests/cheats/calls_on_a_second_core.py``); ``--forger 
 makes one batched call of a window's calls where the guard does not pace them (session 34). ``--stall``: the trusted
 worker is stopped for five sixths of each of its outside-clock windows while the forger is
 judged (``harness.Staller``), as a busy machine would hold it off its core
-(``tests/test_outside_clock_stalls.py``).
+(``tests/test_outside_clock_stalls.py``). ``--forger none``: the honest kernel alone, for the
+ratio of its paced figure to its own median (what half the paced figure floors; until f9efc08
+``benchmarks/cpu_paced_ratio.py``).
 
-    python -m benchmarks.cpu_forgery_probe --rounds 4 [--forger second-core] [--stall] [--out table.json]
+    python -m benchmarks.cpu_forgery_probe --rounds 4 [--forger second-core|batching|none] [--stall] [--out table.json]
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ _confirm.ConfirmLoop._held_loop = _batched
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--forger", choices=("median", "second-core", "batching"), default="median")
+    parser.add_argument("--forger", choices=("median", "second-core", "batching", "none"), default="median")
     parser.add_argument("--stall", action="store_true", help="stall the trusted windows while the forger is judged")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -92,6 +94,7 @@ def main() -> int:
         "median": FORGER,
         "second-core": (CHEATS / "calls_on_a_second_core.py").read_text(),
         "batching": BATCHER,
+        "none": None,
     }[args.forger]
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 
@@ -107,7 +110,8 @@ def main() -> int:
     rows = []
     try:
         for r in range(args.rounds):
-            for kind, src in (("honest", honest_source()), ("forger", forger)):
+            kinds = [("honest", honest_source())] + ([("forger", forger)] if forger is not None else [])
+            for kind, src in kinds:
                 undo = stalling_trusted_windows() if args.stall and kind == "forger" else None
                 try:
                     v = guard.evaluate(from_source(unique(src), "pytorch"), RMS, agent=f"{kind}-{r}")
@@ -125,12 +129,17 @@ def main() -> int:
                         "loop_windows": oc.loop_windows if oc else None,
                         "paced_ms": oc.paced_ms if oc else None,
                         "paced_share": oc.paced_share if oc else None,
+                        "paced_loops": oc.paced_loops if oc else None,
+                        "paced_ratio": oc.paced_ms / oc.inside_ms if oc and oc.paced_ms and oc.inside_ms > 0 else None,
                         "calls": oc.run_iters if oc else None,
                     }
                 rows.append(row)
                 if undo is not None:
                     row["stalled_windows"] = len(undo.stalled)
-                figures = " ".join(f"{x['decided_ms']:.4f}" for x in row["workloads"].values())
+                figures = " ".join(
+                    f"{x['decided_ms']:.4f}" + (f" (paced {x['paced_ratio']:.2f}x)" if x["paced_ratio"] else "")
+                    for x in row["workloads"].values()
+                )
                 log.info("round %d %-6s %s %s decided ms: %s", r, kind, v.status, v.decision, figures)
     finally:
         guard.close()
