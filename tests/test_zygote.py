@@ -82,7 +82,7 @@ def test_without_a_zygote_a_trusted_worker_starts_from_a_new_interpreter(tmp_pat
         assert isinstance(w.proc, subprocess.Popen)
         assert w.wait_ready(120)["ready"]
     finally:
-        w.close()
+        w.close(grace=30.0)  # a clean exit is the point here, not its speed on a loaded machine
     assert w.returncode == 0
 
 

@@ -154,4 +154,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # as a forked worker ends: torch's interpreter teardown can outlast the guard's grace on a
+    # loaded machine (killed at 2 s in CI), and nothing of a worker's is left to write by then
+    exit_code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
