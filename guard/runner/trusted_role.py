@@ -28,6 +28,7 @@ from .common import (
 )
 from .compare import compare, spec_args
 from .compare_scan import all_finite
+from .float64_reference import run_or_refusal
 from .held_atol import NO_GAP, UNKNOWN_GAP, ReferenceGap, reference_gap
 from .harness import T
 from .inputs import InputMaker, spec_shape, torch_dtype
@@ -140,14 +141,10 @@ class TrustedRole:
         return normalize_outputs(result, list(d["outputs"]))
 
     def _float64_or_none(self, key: str, args: list) -> list | None:
-        """The reference on ``args`` evaluated in float64, or None where it cannot run (a
-        reference in its own dtypes only): the checks then hold the output to the stated atol."""
-        try:
-            return self._reference_on(key, args, float64=True)
-        except (MemoryError, torch.OutOfMemoryError):
-            raise  # the guard's to plan
-        except Exception:  # noqa: BLE001 - the reference's, not the candidate's
-            return None
+        """The reference on ``args`` evaluated in float64, or None where the reference refuses
+        float64 itself (the checks then hold the output to the stated atol); a failure of the
+        device's state raises (``float64_reference``)."""
+        return run_or_refusal(lambda: self._reference_on(key, args, float64=True), self._let_go)
 
     def reference(self, msg: m.Reference) -> m.Reply:
         rounds = []
@@ -262,24 +259,22 @@ class TrustedRole:
         Where the atol was held down to the output's size and the output still misses, the
         reference is run once more in its own dtypes beside the float64 output: its gap to it
         floors the atol, and where the gap is a tenth of the output's size the output is
-        mostly rounding and the stated atol stands (``held_atol``). Where that run fails (its
-        memory), the stated atol decides against float64; where the float64 run itself cannot
-        be made, ``fallback`` (the stated atol's pass against the reference, else ``report``)."""
-        try:
-            exact = self._run_reference(*origin, float64=True)[0]  # its inputs dropped
-        except Exception:  # a reference that only runs in its own dtypes
+        mostly rounding and the stated atol stands (``held_atol``). Where the reference refuses
+        that run, the stated atol decides against float64; where it refuses float64,
+        ``fallback`` (the stated atol's pass against the reference, else ``report``).
+        Only the reference's own refusal of float64 leads there: a run that fails for the
+        device's state (its memory, which the candidate's worker shares) raises instead
+        (``float64_reference``)."""
+        outputs = run_or_refusal(lambda: self._run_reference(*origin, float64=True)[0], self._let_go)
+        if outputs is None or index >= len(outputs) or not outputs[index].is_floating_point():
             return fallback
-        if index >= len(exact) or not exact[index].is_floating_point():
-            return fallback
-        exact = exact[index]
+        exact = outputs[index]
+        del outputs  # its inputs were dropped with the run; only the output compared is kept
         hi = self._compare_read(meta, exact, tol, name, origin, chunk)
         if hi is not None and not hi["ok"] and "held_atol" in hi:
-            try:
-                own = self._run_reference(*origin)[0][index]
-                gap: ReferenceGap | None = reference_gap(own, exact, chunk)
-                del own
-            except Exception:  # noqa: BLE001 - memory above all: the gap stays unknown
-                gap = None
+            own = run_or_refusal(lambda: self._run_reference(*origin)[0][index], self._let_go)
+            gap: ReferenceGap | None = None if own is None else reference_gap(own, exact, chunk)
+            del own
             if gap is None:
                 hi = self._compare_read(meta, exact, tol, name, origin, chunk, UNKNOWN_GAP)
             elif gap.largest > 0:
