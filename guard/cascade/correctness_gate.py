@@ -211,6 +211,10 @@ def _make_reference(ctx: EvalContext, group: _Group, tally: dict[str, int]) -> N
         max(cfg.call_timeout_s, 120),
         "correctness",
     )
+    if not made.ok:  # not one round: never read as rounds to skip
+        log.error("the references of %s (%s) could not be made: %s", group.label, w.uuid, made.message)
+        shown = made.message if group.visible else "the trusted worker's message is in the server's log"
+        raise GuardError(f"the trusted worker could not make the references on {group.label}: {shown}")
     for rnd, info in zip(group.planned, made.rounds):
         if not info.ok:
             if group.visible and ref.device.kind != "cpu" and rnd.kind == "normal":

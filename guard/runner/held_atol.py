@@ -64,7 +64,7 @@ class ReferenceGap:
 NO_GAP = ReferenceGap()  # not known yet: the float64 reference has not run
 # the reference refuses float64 itself (its own dtypes only): nothing sizes the output beyond
 # its rounding, and the stated atol stands. A float64 run that fails for the device's state
-# never leads here (``float64_reference``)
+# never leads here (``reference_failures``)
 UNKNOWN_GAP = ReferenceGap(math.inf, math.inf)
 
 

@@ -28,7 +28,7 @@ from .common import (
 )
 from .compare import compare, spec_args
 from .compare_scan import all_finite
-from .float64_reference import run_or_refusal
+from .reference_failures import ReferenceUnavailable, despite_device_state, float64_or_refusal
 from .held_atol import NO_GAP, UNKNOWN_GAP, ReferenceGap, reference_gap
 from .harness import T
 from .inputs import InputMaker, spec_shape, torch_dtype
@@ -131,6 +131,9 @@ class TrustedRole:
             T.cuda_sync()
         return normalize_outputs(result, list(d["outputs"])), args
 
+    def _reference_outputs(self, key: str, workload: dict, axes: dict, seed: int, kind: str) -> list:
+        return self._run_reference(key, workload, axes, seed, kind)[0]  # its inputs dropped
+
     def _reference_on(self, key: str, args: list, float64: bool = False) -> list:
         d, module, _ = self.problems[key]
         if float64:
@@ -143,15 +146,28 @@ class TrustedRole:
     def _float64_or_none(self, key: str, args: list) -> list | None:
         """The reference on ``args`` evaluated in float64, or None where the reference refuses
         float64 itself (the checks then hold the output to the stated atol); a failure of the
-        device's state raises (``float64_reference``)."""
-        return run_or_refusal(lambda: self._reference_on(key, args, float64=True), self._let_go)
+        device's state raises (``reference_failures``)."""
+        return float64_or_refusal(lambda: self._reference_on(key, args, float64=True), self._let_go)
 
     def reference(self, msg: m.Reference) -> m.Reply:
+        """Each round's reference outputs, held for its ``compare``. A round the reference itself
+        cannot run is reported and skipped by the guard; one the device's state keeps it from
+        running (memory the candidate's worker may hold) fails the whole request, never a skip
+        (``reference_failures``)."""
         rounds = []
         for rnd in msg.rounds:
             try:
-                outs = self._run_reference(msg.key, msg.workload, msg.axes, rnd.seed, rnd.kind)[0]  # inputs dropped
-            except Exception as exc:
+                outs = despite_device_state(
+                    functools.partial(self._reference_outputs, msg.key, msg.workload, msg.axes, rnd.seed, rnd.kind),
+                    self._let_go,
+                    f"the reference of round {rnd.tag}",
+                )
+            except ReferenceUnavailable:
+                for done in rounds:
+                    self.refs.pop(done.tag, None)
+                    self.ref_inputs.pop(done.tag, None)
+                raise
+            except Exception as exc:  # noqa: BLE001 - the reference's own: this round is skipped
                 rounds.append(m.ReferenceRound(tag=rnd.tag, ok=False, message=f"{type(exc).__name__}: {exc}"[:1000]))
                 continue
             self.refs[rnd.tag] = outs
@@ -264,15 +280,15 @@ class TrustedRole:
         ``fallback`` (the stated atol's pass against the reference, else ``report``).
         Only the reference's own refusal of float64 leads there: a run that fails for the
         device's state (its memory, which the candidate's worker shares) raises instead
-        (``float64_reference``)."""
-        outputs = run_or_refusal(lambda: self._run_reference(*origin, float64=True)[0], self._let_go)
+        (``reference_failures``)."""
+        outputs = float64_or_refusal(lambda: self._run_reference(*origin, float64=True)[0], self._let_go)
         if outputs is None or index >= len(outputs) or not outputs[index].is_floating_point():
             return fallback
         exact = outputs[index]
         del outputs  # its inputs were dropped with the run; only the output compared is kept
         hi = self._compare_read(meta, exact, tol, name, origin, chunk)
         if hi is not None and not hi["ok"] and "held_atol" in hi:
-            own = run_or_refusal(lambda: self._run_reference(*origin)[0][index], self._let_go)
+            own = float64_or_refusal(lambda: self._run_reference(*origin)[0][index], self._let_go)
             gap: ReferenceGap | None = None if own is None else reference_gap(own, exact, chunk)
             del own
             if gap is None:

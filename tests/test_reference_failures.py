@@ -1,9 +1,11 @@
-"""The float64 reference that decides before a failure stands (``runner/float64_reference.py``).
+"""A reference's failure in the trusted worker: its own, or the device's state
+(``runner/reference_failures.py``).
 
 A reference that refuses float64 leaves an output held to the stated atol, more lenient than
-the held one. A run that fails for the device's state (its memory, which the candidate's
-worker shares on a GPU) must never read as that refusal: a candidate holding the device's
-memory while its outputs are checked would turn the held atol off (review, session 39).
+the held one, and a round the reference cannot run is skipped. A run that fails for the
+device's state (its memory, which the candidate's worker shares on a GPU) must never read as
+either: a candidate holding the device's memory while the guard works would turn the held atol
+off, or have its held-out rounds skipped (review, session 39).
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ import json
 import pytest
 import torch
 
-from guard.runner.float64_reference import ReferenceUnavailable, device_state_failure, run_or_refusal
+from guard.runner.reference_failures import (
+    ReferenceUnavailable,
+    despite_device_state,
+    device_state_failure,
+    float64_or_refusal,
+)
 
 CUBLAS_STARVED = "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
 
@@ -36,7 +43,7 @@ def test_failures_of_the_devices_state_are_told_apart(exc):
     "exc",
     [
         AssertionError("this reference runs in float32 only"),
-        RuntimeError('"addmm_cuda" not implemented for \'Double\''),
+        RuntimeError("\"addmm_cuda\" not implemented for 'Double'"),
         TypeError("expected BFloat16 but found Double"),
         NotImplementedError("no double kernel"),
     ],
@@ -52,7 +59,7 @@ def test_a_refusal_is_none_and_runs_once():
         calls.append(1)
         raise AssertionError("float32 only")
 
-    assert run_or_refusal(refuses, lambda: None) is None
+    assert float64_or_refusal(refuses, lambda: None) is None
     assert len(calls) == 1
 
 
@@ -65,7 +72,7 @@ def test_memory_that_comes_back_gives_the_answer():
             raise torch.OutOfMemoryError("CUDA out of memory")
         return [torch.ones(2, dtype=torch.float64)]
 
-    got = run_or_refusal(starved_once, lambda: freed.append(1))
+    got = float64_or_refusal(starved_once, lambda: freed.append(1))
     assert got is not None and torch.equal(got[0], torch.ones(2, dtype=torch.float64))
     assert freed == [1] and len(tries) == 2
 
@@ -78,7 +85,7 @@ def test_a_device_that_stays_starved_raises_and_never_reads_as_a_refusal(second)
         raise failures.pop(0)
 
     with pytest.raises(ReferenceUnavailable, match="not made"):
-        run_or_refusal(starved, lambda: None)
+        float64_or_refusal(starved, lambda: None)
 
 
 # y = x.sum(-1) * 1e-6 for x ~ N(0, 1) over 256 columns: outputs of RMS about 1.6e-5, far below
@@ -130,5 +137,77 @@ def test_zeros_are_not_passed_when_the_float64_run_is_starved(tmp_path):
             g.evaluate(from_source(unique(ZEROS), "pytorch", "kernel.py"), "small_sums", agent="a")
         states = [row["state"] for row in g.db.query("SELECT state FROM candidates")]
         assert states == ["error"]
+    finally:
+        g.close()
+
+
+def test_the_references_own_failure_propagates_untouched():
+    calls = []
+
+    def own():
+        calls.append(1)
+        raise ValueError("this reference takes no such input")
+
+    with pytest.raises(ValueError, match="no such input"):
+        despite_device_state(own, lambda: None, "the reference")
+    assert len(calls) == 1
+
+
+# a reference that fails on the "tiny" round only: as a starved device's cuBLAS does, or by
+# its own code (an op that refuses such values)
+FAILS_ON_TINY = """import torch
+
+
+def run(x):
+    if x.abs().max() < 1e-6:
+        raise {error}
+    return torch.nn.functional.silu(x)
+"""
+SILU = """import torch
+
+
+def run(x):
+    return x * torch.sigmoid(x)
+"""
+
+
+@pytest.mark.parametrize(
+    "error, skipped",
+    [(f"RuntimeError({CUBLAS_STARVED!r})", False), ("ValueError('no tiny inputs here')", True)],
+    ids=["device_state", "own"],
+)
+def test_a_round_is_skipped_for_the_references_own_failure_only(tmp_path, error, skipped):
+    """A round whose reference fails by its own code is skipped, as before; one whose
+    reference fails as a starved device's does ends the evaluation as a guard error: a
+    candidate holding the device's memory must not have its rounds skipped."""
+    from guard.candidates.load import from_source
+    from guard.cascade import GuardError
+
+    from helpers import make_guard, unique
+
+    folder = tmp_path / "silu_rows"
+    folder.mkdir()
+    definition = {
+        "name": "silu_rows",
+        "axes": {"n": {"type": "var"}, "h": {"type": "const", "value": 64}},
+        "inputs": {"x": {"shape": ["n", "h"], "dtype": "float32"}},
+        "outputs": {"y": {"shape": ["n", "h"], "dtype": "float32"}},
+        "reference": FAILS_ON_TINY.format(error=error),
+        "kernelarc": {"heldout_count": 1, "adversarial": True},
+    }
+    (folder / "definition.json").write_text(json.dumps(definition))
+    rows = [{"uuid": f"w{n}", "axes": {"n": n}, "inputs": {"x": {"type": "random"}}} for n in (16, 33)]
+    (folder / "workload.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    g = make_guard(tmp_path / "ws", correctness_rounds=4, heldout_rounds=1)
+    try:
+        g.store.import_path(folder)
+        candidate = from_source(unique(SILU), "pytorch", "kernel.py")
+        if skipped:
+            v = g.evaluate(candidate, "silu_rows", agent="a")
+            assert v.status == "PASSED", v.reason
+            assert v.checked.rounds_skipped > 0
+        else:
+            with pytest.raises(GuardError, match="could not make the references"):
+                g.evaluate(candidate, "silu_rows", agent="a")
     finally:
         g.close()
