@@ -119,6 +119,9 @@ class PairedEntry(_Part):
     paired_speedup: float | None = None  # None when the incumbent could not be timed again
     threshold: float | None = None
     note: str | None = None  # why not, then
+    # the incumbent's turns that ran slower than its own record allows, held to it for the
+    # comparison (its milliseconds below are as measured)
+    held_turns: int | None = None
     workloads: dict[str, PairedWorkload] = Field(default_factory=dict)
 
 

@@ -12,7 +12,7 @@ import pytest
 from guard.candidates.load import from_source
 from guard.config import GuardConfig
 from guard.decision import Comparison, decide
-from guard.pairing import needs_pairing, paired_comparison
+from guard.pairing import held_to_records, needs_pairing, paired_comparison
 
 from helpers import RMS, honest_source, make_guard
 
@@ -46,6 +46,39 @@ def test_paired_arithmetic():
     shaky = {"w": {"incumbent": [(1.0, 0.001), (1.0, 0.001)], "challenger": [(0.7, 0.001), (1.0, 0.001)]}}
     assert paired_comparison(shaky, cfg).threshold > 0.1
     assert paired_comparison({"w": {"incumbent": [], "challenger": []}}, cfg) is None
+
+
+def test_an_incumbent_is_held_to_its_own_record_in_each_turn():
+    """A sandbagging incumbent (red team, session 39): timed again, it runs 6x slower than its
+    record while the machine is as it was. Each turn is held to the record, times the
+    challenger's own drift since its benchmark, so the pairing says what the records say."""
+    cfg = GuardConfig()
+    record_i = {f"w{i}": (1.0, 0.001) for i in range(4)}
+    record_c = {f"w{i}": (2.0, 0.001) for i in range(4)}  # the challenger: twice as slow
+    sandbagged = {
+        f"w{i}": {"incumbent": [(6.0, 0.001), (6.1, 0.001)], "challenger": [(2.0, 0.001), (2.02, 0.001)]}
+        for i in range(4)
+    }
+    assert paired_comparison(sandbagged, cfg).speedup > 2.9  # taken at face value: a 3x "gain"
+    held, count = held_to_records(sandbagged, record_i, record_c)
+    assert count == 8
+    cmp = paired_comparison(held, cfg)
+    assert math.isclose(cmp.speedup, 0.5, rel_tol=1e-9) and decide(cmp) == "REVERT"
+    # an honest incumbent on a machine that slowed down for both: nothing is held
+    slower_machine = {
+        f"w{i}": {"incumbent": [(1.5, 0.001), (1.45, 0.001)], "challenger": [(3.0, 0.001), (3.0, 0.001)]}
+        for i in range(4)
+    }
+    held, count = held_to_records(slower_machine, record_i, record_c)
+    assert count == 0 and held == slower_machine
+    # a stored comparison from a slow window of the incumbent (the pairing's purpose) is still
+    # corrected downwards: the same kernel, recorded 40% slow, is found the same
+    same_kernel = {f"w{i}": {"incumbent": [(1.0, 0.001)] * 2, "challenger": [(1.0, 0.001)] * 2} for i in range(4)}
+    held, count = held_to_records(same_kernel, {k: (1.4, 0.0) for k in record_i}, {k: (1.0, 0.0) for k in record_i})
+    assert count == 0 and math.isclose(paired_comparison(held, cfg).speedup, 1.0)
+    # a workload either record lacks is left out: nothing bounds it
+    held, _ = held_to_records(sandbagged, {"w0": (1.0, 0.0)}, record_c)
+    assert set(held) == {"w0"}
 
 
 def test_student_t_multiples_match_the_tables():

@@ -14,7 +14,7 @@ from typing import NotRequired, TypedDict
 from .. import decision as decision_mod
 from ..archive.db import Database
 from ..config import GuardConfig
-from ..pairing import PairedSamples, needs_pairing, paired_comparison
+from ..pairing import PairedSamples, held_to_records, needs_pairing, paired_comparison
 from ..runner import device as device_mod
 from ..runner.pool import WorkerPool
 from ..verdict import PairedLabel, WorkloadResult
@@ -32,7 +32,8 @@ class PairedRun(TypedDict):
     stored_speedup: float  # the comparison with its stored figures
     comparison: decision_mod.Comparison | None  # the paired one; None when it could not be made
     why: str  # why it was re-measured
-    samples: NotRequired[dict[str, PairedSamples]]
+    samples: NotRequired[dict[str, PairedSamples]]  # as measured
+    held_turns: NotRequired[int]  # the incumbent's turns held to its record (``pairing.held_to_records``)
     note: NotRequired[str]  # why the incumbent could not be timed again
 
 
@@ -198,7 +199,15 @@ def _pair_once(
         entry: PairedRun = {"incumbent": row["id"], "stored_speedup": stored.speedup, "comparison": None, "why": why}
         try:
             entry["samples"] = remeasure(ctx, pool, row)
-            entry["comparison"] = paired_comparison(entry["samples"], cfg)
+            held, entry["held_turns"] = held_to_records(entry["samples"], measurements(conn, row["id"]), new)
+            if entry["held_turns"]:
+                log.warning(
+                    "incumbent %s ran slower than its record allows in %d turns beside %s: held to it",
+                    row["id"],
+                    entry["held_turns"],
+                    ctx.cid,
+                )
+            entry["comparison"] = paired_comparison(held, cfg)
         except Unpaired as exc:
             entry["note"] = str(exc)
             if exc.status == "REWARD_HACK":

@@ -164,6 +164,13 @@ class Recorder:
                     f"{word} the agent's best {best['id']}: speedup {cmp.speedup:.3f}x "
                     f"(threshold {cmp.threshold:.1%}" + (", re-measured side by side)" if was_paired else ")")
                 )
+                agent_entry = (paired or {}).get("agent") if was_paired else None
+                held = agent_entry.get("held_turns") if agent_entry else None
+                if held:
+                    reason += (
+                        f"; the best ran slower than its own record in {held} of its turns side by side "
+                        "and was held to it"
+                    )
                 if decision == "REVERT":
                     reason += f"; go back to {best['id']}"
                 if unconfirmed:
@@ -287,6 +294,7 @@ def paired_summary(paired: dict[PairedLabel, PairedRun] | None) -> dict[PairedLa
             paired_speedup=cmp.speedup if cmp else None,
             threshold=cmp.threshold if cmp else None,
             note=e.get("note"),
+            held_turns=e.get("held_turns"),
             workloads={
                 u: PairedWorkload(
                     incumbent_ms=[x[0] for x in s["incumbent"]], challenger_ms=[x[0] for x in s["challenger"]]
