@@ -24,7 +24,7 @@ from guard import sandbox
 from guard.builders.cuda_cpp import EXT_PREFIX, extension_digest, publish_build
 from guard.sandbox import cgroups
 from guard.sandbox import isolation as isolation_mod
-from guard.sandbox.policy import PROJECT_ROOT, SandboxPolicy, gpu_device_nodes
+from guard.sandbox.policy import GUARD_PACKAGE, PROJECT_ROOT, SandboxPolicy, gpu_device_nodes
 
 from helpers import (
     SYSCALLS,
@@ -121,6 +121,32 @@ def test_workspace_and_secret_are_out_of_sight(tmp_path, needs_bwrap):
     assert "secret.key" not in got["tmp"]  # only the sandbox's own folders appear there
 
 
+def test_the_projects_checkout_shows_the_guard_package_alone(tmp_path, needs_bwrap):
+    """The checkout the guard runs from holds what no candidate may read: a demo's workspace
+    (not named ``.kernelarc``), ``.git``, a user's ``.env``. A sandboxed candidate read another
+    workspace's secret and its agents' sources there (red team, session 39): now only the guard
+    package is shown of it, even where the checkout or a folder above it is on ``PYTHONPATH``."""
+    env = {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), str(PROJECT_ROOT.parent)])}
+    policy = SandboxPolicy.for_worker(tmp_path / "scratch", "cpu", env=env)
+    assert GUARD_PACKAGE in policy.readonly
+    assert not any(b == PROJECT_ROOT or b in PROJECT_ROOT.parents for b in policy.readonly), policy.readonly
+    got = run_sandboxed(
+        tmp_path / "scratch",
+        f"""
+    print(json.dumps({{
+        "root": attempt(os.listdir, {str(PROJECT_ROOT)!r}),
+        "git": attempt(os.listdir, {str(PROJECT_ROOT / ".git")!r}),
+        "readme": attempt(lambda: open({str(PROJECT_ROOT / "README.md")!r}).read()),
+        "guard": attempt(lambda: open({str(GUARD_PACKAGE / "__init__.py")!r}).read()),
+    }}))
+    """,
+    )
+    assert got["guard"] != "" and not got["guard"].startswith("denied")
+    assert got["git"].startswith("denied") and got["readme"].startswith("denied")
+    # the mount points alone: the guard package and the interpreter's venv, where it lies there
+    assert set(got["root"]) <= {"guard", ".venv"}, got["root"]
+
+
 UNDO_MOUNTS = """
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
@@ -194,7 +220,8 @@ def test_policy_masks_and_leaves_out_protected_paths(tmp_path):
     assert policy.exposed == (ws / "problems",)
     assert Path("/") not in policy.readonly and Path("/tmp") not in policy.readonly
     assert Path(os.path.expanduser("~")) not in policy.readonly
-    assert PROJECT_ROOT in policy.readonly or any(PROJECT_ROOT.is_relative_to(p) for p in policy.readonly)
+    assert GUARD_PACKAGE in policy.readonly  # of the checkout, the guard package alone
+    assert not any(p == PROJECT_ROOT or p in PROJECT_ROOT.parents for p in policy.readonly)
 
 
 def test_only_the_judged_gpu_node_is_bound():

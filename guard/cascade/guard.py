@@ -63,8 +63,8 @@ class Guard:
         # not lead it to the database, the secret or the held-out workloads.
         self._scratch = Scratch()
         self.scratch = self._scratch.path
-        # candidate workers are sandboxed: the workspace is hidden, its problem folders (data
-        # files of imported problems) readable
+        # candidate workers are sandboxed: the workspace is hidden, its problem folders and the
+        # seeds' (data files of the problems) readable
         self.pool = WorkerPool(
             self.device.kind,
             self.scratch / "workers",
@@ -73,7 +73,7 @@ class Guard:
             keep_spare,
             env=self.device.worker_env(),
             protect=[workspace.root],
-            expose=[workspace.problems_dir],
+            expose=[workspace.problems_dir, self.store.seeds_dir],
             tasks_limit=self.cfg.sandbox_tasks_limit,
         )
         # simulated CPU devices share the cores, hence one slot

@@ -22,7 +22,11 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+GUARD_PACKAGE = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = GUARD_PACKAGE.parent
+# the project's checkout, where the guard runs from one (an installed guard lies in a
+# site-packages folder, bound whole as the interpreter's)
+CHECKOUT = None if PROJECT_ROOT.name in ("site-packages", "dist-packages") else PROJECT_ROOT
 
 # System trees a Python process, a compiler (CUDA C++ builds) and the CUDA driver need.
 # /etc is there for ld.so.cache, passwd and the alternatives links; what in it is not
@@ -95,8 +99,9 @@ class SandboxPolicy:
         notes: list[str] = []
 
         wanted = [
-            *_python_paths(env),
-            str(PROJECT_ROOT),
+            *_interpreter_paths(),
+            *(str(_guard_alone(Path(os.path.abspath(p)))) for p in _import_paths(env)),
+            str(GUARD_PACKAGE),
             *SYSTEM_PATHS,
             SYSFS,
             *_cuda_paths(env),
@@ -188,9 +193,8 @@ def scratch_env(workdir: Path, env: Mapping[str, str]) -> dict[str, str]:
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def _python_paths(env: Mapping[str, str]) -> list[str]:
-    """Where this interpreter and its packages live. The current folder ('' in sys.path) is
-    left out: it is the caller's, often the one holding the workspace."""
+def _interpreter_paths() -> list[str]:
+    """Where this interpreter and its installed packages live."""
     paths = [
         sys.prefix,
         sys.base_prefix,
@@ -200,10 +204,28 @@ def _python_paths(env: Mapping[str, str]) -> list[str]:
     ]
     paths += [sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
     paths += site.getsitepackages()
-    cwd = os.getcwd()
-    paths += [p for p in sys.path if p and os.path.abspath(p) != cwd]
-    paths += _env_paths(env, "PYTHONPATH")
     return [p for p in paths if p]
+
+
+def _import_paths(env: Mapping[str, str]) -> list[str]:
+    """The other folders this process imports from, and the worker's ``PYTHONPATH``. The
+    current folder ('' in sys.path) is left out: it is the caller's, often the one holding the
+    workspace."""
+    cwd = os.getcwd()
+    paths = [p for p in sys.path if p and os.path.abspath(p) != cwd]
+    return paths + _env_paths(env, "PYTHONPATH")
+
+
+def _guard_alone(path: Path) -> Path:
+    """An import path in the project's checkout, or above it (the checkout itself on
+    ``PYTHONPATH``, its ``tests`` under pytest), as the guard package alone: a worker imports
+    nothing else of it, and a checkout holds what no candidate may read, such as the demo's
+    workspace (whose secret and agents' sources a sandboxed candidate read: red team, session
+    39), ``.git`` or a user's ``.env``. The interpreter's own folders (a venv in the checkout)
+    are bound as they are."""
+    if CHECKOUT is None or _within(path, GUARD_PACKAGE):
+        return path
+    return GUARD_PACKAGE if _within(CHECKOUT, path) or _within(path, CHECKOUT) else path
 
 
 def _cuda_paths(env: Mapping[str, str]) -> list[str]:
