@@ -39,9 +39,25 @@ TABLES = {
 
 
 @pytest.fixture(scope="module")
-def reach_guard():
-    # In the project's folder, as the demo's workspace is: the sandbox shows the project
-    # read-only, so the workspace is there behind a mask that a cheat may try to take away.
+def other_workspace():
+    """Another workspace on the machine, kept in the project's checkout as the demo's is, with
+    nothing to do with the evaluations judged here: no candidate may read it either (red
+    team, session 39: the checkout was bound whole, and only the judged workspace masked)."""
+    from guard.workspace import Workspace
+
+    root = REPO / f".kernelarc-other-{uuid.uuid4().hex[:8]}"
+    try:
+        ws = Workspace.open(root)
+        assert len(ws.secret) == 32  # made now, as a workspace in use has it
+        yield ws
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def reach_guard(other_workspace):
+    # In the project's folder, as the demo's workspace is, beside another one: a workspace
+    # there is hidden behind a mask that a cheat may try to take away.
     root = REPO / f".kernelarc-reach-{uuid.uuid4().hex[:8]}"
     try:
         yield from _reach_guard(root)
@@ -80,13 +96,14 @@ def _sha(path) -> str | None:
 
 
 @pytest.mark.parametrize("path", WORKSPACE_CHEATS, ids=lambda p: p.stem)
-def test_workspace_untouched_and_secret_unknown(reach_guard, path):
+def test_workspace_untouched_and_secret_unknown(reach_guard, other_workspace, path):
     g = reach_guard
     root = g.ws.root
     secret_file, db_file = root / "secret.key", g.ws.db_path
     secret_bytes = secret_file.read_bytes()
     secret_hex = g._secret.hex()
     assert secret_bytes.decode().strip() == secret_hex
+    other_hex = other_workspace.secret.hex()
     before_rows = _rows(db_file)
     before_inode = os.stat(db_file).st_ino
     exp = expectation(path)
@@ -118,8 +135,9 @@ def test_workspace_untouched_and_secret_unknown(reach_guard, path):
         finally:
             con.close()
         for text, where in ((v.model_dump_json(), "the verdict"), (stored, "the stored verdict")):
-            leaked = secret_hex in text or secret_hex[:16] in text  # a bool: pytest must not print the secret
-            assert not leaked, f"{path.name}: the workspace secret is in {where}: {v.reason}"
+            for hex_, whose in ((secret_hex, "the workspace"), (other_hex, "another workspace")):
+                leaked = hex_ in text or hex_[:16] in text  # a bool: pytest must not print the secret
+                assert not leaked, f"{path.name}: {whose}'s secret is in {where}"
 
         # and the cheat failed where it was blocked (an exception escaped)
         assert v.status == exp["runtime"], f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"
