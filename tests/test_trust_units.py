@@ -776,7 +776,7 @@ class _Activity:
 
 
 def test_eager_calls_are_timed_by_the_device_work_between_markers():
-    from guard.runner.timing import MARKER_KERNEL, marked_call_spans
+    from guard.runner.cupti_spans import MARKER_KERNEL, marked_call_spans
 
     events = [
         _Activity("refill", 1, 0, 500),

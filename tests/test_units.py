@@ -162,7 +162,7 @@ class _Rec:
 
 
 def test_graph_launch_spans_cover_all_device_work_of_each_launch():
-    from guard.runner.timing import graph_launch_spans
+    from guard.runner.cupti_spans import graph_launch_spans
 
     recs = [
         _Rec("cudaGraphLaunch", "CPU", 7, 1_000, 500),
