@@ -10,7 +10,8 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 from pathlib import Path
 
 import torch
@@ -31,7 +32,7 @@ from .compare_scan import all_finite
 from .reference_failures import ReferenceUnavailable, despite_device_state, float64_or_refusal
 from .held_atol import NO_GAP, UNKNOWN_GAP, ReferenceGap, reference_gap
 from .harness import T
-from .inputs import InputMaker, spec_shape, torch_dtype
+from .inputs import InputMaker, spec_shape, sub_seed, torch_dtype
 from .tensorio import read_tensor
 from .pacing import Pacer, Pacing
 from .refill import Refiller
@@ -42,6 +43,11 @@ from .timing import Timer
 # problems a trusted worker keeps loaded (``TrustedRole._forget_old_problems``)
 KEPT_PROBLEMS = 2
 
+# where a round's reference outputs came from: (problem key, workload, axes, seed, round kind)
+Origin = tuple[str, dict[str, Any], dict[str, int], int, str]
+# a loaded problem: its definition, its reference module, the maker of its inputs
+Loaded = tuple[dict[str, Any], Any, InputMaker]
+
 
 class TrustedRole:
     def __init__(self, device: str, workdir: Path, meter: PeakMeter | None = None, pacer: Pacer | None = None):
@@ -51,19 +57,20 @@ class TrustedRole:
         self.meter = meter or PeakMeter(device)  # the worker's loop measures each request
         self.workdir = workdir
         self.cuda = device.startswith("cuda")
-        self.problems: dict[str, tuple[dict, object, InputMaker]] = {}
+        self.problems: dict[str, Loaded] = {}
         self.refs: dict[str, list[torch.Tensor]] = {}
-        self.ref_inputs: dict[str, tuple] = {}  # tag -> (key, workload, axes, seed, kind)
+        self.ref_inputs: dict[str, Origin] = {}  # tag -> where its reference outputs came from
         self.timer: Timer | None = None
-        self.compiled: dict[str, object] = {}
-        self._loop: tuple[tuple, ConfirmLoop] | None = None  # the outside clock's loop of the last workload
+        self.compiled: dict[str, Any] = {}
+        # the outside clock's loop of the last workload, with what it was built for
+        self._loop: tuple[tuple[Any, ...], ConfirmLoop] | None = None
 
-    def handle(self, raw: dict) -> dict:
+    def handle(self, raw: dict[str, Any]) -> dict[str, Any]:
         try:
             msg = m.parse_trusted_request(raw)
         except m.MessageError as exc:
             return m.Reply(ok=False, status="INTERNAL", message=str(exc)).model_dump()
-        handler = {
+        handler: Callable[[Any], m.Reply] = {
             m.LoadProblem: self.problem,
             m.Reference: self.reference,
             m.Compare: self.compare,
@@ -75,7 +82,7 @@ class TrustedRole:
             m.VerifyReplays: self.verify_replays,
             m.Memory: self.memory,
             m.DeviceIdle: self.device_idle,
-        }[type(msg)]
+        }[type(msg)]  # type: ignore[assignment]  # each handler takes its own message type
         try:
             reply = handler(msg)
         except Exception as exc:  # the problem's own code failed: report, keep serving
@@ -120,7 +127,9 @@ class TrustedRole:
         if self.cuda:
             release_device_cache()
 
-    def _run_reference(self, key: str, workload: dict, axes: dict, seed: int, kind: str, float64: bool = False):
+    def _run_reference(
+        self, key: str, workload: dict[str, Any], axes: dict[str, int], seed: int, kind: str, float64: bool = False
+    ) -> tuple[list[torch.Tensor], list[Any]]:
         d, module, maker = self.problems[key]
         args = maker.make(workload, axes, seed, kind)
         if float64:  # the same inputs, evaluated in float64: the (near) exact answer
@@ -131,10 +140,12 @@ class TrustedRole:
             T.cuda_sync()
         return normalize_outputs(result, list(d["outputs"])), args
 
-    def _reference_outputs(self, key: str, workload: dict, axes: dict, seed: int, kind: str) -> list:
+    def _reference_outputs(
+        self, key: str, workload: dict[str, Any], axes: dict[str, int], seed: int, kind: str
+    ) -> list[torch.Tensor]:
         return self._run_reference(key, workload, axes, seed, kind)[0]  # its inputs dropped
 
-    def _reference_on(self, key: str, args: list, float64: bool = False) -> list:
+    def _reference_on(self, key: str, args: list[Any], float64: bool = False) -> list[torch.Tensor]:
         d, module, _ = self.problems[key]
         if float64:
             args = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
@@ -143,7 +154,7 @@ class TrustedRole:
         self._sync()
         return normalize_outputs(result, list(d["outputs"]))
 
-    def _float64_or_none(self, key: str, args: list) -> list | None:
+    def _float64_or_none(self, key: str, args: list[Any]) -> list[torch.Tensor] | None:
         """The reference on ``args`` evaluated in float64, or None where the reference refuses
         float64 itself (the checks then hold the output to the stated atol); a failure of the
         device's state raises (``reference_failures``)."""
@@ -154,7 +165,7 @@ class TrustedRole:
         cannot run is reported and skipped by the guard; one the device's state keeps it from
         running (memory the candidate's worker may hold) fails the whole request, never a skip
         (``reference_failures``)."""
-        rounds = []
+        rounds: list[m.ReferenceRound] = []
         for rnd in msg.rounds:
             try:
                 outs = despite_device_state(
@@ -184,22 +195,25 @@ class TrustedRole:
         return m.ReferenceReply(ok=True, rounds=rounds)
 
     def compare(self, msg: m.Compare) -> m.Reply:
-        refs = self.refs.pop(msg.tag, None)
+        held = self.refs.pop(msg.tag, None)
         origin = self.ref_inputs.pop(msg.tag, None)
-        if refs is None:
+        if held is None:
             return m.Reply(ok=False, status="INTERNAL", message=f"no reference held for {msg.tag}")
+        refs: list[torch.Tensor | None] = list(held)
+        del held
         metas, names = [x.model_dump(exclude_none=True) for x in msg.outputs], msg.names
         tols = [t.model_dump() for t in msg.tolerances]
         if len(metas) != len(refs):
             return m.CompareReply(
                 ok=True, passed=False, status="INCORRECT_SHAPE", message=f"{len(metas)} outputs, expected {len(refs)}"
             )
-        reports = []
+        reports: list[dict[str, Any]] = []
         chunk = msg.chunk_elements
         for i, (meta, tol, name) in enumerate(zip(metas, tols, names)):
             # one output at a time: the candidate's is read, compared and dropped, and the
             # reference's is let go as soon as it has been compared with it
             ref, refs[i] = refs[i], None
+            assert ref is not None  # each is let go once, after its own comparison
             # The description comes from the candidate's process: held to the reference's
             # before anything is made of it (a shape of 2**63 x 0 is 0 bytes, passed the size
             # check, and raised in torch: the verdict was withheld, and the error text told a
@@ -262,8 +276,16 @@ class TrustedRole:
         return m.CompareReply(ok=True, passed=True, status="PASSED", reports=reports)
 
     def _against_float64(
-        self, origin, index: int, meta: dict, report: dict, tol: dict, name: str, chunk: int, fallback: dict
-    ) -> dict:
+        self,
+        origin: Origin,
+        index: int,
+        meta: dict[str, Any],
+        report: dict[str, Any],
+        tol: dict[str, Any],
+        name: str,
+        chunk: int,
+        fallback: dict[str, Any],
+    ) -> dict[str, Any]:
         """A reference that rounds intermediates (bf16 products added to a residual, say)
         can differ from a more accurate kernel by more than the tolerance on adversarial
         inputs. An output that matches the same reference evaluated in float64 is right.
@@ -302,14 +324,14 @@ class TrustedRole:
 
     def _compare_read(
         self,
-        meta: dict,
+        meta: dict[str, Any],
         exact: torch.Tensor,
-        tol: dict,
+        tol: dict[str, Any],
         name: str,
-        origin,
+        origin: Origin,
         chunk: int,
         gap: ReferenceGap = NO_GAP,
-    ) -> dict | None:
+    ) -> dict[str, Any] | None:
         """The candidate's output, read again from its file, against the float64 reference;
         None when it cannot be read (read a moment ago: the first comparison's report stands)."""
         try:
@@ -353,8 +375,9 @@ class TrustedRole:
         d, module, maker = self.problems[key]
         if self.timer is None:
             self.timer = Timer(self.device)
+        timer = self.timer
         sets = [maker.make(msg.workload, msg.axes, s, "normal") for s in msg.sets]
-        out: dict = {"ok": True}
+        out: dict[str, Any] = {"ok": True}
         flops = None
         if msg.count_flops:
             try:
@@ -367,24 +390,24 @@ class TrustedRole:
                 out["flops_error"] = str(exc)[:300]
         out["flops"] = flops
         base_seed = msg.sets[0]
-        gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(base_seed, "scramble"))
+        gen = torch.Generator(device=self.device).manual_seed(sub_seed(base_seed, "scramble"))
 
         refiller = Refiller(maker, msg.workload, msg.axes)
 
         def refill(k: int, index: int) -> None:
             refiller(sets[k], replays.replay_seed(base_seed, index))
 
-        def scramble(outs, i: int) -> None:
+        def scramble(outs: Any, i: int) -> None:
             replays.scramble(outs, gen)
 
-        def timed(fn):
+        def timed(fn: Callable[..., Any]) -> dict[str, Any]:
             """The candidate's own loop (fresh inputs, flush, padding), without digests."""
 
-            def call(k: int):
+            def call(k: int) -> Any:
                 with torch.no_grad():
                     return fn(*sets[k])
 
-            plan = self.timer.arm(
+            plan = timer.arm(
                 call,
                 len(sets),
                 refill,
@@ -394,7 +417,7 @@ class TrustedRole:
                 cfg.warmup_time_s,
                 use_graphs=cfg.use_graphs,
             )
-            finish, _ = self.timer.run(plan, call, refill, scramble, None, max_time_s=cfg.max_timing_s)
+            finish, _ = timer.run(plan, call, refill, scramble, None, max_time_s=cfg.max_timing_s)
             return finish()
 
         out["eager"] = timed(module.run)
@@ -467,7 +490,14 @@ class TrustedRole:
         return m.DrawnReply(ok=True, tensors=rows, buffers=buffers, pid=os.getpid())
 
     def _confirm_loop(
-        self, key: str, workload: dict, axes: dict, sets: list[int], iters: int, copies: bool, projection_seed: int
+        self,
+        key: str,
+        workload: dict[str, Any],
+        axes: dict[str, int],
+        sets: list[int],
+        iters: int,
+        copies: bool,
+        projection_seed: int,
     ) -> ConfirmLoop:
         """The loop without the call for one workload, kept for its next window and for the
         check of its digests (one workload's at a time: it holds that workload's data)."""
@@ -497,7 +527,7 @@ class TrustedRole:
         self._loop = (ident, loop)
         return loop
 
-    def _pacing(self, d: dict, axes: dict) -> Pacing | None:
+    def _pacing(self, d: dict[str, Any], axes: dict[str, int]) -> Pacing | None:
         """A CPU's trusted loop paced as the candidate's is, describing buffers of the outputs'
         sizes where the candidate's loop describes its call's outputs."""
         if self.cuda or self.pacer is None:
@@ -520,7 +550,7 @@ class TrustedRole:
         if self.cuda:
             T.cuda_sync()
 
-    def _output_buffers(self, d: dict, axes: dict) -> list[torch.Tensor]:
+    def _output_buffers(self, d: dict[str, Any], axes: dict[str, int]) -> list[torch.Tensor]:
         bufs = []
         for spec in d["outputs"].values():
             bufs.append(torch.empty(spec_shape(spec, axes), dtype=torch_dtype(spec["dtype"]), device=self.device))
@@ -539,21 +569,21 @@ class TrustedRole:
             # mirror) before the references run, which hold one call's worth beside it (54.6 GiB
             # for KernelBench ReLU's 12 GiB call on the H200); a later window builds it again
             self._loop = None
-        check: Callable[[int, list, replay_check.Exact], str | None]
+        check: Callable[[int, list[torch.Tensor], replay_check.Exact], str | None]
         tally = replay_check.SampleTally(len(msg.names))
         if msg.read is not None:  # a CPU loop: the outputs themselves, read by the guard
             if len(msg.read) != len(msg.iterations):
                 return m.Reply(ok=False, status="INTERNAL", message="read outputs do not match the calls chosen")
             read = dict(zip(msg.iterations, msg.read))
 
-            def check(iteration: int, refs: list, exact: replay_check.Exact) -> str | None:
+            def check(iteration: int, refs: list[torch.Tensor], exact: replay_check.Exact) -> str | None:
                 return replay_check.outputs_mismatch(read[iteration], refs, msg.tolerances, msg.names, exact)
 
         else:
             digests = dict(zip(msg.iterations, msg.digests))
             projection = self._projection(msg.projection_seed if msg.regime == "stream" else msg.run_seed)
 
-            def check(iteration: int, refs: list, exact: replay_check.Exact) -> str | None:
+            def check(iteration: int, refs: list[torch.Tensor], exact: replay_check.Exact) -> str | None:
                 row = [list(r) for r in digests[iteration]]
                 return replay_check.digests_mismatch(
                     row, refs, msg.tolerances, msg.names, projection, exact, iteration, tally
@@ -592,7 +622,9 @@ class TrustedRole:
             return self._loop[1].projection
         return replays.Projection(seed)
 
-    def _replayed_inputs(self, msg: m.VerifyReplays, maker: InputMaker, refiller: Refiller):
+    def _replayed_inputs(
+        self, msg: m.VerifyReplays, maker: InputMaker, refiller: Refiller
+    ) -> Iterator[tuple[int, list[Any]]]:
         """(iteration, inputs) of each chosen call, in ascending order: for the timed loop its
         set refilled from the call's own seed; for the outside clock's loop the same draws from
         the loop's seed, in the same order (``ConfirmLoop.inputs_at``)."""
@@ -620,7 +652,7 @@ class TrustedRole:
         yield from held.inputs_at(msg.run_seed, chosen)
 
 
-def _widen(args: list) -> None:
+def _widen(args: list[Any]) -> None:
     """The float tensors of ``args`` as float64, in place: each narrow one is let go as soon as
     its wide copy exists, never all of them at once."""
     for i, a in enumerate(args):
@@ -634,7 +666,7 @@ def _widen(args: list) -> None:
 RECOMPILE_LIMIT = 64
 
 
-def _compile(fn, mode: str, backend: str = "inductor"):
+def _compile(fn: Any, mode: str, backend: str = "inductor") -> Any:
     """``torch.compile`` of the reference's ``run`` itself. A grad-mode decorator such as
     ``@torch.no_grad()`` wraps every problem's ``run`` in one and the same wrapper function,
     whose compiled code dynamo caches on that shared code object: its recompile limit was then
@@ -653,7 +685,7 @@ def _compile(fn, mode: str, backend: str = "inductor"):
     return torch.compile(fn, mode=None if backend != "inductor" else mode, backend=backend)
 
 
-def _is_grad_mode_wrapper(fn) -> bool:
+def _is_grad_mode_wrapper(fn: Any) -> bool:
     """The wrapper torch's grad-mode context managers (no_grad, enable_grad, inference_mode,
     set_grad_enabled) put around a decorated function."""
     code = getattr(fn, "__code__", None)
@@ -665,7 +697,7 @@ def _is_grad_mode_wrapper(fn) -> bool:
     )
 
 
-def _dynamo_counters() -> dict | None:
+def _dynamo_counters() -> dict[str, Any] | None:
     """What torch.compile did in this worker so far: frames compiled, graphs, graph breaks,
     recompilations. A compile baseline no faster than eager with no graph here was eager."""
     try:
@@ -681,7 +713,7 @@ def _dynamo_counters() -> dict | None:
     }
 
 
-def _described_wrongly(meta: dict, ref: torch.Tensor, name: str) -> tuple[str, str] | None:
+def _described_wrongly(meta: dict[str, Any], ref: torch.Tensor, name: str) -> tuple[str, str] | None:
     """(status, message) when the candidate's description of an output is not the
     reference's dtype and shape; None when it is."""
     dtype, shape = meta.get("dtype"), meta.get("shape")
