@@ -50,42 +50,36 @@ def pairing_rounds(workloads: int, cfg: GuardConfig) -> int:
     return rounds
 
 
-def held_to_records(
+def incumbent_slowdown(
     samples: dict[str, PairedSamples],
     incumbent_record: dict[str, tuple[float, float]],
     challenger_record: dict[str, tuple[float, float]],
-) -> tuple[dict[str, PairedSamples], int]:
-    """The samples with each of the incumbent's paired medians held to what its own record
-    allows in that turn: its stored median times the challenger's paired median over the
-    challenger's own stored one (the machine's drift between the challenger's benchmark and
-    this turn). Returns (the held samples, how many turns were held).
+) -> float | None:
+    """How much slower the incumbent ran when timed again than its own record allows: the
+    geometric mean, over the turns of the workloads both records hold, of its paired median
+    over its stored median times the challenger's drift (the challenger's paired median over
+    its own stored one). That is the paired speedup over the stored one; None where no
+    workload is in both records.
 
     The incumbent runs code its agent wrote, and a process can always tell that it is timed
     again without a correctness check first (the requests that reach it): one that ran six
-    times slower then made a slower challenger of the same agent an ACCEPT at 2.1x and the new
-    global best (red team, session 39). Its record was confirmed by the guard's own clock when
-    it was judged; the pairing measures nothing that can make it slower than that, and a
-    challenger cannot move the bound in its own favour (slower figures of its own only lower
-    its speedup). Where the bound holds, the turn's ratio is the stored comparison's: a
-    pairing can lower a stored speedup, never raise it above what the records say. A
-    workload either record lacks is left out: nothing bounds it."""
-    held: dict[str, PairedSamples] = {}
-    count = 0
+    times slower then made a slower challenger of the same agent an ACCEPT at 2.1x and the
+    new global best (red team, session 39). Its record was confirmed by the guard's own clock
+    when it was judged, and the challenger cannot move the figure in its own favour (slower
+    figures of its own only lower its paired speedup). A slowdown beyond the pairing's own
+    noise makes the pairing inconclusive (``pairing_gate``); below it, a slower incumbent
+    can only keep a stored comparison from being corrected, never raise it further."""
+    logs = []
     for uuid, s in samples.items():
         if uuid not in incumbent_record or uuid not in challenger_record:
             continue
         record_i, record_c = incumbent_record[uuid][0], challenger_record[uuid][0]
         if not (record_i > 0 and record_c > 0):
             continue
-        incumbent = []
         for i, c in zip(s["incumbent"], s["challenger"]):
-            bound = record_i * c[0] / record_c
-            if i[0] > bound:
-                count += 1
-                i = (bound, i[1])
-            incumbent.append(i)
-        held[uuid] = {"incumbent": incumbent, "challenger": list(s["challenger"][: len(incumbent)])}
-    return held, count
+            if i[0] > 0 and c[0] > 0:
+                logs.append(math.log(i[0] / (record_i * c[0] / record_c)))
+    return math.exp(sum(logs) / len(logs)) if logs else None
 
 
 def paired_comparison(samples: dict[str, PairedSamples], cfg: GuardConfig) -> Comparison | None:

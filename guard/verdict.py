@@ -119,9 +119,10 @@ class PairedEntry(_Part):
     paired_speedup: float | None = None  # None when the incumbent could not be timed again
     threshold: float | None = None
     note: str | None = None  # why not, then
-    # the incumbent's turns that ran slower than its own record allows, held to it for the
-    # comparison (its milliseconds below are as measured)
-    held_turns: int | None = None
+    # the incumbent's paired figures over what its own record allows (1: as its record says);
+    # beyond the pairing's noise the re-measurement decided nothing (``note`` says so)
+    incumbent_slowdown: float | None = None
+    inconclusive: bool | None = None
     workloads: dict[str, PairedWorkload] = Field(default_factory=dict)
 
 

@@ -12,7 +12,7 @@ import pytest
 from guard.candidates.load import from_source
 from guard.config import GuardConfig
 from guard.decision import Comparison, decide
-from guard.pairing import held_to_records, needs_pairing, paired_comparison
+from guard.pairing import incumbent_slowdown, needs_pairing, paired_comparison
 
 from helpers import RMS, honest_source, make_guard
 
@@ -48,37 +48,50 @@ def test_paired_arithmetic():
     assert paired_comparison({"w": {"incumbent": [], "challenger": []}}, cfg) is None
 
 
-def test_an_incumbent_is_held_to_its_own_record_in_each_turn():
+def test_the_incumbents_slowdown_against_its_own_record():
     """A sandbagging incumbent (red team, session 39): timed again, it runs 6x slower than its
-    record while the machine is as it was. Each turn is held to the record, times the
-    challenger's own drift since its benchmark, so the pairing says what the records say."""
+    record while the machine is as it was. Its slowdown (the paired speedup over the stored
+    one) says so; an honest incumbent on a machine that slowed down for both reads 1."""
     cfg = GuardConfig()
     record_i = {f"w{i}": (1.0, 0.001) for i in range(4)}
     record_c = {f"w{i}": (2.0, 0.001) for i in range(4)}  # the challenger: twice as slow
     sandbagged = {
-        f"w{i}": {"incumbent": [(6.0, 0.001), (6.1, 0.001)], "challenger": [(2.0, 0.001), (2.02, 0.001)]}
+        f"w{i}": {"incumbent": [(6.0, 0.001), (6.0, 0.001)], "challenger": [(2.0, 0.001), (2.0, 0.001)]}
         for i in range(4)
     }
-    assert paired_comparison(sandbagged, cfg).speedup > 2.9  # taken at face value: a 3x "gain"
-    held, count = held_to_records(sandbagged, record_i, record_c)
-    assert count == 8
-    cmp = paired_comparison(held, cfg)
-    assert math.isclose(cmp.speedup, 0.5, rel_tol=1e-9) and decide(cmp) == "REVERT"
-    # an honest incumbent on a machine that slowed down for both: nothing is held
+    paired = paired_comparison(sandbagged, cfg)
+    assert paired.speedup > 2.9  # taken at face value: a 3x "gain"
+    slowdown = incumbent_slowdown(sandbagged, record_i, record_c)
+    assert math.isclose(slowdown, 6.0) and slowdown > 1 + paired.threshold
     slower_machine = {
-        f"w{i}": {"incumbent": [(1.5, 0.001), (1.45, 0.001)], "challenger": [(3.0, 0.001), (3.0, 0.001)]}
+        f"w{i}": {"incumbent": [(1.5, 0.001), (1.5, 0.001)], "challenger": [(3.0, 0.001), (3.0, 0.001)]}
         for i in range(4)
     }
-    held, count = held_to_records(slower_machine, record_i, record_c)
-    assert count == 0 and held == slower_machine
-    # a stored comparison from a slow window of the incumbent (the pairing's purpose) is still
-    # corrected downwards: the same kernel, recorded 40% slow, is found the same
-    same_kernel = {f"w{i}": {"incumbent": [(1.0, 0.001)] * 2, "challenger": [(1.0, 0.001)] * 2} for i in range(4)}
-    held, count = held_to_records(same_kernel, {k: (1.4, 0.0) for k in record_i}, {k: (1.0, 0.0) for k in record_i})
-    assert count == 0 and math.isclose(paired_comparison(held, cfg).speedup, 1.0)
-    # a workload either record lacks is left out: nothing bounds it
-    held, _ = held_to_records(sandbagged, {"w0": (1.0, 0.0)}, record_c)
-    assert set(held) == {"w0"}
+    assert math.isclose(incumbent_slowdown(slower_machine, record_i, record_c), 1.0)
+    # no workload in both records: nothing to say
+    assert incumbent_slowdown(sandbagged, {"other": (1.0, 0.0)}, record_c) is None
+
+
+def test_the_second_red_teams_cases_decide_nothing_false():
+    """Red team, session 39, second pass, on the first fix (each turn held to the record):
+    an identical kernel whose stored comparison was a lucky 1.4x, beside an incumbent 6x slow
+    when timed again, was ACCEPTed; and an honest identical kernel, stored at 0.65x because
+    the incumbent's record came from a fast window, was REVERTed. Now the first pairing is
+    inconclusive (no ACCEPT), and the second decides from the side-by-side figures (KEEP)
+    or is inconclusive (KEEP too): never a REVERT of an identical kernel."""
+    cfg = GuardConfig()
+    w = [f"w{i}" for i in range(4)]
+    # stored 1.4x: the incumbent's record 1.4, the challenger's 1.0; both are truly 1.0
+    lucky = {k: {"incumbent": [(6.0, 0.002), (6.1, 0.002)], "challenger": [(1.0, 0.002), (1.01, 0.002)]} for k in w}
+    paired = paired_comparison(lucky, cfg)
+    slowdown = incumbent_slowdown(lucky, {k: (1.4, 0.0) for k in w}, {k: (1.0, 0.0) for k in w})
+    assert decide(paired) == "ACCEPT" and slowdown > 1 + paired.threshold  # inconclusive: no ACCEPT
+    # stored 0.65x: the incumbent's record 0.65 (a fast window), the challenger's 1.0
+    honest = {k: {"incumbent": [(1.0, 0.002), (1.02, 0.002)], "challenger": [(1.01, 0.002), (1.0, 0.002)]} for k in w}
+    paired = paired_comparison(honest, cfg)
+    assert decide(paired) == "KEEP"
+    slowdown = incumbent_slowdown(honest, {k: (0.65, 0.0) for k in w}, {k: (1.0, 0.0) for k in w})
+    assert slowdown > 1 + paired.threshold  # inconclusive as well: KEEP either way
 
 
 def test_student_t_multiples_match_the_tables():
@@ -242,6 +255,29 @@ def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(se
         quitter = guard.evaluate(from_source(ABORTS_WHEN_TIMED_AGAIN, None, "kernel.py"), RMS, agent="agent-p")
         assert quitter.decision != "ACCEPT", quitter.reason
         assert quitter.status == "RUNTIME_ERROR" and quitter.gate == "pairing", (quitter.status, quitter.reason)
+    finally:
+        guard.close()
+
+
+@pytest.mark.slow
+def test_an_incumbent_recorded_in_a_fast_window_does_not_make_a_false_revert(tmp_path):
+    """The same kernel again, its best's stored figures from a window twice as fast: the
+    stored comparison says REVERT, the side-by-side one about 1.0x. Holding each of the
+    incumbent's turns to its record (session 39's first fix) made the REVERT stand in 19 of 34
+    such verdicts (second red team); an identical kernel must never be told to go back."""
+    guard = make_guard(tmp_path / "ws", min_iters=40, max_iters=80, pairing_band_cpu=10)
+    try:
+        source = honest_source()
+        first = guard.evaluate(from_source(source, None, "kernel.py"), RMS, agent="agent-f")
+        assert first.decision == "ACCEPT", first.reason
+        with guard.db.transaction() as c:
+            c.execute(
+                "UPDATE workload_results SET latency_ms = latency_ms * 0.5, rel_se = 0 WHERE candidate_id = ?",
+                (first.candidate_id,),
+            )
+        again = guard.evaluate(from_source(source + "\n# again\n", None, "kernel.py"), RMS, agent="agent-f")
+        assert again.status == "PASSED", again.reason
+        assert again.decision != "REVERT", (again.reason, again.paired)
     finally:
         guard.close()
 

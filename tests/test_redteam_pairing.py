@@ -101,7 +101,7 @@ def test_a_challenger_cannot_get_an_honest_incumbent_caught(tmp_path):
         challenger.wait()
 
 
-# Red team, session 39: an honest RMSNorm that runs six times slower whenever its worker is
+# Red team, session 39: an honest RMSNorm that runs twelve times slower whenever its worker is
 # timed without having run a correctness check first, which only an incumbent rebuilt for a
 # paired re-measurement is (read from the worker's own frames: the screen is off).
 SANDBAGS_WHEN_REMEASURED = """
@@ -134,12 +134,14 @@ def run(hidden_states, weight):
     if phase == "check":
         _state["checked"] = True
     if phase == "timed" and not _state["checked"]:
-        for _ in range(5):
+        for _ in range(11):
             _rms(hidden_states, weight)
     return _rms(hidden_states, weight)
 """
-# honest, and slower than the incumbent really is: it computes the answer twice
-TWICE_THE_WORK = """
+# honest, and slower than the incumbent really is: it computes the answer four times, so that
+# the stored comparison is a clear REVERT (a loaded machine's threshold is 35%: at twice the
+# work a stored KEEP, which is never paired, was seen) and the pairing always happens
+FOUR_TIMES_THE_WORK = """
 import torch
 
 
@@ -149,16 +151,19 @@ def _rms(hidden_states, weight):
 
 
 def run(hidden_states, weight):
-    _rms(hidden_states, weight)
+    for _ in range(3):
+        _rms(hidden_states, weight)
     return _rms(hidden_states, weight)
 """
 
 
 @pytest.mark.slow
 def test_an_incumbent_that_runs_slow_when_timed_again_gives_its_challenger_nothing(tmp_path):
-    """Before the fix the slower challenger was ACCEPTed at 2.1x and made the global best, in
-    2 runs of 2: the pairing took the incumbent's figures at face value. Now each of the
-    incumbent's turns is held to its own record (``pairing.held_to_records``)."""
+    """Before the fix the slower challenger was ACCEPTed and made the global best (2.1-2.4x
+    against an incumbent six times slower when re-measured and a challenger twice as slow, in 3
+    runs of 3): the pairing took the incumbent's figures at face value. Now each of the
+    incumbent's paired figures are held against its own record (``pairing.incumbent_slowdown``):
+    far slower than it allows, the pairing decides nothing."""
     from guard.candidates.load import from_source
 
     from helpers import RMS, make_guard, unique
@@ -168,13 +173,12 @@ def test_an_incumbent_that_runs_slow_when_timed_again_gives_its_challenger_nothi
     try:
         first = guard.evaluate(from_source(unique(SANDBAGS_WHEN_REMEASURED), None, "kernel.py"), RMS, agent="mallory")
         assert first.decision == "ACCEPT", first.reason
-        second = guard.evaluate(from_source(unique(TWICE_THE_WORK), None, "kernel.py"), RMS, agent="mallory")
+        second = guard.evaluate(from_source(unique(FOUR_TIMES_THE_WORK), None, "kernel.py"), RMS, agent="mallory")
         assert second.status == "PASSED", second.reason
         entry = second.paired["agent"] if second.paired else None
         assert entry is not None and entry.incumbent == first.candidate_id, second.reason
-        assert entry.paired_speedup is not None, entry.note
-        assert entry.held_turns, (entry, second.reason)
+        assert entry.inconclusive and entry.incumbent_slowdown > 2, (entry, second.reason)
         assert second.decision != "ACCEPT" and not second.is_global_best, second.reason
-        assert "held to it" in second.reason
+        assert "slower than its own record" in second.reason
     finally:
         guard.close()

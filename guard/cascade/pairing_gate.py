@@ -14,7 +14,7 @@ from typing import NotRequired, TypedDict
 from .. import decision as decision_mod
 from ..archive.db import Database
 from ..config import GuardConfig
-from ..pairing import PairedSamples, held_to_records, needs_pairing, paired_comparison
+from ..pairing import PairedSamples, incumbent_slowdown, needs_pairing, paired_comparison
 from ..runner import device as device_mod
 from ..runner.pool import WorkerPool
 from ..verdict import PairedLabel, WorkloadResult
@@ -32,9 +32,11 @@ class PairedRun(TypedDict):
     stored_speedup: float  # the comparison with its stored figures
     comparison: decision_mod.Comparison | None  # the paired one; None when it could not be made
     why: str  # why it was re-measured
-    samples: NotRequired[dict[str, PairedSamples]]  # as measured
-    held_turns: NotRequired[int]  # the incumbent's turns held to its record (``pairing.held_to_records``)
-    note: NotRequired[str]  # why the incumbent could not be timed again
+    samples: NotRequired[dict[str, PairedSamples]]
+    # the incumbent's paired figures over what its own record allows (``pairing.incumbent_slowdown``)
+    slowdown: NotRequired[float]
+    inconclusive: NotRequired[bool]  # it ran slower than its record beyond the pairing's noise
+    note: NotRequired[str]  # why the incumbent could not be timed again, or why it decided nothing
 
 
 def latencies(workloads: list[WorkloadResult]) -> dict[str, tuple[float, float]]:
@@ -163,6 +165,28 @@ def pairings(
             revoked[label] = entry
 
 
+def _check_the_incumbent(
+    entry: PairedRun, record: dict[str, tuple[float, float]], challenger: dict[str, tuple[float, float]]
+) -> None:
+    """An incumbent that ran slower than its own record allows, beyond the pairing's own noise,
+    leaves the pairing inconclusive: its comparison is dropped, and the recording draws neither
+    an ACCEPT nor a REVERT from the stored one (``pairing.incumbent_slowdown``)."""
+    cmp = entry["comparison"]
+    slowdown = incumbent_slowdown(entry.get("samples") or {}, record, challenger)
+    if cmp is None or slowdown is None:
+        return
+    entry["slowdown"] = slowdown
+    if slowdown > 1 + cmp.threshold:
+        entry["inconclusive"] = True
+        entry["comparison"] = None
+        entry["note"] = (
+            f"the incumbent ran {slowdown:.2f}x slower than its own record allows when timed again (the "
+            f"side-by-side speedup {cmp.speedup:.3f}x against {entry['stored_speedup']:.3f}x stored, beyond the "
+            f"pairing's noise of {cmp.threshold:.1%}): the re-measurement decides nothing"
+        )
+        log.warning("%s: %s", entry["incumbent"], entry["note"])
+
+
 def _pair_once(
     ctx: EvalContext, db: Database, pool: WorkerPool, workloads: list[WorkloadResult], agent: str
 ) -> tuple[dict[PairedLabel, PairedRun], dict[PairedLabel, PairedRun]]:
@@ -199,15 +223,8 @@ def _pair_once(
         entry: PairedRun = {"incumbent": row["id"], "stored_speedup": stored.speedup, "comparison": None, "why": why}
         try:
             entry["samples"] = remeasure(ctx, pool, row)
-            held, entry["held_turns"] = held_to_records(entry["samples"], measurements(conn, row["id"]), new)
-            if entry["held_turns"]:
-                log.warning(
-                    "incumbent %s ran slower than its record allows in %d turns beside %s: held to it",
-                    row["id"],
-                    entry["held_turns"],
-                    ctx.cid,
-                )
-            entry["comparison"] = paired_comparison(held, cfg)
+            entry["comparison"] = paired_comparison(entry["samples"], cfg)
+            _check_the_incumbent(entry, measurements(conn, row["id"]), new)
         except Unpaired as exc:
             entry["note"] = str(exc)
             if exc.status == "REWARD_HACK":

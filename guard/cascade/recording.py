@@ -131,6 +131,11 @@ class Recorder:
                 unconfirmed = unclear_why(c, best, cmp, workloads, cfg, device)
                 if unconfirmed:
                     decision = "KEEP"
+            # the best ran slower than its own record when timed again: the pairing decided
+            # nothing, and a stored comparison that was not clear-cut decides nothing either way
+            inconclusive = _inconclusive(paired, "agent", best)
+            if inconclusive and decision != "KEEP":
+                decision = "KEEP"
             if unsure and decision != "KEEP":
                 # The best changed (on another device) while this one was measured: no ACCEPT or
                 # REVERT from figures taken on two devices; a resubmission is compared properly.
@@ -160,20 +165,17 @@ class Recorder:
             else:
                 assert best is not None  # a comparison is made with the agent's best only
                 word = {"ACCEPT": "faster than", "KEEP": "within the noise of", "REVERT": "slower than"}[decision]
+                if inconclusive:
+                    word = "undecided against"
                 reason = (
                     f"{word} the agent's best {best['id']}: speedup {cmp.speedup:.3f}x "
                     f"(threshold {cmp.threshold:.1%}" + (", re-measured side by side)" if was_paired else ")")
                 )
-                agent_entry = (paired or {}).get("agent") if was_paired else None
-                held = agent_entry.get("held_turns") if agent_entry else None
-                if held:
-                    reason += (
-                        f"; the best ran slower than its own record in {held} of its turns side by side "
-                        "and was held to it"
-                    )
                 if decision == "REVERT":
                     reason += f"; go back to {best['id']}"
-                if unconfirmed:
+                if inconclusive:
+                    reason += f"; {inconclusive}, and the stored comparison is not clear-cut: no ACCEPT or REVERT"
+                elif unconfirmed:
                     reason += (
                         f"; {unconfirmed}, and it was not re-measured side by side (a duplicate's figures, "
                         "or the best could not be timed again), so no ACCEPT is drawn: resubmit a changed copy"
@@ -280,6 +282,17 @@ def row_fields(v: Verdict) -> dict[str, Any]:
     }
 
 
+def _inconclusive(
+    paired: dict[PairedLabel, PairedRun] | None, label: PairedLabel, row: sqlite3.Row | None
+) -> str | None:
+    """Why the pairing against ``row`` decided nothing, where its incumbent ran slower than its
+    own record allows (``pairing_gate._check_the_incumbent``); None otherwise."""
+    entry = (paired or {}).get(label)
+    if row is None or not entry or entry["incumbent"] != row["id"] or not entry.get("inconclusive"):
+        return None
+    return entry.get("note") or "the incumbent ran slower than its own record allows"
+
+
 def paired_summary(paired: dict[PairedLabel, PairedRun] | None) -> dict[PairedLabel, PairedEntry] | None:
     """The verdict's ``paired``: per label what was re-measured, and the milliseconds."""
     if not paired:
@@ -294,7 +307,8 @@ def paired_summary(paired: dict[PairedLabel, PairedRun] | None) -> dict[PairedLa
             paired_speedup=cmp.speedup if cmp else None,
             threshold=cmp.threshold if cmp else None,
             note=e.get("note"),
-            held_turns=e.get("held_turns"),
+            incumbent_slowdown=e.get("slowdown"),
+            inconclusive=e.get("inconclusive"),
             workloads={
                 u: PairedWorkload(
                     incumbent_ms=[x[0] for x in s["incumbent"]], challenger_ms=[x[0] for x in s["challenger"]]
