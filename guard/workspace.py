@@ -30,7 +30,7 @@ class Workspace:
     def open(cls, path: str | os.PathLike[str] | None = None) -> "Workspace":
         ws = cls(resolve_workspace_path(path))
         ws.root.mkdir(parents=True, exist_ok=True)
-        for sub in (ws.problems_dir, ws.archive_dir):
+        for sub in (ws.problems_dir, ws.archive_dir, ws.heldout_dir):
             sub.mkdir(parents=True, exist_ok=True)
         return ws
 
@@ -41,6 +41,12 @@ class Workspace:
     @property
     def problems_dir(self) -> Path:
         return self.root / "problems"
+
+    @property
+    def heldout_dir(self) -> Path:
+        """Explicit held-out workloads of imported problems: never in ``problems_dir``, whose
+        folders candidates may read."""
+        return self.root / "heldout"
 
     @property
     def archive_dir(self) -> Path:
@@ -54,7 +60,7 @@ class Workspace:
         return GuardConfig.load(self.config_path, **overrides)
 
     def problems(self) -> ProblemStore:
-        return ProblemStore(self.problems_dir)
+        return ProblemStore(self.problems_dir, heldout_dir=self.heldout_dir)
 
     @property
     def secret(self) -> bytes:

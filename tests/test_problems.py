@@ -147,6 +147,35 @@ def test_imported_problem_round_trips(tmp_path):
     assert raw["constraints"] and raw["kernelarc"]["op_family"] == "attention"
 
 
+def test_a_workspace_keeps_held_out_workloads_out_of_its_problem_folders(tmp_path):
+    """Candidates may read a workspace's problem folders (their data files), so explicit
+    held-out workloads are kept in the workspace's ``heldout/`` folder (red team, session 39);
+    one left in a problem's folder by an earlier version is moved there when it is read."""
+    import shutil
+
+    from guard.workspace import Workspace
+
+    src = tmp_path / "src"
+    shutil.copytree(SOL_EXAMPLES / "softmax_h4096", src)
+    row = json.loads((src / "workload.jsonl").read_text().splitlines()[0])
+    (src / "heldout.jsonl").write_text(json.dumps({**row, "uuid": "kept-apart"}) + "\n")
+    ws = Workspace.open(tmp_path / "ws")
+    store = ws.problems()
+    problem, _ = store.import_path(src)
+    assert not (ws.problems_dir / problem.name / "heldout.jsonl").exists()
+    assert (ws.heldout_dir / f"{problem.name}.jsonl").is_file()
+    assert [w.uuid for w in store.get(problem.name).heldout] == ["kept-apart"]
+    # an earlier version's layout: moved out when read, nothing lost
+    (ws.heldout_dir / f"{problem.name}.jsonl").replace(ws.problems_dir / problem.name / "heldout.jsonl")
+    assert [w.uuid for w in ws.problems().get(problem.name).heldout] == ["kept-apart"]
+    assert not (ws.problems_dir / problem.name / "heldout.jsonl").exists()
+    # a replaced import without held-out workloads drops the old ones
+    shutil.copy(SOL_EXAMPLES / "softmax_h4096" / "workload.jsonl", src / "workload.jsonl")
+    (src / "heldout.jsonl").unlink()
+    store.import_path(src, replace=True)
+    assert store.get(problem.name).heldout == [] and not (ws.heldout_dir / f"{problem.name}.jsonl").exists()
+
+
 def test_a_stored_input_whose_file_is_missing_is_judged_as_random():
     """The paged-decode example names safetensors files that are not in the repository: the
     input maker fills those inputs at random, so the workloads the guard judges say so, and

@@ -63,11 +63,35 @@ def reach_guard(other_workspace):
         yield from _reach_guard(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root.parent / f"{root.name}-src", ignore_errors=True)
+
+
+HELDOUT_UUID = "held-out-c0ffee"  # a workload of an imported problem's own held-out file
+
+
+def _with_heldout(folder, tmp):
+    """A copy of the SOL example ``folder`` with an explicit held-out workload, as a problem
+    that ships its own held-out set has them."""
+    import json
+
+    copy = tmp / f"{folder.name}_heldout"
+    shutil.copytree(folder, copy)
+    definition = json.loads((copy / "definition.json").read_text())
+    definition["name"] = copy.name
+    (copy / "definition.json").write_text(json.dumps(definition))
+    row = json.loads((copy / "workload.jsonl").read_text().splitlines()[0])
+    row["uuid"] = HELDOUT_UUID
+    (copy / "heldout.jsonl").write_text(json.dumps(row) + "\n")
+    return copy
 
 
 def _reach_guard(root):
     g = make_guard(root, static_screen=False, call_timeout_s=10)
     g.store.import_path(SOL_EXAMPLES / SOFTMAX)  # an imported problem: it lives in the workspace
+    # and one with held-out workloads of its own, which no candidate may read
+    imported, _ = g.store.import_path(_with_heldout(SOL_EXAMPLES / SOFTMAX, root.parent / f"{root.name}-src"))
+    assert [w.uuid for w in g.store.get(imported.name).heldout] == [HELDOUT_UUID]
+    assert not list(g.ws.problems_dir.rglob("heldout.jsonl"))
     for problem, source in ((RMS, honest_source()), (SOFTMAX, unique(HONEST_SOFTMAX))):
         for _ in range(3):  # a measured result is needed; a loaded machine can upset one timing
             v = g.evaluate(from_source(unique(source), None, "kernel.py"), problem, agent="earlier")
@@ -138,6 +162,7 @@ def test_workspace_untouched_and_secret_unknown(reach_guard, other_workspace, pa
             for hex_, whose in ((secret_hex, "the workspace"), (other_hex, "another workspace")):
                 leaked = hex_ in text or hex_[:16] in text  # a bool: pytest must not print the secret
                 assert not leaked, f"{path.name}: {whose}'s secret is in {where}"
+            assert HELDOUT_UUID not in text, f"{path.name}: an imported problem's held-out workload is in {where}"
 
         # and the cheat failed where it was blocked (an exception escaped)
         assert v.status == exp["runtime"], f"{path.name}: {v.status} {v.reason}\n{v.diagnostic}"

@@ -38,12 +38,17 @@ class Problem:
             return {}
         return {p.name: p for p in sorted(self.root.iterdir()) if p.is_file() and p.name.startswith(SEED_PREFIX)}
 
-    def save(self, folder: Path) -> None:
+    def save(self, folder: Path, heldout_file: Path | None = None) -> None:
+        """Write the problem into ``folder``; its held-out workloads, if any, to
+        ``heldout_file`` (by default ``folder``'s ``heldout.jsonl``): a workspace keeps them
+        out of the problem folder, which candidates may read (``ProblemStore``)."""
         folder.mkdir(parents=True, exist_ok=True)
         (folder / DEFINITION_FILE).write_text(json.dumps(self.definition.to_json(), indent=2) + "\n")
         write_jsonl(folder / WORKLOAD_FILE, self.workloads)
         if self.heldout:
-            write_jsonl(folder / HELDOUT_FILE, self.heldout)
+            target = heldout_file or folder / HELDOUT_FILE
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_jsonl(target, self.heldout)
         self.root = folder
 
 
@@ -64,7 +69,9 @@ def read_jsonl(path: Path) -> list[Workload]:
     return out
 
 
-def load_problem(folder: Path, origin: str = "workspace") -> Problem:
+def load_problem(folder: Path, origin: str = "workspace", heldout_file: Path | None = None) -> Problem:
+    """The problem in ``folder``; its held-out workloads from ``heldout_file`` (by default the
+    folder's ``heldout.jsonl``)."""
     folder = Path(folder)
     dpath = folder / DEFINITION_FILE
     if not dpath.is_file():
@@ -75,7 +82,7 @@ def load_problem(folder: Path, origin: str = "workspace") -> Problem:
         raise ProblemError(f"{dpath}: {_first_error(exc)}") from None
     wpath = folder / WORKLOAD_FILE
     workloads = read_jsonl(wpath) if wpath.is_file() else []
-    hpath = folder / HELDOUT_FILE
+    hpath = heldout_file or folder / HELDOUT_FILE
     heldout = read_jsonl(hpath) if hpath.is_file() else []
     for w in workloads + heldout:
         try:

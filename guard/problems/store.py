@@ -22,10 +22,21 @@ _Stamp = tuple[tuple[str, int | None, int | None], ...]
 
 
 class ProblemStore:
-    def __init__(self, workspace_problems: Path, seeds_dir: Path = SEEDS_DIR):
+    """The seeds and a workspace's problems. A workspace problem's held-out workloads are kept
+    in ``heldout_dir`` (``<name>.jsonl``), outside the problem folders: candidates may read
+    those (their data files), and a candidate read the held-out workloads there and printed
+    them in its diagnostic (red team, session 39). A ``heldout.jsonl`` found in a workspace
+    problem's folder (written by an earlier version) is moved there when the problem is read."""
+
+    def __init__(self, workspace_problems: Path, seeds_dir: Path = SEEDS_DIR, heldout_dir: Path | None = None):
         self.workspace_problems = workspace_problems
         self.seeds_dir = seeds_dir
+        self.heldout_dir = heldout_dir
         self._cache: dict[Path, tuple[_Stamp, Problem, float]] = {}
+
+    def heldout_file(self, name: str) -> Path | None:
+        """Where a workspace problem's held-out workloads are kept (None: in its folder)."""
+        return None if self.heldout_dir is None else self.heldout_dir / f"{name}.jsonl"
 
     def _load(self, folder: Path, origin: str) -> Problem:
         """A problem, parsed once and again only when its files change (checked at most
@@ -34,20 +45,37 @@ class ProblemStore:
         hit = self._cache.get(folder)
         if hit is not None and now - hit[2] < 1.0:
             return hit[1]
+        heldout = self._heldout_of(folder) if origin == "workspace" else None
         files: list[tuple[str, int | None, int | None]] = []
-        for name in (DEFINITION_FILE, WORKLOAD_FILE, HELDOUT_FILE):
+        for path in (folder / DEFINITION_FILE, folder / WORKLOAD_FILE, heldout or folder / HELDOUT_FILE):
             try:
-                st = (folder / name).stat()
-                files.append((name, st.st_mtime_ns, st.st_size))
+                st = path.stat()
+                files.append((str(path), st.st_mtime_ns, st.st_size))
             except FileNotFoundError:
-                files.append((name, None, None))
+                files.append((str(path), None, None))
         stamp = tuple(files)
         if hit is not None and hit[0] == stamp:
             self._cache[folder] = (stamp, hit[1], now)
             return hit[1]
-        problem = load_problem(folder, origin)
+        problem = load_problem(folder, origin, heldout)
         self._cache[folder] = (stamp, problem, now)
         return problem
+
+    def _heldout_of(self, folder: Path) -> Path | None:
+        """The held-out file of a workspace problem, moved out of its folder where an earlier
+        version left it there."""
+        target = self.heldout_file(folder.name)
+        if target is None:
+            return None
+        inside = folder / HELDOUT_FILE
+        if inside.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():  # both: the folder's is the stale one; kept aside, not shown
+                inside.replace(target.with_name(f"{target.stem}.moved-{time.time_ns()}.jsonl"))
+            else:
+                inside.replace(target)
+            log.info("moved the held-out workloads of %s out of its folder, to %s", folder.name, target)
+        return target
 
     def _folders(self) -> list[tuple[Path, str]]:
         out = []
@@ -102,7 +130,11 @@ class ProblemStore:
             if not replace:
                 raise ProblemError(f"{problem.name!r} is already imported (use --replace)")
             shutil.rmtree(target)
-        problem.save(target)
+        heldout_file = self.heldout_file(problem.name)
+        if heldout_file is not None:
+            heldout_file.unlink(missing_ok=True)  # the replaced problem's
+        problem.save(target, heldout_file)
+        self._cache.pop(target, None)  # a replaced problem is read anew, not within the second
         if path.is_dir():
             copy_blobs(path, problem, target)
         problem.origin = "workspace"
