@@ -176,7 +176,7 @@ def test_a_zygote_that_cannot_make_a_cell_does_not_start(tmp_path, needs_bwrap):
     from guard.runner.process import worker_env
 
     with pytest.raises(zygote.ZygoteError, match="a cell could not be made here"):
-        cells.start(tmp_path / "workers", "cpu", worker_env("cpu"), [], [], tmp_path / "cache", caps=())
+        cells.start(tmp_path / "workers", "cpu", worker_env("cpu"), [], [], caps=())
     assert [p.name for p in (tmp_path / "workers").iterdir()] == [cells.LOG_NAME]  # no probe folder left
 
 

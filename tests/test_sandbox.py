@@ -516,6 +516,78 @@ def test_publish_build_copies_only_the_worker_s_own_library(tmp_path):
         publish_build(worker, "../../elsewhere", cache)
 
 
+def test_a_worker_gets_its_own_sources_build_and_never_the_cache(tmp_path, needs_bwrap):
+    """The shared cache holds every candidate's compiled library, of every workspace of the
+    user: a sandboxed candidate could list them and load another's (red team, session 39). The
+    guard hands a worker its own digest's build in a new folder of its own; the cache itself
+    is not in the sandbox."""
+    from guard.builders.cuda_cpp import hand_build
+    from guard.paths import cache_dir
+
+    sol = _cuda_solution("torch::Tensor run(torch::Tensor x) { return x; }")
+    digest = extension_digest(sol)
+    cache, worker = tmp_path / "cache", tmp_path / "worker"
+    worker.mkdir()
+    assert hand_build(cache, digest, worker) is None  # nothing built yet
+    (cache / digest).mkdir(parents=True)
+    (cache / digest / f"{EXT_PREFIX}{digest}.so").write_bytes(b"\x7fELF library")
+    (cache / ("0" * 16)).mkdir()  # another source's build
+    folder = hand_build(cache, digest, worker)
+    assert folder is not None and folder.parent == worker
+    assert [p.relative_to(folder) for p in folder.rglob("*") if p.is_file()] == [
+        Path(digest) / f"{EXT_PREFIX}{digest}.so"
+    ]
+    assert (folder / digest / f"{EXT_PREFIX}{digest}.so").read_bytes() == b"\x7fELF library"
+    with pytest.raises(ValueError):
+        hand_build(cache, "../../elsewhere", worker)
+    # and the user's shared cache is out of a candidate worker's sight
+    from guard.runner.pool import WorkerPool
+
+    shared = cache_dir() / "torch_extensions"
+    shared.mkdir(parents=True, exist_ok=True)
+    lists = f"import os\nos.listdir({str(shared)!r})\n\n\ndef run(hidden_states, weight):\n    return hidden_states\n"
+    pool = WorkerPool("cpu", tmp_path / "workers", prestart=False)
+    try:
+        reply = prepare_candidate(pool.take_candidate(), lists, tmp_path / "none")
+        assert not reply.get("ok") and "Error" in (reply.get("message") or ""), reply
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # a compile of torch's headers: ~30 s on 2 idle cores, minutes loaded
+def test_the_build_gate_hands_a_finished_build_to_the_next_worker(tmp_path, needs_bwrap):
+    """Through the build gate: the first worker compiles and the guard publishes its build;
+    the next worker of the same source loads it from the copy handed to its own folder,
+    without compiling (no build of its own), though the cache is not in its sandbox."""
+    from test_pipeline import CPP_RMSNORM
+
+    from guard.candidates.load import from_source
+    from guard.cascade.build_gate import build, extension_cache
+    from guard.config import GuardConfig
+    from guard.problems.store import ProblemStore
+    from guard.runner.pool import WorkerPool
+
+    from helpers import RMS, unique
+
+    problem = ProblemStore(tmp_path / "no-workspace").get(RMS)
+    source = unique(CPP_RMSNORM, "//")
+    solution = from_source(source, "cuda_cpp", "kernel.cpp").model_dump(mode="json", exclude_none=True)
+    digest = extension_digest(solution)
+    cfg = GuardConfig(build_timeout_s=1100)
+    pool = WorkerPool("cpu", tmp_path / "workers", prestart=False)
+    try:
+        first, second = pool.take_candidate(), pool.take_candidate()
+        assert build(first, problem, solution, "cuda_cpp", cfg).ok
+        assert (first.workdir / "build" / digest).is_dir()
+        assert (extension_cache() / digest / f"{EXT_PREFIX}{digest}.so").is_file()
+        assert build(second, problem, solution, "cuda_cpp", cfg).ok
+        assert not (second.workdir / "build" / digest).exists()  # loaded, not compiled
+        assert list(second.workdir.glob(f".built-*/{digest}/{EXT_PREFIX}{digest}.so"))
+    finally:
+        pool.close()
+
+
 def test_a_worker_started_by_a_thread_that_ends_lives_on(tmp_path):
     """bwrap's --die-with-parent follows the thread that forked it: a spare started by a
     server's start-up thread was killed when that thread ended, in the middle of the verdict

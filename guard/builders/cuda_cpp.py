@@ -2,10 +2,13 @@
 loader. A source without ``PYBIND11_MODULE`` gets a generated binding for its entry
 function.
 
-Identical sources and flags share one build: the worker loads a finished build from the
-shared cache (read-only to a sandboxed candidate, so no candidate can replace another
-source's library), else builds in its own folder, and the guard then copies that build into
-the cache with ``publish_build`` under the digest it computed itself (``extension_digest``).
+Identical sources and flags share one build: the guard copies a finished build of the
+candidate's own digest from the shared cache into the worker's folder (``hand_build``), which
+the worker loads, else the worker builds in its own folder, and the guard then copies that
+build into the cache with ``publish_build`` under the digest it computed itself
+(``extension_digest``). A sandboxed candidate never sees the shared cache: its other builds
+are other candidates' compiled kernels, of every workspace of the user (red team, session
+39), and no candidate can replace another source's library there.
 """
 
 from __future__ import annotations
@@ -239,6 +242,31 @@ def publish_build(worker_dir: Path, digest: str, cache: Path) -> bool:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return True
+
+
+def hand_build(cache: Path, digest: str, worker_dir: Path) -> Path | None:
+    """Copy the finished build of ``digest`` from the shared ``cache`` into a new folder of the
+    worker's own, and return that folder (the ``builddir`` its builder reads: ``<it>/<digest>/``);
+    None when the cache has no such build or it cannot be copied (the worker then builds).
+    The folder's name is new and random, and made with ``mkdir``, which never follows a link:
+    the worker controls its folder and could have left one there."""
+    if not _DIGEST.fullmatch(digest or ""):
+        raise ValueError(f"not a build digest: {digest!r}")
+    name = f"{EXT_PREFIX}{digest}.so"
+    data = _read_own_file(Path(cache) / digest / name, Path(cache))
+    if data is None:
+        return None
+    folder = Path(worker_dir) / f".built-{os.urandom(8).hex()}"
+    try:
+        os.mkdir(folder, 0o755)
+        os.mkdir(folder / digest, 0o755)
+        fd = os.open(folder / digest / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        log.warning("the cached build %s was not handed to the worker: %s", digest, exc)
+        return None
+    return folder
 
 
 def _read_own_file(path: Path, root: Path) -> bytes | None:

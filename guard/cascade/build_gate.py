@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..builders.cuda_cpp import extension_digest, publish_build
+from ..builders.cuda_cpp import extension_digest, hand_build, publish_build
 from ..config import GuardConfig
 from ..paths import cache_dir
 from ..problems.problem import Problem
@@ -47,7 +47,10 @@ def build(
         raise GuardError(f"the candidate worker failed while setting up the problem: {exc}") from None
     if not ready.ok:
         raise GuardError(f"the candidate worker could not set up the problem: {first_line(ready.message or '')}")
-    request = m.Prepare(solution=solution, language=language, build_cache=str(extension_cache()))
+    digest = extension_digest(solution) if language == "cuda_cpp" else None
+    # the worker sees its own source's finished build only, never the shared cache
+    handed = hand_build(extension_cache(), digest, worker.workdir) if digest is not None else None
+    request = m.Prepare(solution=solution, language=language, build_cache=str(handed) if handed else None)
     raw = worker.request(request.model_dump(mode="json"), cfg.build_timeout_s)
     try:
         reply = m.parse_reply(raw, m.PrepareReply)
@@ -58,10 +61,8 @@ def build(
             log.warning("the candidate's worker failed while building it: %s", first_line(reply.message or ""))
         status = candidate_status(reply.status) if reply.status else "COMPILE_ERROR"
         return reply.model_copy(update={"status": status})
-    if language == "cuda_cpp":
-        digest = extension_digest(solution)
-        if digest is not None:
-            publish_build(worker.workdir, digest, extension_cache())
+    if digest is not None and handed is None:
+        publish_build(worker.workdir, digest, extension_cache())
     return reply
 
 

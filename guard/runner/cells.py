@@ -39,7 +39,6 @@ def start(
     env: dict[str, str],
     protect: Sequence[Path],
     expose: Sequence[Path],
-    build_cache: Path,
     caps: Sequence[str] = ZYGOTE_CAPS,
     tasks_limit: int | None = None,
     memory_bytes: int | None = None,
@@ -55,10 +54,7 @@ def start(
     the zygote's group may hold (None: no memory cap)."""
     root = Path(root).absolute()
     root.mkdir(parents=True, exist_ok=True)
-    build_cache.mkdir(parents=True, exist_ok=True)  # a bind needs it to exist
-    policy = sandbox.SandboxPolicy.for_worker(
-        root, device, protect=protect, readonly=[build_cache], expose=expose, env=env
-    )
+    policy = sandbox.SandboxPolicy.for_worker(root, device, protect=protect, expose=expose, env=env)
 
     def wrap(cmd: list[str]) -> list[str]:
         return sandbox.wrap(policy, cmd, env, keep_caps=caps)

@@ -13,7 +13,6 @@ import uuid
 from pathlib import Path
 
 from .. import sandbox
-from ..paths import cache_dir
 from . import cells, request_profile, worker_files, zygote
 from .process import WorkerDied, WorkerProcess, WorkerTimeout, worker_env
 
@@ -31,12 +30,11 @@ class WorkerPool:
         env: dict[str, str] | None = None,
         protect: list[Path] | None = None,
         expose: list[Path] | None = None,
-        build_cache: Path | None = None,
         tasks_limit: int | None = None,
     ):
         """``protect``: what candidates must not see (the workspace); ``expose``: read-only
         folders they may see even inside it (problem folders with safetensors inputs);
-        ``build_cache``: built extensions, read-only to candidates; ``prestart``: ``warm_up``
+        ``prestart``: ``warm_up``
         starts a spare candidate worker; ``keep_spare``: ``replenish`` starts the next one
         after each evaluation (a server's; a one-shot command's would only be killed);
         ``tasks_limit``: the processes and threads one candidate worker's sandbox may hold
@@ -47,7 +45,6 @@ class WorkerPool:
         self.root = Path(root)
         self.protect = list(protect or [])
         self.expose = list(expose or [])
-        self.build_cache = build_cache
         self.isolation = sandbox.ensure_isolation()
         self.memory_limit_gb = memory_limit_gb
         self.tasks_limit = tasks_limit or sandbox.cgroups.default_limit()
@@ -70,7 +67,6 @@ class WorkerPool:
             protect=self.protect,
             expose=self.expose,
             isolation=self.isolation,
-            build_cache=self.build_cache,
             cells=self._candidate_zygote() if role == "candidate" else None,
             tasks_limit=self.tasks_limit,
             spare=spare,  # started ahead of its candidate (spare_setup)
@@ -90,7 +86,6 @@ class WorkerPool:
                     worker_env(self.device, self.env),
                     self.protect,
                     self.expose,
-                    self.build_cache or cache_dir() / "torch_extensions",
                     tasks_limit=cells.CELLS_TASKS * self.tasks_limit,
                     memory_bytes=int(cells.CELLS_TASKS * self.memory_limit_gb * (1 << 30))
                     if self.memory_limit_gb

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import sandbox
-from ..paths import cache_dir
 from . import nvml, pacing, protocol, request_profile, spawner, worker_files, zygote
 from .fds import close_quietly, host_pid, readable
 
@@ -126,7 +125,6 @@ class WorkerProcess:
         protect: Sequence[Path] = (),
         expose: Sequence[Path] = (),
         isolation: "sandbox.Isolation | None" = None,
-        build_cache: Path | None = None,
         cells: zygote.Zygote | None = None,
         tasks_limit: int | None = None,
         spare: bool = False,
@@ -134,7 +132,6 @@ class WorkerProcess:
         """``protect``: paths a candidate must not see (the workspace, the secret);
         ``expose``: read-only paths it may see even inside those (problem folders);
         ``isolation``: the pool's probe result (probed here when not given);
-        ``build_cache``: the built-extension cache, shown read-only;
         ``cells``: the pool's candidates' zygote (``runner.cells``), whose sandbox holds
         ``workdir``'s folder: a candidate worker is forked by it into a cell of its own;
         ``tasks_limit``: the processes and threads a sandbox of its own may hold (its pids
@@ -154,7 +151,6 @@ class WorkerProcess:
         self.spare = spare
         self.protect = [Path(p) for p in protect]
         self.expose = [Path(p) for p in expose]
-        self.build_cache = Path(build_cache) if build_cache else cache_dir() / "torch_extensions"
         self.cells = cells if role == "candidate" else None
         self.tasks_limit = tasks_limit or sandbox.cgroups.default_limit()
         self._cgroup: sandbox.cgroups.SandboxGroup | None = (
@@ -222,12 +218,10 @@ class WorkerProcess:
         pass_fds = [child_sock.fileno()]
         info_r = info_w = filter_r = None
         if self.isolation != "none":
-            self.build_cache.mkdir(parents=True, exist_ok=True)  # a bind needs it to exist
             policy = sandbox.SandboxPolicy.for_worker(
                 self.workdir,
                 self.device,
                 protect=self.protect,
-                readonly=[self.build_cache],
                 expose=self.expose,
                 env=env,
                 gpu_minor=_gpu_minor(env) if self.device.startswith("cuda") else None,

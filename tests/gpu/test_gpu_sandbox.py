@@ -16,7 +16,7 @@ pytestmark = [
 ]
 
 from guard import sandbox  # noqa: E402
-from guard.builders.cuda_cpp import extension_digest, publish_build  # noqa: E402
+from guard.builders.cuda_cpp import extension_digest, hand_build, publish_build  # noqa: E402
 from guard.candidates.load import from_source  # noqa: E402
 from guard.problems.derive import workload_set  # noqa: E402
 from guard.problems.store import ProblemStore  # noqa: E402
@@ -42,19 +42,22 @@ def _start(tmp_path: Path, name: str) -> WorkerProcess:
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
     (ws / "secret.key").write_text("ab" * 32)
-    worker = WorkerProcess("candidate", "cuda", tmp_path / name, protect=[ws], build_cache=tmp_path / "cache").start()
+    worker = WorkerProcess("candidate", "cuda", tmp_path / name, protect=[ws]).start()
     info = worker.wait_ready(180)
     assert worker.isolation == "bubblewrap" and info.get("gpu"), info
     return worker
 
 
-def _prepare_and_check(worker: WorkerProcess, solution: dict, language: str) -> dict:
+def _prepare_and_check(worker: WorkerProcess, solution: dict, language: str, cache: Path) -> dict:
     problem, w = _problem()
     d = problem.definition
     blob_root = str(problem.root) if problem.root else None
     ready = worker.request(m.Setup(definition=d.to_json(), blob_root=blob_root).model_dump(mode="json"), 60)
     assert ready.get("ok"), ready
-    prepare = m.Prepare(solution=solution, language=language, build_cache=str(worker.build_cache))
+    # as the build gate does: the worker gets its own source's finished build, never the cache
+    digest = extension_digest(solution) if language == "cuda_cpp" else None
+    handed = hand_build(cache, digest, worker.workdir) if digest else None
+    prepare = m.Prepare(solution=solution, language=language, build_cache=str(handed) if handed else None)
     built = worker.request(prepare.model_dump(mode="json"), 600)
     assert built.get("ok"), built
     checked = worker.request(
@@ -85,17 +88,17 @@ def test_candidate_builds_and_runs_in_the_sandbox(tmp_path, language):
     solution = from_source(source(), language, filename).model_dump(mode="json", exclude_none=True)
     worker = _start(tmp_path, "first")
     try:
-        first = _prepare_and_check(worker, solution, language)
+        first = _prepare_and_check(worker, solution, language, tmp_path / "cache")
         if language != "cuda_cpp":
             return
         digest = extension_digest(solution)
-        assert publish_build(worker.workdir, digest, worker.build_cache)
+        assert publish_build(worker.workdir, digest, tmp_path / "cache")
     finally:
         worker.kill()
-    # the next worker loads the published build from the read-only cache: no compile
+    # the next worker loads the published build, handed to its own folder: no compile
     again = _start(tmp_path, "second")
     try:
-        second = _prepare_and_check(again, solution, language)
+        second = _prepare_and_check(again, solution, language, tmp_path / "cache")
         assert not (again.workdir / "build" / digest).exists()
         assert second["build_s"] < max(5.0, first["build_s"] / 4), (first["build_s"], second["build_s"])
     finally:
