@@ -33,6 +33,10 @@ CUBLAS_STARVED = "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCre
         RuntimeError(CUBLAS_STARVED),
         RuntimeError("cuDNN error: CUDNN_STATUS_NOT_INITIALIZED"),
         RuntimeError("CUDA driver error: out of memory"),
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 8589934592 bytes. Error code 12 (Cannot allocate memory)"
+        ),
     ],
 )
 def test_failures_of_the_devices_state_are_told_apart(exc):

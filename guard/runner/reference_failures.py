@@ -24,10 +24,12 @@ import torch
 
 T = TypeVar("T")
 
-# what the CUDA stack says when memory or a library's resources ran out: the runtime's,
-# cuBLAS's and cuDNN's own text, not a reference's
+# what the CUDA stack and torch's allocators say when memory or a library's resources ran
+# out: the runtime's, cuBLAS's, cuDNN's and the CPU allocator's own text, not a reference's
+# (torch's CPU allocator raises a plain RuntimeError: second red-team review, session 39)
 _DEVICE_FAILURE = re.compile(
-    r"out of memory|CUDA error|CUDA driver error|CUBLAS_STATUS|CUDNN_STATUS|cuDNN error|cudaMalloc",
+    r"out of memory|CUDA error|CUDA driver error|CUBLAS_STATUS|CUDNN_STATUS|cuDNN error|cudaMalloc"
+    r"|DefaultCPUAllocator|can't allocate memory",
     re.IGNORECASE,
 )
 
