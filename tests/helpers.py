@@ -51,6 +51,7 @@ __all__ = [
     "cheat_source",
     "expectation",
     "fake_workspace",
+    "row_problem_folder",
     "fast_config",
     "fast_workspace",
     "free_port",
@@ -237,6 +238,30 @@ class StdioServer:
 
 
 # -- the OS sandbox's tests (test_sandbox.py, test_cells.py) --------------------------------------
+def row_problem_folder(
+    tmp_path: Path, name: str, reference: str, width: int, reduce: bool, adversarial: bool = False
+) -> Path:
+    """A SOL-ExecBench folder ``tmp_path / name`` of a float32 problem over ``x`` of shape
+    (n, ``width``): ``y`` of shape (n,) where ``reduce``, else (n, ``width``); two workloads,
+    n = 16 and 33, one held-out workload; ``reference`` its source."""
+    import json
+
+    folder = tmp_path / name
+    folder.mkdir()
+    definition = {
+        "name": name,
+        "axes": {"n": {"type": "var"}, "h": {"type": "const", "value": width}},
+        "inputs": {"x": {"shape": ["n", "h"], "dtype": "float32"}},
+        "outputs": {"y": {"shape": ["n"] if reduce else ["n", "h"], "dtype": "float32"}},
+        "reference": reference,
+        "kernelarc": {"heldout_count": 1, "adversarial": adversarial},
+    }
+    (folder / "definition.json").write_text(json.dumps(definition))
+    rows = [{"uuid": f"w{n}", "axes": {"n": n}, "inputs": {"x": {"type": "random"}}} for n in (16, 33)]
+    (folder / "workload.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
 def fake_workspace(parent: Path) -> Path:
     """A folder shaped like a workspace (secret, database, a problem folder) in ``parent``."""
     ws = parent / "ws"

@@ -239,25 +239,12 @@ def test_without_a_float64_reference_the_stated_atol_decides(tmp_path):
     deviations from the mean, 0 in exact arithmetic), leaves nothing that sizes the output:
     an honest kernel in another order is judged by the stated atol, and PASSED, through the
     whole guard; one off by more than the stated atol is still rejected."""
-    import json
 
     from guard.candidates.load import from_source
 
-    from helpers import make_guard, unique
+    from helpers import make_guard, row_problem_folder, unique
 
-    folder = tmp_path / "sum_of_deviations"
-    folder.mkdir()
-    definition = {
-        "name": "sum_of_deviations",
-        "axes": {"n": {"type": "var"}, "h": {"type": "const", "value": 256}},
-        "inputs": {"x": {"shape": ["n", "h"], "dtype": "float32"}},
-        "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
-        "reference": CANCELS,
-        "kernelarc": {"heldout_count": 1, "adversarial": False},
-    }
-    (folder / "definition.json").write_text(json.dumps(definition))
-    rows = [{"uuid": f"w{n}", "axes": {"n": n}, "inputs": {"x": {"type": "random"}}} for n in (16, 33)]
-    (folder / "workload.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    folder = row_problem_folder(tmp_path, "sum_of_deviations", CANCELS, 256, reduce=True)
     g = make_guard(tmp_path / "ws", correctness_rounds=1, heldout_rounds=1)
     try:
         g.store.import_path(folder)

@@ -10,8 +10,6 @@ off, or have its held-out rounds skipped (review, session 39).
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -119,21 +117,9 @@ def test_zeros_are_not_passed_when_the_float64_run_is_starved(tmp_path):
     from guard.candidates.load import from_source
     from guard.cascade import GuardError
 
-    from helpers import make_guard, unique
+    from helpers import make_guard, row_problem_folder, unique
 
-    folder = tmp_path / "small_sums"
-    folder.mkdir()
-    definition = {
-        "name": "small_sums",
-        "axes": {"n": {"type": "var"}, "h": {"type": "const", "value": 256}},
-        "inputs": {"x": {"shape": ["n", "h"], "dtype": "float32"}},
-        "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
-        "reference": STARVED_IN_FLOAT64,
-        "kernelarc": {"heldout_count": 1, "adversarial": False},
-    }
-    (folder / "definition.json").write_text(json.dumps(definition))
-    rows = [{"uuid": f"w{n}", "axes": {"n": n}, "inputs": {"x": {"type": "random"}}} for n in (16, 33)]
-    (folder / "workload.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    folder = row_problem_folder(tmp_path, "small_sums", STARVED_IN_FLOAT64, 256, reduce=True)
     g = make_guard(tmp_path / "ws", correctness_rounds=1, heldout_rounds=1)
     try:
         g.store.import_path(folder)
@@ -187,21 +173,9 @@ def test_a_round_is_skipped_for_the_references_own_failure_only(tmp_path, error,
     from guard.candidates.load import from_source
     from guard.cascade import GuardError
 
-    from helpers import make_guard, unique
+    from helpers import make_guard, row_problem_folder, unique
 
-    folder = tmp_path / "silu_rows"
-    folder.mkdir()
-    definition = {
-        "name": "silu_rows",
-        "axes": {"n": {"type": "var"}, "h": {"type": "const", "value": 64}},
-        "inputs": {"x": {"shape": ["n", "h"], "dtype": "float32"}},
-        "outputs": {"y": {"shape": ["n", "h"], "dtype": "float32"}},
-        "reference": FAILS_ON_TINY.format(error=error),
-        "kernelarc": {"heldout_count": 1, "adversarial": True},
-    }
-    (folder / "definition.json").write_text(json.dumps(definition))
-    rows = [{"uuid": f"w{n}", "axes": {"n": n}, "inputs": {"x": {"type": "random"}}} for n in (16, 33)]
-    (folder / "workload.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    folder = row_problem_folder(tmp_path, "silu_rows", FAILS_ON_TINY.format(error=error), 64, False, True)
     g = make_guard(tmp_path / "ws", correctness_rounds=4, heldout_rounds=1)
     try:
         g.store.import_path(folder)
