@@ -182,3 +182,56 @@ def test_an_incumbent_that_runs_slow_when_timed_again_gives_its_challenger_nothi
         assert "slower than its own record" in second.reason
     finally:
         guard.close()
+
+
+# Red team, session 39, third pass: another agent's global best that spoils its own
+# re-measurement (far slower than its record allows, or failing) kept its title against every
+# challenger inside the band. An honest RMSNorm done four times over, which then, timed again
+# without a correctness check first, either runs twelve times over or raises.
+SPOILS_ITS_REMEASUREMENT = SANDBAGS_WHEN_REMEASURED.replace(
+    """    if phase == "timed" and not _state["checked"]:
+        for _ in range(11):
+            _rms(hidden_states, weight)
+    return _rms(hidden_states, weight)""",
+    """    for _ in range(3):
+        _rms(hidden_states, weight)
+    if phase == "timed" and not _state["checked"]:
+        SPOIL
+    return _rms(hidden_states, weight)""",
+)
+SPOILS = {
+    "slow": "for _ in range(9):\n            _rms(hidden_states, weight)",
+    "crash": 'raise RuntimeError("not when timed again")',
+}
+ONCE = """
+import torch
+
+
+def run(hidden_states, weight):
+    x = hidden_states.float()
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spoil", sorted(SPOILS))
+def test_another_agents_global_best_cannot_keep_its_title_by_spoiling_its_remeasurement(tmp_path, spoil):
+    from guard.candidates.load import from_source
+
+    from helpers import RMS, make_guard, unique
+
+    assert "SPOIL" in SPOILS_ITS_REMEASUREMENT
+    holder = SPOILS_ITS_REMEASUREMENT.replace("SPOIL", SPOILS[spoil])
+    guard = make_guard(tmp_path / "ws", static_screen=False, pairing_band_cpu=1000)
+    try:
+        first = guard.evaluate(from_source(unique(holder), None, "kernel.py"), RMS, agent="x")
+        assert first.decision == "ACCEPT" and first.is_global_best, first.reason
+        second = guard.evaluate(from_source(unique(ONCE), None, "kernel.py"), RMS, agent="y")
+        assert second.decision == "ACCEPT", second.reason  # y's first correct candidate
+        entry = second.paired["global"] if second.paired else None
+        assert entry is not None and entry.incumbent == first.candidate_id, second.reason
+        assert entry.paired_speedup is None, entry  # the re-measurement decided nothing
+        assert second.is_global_best, (second.reason, entry)
+        assert "the stored comparison" in second.reason
+    finally:
+        guard.close()

@@ -36,6 +36,9 @@ class PairedRun(TypedDict):
     # the incumbent's paired figures over what its own record allows (``pairing.incumbent_slowdown``)
     slowdown: NotRequired[float]
     inconclusive: NotRequired[bool]  # it ran slower than its record beyond the pairing's noise
+    # another agent's global best that spoiled its own re-measurement (inconclusive, or failed
+    # to run again): the stored comparison decides the global label, clear-cut or not
+    stored_decides: NotRequired[bool]
     note: NotRequired[str]  # why the incumbent could not be timed again, or why it decided nothing
 
 
@@ -221,15 +224,26 @@ def _pair_once(
         if why is None:
             continue
         entry: PairedRun = {"incumbent": row["id"], "stored_speedup": stored.speedup, "comparison": None, "why": why}
+        # Another agent's global best gains from a challenger's failure: where it spoils its own
+        # re-measurement, the stored comparison decides (red team, session 39: a global best
+        # that ran slow, or crashed, when timed again kept its title against every challenger
+        # inside the band). Where the stored comparison favours the challenger less than the
+        # side-by-side one, which is what "slower than its record" says, that is the lower
+        # figure; an agent's own incumbent decides nothing (recording: KEEP).
+        others = label == "global" and row["agent"] != agent
         try:
             entry["samples"] = remeasure(ctx, pool, row)
             entry["comparison"] = paired_comparison(entry["samples"], cfg)
             _check_the_incumbent(entry, measurements(conn, row["id"]), new)
+            if others and entry.get("inconclusive"):
+                entry["stored_decides"] = True
         except Unpaired as exc:
             entry["note"] = str(exc)
             if exc.status == "REWARD_HACK":
                 entry["note"] = f"the incumbent was caught and its ACCEPT revoked: {exc}"
                 return out, {label: entry}
+            if others and exc.status is not None:  # its own failure, not the device's or the build's
+                entry["stored_decides"] = True
             log.warning("paired re-measurement skipped: %s", exc)
         out[label] = entry
     return out, {}

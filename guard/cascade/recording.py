@@ -141,17 +141,25 @@ class Recorder:
                 # REVERT from figures taken on two devices; a resubmission is compared properly.
                 decision = "KEEP"
             is_global = False
+            global_note = ""
             if decision == "ACCEPT":
                 cmp_g = paired_for(paired, "global", gbest)
                 if cmp_g is None and gbest:
                     cmp_g = decision_mod.compare(new, measurements(c, gbest["id"]), cfg)
                     # not decidable from figures of two devices, from nothing in common, or from
-                    # stored figures that are not clear-cut: the global best stays
+                    # stored figures that are not clear-cut: the global best stays; unless that
+                    # best, another agent's, spoiled its own re-measurement
+                    stored_decides = _stored_decides(paired, gbest)
                     is_global = (
                         cmp_g is not None
-                        and unclear_why(c, gbest, cmp_g, workloads, cfg, device) is None
+                        and (stored_decides or unclear_why(c, gbest, cmp_g, workloads, cfg, device) is None)
                         and decision_mod.beats(cmp_g)
                     )
+                    if is_global and stored_decides and cmp_g is not None:
+                        global_note = (
+                            f" (the global best {gbest['id']} did not run as its record says when timed again: "
+                            f"the stored comparison, {cmp_g.speedup:.3f}x, decides)"
+                        )
                 else:
                     is_global = decision_mod.beats(cmp_g)
             history = _history(self.db, c, problem.name, agent)
@@ -186,7 +194,7 @@ class Recorder:
                         "so no ACCEPT or REVERT is drawn from it: resubmit to compare on one device"
                     )
             if is_global:
-                reason += "; new global best"
+                reason += "; new global best" + global_note
             verdict = Verdict(
                 candidate_id=cid,
                 problem=problem.name,
@@ -280,6 +288,13 @@ def row_fields(v: Verdict) -> dict[str, Any]:
         "duplicate_of": v.duplicate_of,
         "verdict_json": v.model_dump_json(),
     }
+
+
+def _stored_decides(paired: dict[PairedLabel, PairedRun] | None, gbest: sqlite3.Row | None) -> bool:
+    """Whether the global best, another agent's, spoiled its own re-measurement beside this
+    candidate (``pairing_gate._pair_once``): the stored comparison then decides the label."""
+    entry = (paired or {}).get("global")
+    return bool(gbest is not None and entry and entry["incumbent"] == gbest["id"] and entry.get("stored_decides"))
 
 
 def _inconclusive(
