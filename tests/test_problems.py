@@ -176,6 +176,18 @@ def test_a_workspace_keeps_held_out_workloads_out_of_its_problem_folders(tmp_pat
     assert store.get(problem.name).heldout == [] and not (ws.heldout_dir / f"{problem.name}.jsonl").exists()
 
 
+def test_a_candidate_gets_the_definition_without_where_it_was_imported_from():
+    """The import's provenance names the source folder, and with it that folder's held-out
+    workloads, readable in the sandbox where it lies under a system folder (red team, session
+    39): the build gate's set-up message leaves it out."""
+    problem, _ = import_sol_folder(SOL_EXAMPLES / "softmax_h4096")
+    assert problem.definition.kernelarc.source
+    sent = problem.definition.for_candidates()
+    assert "source" not in sent["kernelarc"]
+    assert str(SOL_EXAMPLES) not in json.dumps(sent)
+    assert {k: v for k, v in problem.definition.to_json()["kernelarc"].items() if k != "source"} == sent["kernelarc"]
+
+
 def test_a_stored_input_whose_file_is_missing_is_judged_as_random():
     """The paged-decode example names safetensors files that are not in the repository: the
     input maker fills those inputs at random, so the workloads the guard judges say so, and

@@ -35,7 +35,7 @@ def build(
     answers may be the candidate's doing, so an INTERNAL reply is the candidate's failure
     (``reasons.candidate_status``: a red team's import could otherwise withhold its verdict)."""
     setup = m.Setup(
-        definition=problem.definition.to_json(),
+        definition=problem.definition.for_candidates(),
         blob_root=str(problem.root) if problem.root else None,
         settle_dynamo=names_dynamo(json.dumps(solution), problem.definition.reference),
     )

@@ -300,3 +300,9 @@ class Definition(BaseModel):
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
+
+    def for_candidates(self) -> dict[str, Any]:
+        """The definition as a candidate's worker gets it: without the import's provenance,
+        whose path names the folder the problem came from, with its held-out workloads, which
+        the sandbox shows where it lies under a system folder (red team, session 39)."""
+        return self.model_dump(mode="json", exclude_none=True, exclude={"kernelarc": {"source"}})
