@@ -52,6 +52,7 @@ __all__ = [
     "expectation",
     "fake_workspace",
     "row_problem_folder",
+    "write_safetensors",
     "fast_config",
     "fast_workspace",
     "free_port",
@@ -238,6 +239,22 @@ class StdioServer:
 
 
 # -- the OS sandbox's tests (test_sandbox.py, test_cells.py) --------------------------------------
+def write_safetensors(path: Path, key: str, shape: list[int], metadata: dict[str, str] | None = None) -> None:
+    """A float32 safetensors file of zeros holding one tensor ``key`` (the format by hand:
+    the header's length, its JSON, the data)."""
+    import json
+    import math
+    import struct
+
+    size = 4 * math.prod(shape)
+    header: dict[str, object] = {key: {"dtype": "F32", "shape": shape, "data_offsets": [0, size]}}
+    if metadata:
+        header["__metadata__"] = metadata
+    raw = json.dumps(header).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(size))
+
+
 def row_problem_folder(
     tmp_path: Path, name: str, reference: str, width: int, reduce: bool, adversarial: bool = False
 ) -> Path:

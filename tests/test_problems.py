@@ -155,22 +155,31 @@ def test_a_workspace_keeps_held_out_workloads_out_of_its_problem_folders(tmp_pat
 
     from guard.workspace import Workspace
 
+    from helpers import write_safetensors
+
     src = tmp_path / "src"
     shutil.copytree(SOL_EXAMPLES / "softmax_h4096", src)
     row = json.loads((src / "workload.jsonl").read_text().splitlines()[0])
-    (src / "heldout.jsonl").write_text(json.dumps({**row, "uuid": "kept-apart"}) + "\n")
+    stored = {"input": {"type": "safetensors", "path": "blobs/held.safetensors", "tensor_key": "input"}}
+    write_safetensors(src / "blobs" / "held.safetensors", "input", [row["axes"]["batch_size"], 4096])
+    (src / "heldout.jsonl").write_text(json.dumps({**row, "uuid": "kept-apart", "inputs": stored}) + "\n")
     ws = Workspace.open(tmp_path / "ws")
     store = ws.problems()
-    problem, _ = store.import_path(src)
+    problem, notes = store.import_path(src)
     assert not (ws.problems_dir / problem.name / "heldout.jsonl").exists()
+    # nor the file of its stored input, whose header gives the held-out shape: judged random
+    assert not list((ws.problems_dir / problem.name).rglob("*.safetensors"))
+    assert any("held-out workloads only" in n for n in notes), notes
     assert (ws.heldout_dir / f"{problem.name}.jsonl").is_file()
     assert [w.uuid for w in store.get(problem.name).heldout] == ["kept-apart"]
     # an earlier version's layout: moved out when read, nothing lost
     (ws.heldout_dir / f"{problem.name}.jsonl").replace(ws.problems_dir / problem.name / "heldout.jsonl")
+    shutil.copytree(src / "blobs", ws.problems_dir / problem.name / "blobs")
     assert [w.uuid for w in ws.problems().get(problem.name).heldout] == ["kept-apart"]
     assert not (ws.problems_dir / problem.name / "heldout.jsonl").exists()
+    assert not (ws.problems_dir / problem.name / "blobs" / "held.safetensors").exists()
+    assert (ws.heldout_dir / problem.name / "blobs" / "held.safetensors").is_file()
     # a replaced import without held-out workloads drops the old ones
-    shutil.copy(SOL_EXAMPLES / "softmax_h4096" / "workload.jsonl", src / "workload.jsonl")
     (src / "heldout.jsonl").unlink()
     store.import_path(src, replace=True)
     assert store.get(problem.name).heldout == [] and not (ws.heldout_dir / f"{problem.name}.jsonl").exists()

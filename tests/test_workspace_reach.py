@@ -79,8 +79,13 @@ def _with_heldout(folder, tmp):
     definition = json.loads((copy / "definition.json").read_text())
     definition["name"] = copy.name
     (copy / "definition.json").write_text(json.dumps(definition))
+    from helpers import write_safetensors
+
     row = json.loads((copy / "workload.jsonl").read_text().splitlines()[0])
     row["uuid"] = HELDOUT_UUID
+    # its input stored in a file whose header gives the held-out shape (and, here, its name)
+    row["inputs"] = {"input": {"type": "safetensors", "path": "blobs/held.safetensors", "tensor_key": "input"}}
+    write_safetensors(copy / "blobs" / "held.safetensors", "input", [7, 4096], {"workload": HELDOUT_UUID})
     (copy / "heldout.jsonl").write_text(json.dumps(row) + "\n")
     return copy
 
@@ -92,6 +97,7 @@ def _reach_guard(root):
     imported, _ = g.store.import_path(_with_heldout(SOL_EXAMPLES / SOFTMAX, root.parent / f"{root.name}-src"))
     assert [w.uuid for w in g.store.get(imported.name).heldout] == [HELDOUT_UUID]
     assert not list(g.ws.problems_dir.rglob("heldout.jsonl"))
+    assert not list(g.ws.problems_dir.rglob("*.safetensors"))
     for problem, source in ((RMS, honest_source()), (SOFTMAX, unique(HONEST_SOFTMAX))):
         for _ in range(3):  # a measured result is needed; a loaded machine can upset one timing
             v = g.evaluate(from_source(unique(source), None, "kernel.py"), problem, agent="earlier")

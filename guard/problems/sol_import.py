@@ -9,7 +9,7 @@ from pathlib import Path
 from . import sol_fidelity
 from .families import classify
 from .problem import Problem, ProblemError, load_problem
-from .schema import SafetensorsInput
+from .schema import SafetensorsInput, Workload
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,13 @@ def import_sol_folder(path: Path) -> tuple[Problem, list[str]]:
     return problem, notes
 
 
-def copy_blobs(src: Path, problem: Problem, dest: Path) -> None:
-    """Copy safetensors files the workloads name, keeping their relative paths."""
-    for rel in _blob_paths(problem):
+def copy_blobs(src: Path, problem: Problem, dest: Path) -> list[str]:
+    """Copy the safetensors files the visible workloads name, keeping their relative paths;
+    returns those that only held-out workloads name, which are not copied: ``dest`` is a
+    folder candidates may read, and a file's header gives its shape (red team, session 39).
+    Their inputs are then judged with values drawn at random, as any stored input whose file
+    is missing (``derive._stored_where_present``)."""
+    for rel in _blob_paths(problem, problem.workloads):
         for base in (src, *src.parents):
             candidate = base / rel
             if candidate.is_file():
@@ -55,10 +59,18 @@ def copy_blobs(src: Path, problem: Problem, dest: Path) -> None:
                 shutil.copyfile(candidate, target)
                 break
 
+    return heldout_only_blobs(problem)
 
-def _blob_paths(problem: Problem) -> list[str]:
+
+def heldout_only_blobs(problem: Problem) -> list[str]:
+    """The safetensors files that held-out workloads name and visible ones do not."""
+    visible = set(_blob_paths(problem, problem.workloads))
+    return [rel for rel in _blob_paths(problem, problem.heldout) if rel not in visible]
+
+
+def _blob_paths(problem: Problem, workloads: list[Workload] | None = None) -> list[str]:
     paths = []
-    for w in problem.workloads + problem.heldout:
+    for w in problem.workloads + problem.heldout if workloads is None else workloads:
         for spec in w.inputs.values():
             if isinstance(spec, SafetensorsInput) and spec.path not in paths:
                 if Path(spec.path).is_absolute() or ".." in Path(spec.path).parts:

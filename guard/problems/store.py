@@ -13,7 +13,7 @@ from seeds import SEEDS_DIR
 from .kernelbench_import import import_kernelbench_file, is_kernelbench_file
 from .problem import DEFINITION_FILE, HELDOUT_FILE, WORKLOAD_FILE, Problem, ProblemError, load_problem
 from .schema import check_name
-from .sol_import import copy_blobs, import_sol_folder, is_sol_folder
+from .sol_import import copy_blobs, heldout_only_blobs, import_sol_folder, is_sol_folder
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,8 @@ class ProblemStore:
             self._cache[folder] = (stamp, hit[1], now)
             return hit[1]
         problem = load_problem(folder, origin, heldout)
+        if origin == "workspace":
+            self._withhold_heldout_blobs(problem, folder)
         self._cache[folder] = (stamp, problem, now)
         return problem
 
@@ -76,6 +78,20 @@ class ProblemStore:
                 inside.replace(target)
             log.info("moved the held-out workloads of %s out of its folder, to %s", folder.name, target)
         return target
+
+    def _withhold_heldout_blobs(self, problem: Problem, folder: Path) -> None:
+        """Move the safetensors files that only held-out workloads name out of the problem's
+        folder, where an earlier version copied them (``copy_blobs`` no longer does): kept in
+        the workspace's held-out folder, not shown to candidates."""
+        if self.heldout_dir is None:
+            return
+        for rel in heldout_only_blobs(problem):
+            inside = folder / rel
+            if inside.is_file() and not inside.is_symlink():
+                target = self.heldout_dir / folder.name / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                inside.replace(target)
+                log.info("moved %s, named by held-out workloads only, out of %s", rel, folder)
 
     def _folders(self) -> list[tuple[Path, str]]:
         out = []
@@ -136,6 +152,12 @@ class ProblemStore:
         problem.save(target, heldout_file)
         self._cache.pop(target, None)  # a replaced problem is read anew, not within the second
         if path.is_dir():
-            copy_blobs(path, problem, target)
+            withheld = copy_blobs(path, problem, target)
+            if withheld:
+                notes.append(
+                    f"{len(withheld)} safetensors file(s) named by held-out workloads only (e.g. {withheld[0]}) "
+                    "are not copied into the problem's folder, which candidates may read: those inputs are "
+                    "judged with random values"
+                )
         problem.origin = "workspace"
         return problem, notes
