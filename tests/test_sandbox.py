@@ -221,6 +221,7 @@ def test_policy_masks_and_leaves_out_protected_paths(tmp_path):
     assert Path("/") not in policy.readonly and Path("/tmp") not in policy.readonly
     assert Path(os.path.expanduser("~")) not in policy.readonly
     assert GUARD_PACKAGE in policy.readonly  # of the checkout, the guard package alone
+    assert Path("/opt") not in policy.readonly  # a user's data may lie there: only CUDA's folders
     assert not any(p == PROJECT_ROOT or p in PROJECT_ROOT.parents for p in policy.readonly)
 
 

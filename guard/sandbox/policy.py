@@ -30,8 +30,11 @@ CHECKOUT = None if PROJECT_ROOT.name in ("site-packages", "dist-packages") else 
 
 # System trees a Python process, a compiler (CUDA C++ builds) and the CUDA driver need.
 # /etc is there for ld.so.cache, passwd and the alternatives links; what in it is not
-# world-readable (shadow, ssh host keys, ...) is masked, see ``_unreadable_in_etc``.
-SYSTEM_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt")
+# world-readable (shadow, ssh host keys, ...) is masked, see ``_unreadable_in_etc``. /opt is
+# not: what a user keeps there (datasets, a problem folder with its held-out workloads: red
+# team, session 39) was shown whole; its CUDA folders and an interpreter installed there are
+# bound as such (``CUDA_GLOBS``, ``_interpreter_paths``), and ``LD_LIBRARY_PATH``'s entries.
+SYSTEM_PATHS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc")
 # sysfs: the CUDA driver and PyTorch's cpuinfo read PCI, NUMA and CPU topology there.
 SYSFS = "/sys"
 # What of sysfs is the host's running state rather than its hardware: hidden. A candidate read
