@@ -185,6 +185,53 @@ def test_a_workspace_keeps_held_out_workloads_out_of_its_problem_folders(tmp_pat
     assert store.get(problem.name).heldout == [] and not (ws.heldout_dir / f"{problem.name}.jsonl").exists()
 
 
+def test_a_file_that_visible_and_held_out_workloads_share_is_copied_with_the_visible_tensors_only(tmp_path):
+    """Fourth review: a visible and a held-out workload stored their inputs in one file, which
+    was copied whole into the folder candidates read: the held-out tensor's shape and values
+    with it. The copy holds the visible tensor alone, the held-out input is judged random, and
+    an earlier workspace's whole copy is cut down when the problem is read."""
+    import shutil
+
+    from guard.problems import blobs
+    from guard.problems.schema import RandomInput, SafetensorsInput
+    from guard.workspace import Workspace
+
+    from helpers import write_safetensors
+
+    src = tmp_path / "src"
+    shutil.copytree(SOL_EXAMPLES / "softmax_h4096", src)
+    rows = [json.loads(line) for line in (src / "workload.jsonl").read_text().splitlines()]
+    shared = "blobs/shared.safetensors"
+    write_safetensors(src / shared, "vis", [rows[0]["axes"]["batch_size"], 4096])
+    whole = tmp_path / "whole.safetensors"
+    # the same file with a second, held-out tensor (written by hand: two keys)
+    import struct
+
+    head = blobs.header(src / shared)
+    size = 4 * rows[0]["axes"]["batch_size"] * 4096
+    head["ho"] = {"dtype": "F32", "shape": [7, 4096], "data_offsets": [size, size + 4 * 7 * 4096]}
+    raw = json.dumps(head).encode()
+    whole.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(size + 4 * 7 * 4096))
+    shutil.copy(whole, src / shared)
+    rows[0]["inputs"] = {"input": {"type": "safetensors", "path": shared, "tensor_key": "vis"}}
+    (src / "workload.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    held = {**rows[1], "uuid": "shares-a-file", "axes": {"batch_size": 7}}
+    held["inputs"] = {"input": {"type": "safetensors", "path": shared, "tensor_key": "ho"}}
+    (src / "heldout.jsonl").write_text(json.dumps(held) + "\n")
+    ws = Workspace.open(tmp_path / "ws")
+    problem, _ = ws.problems().import_path(src)
+    folder = ws.problems_dir / problem.name
+    assert blobs.tensor_keys(folder / shared) == {"vis"}
+    sets = workload_set(ws.problems().get(problem.name), "cuda", b"\1" * 32)
+    assert isinstance(sets.visible[0].inputs["input"], SafetensorsInput)
+    assert [type(w.inputs["input"]) for w in sets.heldout] == [RandomInput]
+    # an earlier version copied the whole file: cut down when read, the whole kept apart
+    shutil.copy(whole, folder / shared)
+    ws.problems().get(problem.name)
+    assert blobs.tensor_keys(folder / shared) == {"vis"}
+    assert blobs.tensor_keys(ws.heldout_dir / problem.name / shared) == {"vis", "ho"}
+
+
 def test_a_candidate_gets_the_definition_without_where_it_was_imported_from():
     """The import's provenance names the source folder, and with it that folder's held-out
     workloads, readable in the sandbox where it lies under a system folder (red team, session

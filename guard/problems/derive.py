@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import formulas
+from . import blobs, formulas
 from .problem import Problem
 from .schema import Definition, InputSpec, RandomInput, SafetensorsInput, Workload
 
@@ -58,7 +58,8 @@ def workload_set(
 
 def _stored_where_present(problem: Problem, workloads: Sequence[Workload]) -> list[Workload]:
     """``workloads`` with each stored (safetensors) input whose file is not in the problem's
-    folder typed as what the guard then makes of it: random. The input maker fills such an
+    folder, or holds no tensor of its name, typed as what the guard then makes of it: random
+    (held-out inputs are kept out of that folder: ``sol_import.copy_blobs``). The input maker fills such an
     input at random anyway; typed as stored, it would keep its set's values on every timed
     call (the refill redraws what is typed random), so work derived from it alone, kept by a
     kernel from one call to the next, would go unseen, and offsets made for indices of
@@ -66,7 +67,12 @@ def _stored_where_present(problem: Problem, workloads: Sequence[Workload]) -> li
     root = problem.root
 
     def present(spec: SafetensorsInput) -> bool:
-        return root is not None and (Path(root) / spec.path).is_file()
+        if root is None or not (Path(root) / spec.path).is_file():
+            return False
+        try:
+            return spec.tensor_key in blobs.tensor_keys(Path(root) / spec.path)
+        except (OSError, blobs.BlobError):
+            return False
 
     out = []
     for w in workloads:

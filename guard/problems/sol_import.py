@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
-from . import sol_fidelity
+from . import blobs, sol_fidelity
 from .families import classify
 from .problem import Problem, ProblemError, load_problem
 from .schema import SafetensorsInput, Workload
@@ -45,21 +44,30 @@ def import_sol_folder(path: Path) -> tuple[Problem, list[str]]:
 
 
 def copy_blobs(src: Path, problem: Problem, dest: Path) -> list[str]:
-    """Copy the safetensors files the visible workloads name, keeping their relative paths;
-    returns those that only held-out workloads name, which are not copied: ``dest`` is a
-    folder candidates may read, and a file's header gives its shape (red team, session 39).
-    Their inputs are then judged with values drawn at random, as any stored input whose file
-    is missing (``derive._stored_where_present``)."""
-    for rel in _blob_paths(problem, problem.workloads):
+    """Copy into ``dest``, at their relative paths, the safetensors files the visible workloads
+    name, each holding only the tensors they name; returns the files only held-out workloads
+    name, which are not copied. ``dest`` is a folder candidates may read, and a file gives its
+    tensors' shapes and values (red team, session 39: a held-out input's shape printed from a
+    header; then from a file a visible and a held-out workload shared). Held-out inputs left
+    out are judged with values drawn at random, as any stored input whose file is missing
+    (``derive._stored_where_present``)."""
+    for rel, keys in visible_blob_keys(problem).items():
         for base in (src, *src.parents):
             candidate = base / rel
             if candidate.is_file():
-                target = dest / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(candidate, target)
+                blobs.write_subset(candidate, dest / rel, keys)
                 break
-
     return heldout_only_blobs(problem)
+
+
+def visible_blob_keys(problem: Problem) -> dict[str, set[str]]:
+    """Each safetensors file the visible workloads name, with the tensors they name in it."""
+    out: dict[str, set[str]] = {rel: set() for rel in _blob_paths(problem, problem.workloads)}
+    for w in problem.workloads:
+        for spec in w.inputs.values():
+            if isinstance(spec, SafetensorsInput):
+                out[spec.path].add(spec.tensor_key)
+    return out
 
 
 def heldout_only_blobs(problem: Problem) -> list[str]:

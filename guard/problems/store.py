@@ -13,7 +13,8 @@ from seeds import SEEDS_DIR
 from .kernelbench_import import import_kernelbench_file, is_kernelbench_file
 from .problem import DEFINITION_FILE, HELDOUT_FILE, WORKLOAD_FILE, Problem, ProblemError, load_problem
 from .schema import check_name
-from .sol_import import copy_blobs, heldout_only_blobs, import_sol_folder, is_sol_folder
+from . import blobs
+from .sol_import import copy_blobs, heldout_only_blobs, import_sol_folder, is_sol_folder, visible_blob_keys
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +81,10 @@ class ProblemStore:
         return target
 
     def _withhold_heldout_blobs(self, problem: Problem, folder: Path) -> None:
-        """Move the safetensors files that only held-out workloads name out of the problem's
-        folder, where an earlier version copied them (``copy_blobs`` no longer does): kept in
-        the workspace's held-out folder, not shown to candidates."""
+        """Hold the problem's folder to what ``copy_blobs`` now leaves there, where an earlier
+        version copied more: a file only held-out workloads name is moved to the workspace's
+        held-out folder; so is a file that also holds tensors no visible workload names, with
+        a copy of the visible ones alone written in its place."""
         if self.heldout_dir is None:
             return
         for rel in heldout_only_blobs(problem):
@@ -92,6 +94,20 @@ class ProblemStore:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 inside.replace(target)
                 log.info("moved %s, named by held-out workloads only, out of %s", rel, folder)
+        for rel, keys in visible_blob_keys(problem).items():
+            inside = folder / rel
+            if not inside.is_file() or inside.is_symlink():
+                continue
+            try:
+                extra = blobs.tensor_keys(inside) - keys
+            except (OSError, blobs.BlobError):
+                continue
+            if extra:  # also tensors no visible workload names: those go, the rest stays
+                target = self.heldout_dir / folder.name / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                inside.replace(target)
+                blobs.write_subset(target, inside, keys)
+                log.info("%s of %s now holds only the tensors visible workloads name", rel, folder)
 
     def _folders(self) -> list[tuple[Path, str]]:
         out = []

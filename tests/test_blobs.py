@@ -1,0 +1,62 @@
+"""Stored inputs written byte for byte (``guard/problems/blobs.py``): the copy of a
+safetensors file that candidates may read holds only the tensors visible workloads name."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+
+from guard.problems import blobs
+from guard.runner.inputs import read_safetensors
+
+
+def _write(path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    import json
+
+    header: dict[str, object] = {}
+    data = b""
+    names = {torch.float32: "F32", torch.int64: "I64", torch.bfloat16: "BF16"}
+    for key, t in tensors.items():
+        raw = t.contiguous().view(torch.uint8).numpy().tobytes()
+        offsets = [len(data), len(data) + len(raw)]
+        header[key] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": offsets}
+        data += raw
+    if metadata:
+        header["__metadata__"] = metadata
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+
+def test_a_subset_keeps_the_named_tensors_bit_for_bit_and_nothing_else(tmp_path):
+    gen = torch.Generator().manual_seed(0)
+    tensors = {
+        "vis": torch.randn(3, 5, generator=gen),
+        "ho": torch.randn(777, 8, generator=gen),
+        "idx": torch.arange(7, dtype=torch.int64),
+        "half": torch.randn(4, generator=gen).to(torch.bfloat16),
+    }
+    src = tmp_path / "all.safetensors"
+    _write(src, tensors, {"workload": "held-out-secret"})
+    assert blobs.tensor_keys(src) == set(tensors)
+    dest = tmp_path / "out" / "vis.safetensors"
+    assert blobs.write_subset(src, dest, {"vis", "idx", "half", "absent"}) == ["absent"]
+    assert blobs.tensor_keys(dest) == {"vis", "idx", "half"}
+    got = read_safetensors(dest)
+    for key in ("vis", "idx", "half"):
+        assert torch.equal(got[key], tensors[key])
+    raw = dest.read_bytes()
+    assert b"held-out-secret" not in raw and b"777" not in raw  # neither its metadata nor its shape
+    (size,) = struct.unpack("<Q", raw[:8])
+    assert (8 + size) % 8 == 0  # the data stays aligned
+
+
+def test_what_is_not_a_safetensors_file_is_said(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"abc")
+    with pytest.raises(blobs.BlobError, match="too short"):
+        blobs.tensor_keys(bad)
+    bad.write_bytes(struct.pack("<Q", 4) + b"[1] ")
+    with pytest.raises(blobs.BlobError, match="no mapping"):
+        blobs.header(bad)
