@@ -182,7 +182,10 @@ class Recorder:
                 if decision == "REVERT":
                     reason += f"; go back to {best['id']}"
                 if inconclusive:
-                    reason += f"; {inconclusive}, and the stored comparison is not clear-cut: no ACCEPT or REVERT"
+                    reason += (
+                        f"; {inconclusive}, and the stored comparison is not clear-cut: no ACCEPT or REVERT "
+                        "(resubmit a changed copy to be compared again, in another window)"
+                    )
                 elif unconfirmed:
                     reason += (
                         f"; {unconfirmed}, and it was not re-measured side by side (a duplicate's figures, "
