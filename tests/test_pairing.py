@@ -217,11 +217,7 @@ def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(se
         first = guard.evaluate(from_source(source, None, "kernel.py"), RMS, agent="agent-p")
         assert first.decision == "ACCEPT", first.reason
         # The incumbent's stored figures as a slow window would have left them: 40% slower.
-        with guard.db.transaction() as c:
-            c.execute(
-                "UPDATE workload_results SET latency_ms = latency_ms * 1.4, rel_se = 0 WHERE candidate_id = ?",
-                (first.candidate_id,),
-            )
+        _stored_as_if(guard, first.candidate_id, 1.4)
         again = guard.evaluate(from_source(source + "\n# a comment\n", None, "kernel.py"), RMS, agent="agent-p")
         assert again.status == "PASSED", again.reason
         # The same kernel against itself must never be an ACCEPT. On this machine's noise the
@@ -259,6 +255,16 @@ def test_a_stored_measurement_from_a_slow_window_does_not_make_a_false_accept(se
         guard.close()
 
 
+def _stored_as_if(guard, candidate_id: str, factor: float) -> None:
+    """A stored candidate's figures as a window ``factor`` times as slow would have left them,
+    with no spread of their own."""
+    with guard.db.transaction() as c:
+        c.execute(
+            "UPDATE workload_results SET latency_ms = latency_ms * ?, rel_se = 0 WHERE candidate_id = ?",
+            (factor, candidate_id),
+        )
+
+
 @pytest.mark.slow
 def test_an_incumbent_recorded_in_a_fast_window_does_not_make_a_false_revert(tmp_path):
     """The same kernel again, its best's stored figures from a window twice as fast: the
@@ -270,11 +276,7 @@ def test_an_incumbent_recorded_in_a_fast_window_does_not_make_a_false_revert(tmp
         source = honest_source()
         first = guard.evaluate(from_source(source, None, "kernel.py"), RMS, agent="agent-f")
         assert first.decision == "ACCEPT", first.reason
-        with guard.db.transaction() as c:
-            c.execute(
-                "UPDATE workload_results SET latency_ms = latency_ms * 0.5, rel_se = 0 WHERE candidate_id = ?",
-                (first.candidate_id,),
-            )
+        _stored_as_if(guard, first.candidate_id, 0.5)
         again = guard.evaluate(from_source(source + "\n# again\n", None, "kernel.py"), RMS, agent="agent-f")
         assert again.status == "PASSED", again.reason
         assert again.decision != "REVERT", (again.reason, again.paired)

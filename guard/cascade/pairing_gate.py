@@ -218,7 +218,8 @@ def _pair_once(
                 agent_cmp = decision_mod.compare(new, measurements(conn, best["id"]), cfg)
             if decision_mod.decide(agent_cmp) != "ACCEPT":
                 continue
-        stored = decision_mod.compare(new, measurements(conn, row["id"]), cfg)
+        record = measurements(conn, row["id"])
+        stored = decision_mod.compare(new, record, cfg)
         if stored is None:  # no workload in common: nothing to re-measure
             continue
         why = unclear_why(conn, row, stored, workloads, cfg, device)
@@ -235,7 +236,7 @@ def _pair_once(
         try:
             entry["samples"] = remeasure(ctx, pool, row)
             entry["comparison"] = paired_comparison(entry["samples"], cfg)
-            _check_the_incumbent(entry, measurements(conn, row["id"]), new)
+            _check_the_incumbent(entry, record, new)
             if others and entry.get("inconclusive"):
                 entry["stored_decides"] = True
         except Unpaired as exc:
