@@ -22,9 +22,10 @@ import pytest
 
 from guard import sandbox
 from guard.builders.cuda_cpp import EXT_PREFIX, extension_digest, publish_build
+from guard.paths import GUARD_PACKAGE, PROJECT_ROOT
 from guard.sandbox import cgroups
 from guard.sandbox import isolation as isolation_mod
-from guard.sandbox.policy import GUARD_PACKAGE, PROJECT_ROOT, SandboxPolicy, gpu_device_nodes
+from guard.sandbox.policy import SandboxPolicy, gpu_device_nodes
 
 from helpers import (
     SYSCALLS,

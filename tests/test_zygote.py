@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from guard.paths import PROJECT_ROOT
 from guard.runner import zygote
-from guard.runner.process import PROJECT_ROOT, WorkerProcess
+from guard.runner.process import WorkerProcess
 
 
 def _alive(pid: int) -> bool:

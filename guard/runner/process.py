@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import sandbox
+from ..paths import PROJECT_ROOT
 from . import nvml, pacing, protocol, request_profile, spawner, worker_files, zygote
 from .fds import close_quietly, host_pid, readable
 
@@ -58,7 +59,6 @@ ENV_KEEP_PREFIXES = (
     "NCCL_",
     "NVSHMEM_",
 )
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class WorkerDied(RuntimeError):

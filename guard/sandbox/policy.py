@@ -20,13 +20,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..paths import CHECKOUT, GUARD_PACKAGE, PROJECT_ROOT
+
 log = logging.getLogger(__name__)
 
-GUARD_PACKAGE = Path(__file__).resolve().parents[1]
-PROJECT_ROOT = GUARD_PACKAGE.parent
-# the project's checkout, where the guard runs from one (an installed guard lies in a
-# site-packages folder, bound whole as the interpreter's)
-CHECKOUT = None if PROJECT_ROOT.name in ("site-packages", "dist-packages") else PROJECT_ROOT
 
 # System trees a Python process, a compiler (CUDA C++ builds) and the CUDA driver need.
 # /etc is there for ld.so.cache, passwd and the alternatives links; what in it is not
