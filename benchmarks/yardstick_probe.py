@@ -80,7 +80,7 @@ def probe(rows: int, windows: int, cand_s: float, ref_s: float) -> dict[str, Any
         p.start()
         pipes[which], procs = ours, procs + [p]
     pairs = []
-    for i in range(windows):
+    for _ in range(windows):
         pipes["candidate"].send(cand_s)
         c = pipes["candidate"].recv()
         pipes["reference"].send(ref_s)
