@@ -31,6 +31,7 @@ from ..runner import messages as m
 from ..runner import nvml
 from ..runner.scratch import Scratch
 from . import benchmark_gate, build_gate, correctness_gate, memory_plan, pairing_gate, scoring_gate
+from .slot_tenure import SlotTenure
 from .context import EvalContext, Progress, noop
 from .reasons import GuardError, Rejection, died, first_line, timed_out
 from .recording import Recorder
@@ -223,106 +224,126 @@ class Guard:
         phases["baseline"] = time.monotonic() - t
         trusted_ops = dict(trusted.op_seconds)
 
-        t = time.monotonic()
-        cand = self.pool.take_candidate()
-        workers: dict[str, WorkerProcess | None] = {"trusted": trusted, "candidate": cand}
-        peaks = memory_plan.PeakWatch(lambda role, reset: self._peak_memory(workers[role], reset))
-        peaks.start("trusted")  # this evaluation's peak, not the baselines'
-        gate = "build"
-        readable: tuple[str, ...] = ("trusted", "candidate")  # whose peak memory is read on a rejection
-        try:
+        # the candidate's code runs only while this evaluation holds the timing slot
+        # (``slot_tenure``): shared for the build and correctness, exclusive from the benchmark on
+        with SlotTenure(self.reference, progress) as tenure:
+            t = time.monotonic()
+            cand = self.pool.take_candidate()
+            workers: dict[str, WorkerProcess | None] = {"trusted": trusted, "candidate": cand}
+            peaks = memory_plan.PeakWatch(lambda role, reset: self._peak_memory(workers[role], reset))
+            peaks.start("trusted")  # this evaluation's peak, not the baselines'
+            gate = "build"
+            readable: tuple[str, ...] = ("trusted", "candidate")  # whose peak memory is read on a rejection
             try:
-                cand.wait_ready(180)
-            except WorkerDied as exc:
-                raise GuardError(f"a candidate worker could not start: {exc}\n{exc.log_tail}") from None
-            phases["start"] = time.monotonic() - t
-            ctx = EvalContext(
-                cid,
-                problem,
-                wset,
-                eval_seed,
-                cand,
-                trusted,
-                key,
-                progress,
-                self.reference,
-                dps=bool(solution_json.get("spec", {}).get("destination_passing_style", False)),
-            )
-
-            # Gate 2: build.
-            t = time.monotonic()
-            progress("build", 0, 1, f"building ({language})")
-            reply = build_gate.build(cand, problem, solution_json, language, self.cfg)
-            if not reply.ok:
-                raise Rejection(
-                    "build", reply.status or "COMPILE_ERROR", first_line(reply.message or "build failed"), reply.message
+                try:
+                    cand.wait_ready(180)
+                except WorkerDied as exc:
+                    raise GuardError(f"a candidate worker could not start: {exc}\n{exc.log_tail}") from None
+                phases["start"] = time.monotonic() - t
+                ctx = EvalContext(
+                    cid,
+                    problem,
+                    wset,
+                    eval_seed,
+                    cand,
+                    trusted,
+                    key,
+                    progress,
+                    self.reference,
+                    dps=bool(solution_json.get("spec", {}).get("destination_passing_style", False)),
                 )
-            phases["build"] = time.monotonic() - t
 
-            # Gate 3: correctness on the visible workloads (the held-out ones come last, below).
-            t = time.monotonic()
-            gate = "correctness"
-            peaks.mark("build", "trusted", "candidate")
-            checked = correctness_gate.check(ctx, "visible")
-            phases["correctness"] = time.monotonic() - t
-            peaks.mark(gate, "trusted", "candidate")
+                # Gate 2: build.
+                tenure.share()
+                phases["slot"] = tenure.waited_s
+                t = time.monotonic()
+                progress("build", 0, 1, f"building ({language})")
+                reply = build_gate.build(cand, problem, solution_json, language, self.cfg)
+                if not reply.ok:
+                    raise Rejection(
+                        "build",
+                        reply.status or "COMPILE_ERROR",
+                        first_line(reply.message or "build failed"),
+                        reply.message,
+                    )
+                phases["build"] = time.monotonic() - t
 
-            # Gate 4: benchmark.
-            t = time.monotonic()
-            gate = "benchmark"
-            timings = benchmark_gate.benchmark(ctx)
-            phases["benchmark"] = time.monotonic() - t
-            peaks.mark(gate, "trusted", "candidate")
-
-            # Gate 5: score; then, when a comparison is close, re-measure side by side.
-            workloads = scoring_gate.score(d, wset.visible, timings, baselines, ceilings)
-            t = time.monotonic()
-            gate = "pairing"
-            paired = pairing_gate.pairings(ctx, self.db, self.pool, workloads, agent)
-            if paired:
-                phases["pairing"] = time.monotonic() - t
+                # Gate 3: correctness on the visible workloads (the held-out ones come last, below).
+                t = time.monotonic()
+                gate = "correctness"
+                peaks.mark("build", "trusted", "candidate")
+                checked = correctness_gate.check(ctx, "visible")
+                phases["correctness"] = time.monotonic() - t
                 peaks.mark(gate, "trusted", "candidate")
 
-            # Gate 3, last part: the held-out workloads, after everything the candidate's process
-            # reports that is shown (``correctness_gate.check``). Its own peak there is not read:
-            # the figure comes from its process and could carry what it saw.
-            t = time.monotonic()
-            gate = "correctness"
-            readable = ("trusted",)
-            checked = correctness_gate.merged(checked, correctness_gate.check(ctx, "heldout"))
-            phases["heldout"] = time.monotonic() - t
-            peaks.mark(gate, "trusted")
-        except Rejection as rej:
+                # Gate 4: benchmark.
+                gate = "benchmark"
+                tenure.to_exclusive(cand)
+                phases["slot"] = tenure.waited_s
+                t = time.monotonic()
+                timings = benchmark_gate.benchmark(ctx)
+                phases["benchmark"] = time.monotonic() - t
+                peaks.mark(gate, "trusted", "candidate")
+
+                # Gate 5: score; then, when a comparison is close, re-measure side by side.
+                workloads = scoring_gate.score(d, wset.visible, timings, baselines, ceilings)
+                t = time.monotonic()
+                gate = "pairing"
+                paired = pairing_gate.pairings(ctx, self.db, self.pool, workloads, agent)
+                if paired:
+                    phases["pairing"] = time.monotonic() - t
+                    peaks.mark(gate, "trusted", "candidate")
+
+                # Gate 3, last part: the held-out workloads, after everything the candidate's process
+                # reports that is shown (``correctness_gate.check``). Its own peak there is not read:
+                # the figure comes from its process and could carry what it saw.
+                t = time.monotonic()
+                gate = "correctness"
+                readable = ("trusted",)
+                checked = correctness_gate.merged(checked, correctness_gate.check(ctx, "heldout"))
+                phases["heldout"] = time.monotonic() - t
+                peaks.mark(gate, "trusted")
+            except Rejection as rej:
+                self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
+                peaks.mark(gate, *readable)
+                return self.recorder.reject(cid, problem, agent, rej, phases, notes, parent, memory=peaks)
+            except WorkerTimeout as exc:  # the candidate's worker was killed: the trusted one's peak only
+                self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
+                peaks.mark(gate, "trusted")
+                return self.recorder.reject(
+                    cid,
+                    problem,
+                    agent,
+                    timed_out(gate, exc, self.cfg.call_timeout_s),
+                    phases,
+                    notes,
+                    parent,
+                    memory=peaks,
+                )
+            except WorkerDied as exc:
+                self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
+                peaks.mark(gate, "trusted")
+                return self.recorder.reject(cid, problem, agent, died(gate, exc), phases, notes, parent, memory=peaks)
+            finally:
+                self.pool.discard(cand)  # its folder goes with it, outputs included
+                self._let_go(trusted)
+                self.pool.replenish()
+
+            # Gates 6 and 7: decision, archive.
             self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
-            peaks.mark(gate, *readable)
-            return self.recorder.reject(cid, problem, agent, rej, phases, notes, parent, memory=peaks)
-        except WorkerTimeout as exc:  # the candidate's worker was killed: the trusted one's peak only
-            self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
-            peaks.mark(gate, "trusted")
-            return self.recorder.reject(
+            return self.recorder.measured(
                 cid,
                 problem,
                 agent,
-                timed_out(gate, exc, self.cfg.call_timeout_s),
+                workloads,
+                checked,
                 phases,
                 notes,
                 parent,
+                solution_json,
+                paired=paired,
                 memory=peaks,
             )
-        except WorkerDied as exc:
-            self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
-            peaks.mark(gate, "trusted")
-            return self.recorder.reject(cid, problem, agent, died(gate, exc), phases, notes, parent, memory=peaks)
-        finally:
-            self.pool.discard(cand)  # its folder goes with it, outputs included
-            self._let_go(trusted)
-            self.pool.replenish()
-
-        # Gates 6 and 7: decision, archive.
-        self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
-        return self.recorder.measured(
-            cid, problem, agent, workloads, checked, phases, notes, parent, solution_json, paired=paired, memory=peaks
-        )
 
     # -- memory -------------------------------------------------------------------------------
     def _capacity_bytes(self) -> int | None:

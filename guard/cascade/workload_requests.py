@@ -108,7 +108,7 @@ class StoppedButRan(Rejection):
 
 
 @contextlib.contextmanager
-def candidate_stopped(worker: WorkerProcess, w: Workload, during: str, accuse: bool = True) -> Iterator[None]:
+def candidate_stopped(worker: WorkerProcess, w: Workload | None, during: str, accuse: bool = True) -> Iterator[None]:
     """The candidate's whole process tree stopped for the block (``runner.freeze``); a tree
     that keeps growing when stopped, or that used CPU time or made processes meanwhile, is
     REWARD_HACK (StoppedButRan): a process that escaped the stop can slow what the guard
@@ -130,9 +130,10 @@ def candidate_stopped(worker: WorkerProcess, w: Workload, during: str, accuse: b
     else:
         why = fz.escaped()
     if why is not None:
-        reason = f"{why} {during} on {w.uuid}: work done while stopped slows what the guard measures then"
+        where = f" on {w.uuid}" if w is not None else ""
+        reason = f"{why} {during}{where}: work done while stopped slows what the guard measures then"
         if not accuse:
             raise Unpaired(reason, "REWARD_HACK") from failed
-        raise StoppedButRan("benchmark", "REWARD_HACK", reason, None, w.uuid) from failed
+        raise StoppedButRan("benchmark", "REWARD_HACK", reason, None, w.uuid if w is not None else None) from failed
     if failed is not None:
         raise failed

@@ -3,6 +3,11 @@
 A file lock: timing holds it exclusively; correctness runs hold it shared, so no timing
 ever overlaps other guard work on the same device, whichever process (server, CLI) does it.
 The kernel releases the lock when a process dies, so a crash never leaves it held.
+
+A hold is re-entrant within a thread: an evaluation holds the slot across its gates
+(``cascade/slot_tenure.py``), and a gate that asks for what is already held gets it at once. A
+lock taken again on a second descriptor would wait for the first: flock's locks belong to
+the open file, not the process.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import fcntl
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,10 +35,24 @@ class TimingSlot:
     def __init__(self, device_key: str):
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", device_key)
         self.path = lock_dir() / f"slot-{safe}.lock"
+        self._held = threading.local()  # this thread's hold: "exclusive", "shared" or none
+
+    def held(self) -> str | None:
+        """How this thread holds the slot now: "exclusive", "shared" or None."""
+        return getattr(self._held, "mode", None)
 
     @contextmanager
     def hold(self, exclusive: bool, on_wait: Callable[[], None] | None = None) -> Iterator[float]:
-        """Yields the seconds spent waiting for the slot."""
+        """Yields the seconds spent waiting for the slot. Within a hold of this thread that
+        covers the request, nothing more is taken; a shared hold cannot become exclusive
+        inside itself (its holder must let it go first, and decide what runs meanwhile)."""
+        want = "exclusive" if exclusive else "shared"
+        current = self.held()
+        if current == "exclusive" or current == want:
+            yield 0.0
+            return
+        if current is not None:
+            raise RuntimeError("the timing slot is held shared: let it go before asking for it exclusively")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         t0 = time.monotonic()
@@ -43,8 +63,10 @@ class TimingSlot:
                 if on_wait is not None:
                     on_wait()
                 fcntl.flock(fd, mode)
+            self._held.mode = want
             yield time.monotonic() - t0
         finally:
+            self._held.mode = None
             try:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
