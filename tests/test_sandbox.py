@@ -226,6 +226,34 @@ def test_policy_masks_and_leaves_out_protected_paths(tmp_path):
     assert not any(p == PROJECT_ROOT or p in PROJECT_ROOT.parents for p in policy.readonly)
 
 
+def test_the_compilers_on_the_path_are_shown_where_they_are_installed(tmp_path, monkeypatch, needs_bwrap):
+    """The GPU machine's gcc lies in /opt/gcc, which the sandbox stopped binding with the rest
+    of /opt in session 39: every Triton and CUDA C++ build there failed ("No such file or
+    directory: '/opt/gcc/bin/gcc'"; session 40, an H100). A compiler found on the worker's
+    PATH is shown with the folder it is installed in, and a build runs it."""
+    prefix = tmp_path / "opt" / "gcc"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "libexec").mkdir()
+    (prefix / "libexec" / "cc1").write_text("#!/bin/sh\necho compiled\n")
+    (prefix / "libexec" / "cc1").chmod(0o755)
+    gcc = prefix / "bin" / "gcc"
+    gcc.write_text(f"#!/bin/sh\nexec {prefix / 'libexec' / 'cc1'}\n")
+    gcc.chmod(0o755)
+    home_bin = tmp_path / "home" / "bin"
+    home_bin.mkdir(parents=True)
+    (home_bin / "nvcc").write_text("#!/bin/sh\n")
+    (home_bin / "nvcc").chmod(0o755)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    env = {"PATH": os.pathsep.join([str(prefix / "bin"), str(home_bin), os.defpath]), "CC": "gcc"}
+    policy = SandboxPolicy.for_worker(tmp_path / "scratch", "cpu", env=env)
+    assert prefix in policy.readonly, policy.readonly  # its libexec with it
+    assert home_bin in policy.readonly and tmp_path / "home" not in policy.readonly  # not the home folder
+    (tmp_path / "scratch").mkdir()
+    cmd = sandbox.wrap(policy, [str(gcc)], env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0 and "compiled" in proc.stdout, proc.stderr
+
+
 def test_only_the_judged_gpu_node_is_bound():
     nodes = ["/dev/nvidia-caps", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidia1"]
     nodes += ["/dev/nvidia10", "/dev/nvidiactl"]

@@ -12,6 +12,7 @@ import glob
 import logging
 import os
 import re
+import shutil
 import site
 import stat
 import sys
@@ -105,6 +106,7 @@ class SandboxPolicy:
             *SYSTEM_PATHS,
             SYSFS,
             *_cuda_paths(env),
+            *_toolchain_paths(env),
             *_env_paths(env, "LD_LIBRARY_PATH"),
             *(str(p) for p in readonly),
         ]
@@ -232,6 +234,34 @@ def _cuda_paths(env: Mapping[str, str]) -> list[str]:
     paths = [p for g in CUDA_GLOBS for p in glob.glob(g)]
     paths += [env[k] for k in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT") if env.get(k)]
     return paths
+
+
+# Compilers a build calls by name: Triton's launchers (the C compiler), CUDA C++ (nvcc and its
+# host compiler), PyTorch's extensions (c++, ninja, the linker).
+TOOLCHAIN = ("cc", "c++", "gcc", "g++", "clang", "clang++", "nvcc", "ld", "as", "ninja")
+
+
+def _toolchain_paths(env: Mapping[str, str]) -> list[str]:
+    """Where the compilers found on the worker's ``PATH`` (and named by ``CC``, ``CXX``,
+    ``CUDAHOSTCXX``) are installed: the folder above their ``bin``, which holds what they run
+    in turn (``libexec``, ``lib``). Without it a build found its compiler by name and could
+    not run it: the GPU machine's gcc lies in /opt/gcc, and once /opt was no longer bound
+    whole (session 39) every Triton and CUDA C++ candidate there failed to build (session 40).
+    A folder above ``bin`` that holds the checkout or the home folder is not bound, only the
+    ``bin`` itself: a compiler in ``~/bin`` must not show the home folder."""
+    search = env.get("PATH", os.defpath)
+    found = [shutil.which(name, path=search) for name in TOOLCHAIN]
+    found += [shutil.which(env[k], path=search) for k in ("CC", "CXX", "CUDAHOSTCXX") if env.get(k)]
+    keep_out = [Path(os.path.expanduser("~")).resolve(), *([CHECKOUT] if CHECKOUT is not None else [])]
+    out: list[str] = []
+    for exe in filter(None, found):
+        real = Path(os.path.realpath(exe))
+        for binary in dict.fromkeys([Path(os.path.abspath(exe)), real]):  # the link and its target
+            folder = binary.parent
+            prefix = folder.parent if folder.name == "bin" else folder
+            holds_private = any(_within(k, prefix) for k in keep_out)
+            out.append(str(folder if holds_private or prefix == Path("/") else prefix))
+    return list(dict.fromkeys(out))
 
 
 def _env_paths(env: Mapping[str, str], name: str) -> list[str]:
