@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 
 from guard.runner.device import resolve
@@ -66,3 +67,28 @@ def test_shared_holders_do_not_block_each_other(tmp_path):
         # block, it would wait for the first, which this thread holds, and the test would hang)
         with TimingSlot("cpu-test-shared").hold(exclusive=False, on_wait=lambda: waits.append(1)):
             assert waits == []
+
+
+def test_timing_is_not_kept_out_by_shared_holders_that_overlap(tmp_path, monkeypatch):
+    """flock serves no one in order: two holders whose shared holds overlap kept an exclusive
+    request out for as long as they went on (red team, session 40). With the turnstile it waits
+    only for the holds already taken."""
+    monkeypatch.setenv("KERNELARC_LOCK_DIR", str(tmp_path))
+    until = time.monotonic() + 12.0
+
+    def sharer(offset: float) -> None:
+        time.sleep(offset)
+        slot = TimingSlot("cpu-test-turnstile")
+        while time.monotonic() < until:
+            with slot.hold(exclusive=False):
+                time.sleep(1.0)
+
+    threads = [threading.Thread(target=sharer, args=(o,), daemon=True) for o in (0.0, 0.5)]
+    for t in threads:
+        t.start()
+    time.sleep(0.8)  # both hold it now, one after the other
+    with TimingSlot("cpu-test-turnstile").hold(exclusive=True) as waited:
+        # the two holds already taken end within a second; flock alone made it wait out all 12 s
+        assert waited < 6.0, f"timing waited {waited:.1f} s for shared holds that kept coming"
+    for t in threads:
+        t.join(20)
