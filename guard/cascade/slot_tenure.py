@@ -17,8 +17,10 @@ session of its own, while another guard timed an honest kernel: that kernel's ev
 - the exclusive hold lasts to the evaluation's end (benchmark, pairing, held-out rounds), and
   the candidate's worker is discarded before it is let go.
 
-What is left: slots are per device, so on a host of several GPUs a candidate judged on one
-still shares the host's CPUs with the timing on another (docs/guard.md, "Sandbox").
+What is left: slots are per device, so on a host of several GPUs (or a guard judging on the
+CPU beside one on a GPU) a candidate judged on one device still shares the host's CPUs with
+the timing on another; and a slow build keeps other guards' timing waiting, up to
+``build_timeout_s`` (docs/guard.md, "Processes").
 """
 
 from __future__ import annotations
