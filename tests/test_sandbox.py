@@ -239,15 +239,20 @@ def test_the_compilers_on_the_path_are_shown_where_they_are_installed(tmp_path, 
     gcc = prefix / "bin" / "gcc"
     gcc.write_text(f"#!/bin/sh\nexec {prefix / 'libexec' / 'cc1'}\n")
     gcc.chmod(0o755)
-    home_bin = tmp_path / "home" / "bin"
-    home_bin.mkdir(parents=True)
-    (home_bin / "nvcc").write_text("#!/bin/sh\n")
-    (home_bin / "nvcc").chmod(0o755)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    env = {"PATH": os.pathsep.join([str(prefix / "bin"), str(home_bin), os.defpath]), "CC": "gcc"}
+    home = tmp_path / "home"
+    home_bin, user_bin = home / "bin", home / ".local" / "bin"  # nvcc in ~/bin, ninja in ~/.local/bin
+    for folder, name in ((home_bin, "nvcc"), (user_bin, "ninja")):
+        folder.mkdir(parents=True)
+        (folder / name).write_text("#!/bin/sh\n")
+        (folder / name).chmod(0o755)
+    (home / ".local" / "share").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    env = {"PATH": os.pathsep.join([str(prefix / "bin"), str(home_bin), str(user_bin), os.defpath]), "CC": "gcc"}
     policy = SandboxPolicy.for_worker(tmp_path / "scratch", "cpu", env=env)
     assert prefix in policy.readonly, policy.readonly  # its libexec with it
-    assert home_bin in policy.readonly and tmp_path / "home" not in policy.readonly  # not the home folder
+    # in the home folder, the bin folders alone: not the home folder, not ~/.local/share
+    assert home_bin in policy.readonly and user_bin in policy.readonly, policy.readonly
+    assert home not in policy.readonly and home / ".local" not in policy.readonly, policy.readonly
     (tmp_path / "scratch").mkdir()
     cmd = sandbox.wrap(policy, [str(gcc)], env)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)

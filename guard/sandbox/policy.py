@@ -247,8 +247,9 @@ def _toolchain_paths(env: Mapping[str, str]) -> list[str]:
     in turn (``libexec``, ``lib``). Without it a build found its compiler by name and could
     not run it: the GPU machine's gcc lies in /opt/gcc, and once /opt was no longer bound
     whole (session 39) every Triton and CUDA C++ candidate there failed to build (session 40).
-    A folder above ``bin`` that holds the checkout or the home folder is not bound, only the
-    ``bin`` itself: a compiler in ``~/bin`` must not show the home folder."""
+    Inside the home folder or the checkout, or above either, only the ``bin`` itself is bound:
+    a ``ninja`` in ``~/.local/bin`` must not show ``~/.local/share``, nor one in ``~/bin``
+    the home folder."""
     search = env.get("PATH", os.defpath)
     found = [shutil.which(name, path=search) for name in TOOLCHAIN]
     found += [shutil.which(env[k], path=search) for k in ("CC", "CXX", "CUDAHOSTCXX") if env.get(k)]
@@ -259,7 +260,7 @@ def _toolchain_paths(env: Mapping[str, str]) -> list[str]:
         for binary in dict.fromkeys([Path(os.path.abspath(exe)), real]):  # the link and its target
             folder = binary.parent
             prefix = folder.parent if folder.name == "bin" else folder
-            holds_private = any(_within(k, prefix) for k in keep_out)
+            holds_private = any(_within(k, prefix) or _within(prefix, k) for k in keep_out)
             out.append(str(folder if holds_private or prefix == Path("/") else prefix))
     return list(dict.fromkeys(out))
 
