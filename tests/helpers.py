@@ -14,6 +14,7 @@ import textwrap
 import threading
 import zlib
 from pathlib import Path
+from typing import Any
 
 from benchmarks.harness import (
     CHEATS,
@@ -239,20 +240,33 @@ class StdioServer:
 
 
 # -- the OS sandbox's tests (test_sandbox.py, test_cells.py) --------------------------------------
-def write_safetensors(path: Path, key: str, shape: list[int], metadata: dict[str, str] | None = None) -> None:
-    """A float32 safetensors file of zeros holding one tensor ``key`` (the format by hand:
-    the header's length, its JSON, the data)."""
+def write_safetensors(path: Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> None:
+    """A safetensors file of ``tensors``: name -> a torch tensor, or a shape (a list) for a
+    float32 tensor of zeros. The format by hand: the header's length, its JSON, the data."""
     import json
     import math
     import struct
 
-    size = 4 * math.prod(shape)
-    header: dict[str, object] = {key: {"dtype": "F32", "shape": shape, "data_offsets": [0, size]}}
+    import torch
+
+    dtypes = {torch.float32: "F32", torch.int64: "I64", torch.bfloat16: "BF16"}
+    header: dict[str, object] = {}
+    chunks: list[bytes] = []
+    offset = 0
+    for key, value in tensors.items():
+        if isinstance(value, torch.Tensor):
+            dtype, shape = dtypes[value.dtype], list(value.shape)
+            raw = value.contiguous().view(torch.uint8).numpy().tobytes()
+        else:
+            dtype, shape, raw = "F32", list(value), bytes(4 * math.prod(value))
+        header[key] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
     if metadata:
         header["__metadata__"] = metadata
-    raw = json.dumps(header).encode()
+    text = json.dumps(header).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(size))
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(chunks))
 
 
 def row_problem_folder(

@@ -11,22 +11,7 @@ import torch
 from guard.problems import blobs
 from guard.runner.inputs import read_safetensors
 
-
-def _write(path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
-    import json
-
-    header: dict[str, object] = {}
-    data = b""
-    names = {torch.float32: "F32", torch.int64: "I64", torch.bfloat16: "BF16"}
-    for key, t in tensors.items():
-        raw = t.contiguous().view(torch.uint8).numpy().tobytes()
-        offsets = [len(data), len(data) + len(raw)]
-        header[key] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": offsets}
-        data += raw
-    if metadata:
-        header["__metadata__"] = metadata
-    text = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+from helpers import write_safetensors
 
 
 def test_a_subset_keeps_the_named_tensors_bit_for_bit_and_nothing_else(tmp_path):
@@ -38,7 +23,7 @@ def test_a_subset_keeps_the_named_tensors_bit_for_bit_and_nothing_else(tmp_path)
         "half": torch.randn(4, generator=gen).to(torch.bfloat16),
     }
     src = tmp_path / "all.safetensors"
-    _write(src, tensors, {"workload": "held-out-secret"})
+    write_safetensors(src, tensors, {"workload": "held-out-secret"})
     assert blobs.tensor_keys(src) == set(tensors)
     dest = tmp_path / "out" / "vis.safetensors"
     assert blobs.write_subset(src, dest, {"vis", "idx", "half", "absent"}) == ["absent"]

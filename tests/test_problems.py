@@ -161,7 +161,7 @@ def test_a_workspace_keeps_held_out_workloads_out_of_its_problem_folders(tmp_pat
     shutil.copytree(SOL_EXAMPLES / "softmax_h4096", src)
     row = json.loads((src / "workload.jsonl").read_text().splitlines()[0])
     stored = {"input": {"type": "safetensors", "path": "blobs/held.safetensors", "tensor_key": "input"}}
-    write_safetensors(src / "blobs" / "held.safetensors", "input", [row["axes"]["batch_size"], 4096])
+    write_safetensors(src / "blobs" / "held.safetensors", {"input": [row["axes"]["batch_size"], 4096]})
     (src / "heldout.jsonl").write_text(json.dumps({**row, "uuid": "kept-apart", "inputs": stored}) + "\n")
     ws = Workspace.open(tmp_path / "ws")
     store = ws.problems()
@@ -202,16 +202,9 @@ def test_a_file_that_visible_and_held_out_workloads_share_is_copied_with_the_vis
     shutil.copytree(SOL_EXAMPLES / "softmax_h4096", src)
     rows = [json.loads(line) for line in (src / "workload.jsonl").read_text().splitlines()]
     shared = "blobs/shared.safetensors"
-    write_safetensors(src / shared, "vis", [rows[0]["axes"]["batch_size"], 4096])
-    whole = tmp_path / "whole.safetensors"
-    # the same file with a second, held-out tensor (written by hand: two keys)
-    import struct
-
-    head = blobs.header(src / shared)
-    size = 4 * rows[0]["axes"]["batch_size"] * 4096
-    head["ho"] = {"dtype": "F32", "shape": [7, 4096], "data_offsets": [size, size + 4 * 7 * 4096]}
-    raw = json.dumps(head).encode()
-    whole.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(size + 4 * 7 * 4096))
+    whole = tmp_path / "whole.safetensors"  # the file with a second, held-out tensor
+    write_safetensors(whole, {"vis": [rows[0]["axes"]["batch_size"], 4096], "ho": [7, 4096]})
+    (src / shared).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(whole, src / shared)
     rows[0]["inputs"] = {"input": {"type": "safetensors", "path": shared, "tensor_key": "vis"}}
     (src / "workload.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -85,7 +85,7 @@ def _with_heldout(folder, tmp):
     row["uuid"] = HELDOUT_UUID
     # its input stored in a file whose header gives the held-out shape (and, here, its name)
     row["inputs"] = {"input": {"type": "safetensors", "path": "blobs/held.safetensors", "tensor_key": "input"}}
-    write_safetensors(copy / "blobs" / "held.safetensors", "input", [7, 4096], {"workload": HELDOUT_UUID})
+    write_safetensors(copy / "blobs" / "held.safetensors", {"input": [7, 4096]}, {"workload": HELDOUT_UUID})
     (copy / "heldout.jsonl").write_text(json.dumps(row) + "\n")
     return copy
 

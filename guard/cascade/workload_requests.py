@@ -130,10 +130,11 @@ def candidate_stopped(worker: WorkerProcess, w: Workload | None, during: str, ac
     else:
         why = fz.escaped()
     if why is not None:
-        where = f" on {w.uuid}" if w is not None else ""
+        uuid = w.uuid if w is not None else None
+        where = f" on {uuid}" if uuid else ""
         reason = f"{why} {during}{where}: work done while stopped slows what the guard measures then"
         if not accuse:
             raise Unpaired(reason, "REWARD_HACK") from failed
-        raise StoppedButRan("benchmark", "REWARD_HACK", reason, None, w.uuid if w is not None else None) from failed
+        raise StoppedButRan("benchmark", "REWARD_HACK", reason, None, uuid) from failed
     if failed is not None:
         raise failed

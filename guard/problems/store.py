@@ -85,28 +85,31 @@ class ProblemStore:
         version copied more: a file only held-out workloads name is moved to the workspace's
         held-out folder; so is a file that also holds tensors no visible workload names, with
         a copy of the visible ones alone written in its place."""
-        if self.heldout_dir is None:
+        heldout_dir = self.heldout_dir
+        if heldout_dir is None:
             return
-        for rel in heldout_only_blobs(problem):
-            inside = folder / rel
-            if inside.is_file() and not inside.is_symlink():
-                target = self.heldout_dir / folder.name / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                inside.replace(target)
-                log.info("moved %s, named by held-out workloads only, out of %s", rel, folder)
+
+        def move_out(rel: str) -> Path:
+            target = heldout_dir / folder.name / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).replace(target)
+            return target
+
+        def plain_file(rel: str) -> bool:
+            return (folder / rel).is_file() and not (folder / rel).is_symlink()
+
+        for rel in filter(plain_file, heldout_only_blobs(problem)):
+            move_out(rel)
+            log.info("moved %s, named by held-out workloads only, out of %s", rel, folder)
         for rel, keys in visible_blob_keys(problem).items():
-            inside = folder / rel
-            if not inside.is_file() or inside.is_symlink():
+            if not plain_file(rel):
                 continue
             try:
-                extra = blobs.tensor_keys(inside) - keys
+                extra = blobs.tensor_keys(folder / rel) - keys
             except (OSError, blobs.BlobError):
                 continue
             if extra:  # also tensors no visible workload names: those go, the rest stays
-                target = self.heldout_dir / folder.name / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                inside.replace(target)
-                blobs.write_subset(target, inside, keys)
+                blobs.write_subset(move_out(rel), folder / rel, keys)
                 log.info("%s of %s now holds only the tensors visible workloads name", rel, folder)
 
     def _folders(self) -> list[tuple[Path, str]]:
