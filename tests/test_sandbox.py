@@ -226,37 +226,152 @@ def test_policy_masks_and_leaves_out_protected_paths(tmp_path):
     assert not any(p == PROJECT_ROOT or p in PROJECT_ROOT.parents for p in policy.readonly)
 
 
-def test_the_compilers_on_the_path_are_shown_where_they_are_installed(tmp_path, monkeypatch, needs_bwrap):
+def _executable(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def _fake_gcc(prefix: Path) -> Path:
+    """A gcc installed under ``prefix`` that answers the driver's questions as gcc does and
+    runs its ``cc1`` otherwise; ``prefix`` also holds a folder a build never needs."""
+    cc1 = _executable(prefix / "libexec" / "gcc" / "x86_64-linux" / "13" / "cc1", "#!/bin/sh\necho compiled\n")
+    (prefix / "lib" / "gcc" / "x86_64-linux" / "13").mkdir(parents=True)
+    (prefix / "include" / "c++" / "13").mkdir(parents=True)
+    (prefix / "private").mkdir()
+    (prefix / "private" / "heldout.jsonl").write_text("held out")
+    return _executable(
+        prefix / "bin" / "gcc",
+        f"""#!/bin/sh
+case "$1" in
+  -print-search-dirs)
+    echo "install: {prefix}/lib/gcc/x86_64-linux/13/"
+    echo "programs: ={prefix}/libexec/gcc/x86_64-linux/13/:{prefix}/libexec/gcc/x86_64-linux/:{prefix}/nowhere/"
+    echo "libraries: ={prefix}/lib/gcc/x86_64-linux/13/../../../:/usr/lib/" ;;
+  -E)
+    echo '#include <...> search starts here:' >&2
+    echo ' {prefix}/include/c++/13' >&2
+    echo 'End of search list.' >&2 ;;
+  *) exec {cc1} ;;
+esac
+""",
+    )
+
+
+def test_the_compilers_on_the_path_are_shown_where_they_say_they_search(tmp_path, monkeypatch, needs_bwrap):
     """The GPU machine's gcc lies in /opt/gcc, which the sandbox stopped binding with the rest
     of /opt in session 39: every Triton and CUDA C++ build there failed ("No such file or
-    directory: '/opt/gcc/bin/gcc'"; session 40, an H100). A compiler found on the worker's
-    PATH is shown with the folder it is installed in, and a build runs it."""
+    directory: '/opt/gcc/bin/gcc'"; session 40, an H100). Binding the folder above a
+    compiler's ``bin`` then showed too much: a project's own ``bin`` on PATH showed the
+    project, its workspaces and held-out workloads with it (red team, session 41). A compiler
+    is shown by its own folder and the folders it says it searches, and a build runs it."""
     prefix = tmp_path / "opt" / "gcc"
-    (prefix / "bin").mkdir(parents=True)
-    (prefix / "libexec").mkdir()
-    (prefix / "libexec" / "cc1").write_text("#!/bin/sh\necho compiled\n")
-    (prefix / "libexec" / "cc1").chmod(0o755)
-    gcc = prefix / "bin" / "gcc"
-    gcc.write_text(f"#!/bin/sh\nexec {prefix / 'libexec' / 'cc1'}\n")
-    gcc.chmod(0o755)
+    gcc = _fake_gcc(prefix)
+    project = tmp_path / "project"  # direnv's PATH_add bin: a wrapper in the project's bin
+    _executable(project / "bin" / "cc", f'#!/bin/sh\nexec {gcc} "$@"\n')
+    other_ws = fake_workspace(project / "gpu1")
     home = tmp_path / "home"
     home_bin, user_bin = home / "bin", home / ".local" / "bin"  # nvcc in ~/bin, ninja in ~/.local/bin
-    for folder, name in ((home_bin, "nvcc"), (user_bin, "ninja")):
-        folder.mkdir(parents=True)
-        (folder / name).write_text("#!/bin/sh\n")
-        (folder / name).chmod(0o755)
+    _executable(home_bin / "nvcc", "#!/bin/sh\n")
+    _executable(user_bin / "ninja", "#!/bin/sh\n")
     (home / ".local" / "share").mkdir()
     monkeypatch.setenv("HOME", str(home))
-    env = {"PATH": os.pathsep.join([str(prefix / "bin"), str(home_bin), str(user_bin), os.defpath]), "CC": "gcc"}
+    path = [str(project / "bin"), str(prefix / "bin"), str(home_bin), str(user_bin), os.defpath]
+    env = {"PATH": os.pathsep.join(path), "CC": "gcc"}
     policy = SandboxPolicy.for_worker(tmp_path / "scratch", "cpu", env=env)
-    assert prefix in policy.readonly, policy.readonly  # its libexec with it
+    shown = policy.readonly
+
+    def visible(p: Path) -> bool:
+        return any(p == b or b in p.parents for b in shown)
+
+    for needed in ("bin", "libexec/gcc/x86_64-linux/13", "lib/gcc/x86_64-linux/13", "include/c++/13"):
+        assert visible(prefix / needed), (needed, shown)
+    assert not visible(prefix) and not visible(prefix / "private"), shown
+    assert visible(project / "bin") and not visible(project) and not visible(other_ws), shown
     # in the home folder, the bin folders alone: not the home folder, not ~/.local/share
-    assert home_bin in policy.readonly and user_bin in policy.readonly, policy.readonly
-    assert home not in policy.readonly and home / ".local" not in policy.readonly, policy.readonly
+    assert visible(home_bin) and visible(user_bin), shown
+    assert not visible(home) and not visible(home / ".local" / "share"), shown
     (tmp_path / "scratch").mkdir()
-    cmd = sandbox.wrap(policy, [str(gcc)], env)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0 and "compiled" in proc.stdout, proc.stderr
+    for compiler in (gcc, project / "bin" / "cc"):
+        proc = subprocess.run(
+            sandbox.wrap(policy, [str(compiler)], env),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.returncode == 0 and "compiled" in proc.stdout, proc.stderr
+
+
+def test_nvcc_and_gcc_answers_are_read_as_folders():
+    """The folders in what ``nvcc --dryrun`` and ``gcc -E -v`` print (as nvcc 13.0 and gcc 12
+    print them)."""
+    from guard.sandbox.toolchain import include_list, nvcc_folders
+
+    dryrun = (
+        "#$ _HERE_=/cuda/bin\n#$ CICC_PATH=/cuda/bin/../nvvm/bin\n#$ NVVMIR_LIBRARY_DIR=/cuda/bin/../nvvm/libdevice\n"
+        '#$ INCLUDES="-I/cuda/bin/../targets/x86_64-linux/include"  \n'
+        '#$ SYSTEM_INCLUDES="-isystem" "/cuda/bin/../targets/x86_64-linux/include/cccl"  \n'
+        '#$ LIBRARIES=  "-L/cuda/bin/../targets/x86_64-linux/lib/stubs" "-L/cuda/bin/../targets/x86_64-linux/lib"\n'
+        "#$ PATH=/home/u:/usr/bin\n#$ gcc -E -x c++ -I/home/u/x /dev/null\n"
+    )
+    got = {os.path.normpath(p) for p in nvcc_folders(dryrun)}
+    assert got == {
+        "/cuda/bin",
+        "/cuda/nvvm/bin",
+        "/cuda/nvvm",
+        "/cuda/nvvm/libdevice",
+        "/cuda/targets/x86_64-linux/include",
+        "/cuda/targets/x86_64-linux/include/cccl",
+        "/cuda/targets/x86_64-linux/lib/stubs",
+        "/cuda/targets/x86_64-linux/lib",
+    }
+    listing = (
+        '#include "..." search starts here:\n#include <...> search starts here:\n /usr/include/c++/12\n'
+        ' /usr/lib/gcc/x86_64-linux-gnu/12/include\nEnd of search list.\n # 0 "<stdin>"\n'
+    )
+    assert include_list(listing) == ["/usr/include/c++/12", "/usr/lib/gcc/x86_64-linux-gnu/12/include"]
+
+
+def test_a_folder_reached_through_a_link_keeps_its_workspace_hidden(tmp_path, needs_bwrap):
+    """A project on PYTHONPATH through a link (``/srv/proj`` -> ``/data/proj``) was bound at
+    both paths, and the workspace inside it masked at the real one alone: its secret and
+    database were read through the link's path (red team, session 41). Each folder is bound
+    where it lies, the link made again, and the mask holds on both paths."""
+    real = tmp_path / "data" / "proj"
+    (real / "lib").mkdir(parents=True)
+    (real / "lib" / "visible.txt").write_text("fine")
+    ws = fake_workspace(real)
+    alias = tmp_path / "srv_proj"
+    alias.symlink_to(real)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {"PATH": os.defpath, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(alias / "lib")}
+    policy = SandboxPolicy.for_worker(scratch, "cpu", env=env, readonly=[alias], protect=[ws])
+    assert alias not in policy.readonly and real in policy.readonly, policy.readonly
+    code = textwrap.dedent(ATTEMPT) + textwrap.dedent(
+        f"""
+        print(json.dumps({{
+            "visible": attempt(lambda: open({str(alias / "lib" / "visible.txt")!r}).read()),
+            "secret": [attempt(lambda p=p: open(p).read()) for p in ({str(alias / "ws" / "secret.key")!r},
+                                                                     {str(ws / "secret.key")!r})],
+            "db": [attempt(lambda p=p: open(p, "rb").read().decode("latin-1"))
+                   for p in ({str(alias / "ws" / "workspace.db")!r}, {str(ws / "workspace.db")!r})],
+        }}))
+        """
+    )
+    proc = subprocess.run(
+        sandbox.wrap(policy, [sys.executable, "-c", code], env),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["visible"] == "fine", got  # the link works, so what follows is the mask's doing
+    assert all(x.startswith("denied") for x in got["secret"] + got["db"]), got
 
 
 def test_only_the_judged_gpu_node_is_bound():

@@ -12,7 +12,6 @@ import glob
 import logging
 import os
 import re
-import shutil
 import site
 import stat
 import sys
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..paths import CHECKOUT, GUARD_PACKAGE, PROJECT_ROOT
+from .toolchain import toolchain_paths
 
 log = logging.getLogger(__name__)
 
@@ -101,34 +101,45 @@ class SandboxPolicy:
 
         wanted = [
             *_interpreter_paths(),
-            *(str(_guard_alone(Path(os.path.abspath(p)))) for p in _import_paths(env)),
+            *(str(_guard_alone(Path(os.path.realpath(p)))) for p in _import_paths(env)),
             str(GUARD_PACKAGE),
             *SYSTEM_PATHS,
             SYSFS,
             *_cuda_paths(env),
-            *_toolchain_paths(env),
+            *_away_from_private(toolchain_paths(env)),
             *_env_paths(env, "LD_LIBRARY_PATH"),
             *(str(p) for p in readonly),
         ]
+        # Every path is bound where it really lies, once, and each link met on the way to it
+        # is made again as a link: a folder bound at a link's path and again at its target's
+        # was two mounts of one folder, and a workspace inside it was masked at the real one
+        # alone (red team, session 41: a project reached through a link showed its secret).
         binds: list[Path] = []
         links: list[tuple[str, Path]] = []
         for raw in wanted:
             path = Path(os.path.abspath(raw))
             if not path.exists():
                 continue
-            found = [path]
-            if path.is_symlink() and path.parent == Path("/"):
-                links.append((os.readlink(path), path))  # keep /lib -> usr/lib a link
-                found = [path.resolve()]
-            elif path.resolve() != path:
-                found.append(path.resolve())  # a link's target must be there too
-            for p in found:
-                if any(_within(p, q) for q in protected):
-                    notes.append(f"not shown, inside a protected path: {p}")
-                else:
-                    binds.append(p)
+            real, met = links_on_the_way(path)
+            links += met
+            if any(_within(real, q) for q in protected):
+                notes.append(f"not shown, inside a protected path: {real}")
+            else:
+                binds.append(real)
+        shown_exposed: list[Path] = []
+        for raw_exposed in exposed:
+            real, met = links_on_the_way(raw_exposed)
+            links += met
+            shown_exposed.append(real)
         readonly_binds = _outermost(binds)
         masks = [p for p in protected if any(_within(p, b) for b in readonly_binds)]
+        # a link is made only where no bind shows it already, and never inside what is hidden
+        links = [
+            (target, at)
+            for target, at in dict.fromkeys(links)
+            if not any(_within(at, b) for b in (*readonly_binds, workdir))
+            and not any(_within(at, q) for q in protected)
+        ]
         if Path("/etc") in readonly_binds:
             masks.extend(_unreadable_in_etc())
         if Path(SYSFS) in readonly_binds:
@@ -143,9 +154,9 @@ class SandboxPolicy:
         return cls(
             workdir=workdir,
             readonly=tuple(readonly_binds),
-            symlinks=tuple(sorted(set(links), key=lambda x: str(x[1]))),
+            symlinks=tuple(sorted(links, key=lambda x: (len(x[1].parts), str(x[1])))),
             masks=tuple(dict.fromkeys(masks)),
-            exposed=tuple(p for p in exposed if p not in readonly_binds),
+            exposed=tuple(p for p in dict.fromkeys(shown_exposed) if p not in readonly_binds),
             devices=tuple(devices),
             notes=tuple(notes),
         )
@@ -236,33 +247,46 @@ def _cuda_paths(env: Mapping[str, str]) -> list[str]:
     return paths
 
 
-# Compilers a build calls by name: Triton's launchers (the C compiler), CUDA C++ (nvcc and its
-# host compiler), PyTorch's extensions (c++, ninja, the linker).
-TOOLCHAIN = ("cc", "c++", "gcc", "g++", "clang", "clang++", "nvcc", "ld", "as", "ninja")
+def _away_from_private(folders: list[str]) -> list[str]:
+    """The toolchain's folders, less any that would show the home folder or the checkout
+    whole (the folder itself or one above it): a compiler's search list holds what it was
+    configured with, and nothing a build needs lies that high."""
+    private = [Path(os.path.realpath(os.path.expanduser("~"))), *([CHECKOUT] if CHECKOUT is not None else [])]
+    out = []
+    for folder in folders:
+        real = Path(os.path.realpath(folder))
+        if any(_within(k, real) for k in private):
+            log.debug("sandbox: toolchain folder %s not shown: it holds the home folder or the checkout", folder)
+        else:
+            out.append(folder)
+    return out
 
 
-def _toolchain_paths(env: Mapping[str, str]) -> list[str]:
-    """Where the compilers found on the worker's ``PATH`` (and named by ``CC``, ``CXX``,
-    ``CUDAHOSTCXX``) are installed: the folder above their ``bin``, which holds what they run
-    in turn (``libexec``, ``lib``). Without it a build found its compiler by name and could
-    not run it: the GPU machine's gcc lies in /opt/gcc, and once /opt was no longer bound
-    whole (session 39) every Triton and CUDA C++ candidate there failed to build (session 40).
-    Inside the home folder or the checkout, or above either, only the ``bin`` itself is bound:
-    a ``ninja`` in ``~/.local/bin`` must not show ``~/.local/share``, nor one in ``~/bin``
-    the home folder."""
-    search = env.get("PATH", os.defpath)
-    found = [shutil.which(name, path=search) for name in TOOLCHAIN]
-    found += [shutil.which(env[k], path=search) for k in ("CC", "CXX", "CUDAHOSTCXX") if env.get(k)]
-    keep_out = [Path(os.path.expanduser("~")).resolve(), *([CHECKOUT] if CHECKOUT is not None else [])]
-    out: list[str] = []
-    for exe in filter(None, found):
-        real = Path(os.path.realpath(exe))
-        for binary in dict.fromkeys([Path(os.path.abspath(exe)), real]):  # the link and its target
-            folder = binary.parent
-            prefix = folder.parent if folder.name == "bin" else folder
-            holds_private = any(_within(k, prefix) or _within(prefix, k) for k in keep_out)
-            out.append(str(folder if holds_private or prefix == Path("/") else prefix))
-    return list(dict.fromkeys(out))
+def links_on_the_way(path: Path) -> tuple[Path, list[tuple[str, Path]]]:
+    """Where ``path`` (absolute) really lies, and each link met on the way as (its target as
+    written, where the link lies), where it lies being a real path itself; a link to a
+    relative target is read from its own folder, as the kernel does."""
+    met: list[tuple[str, Path]] = []
+    here = Path("/")
+    todo = list(path.parts[1:])
+    while todo:
+        part = todo.pop(0)
+        if part == "..":
+            here = here.parent
+            continue
+        step = here / part
+        if not step.is_symlink():
+            here = step
+            continue
+        if len(met) > 40:  # as ELOOP: resolve the rest as the kernel would
+            return Path(os.path.realpath(step.joinpath(*todo))), met
+        target = os.readlink(step)
+        met.append((target, step))
+        target_parts = list(Path(target).parts)
+        if Path(target).is_absolute():
+            here, target_parts = Path("/"), target_parts[1:]
+        todo = target_parts + todo
+    return here, met
 
 
 def _env_paths(env: Mapping[str, str], name: str) -> list[str]:
