@@ -172,8 +172,8 @@ def _watch_pairing(monkeypatch) -> list[tuple[int, list[int], list[str]]]:
     seen: list[tuple[int, list[int], list[str]]] = []
 
     @contextlib.contextmanager
-    def recording(pid):
-        with real_frozen(pid) as stopped:
+    def recording(pid, **kwargs):
+        with real_frozen(pid, **kwargs) as stopped:
             stopped_now.append(stopped.pids)
             try:
                 yield stopped

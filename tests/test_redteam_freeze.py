@@ -20,7 +20,9 @@ namespace, as the candidate workers run) it works the same: nothing leaves the t
 tree just stops telling.
 
 This test asserts what the guard promises (a tree that ran while stopped is seen); it fails
-while the hole is open.
+while the hole is open. It checks what the block sees once it is over, so it runs without the
+watch that now kills such a tree inside the block (red team, session 41:
+``tests/test_freeze_watch.py``).
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def test_a_tree_continued_by_its_own_timer_is_seen_running(tmp_path):
     proc = spawn_escaper(start, end, 6, mark)
     try:
         time.sleep(0.6)  # the tree is up (6 children sleeping until start)
-        with frozen(proc.pid) as fz:
+        with frozen(proc.pid, watch=False) as fz:
             stopped = list(fz.pids)
             while time.monotonic() < start:
                 time.sleep(0.002)
@@ -202,7 +204,7 @@ def test_a_thread_swapped_while_stopped_is_seen(tmp_path):
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
         time.sleep(0.4)  # the old thread has spun its 0.3 s and sleeps until start
-        with frozen(proc.pid) as fz:
+        with frozen(proc.pid, watch=False) as fz:
             before = sorted(os.listdir(f"/proc/{proc.pid}/task"))
             while time.monotonic() < start + 0.3:
                 time.sleep(0.01)

@@ -50,7 +50,7 @@ def test_a_challenger_cannot_get_an_honest_incumbent_caught(tmp_path):
     start = time.monotonic() + 1.5  # the incumbent's outside-clock window, as the challenger projects it
     end = start + 1.0
     challenger = spawn_escaper(start, end, 10, mark)
-    worker = SimpleNamespace(proc=challenger)
+    worker = SimpleNamespace(proc=challenger, cgroup_dir=None)
     w = SimpleNamespace(uuid="w0")
     try:
         time.sleep(0.8)
@@ -95,7 +95,9 @@ def test_a_challenger_cannot_get_an_honest_incumbent_caught(tmp_path):
                         f"{inside_ms:.1f} ms: the timing inside the candidate's process was tampered with",
                         "REWARD_HACK",
                     )
-        assert len(marks(mark)) == 10
+        # none of the spinners got to the end of its spin: each was killed at its first wake-up,
+        # inside the block (``runner.freeze``'s watch, red team session 41)
+        assert marks(mark) == []
     finally:
         os.killpg(challenger.pid, 9)
         challenger.wait()

@@ -680,9 +680,10 @@ def _spinner():
 
 
 def test_frozen_sees_a_process_that_ran_while_stopped():
-    # a spinner continued in the middle of the block stands for a process that escaped the stop
+    # a spinner continued in the middle of the block stands for a process that escaped the stop;
+    # the check after the block, without the watch that kills it first (tests/test_freeze_watch.py)
     with _spinner() as proc:
-        with frozen(proc.pid) as fz:
+        with frozen(proc.pid, watch=False) as fz:
             os.kill(proc.pid, signal.SIGCONT)
             time.sleep(0.3)
         assert fz.escaped() and "ms of CPU time" in fz.escaped()
@@ -691,9 +692,9 @@ def test_frozen_sees_a_process_that_ran_while_stopped():
 
 def test_frozen_sees_a_process_that_woke_briefly_and_stopped_itself_again():
     # a short wake-up (a timer's SIGCONT, then a launch and a SIGSTOP of its own) uses less CPU
-    # than a clock tick: the scheduler's run time still shows it
+    # than a clock tick: the scheduler's run time still shows it (after the block: no watch)
     with _spinner() as proc:
-        with frozen(proc.pid) as fz:
+        with frozen(proc.pid, watch=False) as fz:
             os.kill(proc.pid, signal.SIGCONT)
             time.sleep(0.002)
             os.kill(proc.pid, signal.SIGSTOP)
@@ -1043,12 +1044,12 @@ def test_a_tree_that_will_not_stop_is_the_stopped_candidates_doing(monkeypatch):
     from guard.runner.freeze import FreezeError
 
     @contextlib.contextmanager
-    def never_stops(pid):
+    def never_stops(pid, **kwargs):
         raise FreezeError("the candidate's process tree could not be stopped in 5 s: processes [7] did not stop", False)
         yield  # pragma: no cover
 
     monkeypatch.setattr(workload_requests, "frozen", never_stops)
-    worker = SimpleNamespace(proc=SimpleNamespace(pid=7))
+    worker = SimpleNamespace(proc=SimpleNamespace(pid=7), cgroup_dir=None)
     w = SimpleNamespace(uuid="w0")
     with pytest.raises(workload_requests.StoppedButRan) as caught:
         with workload_requests.candidate_stopped(worker, w, "while the guard timed its loop"):

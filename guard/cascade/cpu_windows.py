@@ -199,7 +199,8 @@ class CpuWindows:
                         on_done,
                         cx.timeout,
                     )
-                    with frozen(self.loop_pid):  # ended and charged as the candidate's window was
+                    # ended and charged as the candidate's window was; the guard's own, not watched
+                    with frozen(self.loop_pid, watch=False):
                         after = tree_cpu.read(self.loop_pid)
                         wall = tree_cpu.charged_s(time.monotonic() - t0, tree0, after)
                         took = tree_cpu.used_ns(tree0, after) / 1e9 + time.thread_time() - mine0

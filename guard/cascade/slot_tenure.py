@@ -13,7 +13,9 @@ session of its own, while another guard timed an honest kernel: that kernel's ev
   code first runs (no timing of another guard overlaps them);
 - to time, the shared hold must be let go before the exclusive one is taken (flock cannot
   change one into the other without letting go); meanwhile the candidate's tree is stopped
-  (``candidate_stopped``), and a tree that ran while stopped is REWARD_HACK;
+  (``candidate_stopped``), and a tree that ran while stopped is REWARD_HACK, killed at its
+  first wake-up (``runner/freeze.py``: its own timers once continued it through another
+  guard's timing, red team session 41);
 - the exclusive hold lasts to the evaluation's end (benchmark, pairing, held-out rounds), and
   the candidate's worker is discarded before it is let go.
 

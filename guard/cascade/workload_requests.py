@@ -117,7 +117,7 @@ def candidate_stopped(worker: WorkerProcess, w: Workload | None, during: str, ac
     pid = worker.proc.pid if worker.proc is not None else None
     failed: BaseException | None = None  # what the block raised: second to an escape, which may have caused it
     try:
-        with frozen(pid) as fz:
+        with frozen(pid, group=worker.cgroup_dir) as fz:
             try:
                 yield
             except BaseException as exc:  # noqa: BLE001 - raised again below

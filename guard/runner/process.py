@@ -383,6 +383,12 @@ class WorkerProcess:
         """A CPU worker's sandbox holds at most its address-space cap, all processes together."""
         return int(self.memory_limit_gb * (1 << 30)) if self.memory_limit_gb and self.device == "cpu" else None
 
+    @property
+    def cgroup_dir(self) -> Path | None:
+        """The folder of the cgroup that holds the worker's processes and no others (its
+        sandbox's, or its cell's own), in the pids hierarchy; None where it has none."""
+        return self._cgroup.path if self._cgroup is not None else None
+
     def cpu_ns(self) -> int | None:
         """CPU time the candidate's sandbox (or cell) has used, every task that was ever in it
         counted by the kernel, reaped or not; None where it is not counted."""
