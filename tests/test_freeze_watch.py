@@ -1,4 +1,4 @@
-"""The watch over a stopped tree (``guard/runner/freeze.py``; red team, session 41).
+"""The watch over a stopped tree (``guard/runner/tree_watch.py``; red team, session 41).
 
 A tree continued by its own POSIX timers was seen only once the block ended
 (``tests/test_redteam_freeze.py``), and so ran through all of it: a candidate stopped while
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from test_redteam_freeze import CONTINUE_ME_AT, marks, spawn_escaper
 
-from guard.runner import freeze
+from guard.runner import tree_watch
 from guard.runner.freeze import frozen
 from guard.runner.proc_tree import stat_fields, tree
 from guard.sandbox.bwrap import bwrap_binary
@@ -212,8 +212,8 @@ def test_a_process_continued_from_outside_is_killed(monkeypatch, fds):
     """Any SIGCONT (here the test's own) ends the stop of a process that spins: it is killed
     within a few readings, with descriptors held open, or none (a tree of many processes)."""
     if fds is not None:
-        monkeypatch.setattr(freeze, "WATCH_HELD_FDS", fds)
-        monkeypatch.setattr(freeze, "PINNED_FDS", fds)
+        monkeypatch.setattr(tree_watch, "WATCH_HELD_FDS", fds)
+        monkeypatch.setattr(tree_watch, "PINNED_FDS", fds)
     proc = subprocess.Popen(
         _argv("print('ready', flush=True)\nwhile True: pass"), stdout=subprocess.PIPE, start_new_session=True
     )
@@ -233,7 +233,7 @@ def test_a_failing_watch_is_logged_and_recorded(monkeypatch, caplog):
     def fails(files):
         raise RuntimeError("no reading")
 
-    monkeypatch.setattr(freeze, "_changed", fails)
+    monkeypatch.setattr(tree_watch, "_changed", fails)
     proc = _start(_argv(STILL))
     try:
         with frozen(proc.pid) as fz:
