@@ -10,6 +10,7 @@ process used inside the block, as it counted it itself, not how long the test to
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -328,3 +329,80 @@ def test_the_cgroup_freezer_thaws_a_still_tree(tmp_path):
             _end(proc)
     finally:
         _remove_group(group)
+
+
+FORKS_WHILE_SETTLING = r"""
+import ctypes, os, signal, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+cpu_file = sys.argv[1]
+
+def timer():  # a POSIX timer that sends SIGCONT to this process
+    ev = ctypes.create_string_buffer(64)
+    struct.pack_into("qii", ev, 0, 0, signal.SIGCONT, 0)  # value, signo, SIGEV_SIGNAL
+    tid = ctypes.c_void_p()
+    assert libc.timer_create(1, ev, ctypes.byref(tid)) == 0
+    return tid
+
+def arm(tid, s):  # fires once, ``s`` seconds from now (0: disarmed)
+    libc.timer_settime(tid, 0, ctypes.create_string_buffer(struct.pack("qqqq", 0, 0, 0, int(s * 1e9))), None)
+
+def state(pid):
+    text = open(f"/proc/{pid}/stat").read()
+    return text[text.rfind(")") + 2]
+
+def spin():
+    end = time.monotonic() + 3.0
+    while time.monotonic() < end:
+        with open(f"{cpu_file}.{os.getpid()}", "w") as f:
+            f.write(repr(time.process_time()))
+    os._exit(0)
+
+def helper(parent):
+    tid = timer()
+    while state(parent) not in "Tt":  # its timer continues it once the guard has stopped it
+        arm(tid, 0.002)
+        time.sleep(0.0005)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 0.02:  # keeps the settling going: wakes and stops itself
+        arm(tid, 0.001)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    if os.fork() == 0:  # spinners the settling's first reading of the tree never saw
+        for _ in range(3):
+            if os.fork() == 0:
+                break
+        spin()
+    arm(tid, 0)
+    os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(60)
+
+import torch  # a worker's threads: the stop and its settling take as long as a candidate's
+
+torch.ones(1).add_(1)
+parent = os.getpid()
+if os.fork() == 0:
+    helper(parent)
+    os._exit(0)
+time.sleep(60)
+"""
+
+
+def test_a_process_forked_while_the_stop_settles_is_killed(tmp_path):
+    """A helper continued by its own timer kept the settling going (waking and stopping
+    itself), then forked a spinner before the watch's first reading: the spinner was in no
+    reading and spun through the whole stop (red team, session 41; 1.1-2.6 s of CPU in a 2 s
+    stop, 6 of 6). A tree that changed while it settled is killed before the block begins.
+    The attack's timing is its own (a timer that fires before the stop leaves the helper
+    stopped for good): on the code before the fix this test failed in 3 of 6 runs."""
+    cpu_file = tmp_path / "spinner_cpu"
+    proc = subprocess.Popen([sys.executable, "-c", FORKS_WHILE_SETTLING, str(cpu_file)], start_new_session=True)
+    try:
+        time.sleep(3.0)  # torch imported, the helper polling
+        with frozen(proc.pid):
+            time.sleep(1.5)
+        spun = max((float(f.read_text() or 0) for f in tmp_path.glob("spinner_cpu.*")), default=0.0)
+        # where the spinner came too soon, the stop held it; where too late, the watch saw it
+        assert spun < 0.3, f"a spinner forked while the stop settled ran {spun:.2f} s of CPU while stopped"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -304,6 +304,30 @@ def test_the_compilers_on_the_path_are_shown_where_they_say_they_search(tmp_path
         assert proc.returncode == 0 and "compiled" in proc.stdout, proc.stderr
 
 
+def test_the_guards_script_folder_and_relative_path_entries_are_not_shown(tmp_path, monkeypatch):
+    """A guard started as ``python /srv/proj/serve.py`` from another folder has the script's
+    folder first on ``sys.path``, and it was bound whole: a red team's candidate read another
+    workspace's secret and a problem's held-out workloads there (session 41). An empty
+    ``PATH`` entry (``export PATH=$EXTRA:$PATH``, ``EXTRA`` unset) names the current folder,
+    and a ``ninja`` there bound it; a relative ``PYTHONPATH`` entry did the same."""
+    project = tmp_path / "proj"
+    script = project / "serve.py"
+    script.parent.mkdir()
+    script.write_text("")
+    fake_workspace(project / "gpu1")
+    here = tmp_path / "here"
+    _executable(here / "ninja", "#!/bin/sh\n")
+    (here / "lib").mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setattr(sys, "argv", [str(script)])
+    monkeypatch.setattr(sys, "path", [str(project), *sys.path])
+    env = {"PATH": os.pathsep + os.defpath, "PYTHONPATH": "lib"}
+    policy = SandboxPolicy.for_worker(tmp_path / "scratch", "cpu", env=env)
+    shown = policy.readonly
+    for hidden in (project, here, here / "lib"):
+        assert not any(hidden == b or b in hidden.parents for b in shown), (hidden, shown)
+
+
 def test_nvcc_and_gcc_answers_are_read_as_folders():
     """The folders in what ``nvcc --dryrun`` and ``gcc -E -v`` print (as nvcc 13.0 and gcc 12
     print them)."""

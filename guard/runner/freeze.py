@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .proc_tree import run_ns, stat_fields, tree
-from .tree_watch import CgroupFreezer, Pins, TreeWatch
+from .tree_watch import CgroupFreezer, Pins, TreeWatch, kill_tree
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +158,13 @@ def frozen(
         ns_before = _settled_run_ns(sorted(before))
         cpu_before = cpu_seconds(sorted(before))
         if watch:
-            watcher = TreeWatch(pid, before, ns_before, pins, freezer)
-            watcher.start()
+            moved = _moved_while_settling(pid, before)
+            if moved is not None:  # it woke before the watch began: it is killed as the watch would
+                state.killed = f"{moved}, and the guard killed its {kill_tree(pid, pins, freezer)} processes"
+                log.warning("process tree %s ran while stopped: %s", pid, state.killed)
+            else:
+                watcher = TreeWatch(pid, before, ns_before, pins, freezer)
+                watcher.start()
     except BaseException:
         if watcher is not None:
             watcher.stop()  # joins a thread that started, closes what it opened
@@ -191,6 +196,22 @@ def frozen(
                 freezer.thaw()
             _continue(state.pids, pins)
             pins.close()
+
+
+def _moved_while_settling(pid: int, before: set[int]) -> str | None:
+    """What the tree did while its run times settled, or None: the watch's first readings are
+    taken after the settling, and a process the tree made meanwhile (a helper continued by its
+    own timer, which kept the settling going by waking and stopping itself, then forked
+    spinners: red team, session 41) was in no reading at all. A stopped tree makes no process,
+    loses none, and every process of it is still stopped."""
+    now = tree(pid)
+    appeared = [p for p in now if p not in before]
+    if appeared or before.difference(now):
+        return f"processes {appeared} appeared and {sorted(before.difference(now))} went while it was being stopped"
+    running = [p for p in now if not _stopped(p)]
+    if running:
+        return f"processes {running} were running again once it had been stopped"
+    return None
 
 
 SETTLE_WAIT_S = 0.003

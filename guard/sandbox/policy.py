@@ -221,11 +221,25 @@ def _interpreter_paths() -> list[str]:
 
 
 def _import_paths(env: Mapping[str, str]) -> list[str]:
-    """The other folders this process imports from, and the worker's ``PYTHONPATH``. The
-    current folder ('' in sys.path) is left out: it is the caller's, often the one holding the
-    workspace."""
-    cwd = os.getcwd()
-    paths = [p for p in sys.path if p and os.path.abspath(p) != cwd]
+    """The other folders this process imports from, and the worker's ``PYTHONPATH``. Left out:
+    the current folder ('' in sys.path), the caller's, often the one holding the workspace;
+    and the folder of the script this process was started as (``python /srv/proj/serve.py``
+    puts ``/srv/proj`` first on ``sys.path``, and a red team's candidate read another
+    workspace's secret and held-out workloads there: session 41). A worker imports neither."""
+    left_out = {os.getcwd()}
+    if sys.argv and sys.argv[0] and os.path.isfile(sys.argv[0]):
+        left_out.add(os.path.dirname(os.path.realpath(sys.argv[0])))
+        left_out.add(os.path.dirname(os.path.abspath(sys.argv[0])))
+    interpreter = [Path(os.path.realpath(p)) for p in _interpreter_paths()]
+    paths = [
+        p
+        for p in sys.path
+        if p
+        and (
+            os.path.abspath(p) not in left_out
+            or any(_within(Path(os.path.realpath(p)), q) for q in interpreter)  # a console script's bin
+        )
+    ]
     return paths + _env_paths(env, "PYTHONPATH")
 
 
@@ -290,7 +304,9 @@ def links_on_the_way(path: Path) -> tuple[Path, list[tuple[str, Path]]]:
 
 
 def _env_paths(env: Mapping[str, str], name: str) -> list[str]:
-    return [p for p in env.get(name, "").split(os.pathsep) if p]
+    """A path list's absolute entries: an empty or relative one means a folder relative to
+    wherever it is read, the guard's current folder here and the worker's inside."""
+    return [p for p in env.get(name, "").split(os.pathsep) if os.path.isabs(p)]
 
 
 def _existing(paths: Iterable[Path]) -> list[Path]:

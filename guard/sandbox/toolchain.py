@@ -51,8 +51,11 @@ ASKING_ENV = ("PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "LIBRARY_PATH", "CPATH
 def toolchain_paths(env: Mapping[str, str]) -> list[str]:
     """The folders to bind read-only for the compilers found on ``env``'s ``PATH`` (and named
     by ``CC``, ``CXX``, ``CUDAHOSTCXX``): each one's own folder (the name found and the binary
-    it leads to), and the folders it says it searches. Existing folders only; ``/`` never."""
-    search = env.get("PATH", os.defpath)
+    it leads to), and the folders it says it searches. Existing absolute folders only, ``/``
+    never: an empty or relative ``PATH`` entry (``export PATH=$EXTRA:$PATH`` with ``EXTRA``
+    unset) named the guard's current folder, and a ``ninja`` there bound it (red team,
+    session 41); gcc answers ``.`` for an empty ``CPATH`` entry."""
+    search = os.pathsep.join(p for p in env.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(p))
     names = [*TOOLCHAIN, *(env[k] for k in COMPILER_VARIABLES if env.get(k))]
     asking = tuple(sorted((k, env[k]) for k in ASKING_ENV if k in env))
     out: list[str] = []
@@ -67,7 +70,8 @@ def toolchain_paths(env: Mapping[str, str]) -> list[str]:
         except OSError:
             continue
         out += _searched(os.path.abspath(found), os.path.basename(name), mtime, asking)
-    return [p for p in dict.fromkeys(os.path.normpath(p) for p in out) if p != "/" and os.path.isdir(p)]
+    absolute = (os.path.normpath(p) for p in out if os.path.isabs(p))
+    return [p for p in dict.fromkeys(absolute) if p != "/" and os.path.isdir(p)]
 
 
 @functools.lru_cache(maxsize=64)
