@@ -21,14 +21,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_redteam_freeze import CONTINUE_ME_AT, marks, spawn_escaper
+from test_redteam_freeze import CONTINUE_ME_AT, in_own_pid_namespace, marks, spawn_escaper
 
 from guard.runner import tree_watch
 from guard.runner.freeze import frozen
 from guard.runner.proc_tree import stat_fields, tree
-from guard.sandbox.bwrap import bwrap_binary
 from guard.sandbox.cgroups import SandboxGroup
-from guard.sandbox.isolation import probe
 
 # A parent and its child, the candidate's side: the child arms a timer that sends it SIGCONT at
 # ``start`` (CLOCK_MONOTONIC), sleeps until then (stopped by the guard meanwhile: the timer
@@ -64,33 +62,6 @@ BLOCK_S = 2.0  # the block lasts this long after the timer fires
 def _argv(script: str, *args: str) -> list[str]:
     # the base interpreter (stdlib only, -S): a virtualenv under /tmp would be hidden by the tmpfs
     return [os.path.realpath(sys.executable), "-S", "-c", script, *args]
-
-
-def _sandboxed(argv: list[str], shared: Path) -> list[str]:
-    """``argv`` in a bubblewrap sandbox with its own PID namespace, as candidate workers run,
-    where this machine has one (``shared`` bound read-write); else as it is."""
-    if not probe().available:
-        return argv
-    return [
-        str(bwrap_binary()),
-        "--unshare-all",
-        "--die-with-parent",
-        "--new-session",
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-        "--bind",
-        str(shared),
-        str(shared),
-        "--",
-        *argv,
-    ]
 
 
 def _start(argv: list[str]) -> subprocess.Popen[bytes]:
@@ -129,7 +100,7 @@ def test_a_tree_continued_by_its_own_timer_is_killed_inside_the_block(tmp_path):
     out = tmp_path / "spun"
     start = time.monotonic() + 1.0  # after the block below has begun
     end = start + BLOCK_S
-    proc = _start(_sandboxed(_argv(SPINS_WHEN_CONTINUED, repr(start), repr(end), str(out)), tmp_path))
+    proc = _start(in_own_pid_namespace(_argv(SPINS_WHEN_CONTINUED, repr(start), repr(end), str(out)), tmp_path))
     try:
         pids = tree(proc.pid)
         child = pids[-1]

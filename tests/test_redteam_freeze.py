@@ -85,34 +85,40 @@ signal.pause()
 )
 
 
+def in_own_pid_namespace(argv: list[str], shared: Path) -> list[str]:
+    """``argv`` in a bubblewrap sandbox with its own PID namespace, as candidate workers run,
+    where this machine has one (``shared`` bound read-write); else as it is."""
+    if not probe().available:
+        return argv
+    return [
+        str(bwrap_binary()),
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--bind",
+        str(shared),
+        str(shared),
+        "--",
+        *argv,
+    ]
+
+
 def spawn_escaper(start: float, end: float, n: int, mark: Path) -> subprocess.Popen[bytes]:
     """The escaping tree, in a bubblewrap sandbox with its own PID namespace where this
     machine has one (as candidate workers run), else bare. ``mark`` must lie in a folder
     that the sandbox shares (bound read-write at the same path)."""
     # the base interpreter (stdlib only, -S): a virtualenv under /tmp would be hidden by the tmpfs
     python = os.path.realpath(sys.executable)
-    argv = [python, "-S", "-c", ESCAPER, repr(start), repr(end), str(n), str(mark)]
-    if probe().available:
-        argv = [
-            str(bwrap_binary()),
-            "--unshare-all",
-            "--die-with-parent",
-            "--new-session",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/tmp",
-            "--bind",
-            str(mark.parent),
-            str(mark.parent),
-            "--",
-            *argv,
-        ]
+    argv = in_own_pid_namespace([python, "-S", "-c", ESCAPER, repr(start), repr(end), str(n), str(mark)], mark.parent)
     return subprocess.Popen(argv, start_new_session=True)
 
 
