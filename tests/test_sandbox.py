@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -845,3 +847,51 @@ def test_a_worker_in_its_own_sandbox_gets_the_seccomp_filter(tmp_path, needs_bwr
         worker.kill()
     assert seen["add_key"].startswith("denied") and seen["own_userns"].startswith("denied"), seen
     assert seen["subprocess"] == "fine", seen
+
+
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become nobody")
+def test_the_sandbox_works_for_an_ordinary_user(needs_bwrap):
+    """The sandbox (bwrap with the guard's command line) started by an ordinary user, here
+    ``nobody``, where unprivileged user namespaces are on: it starts, shows what it binds,
+    hides a masked workspace whose files the user could read, shows no other process, and
+    lets the user write its own folder and nothing else. The system's own tools run inside
+    (the guard's interpreter lies in a home that user may not enter)."""
+    base = Path(tempfile.mkdtemp(prefix="kernelarc-nobody-", dir="/tmp"))
+    try:
+        shown = base / "shown"
+        shown.mkdir()
+        (shown / "visible.txt").write_text("fine")
+        ws = fake_workspace(shown)
+        scratch = base / "scratch"
+        scratch.mkdir()
+        for p in [base, *base.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)  # readable by anyone: only the sandbox hides
+        os.chown(scratch, NOBODY, NOBODY)
+        policy = SandboxPolicy(
+            workdir=scratch,
+            readonly=(Path("/usr"), Path("/etc"), shown),
+            symlinks=tuple((os.readlink(p), Path(p)) for p in ("/bin", "/lib", "/lib64") if os.path.islink(p)),
+            masks=(ws,),
+        )
+        script = (
+            f"cat {shown / 'visible.txt'}; echo; "
+            f"cat {ws / 'secret.key'} 2>/dev/null || echo secret-denied; "
+            f"ls /proc | grep -c '^[0-9]'; "
+            f"echo x > {scratch / 'mine'} && echo wrote-own; "
+            f"echo x > {shown / 'theirs'} 2>/dev/null || echo shown-read-only; "
+            "id -u"
+        )
+        cmd = sandbox.wrap(policy, ["/bin/sh", "-c", script], {"PATH": "/usr/bin:/bin"})
+        setpriv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
+        proc = subprocess.run(setpriv + cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.split()
+        assert lines[0] == "fine" and "ab" * 32 not in proc.stdout and "secret-denied" in lines, proc.stdout
+        assert int(lines[lines.index("secret-denied") + 1]) <= 4, proc.stdout  # its init, sh, ls, grep
+        assert "wrote-own" in lines and "shown-read-only" in lines and not (shown / "theirs").exists()
+        assert lines[-1] == str(NOBODY), proc.stdout  # the host's unprivileged uid, not root
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
