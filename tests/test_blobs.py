@@ -45,3 +45,17 @@ def test_what_is_not_a_safetensors_file_is_said(tmp_path):
     bad.write_bytes(struct.pack("<Q", 4) + b"[1] ")
     with pytest.raises(blobs.BlobError, match="no mapping"):
         blobs.header(bad)
+
+
+def test_a_files_tensor_names_are_read_once_per_version(tmp_path, monkeypatch):
+    """Every evaluation asks which tensors each stored input's file holds: the header is read
+    once per version of the file, and again once the file changes."""
+    path = tmp_path / "w.safetensors"
+    write_safetensors(path, {"a": (2, 3)})
+    reads = []
+    real = blobs.header
+    monkeypatch.setattr(blobs, "header", lambda p: reads.append(p) or real(p))
+    assert blobs.tensor_keys(path) == {"a"} and blobs.tensor_keys(path) == {"a"}
+    assert len(reads) == 1
+    write_safetensors(path, {"a": (2, 3), "b": (4,)})
+    assert blobs.tensor_keys(path) == {"a", "b"} and len(reads) == 2

@@ -7,7 +7,9 @@ shape and byte range in the data that follows, then the data.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -38,9 +40,17 @@ def header(path: Path) -> dict[str, Any]:
     return parsed
 
 
-def tensor_keys(path: Path) -> set[str]:
-    """The names of the tensors the file holds."""
-    return {k for k in header(path) if k != METADATA}
+def tensor_keys(path: Path) -> frozenset[str]:
+    """The names of the tensors the file holds. Every evaluation asks for each stored input
+    of its problem (``derive``): the header is read once per version of the file (its path,
+    size and modification time)."""
+    st = os.stat(path)
+    return _tensor_keys(os.path.abspath(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=512)
+def _tensor_keys(path: str, size: int, mtime_ns: int) -> frozenset[str]:
+    return frozenset(k for k in header(Path(path)) if k != METADATA)
 
 
 def write_subset(src: Path, dest: Path, keep: set[str]) -> list[str]:
