@@ -14,7 +14,7 @@ session of its own, while another guard timed an honest kernel: that kernel's ev
 - to time, the shared hold must be let go before the exclusive one is taken (flock cannot
   change one into the other without letting go); meanwhile the candidate's tree is stopped
   (``candidate_stopped``), and a tree that ran while stopped is REWARD_HACK, killed at its
-  first wake-up (``runner/freeze.py``: its own timers once continued it through another
+  first wake-up (``runner/tree_watch.py``: its own timers once continued it through another
   guard's timing, red team session 41);
 - the exclusive hold lasts to the evaluation's end (benchmark, pairing, held-out rounds), and
   the candidate's worker is discarded before it is let go.
