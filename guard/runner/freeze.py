@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .proc_tree import run_ns, stat_fields, tree
-from .tree_watch import CgroupFreezer, Pins, TreeWatch, kill_tree
+from ..sandbox.cgroups import CgroupFreezer
+from .tree_watch import Pins, TreeWatch, kill_tree
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,15 @@ def frozen(
     pins = Pins()
     freezer = CgroupFreezer.of(group)
     watcher: TreeWatch | None = None
+
+    def release() -> None:  # the watch ended (it may be killing) before anything is continued
+        if watcher is not None:
+            watcher.stop()
+        if freezer is not None:
+            freezer.thaw()
+        _continue(state.pids, pins)
+        pins.close()
+
     try:
         _stop_all(pid, state.pids, pins, timeout_s)
         if freezer is not None:
@@ -158,7 +168,7 @@ def frozen(
         ns_before = _settled_run_ns(sorted(before))
         cpu_before = cpu_seconds(sorted(before))
         if watch:
-            moved = _moved_while_settling(pid, before)
+            moved = _moved_while_settling(_changes(pid, before))
             if moved is not None:  # it woke before the watch began: it is killed as the watch would
                 state.killed = f"{moved}, and the guard killed its {kill_tree(pid, pins, freezer)} processes"
                 log.warning("process tree %s ran while stopped: %s", pid, state.killed)
@@ -166,25 +176,17 @@ def frozen(
                 watcher = TreeWatch(pid, before, ns_before, pins, freezer)
                 watcher.start()
     except BaseException:
-        if watcher is not None:
-            watcher.stop()  # joins a thread that started, closes what it opened
-        if freezer is not None:
-            freezer.thaw()
-        _continue(state.pids, pins)
-        pins.close()
+        release()
         raise
     try:
         yield state
     finally:
         try:
             if watcher is not None:
-                watcher.stop()  # before anything is read or continued: it may be killing
+                watcher.stop()  # before anything is read: it may be killing
                 state.killed, state.watch_error = watcher.killed, watcher.error
-            after = tree(pid)
+            after, state.appeared, state.vanished, state.running = _changes(pid, before)
             state.ran_s = max(0.0, cpu_seconds(after) - cpu_before)
-            state.appeared = [p for p in after if p not in before]
-            state.vanished = sorted(before.difference(after))
-            state.running = [p for p in after if not _stopped(p)]
             for p in after:
                 was, now = ns_before.get(p), run_ns(p)
                 if was is not None and now is not None and woke(was, now):
@@ -192,23 +194,25 @@ def frozen(
             if state.escaped() and state.killed is None:
                 log.warning("process tree %s ran while stopped: %s", pid, state.escaped())
         finally:
-            if freezer is not None:
-                freezer.thaw()
-            _continue(state.pids, pins)
-            pins.close()
+            release()
 
 
-def _moved_while_settling(pid: int, before: set[int]) -> str | None:
+def _changes(pid: int, before: set[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The tree now, the processes that appeared in it and went since ``before``, and those
+    of it not stopped."""
+    now = tree(pid)
+    return now, [p for p in now if p not in before], sorted(before.difference(now)), [p for p in now if not _stopped(p)]
+
+
+def _moved_while_settling(changes: tuple[list[int], list[int], list[int], list[int]]) -> str | None:
     """What the tree did while its run times settled, or None: the watch's first readings are
     taken after the settling, and a process the tree made meanwhile (a helper continued by its
     own timer, which kept the settling going by waking and stopping itself, then forked
     spinners: red team, session 41) was in no reading at all. A stopped tree makes no process,
     loses none, and every process of it is still stopped."""
-    now = tree(pid)
-    appeared = [p for p in now if p not in before]
-    if appeared or before.difference(now):
-        return f"processes {appeared} appeared and {sorted(before.difference(now))} went while it was being stopped"
-    running = [p for p in now if not _stopped(p)]
+    _, appeared, vanished, running = changes
+    if appeared or vanished:
+        return f"processes {appeared} appeared and {vanished} went while it was being stopped"
     if running:
         return f"processes {running} were running again once it had been stopped"
     return None

@@ -11,10 +11,10 @@ spun through another guard's timing (red team, session 41). So:
   kills the whole tree (``kill_tree``); a woken process can still run until the next reading;
 - ``Pins`` holds each process by a pidfd from before it is first signalled, so that no reused
   pid is continued or killed;
-- ``CgroupFreezer``: where the tree has a cgroup v2 group of its own, the kernel's freezer holds
-  it too, after the SIGSTOP (a frozen task takes no SIGSTOP until thawed); a signal does not
-  thaw it, so a timer's SIGCONT runs none of the tree's code (its moment in the kernel shows:
-  the tree is killed all the same).
+- ``sandbox.cgroups.CgroupFreezer``: where the tree has a cgroup v2 group of its own, the
+  kernel's freezer holds it too, after the SIGSTOP (a frozen task takes no SIGSTOP until
+  thawed); a signal does not thaw it, so a timer's SIGCONT runs none of the tree's code (its
+  moment in the kernel shows: the tree is killed all the same).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Literal
 
+from ..sandbox.cgroups import CgroupFreezer
 from .proc_tree import stat_fields, tree
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,6 @@ WATCH_FULL_EVERY = 10
 WATCH_HELD_FDS = 128
 KILL_FOLLOW_S = 2.0
 PINNED_FDS = 256
-# how long the cgroup freezer may take to report the group frozen (its tasks are stopped already)
-FREEZER_WAIT_S = 2.0
 
 
 class Pins:
@@ -86,59 +85,6 @@ class Pins:
                 os.close(fd)
 
 
-class CgroupFreezer:
-    """The kernel's freezer of a cgroup v2 group that holds the tree and nothing else:
-    ``cgroup.freeze`` written, ``cgroup.events`` read until it says ``frozen 1``."""
-
-    def __init__(self, group: Path) -> None:
-        self.group = group
-        self.on = False
-
-    @classmethod
-    def of(cls, group: Path | None) -> CgroupFreezer | None:
-        return cls(group) if group is not None and (group / "cgroup.freeze").exists() else None
-
-    def freeze(self) -> bool:
-        """Freeze the group and wait until the kernel says it is; False (logged, the group
-        thawed again) where it cannot."""
-        try:
-            (self.group / "cgroup.freeze").write_text("1")
-        except OSError as exc:
-            log.warning("cannot freeze cgroup %s: %s", self.group, exc)
-            return False
-        self.on = True
-        deadline = time.monotonic() + FREEZER_WAIT_S
-        while time.monotonic() < deadline:
-            try:
-                if "frozen 1" in (self.group / "cgroup.events").read_text().splitlines():
-                    return True
-            except OSError as exc:
-                log.warning("cannot read cgroup %s: %s", self.group, exc)
-                break
-            time.sleep(0.001)
-        log.warning("cgroup %s did not report frozen in %.0f s: signals alone hold it", self.group, FREEZER_WAIT_S)
-        self.thaw()
-        return False
-
-    def thaw(self) -> None:
-        if not self.on:
-            return
-        self.on = False
-        try:
-            (self.group / "cgroup.freeze").write_text("0")
-        except FileNotFoundError:
-            pass  # removed with its worker
-        except OSError as exc:
-            log.warning("cannot thaw cgroup %s: %s", self.group, exc)
-
-    def kill(self) -> None:
-        """Every task of the group, at once (``cgroup.kill``, Linux 5.14 on)."""
-        try:
-            (self.group / "cgroup.kill").write_text("1")
-        except OSError:
-            pass  # the pidfds do it one by one
-
-
 def kill_tree(pid: int, pins: Pins, freezer: CgroupFreezer | None) -> int:
     """SIGKILL every process of ``pid``'s tree: the group's tasks at once where it has one of
     its own, every process stopped (through its pidfd) and every process the tree shows, read
@@ -164,6 +110,31 @@ def _dead(pid: int) -> bool:
     return fields is None or fields[0] in "ZX"
 
 
+@dataclass
+class _Watched:
+    """One file the watch reads: a thread's ``schedstat``, whose first field is its run time
+    (``how`` "prefix"); the children of a thread ("exact"); a process's stat line, for its
+    state and CPU ticks, where the kernel keeps no run times ("stat")."""
+
+    what: str
+    path: str
+    how: Literal["prefix", "exact", "stat"]
+    was: bytes | None  # what it held when the watch began
+    fd: int | None = None  # held open where there are descriptors to spare
+
+    def changed(self) -> str | None:
+        """How the file shows that the tree woke, or None."""
+        try:
+            now = os.pread(self.fd, 4096, 0) if self.fd is not None else _read(self.path)
+        except OSError:
+            return f"{self.what} went"
+        if self.how == "prefix":
+            return f"{self.what} ran" if self.was is None or not now.startswith(self.was) else None
+        if self.how == "exact":
+            return f"{self.what} changed" if now != self.was else None
+        return f"{self.what} ran" if _stat_key(now) != self.was else None
+
+
 class TreeWatch:
     """A thread that reads the stopped tree while the block lasts and kills it at the first
     sign of a wake-up. Every reading: the run time of one live thread of each process (a
@@ -184,12 +155,8 @@ class TreeWatch:
         self.error: str | None = None  # the watch itself failed (logged)
         self.t0 = time.monotonic()
         self._halt = threading.Event()
-        # (what it is, a descriptor held open or None, its path, how it is compared, what it
-        # held before): schedstat, whose first field is a thread's run time ("prefix"), the
-        # children of each thread ("exact"), a process's state and CPU ticks from its stat
-        # line where the kernel keeps no run times ("stat")
-        self._full: list[list[Any]] = []
-        self._quick: list[list[Any]] = []  # one of ``_full`` for each process
+        self._full: list[_Watched] = []
+        self._quick: list[_Watched] = []  # one of ``_full`` for each process
         self._first: str | None = None  # seen before the first reading
         self._whole_tree = False  # no children lists in this kernel: the tree is read instead
         for p in sorted(before):
@@ -230,27 +197,28 @@ class TreeWatch:
             if held == WATCH_HELD_FDS:
                 break
             try:
-                watched[1] = os.open(watched[2], os.O_RDONLY | os.O_CLOEXEC)
+                watched.fd = os.open(watched.path, os.O_RDONLY | os.O_CLOEXEC)
                 held += 1
             except OSError:
                 pass  # gone already: the first reading says so
         self._thread = threading.Thread(target=self._run, name=f"freeze-watch-{pid}", daemon=True)
 
-    def _add(self, what: str, path: str, how: str, was: bytes | None) -> list[Any]:
-        self._full.append([what, None, path, how, was])  # the descriptor opened below, if any
+    def _add(self, what: str, path: str, how: Literal["prefix", "exact", "stat"], was: bytes | None) -> _Watched:
+        self._full.append(_Watched(what, path, how, was))  # its descriptor opened below, if any
         return self._full[-1]
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        """End the watch and wait for its thread (and a kill it began) to finish."""
+        """End the watch and wait for its thread (and a kill it began) to finish; again, nothing."""
         self._halt.set()
         if self._thread.ident is not None:  # started
             self._thread.join()
-        for _, fd, _, _, _ in self._full:
-            if fd is not None:
-                os.close(fd)
+        for watched in self._full:
+            if watched.fd is not None:
+                os.close(watched.fd)
+                watched.fd = None
 
     def _run(self) -> None:
         try:
@@ -277,22 +245,12 @@ class TreeWatch:
             log.exception("the watch of stopped process tree %s failed", self.pid)
 
 
-def _changed(files: list[list[Any]]) -> str | None:
+def _changed(files: list[_Watched]) -> str | None:
     """What of ``files`` shows that the tree woke, or None."""
-    pread = os.pread
-    for what, fd, path, how, was in files:
-        try:
-            now = pread(fd, 4096, 0) if fd is not None else _read(path)
-        except OSError:
-            return f"{what} went"
-        if how == "prefix":
-            if was is None or not now.startswith(was):
-                return f"{what} ran"
-        elif how == "exact":
-            if now != was:
-                return f"{what} changed"
-        elif _stat_key(now) != was:
-            return f"{what} ran"
+    for watched in files:
+        why = watched.changed()
+        if why is not None:
+            return why
     return None
 
 

@@ -14,6 +14,9 @@ time they used.
   process alone: a candidate's processes together, and what it writes to its RAM-backed
   ``/tmp``, could take the host's memory. At the group's cap the kernel's OOM killer kills in
   the group only, and ``oom_kills()`` tells the guard why its worker died.
+- **The freezer** (``CgroupFreezer``, cgroup v2's ``cgroup.freeze``): a stopped candidate's
+  group is frozen too, so that a signal its own timer sends runs none of its code
+  (``runner/tree_watch.py``).
 
 Only where the guard may write the hierarchies: cgroup v1's, or a cgroup v2 subtree whose new
 children get ``pids.max`` (delegated to the user, or the guard is root). Elsewhere
@@ -162,6 +165,63 @@ class SandboxGroup:
         for folder in reversed(self._folders()):  # the CPU one first: the pids one lists the tasks
             removed = _remove(folder, timeout) and removed
         return removed
+
+
+# how long the freezer may take to report a group frozen (its tasks are stopped already)
+FREEZER_WAIT_S = 2.0
+
+
+class CgroupFreezer:
+    """The kernel's freezer of a cgroup v2 group that holds the tree and nothing else:
+    ``cgroup.freeze`` written, ``cgroup.events`` read until it says ``frozen 1``."""
+
+    def __init__(self, group: Path) -> None:
+        self.group = group
+        self.on = False
+
+    @classmethod
+    def of(cls, group: Path | None) -> CgroupFreezer | None:
+        return cls(group) if group is not None and (group / "cgroup.freeze").exists() else None
+
+    def freeze(self) -> bool:
+        """Freeze the group and wait until the kernel says it is; False (logged, the group
+        thawed again) where it cannot."""
+        try:
+            (self.group / "cgroup.freeze").write_text("1")
+        except OSError as exc:
+            log.warning("cannot freeze cgroup %s: %s", self.group, exc)
+            return False
+        self.on = True
+        deadline = time.monotonic() + FREEZER_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                if "frozen 1" in (self.group / "cgroup.events").read_text().splitlines():
+                    return True
+            except OSError as exc:
+                log.warning("cannot read cgroup %s: %s", self.group, exc)
+                break
+            time.sleep(0.001)
+        log.warning("cgroup %s did not report frozen in %.0f s: signals alone hold it", self.group, FREEZER_WAIT_S)
+        self.thaw()
+        return False
+
+    def thaw(self) -> None:
+        if not self.on:
+            return
+        self.on = False
+        try:
+            (self.group / "cgroup.freeze").write_text("0")
+        except FileNotFoundError:
+            pass  # removed with its worker
+        except OSError as exc:
+            log.warning("cannot thaw cgroup %s: %s", self.group, exc)
+
+    def kill(self) -> None:
+        """Every task of the group, at once (``cgroup.kill``, Linux 5.14 on)."""
+        try:
+            (self.group / "cgroup.kill").write_text("1")
+        except OSError:
+            pass  # the pidfds do it one by one
 
 
 def _remove(folder: Path, timeout: float) -> bool:
