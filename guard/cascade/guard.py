@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ..archive.db import Database
@@ -25,12 +26,13 @@ from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from ..runner.slot import TimingSlot
 from ..sandbox import isolation_line
 from ..screen import screen_solution
-from ..verdict import Verdict
+from ..verdict import Checked, PairedLabel, Verdict, WorkloadResult
 from ..workspace import Workspace
 from ..runner import messages as m
 from ..runner import nvml
 from ..runner.scratch import Scratch
 from . import benchmark_gate, build_gate, correctness_gate, memory_plan, pairing_gate, scoring_gate
+from .pairing_gate import PairedRun
 from .slot_tenure import SlotTenure
 from .context import EvalContext, Progress, noop
 from .reasons import GuardError, Rejection, died, first_line, timed_out
@@ -38,6 +40,28 @@ from .recording import Recorder
 from .reference_side import ReferenceSide
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Tracking:
+    """An evaluation's slot tenure, peak memory and phase seconds, and the gate it is in: with
+    whose peak memory a rejection there reads (from the held-out workloads on, the trusted
+    worker's only: the candidate's own figure could carry what it saw there)."""
+
+    tenure: SlotTenure
+    peaks: memory_plan.PeakWatch
+    phases: dict[str, float]
+    gate: str = "build"
+    readable: tuple[str, ...] = ("trusted", "candidate")
+
+
+@dataclass
+class _Measured:
+    """What the gates measured of a candidate that passed them all."""
+
+    workloads: list[WorkloadResult]
+    checked: Checked
+    paired: dict[PairedLabel, PairedRun]
 
 
 class Guard:
@@ -232,8 +256,7 @@ class Guard:
             workers: dict[str, WorkerProcess | None] = {"trusted": trusted, "candidate": cand}
             peaks = memory_plan.PeakWatch(lambda role, reset: self._peak_memory(workers[role], reset))
             peaks.start("trusted")  # this evaluation's peak, not the baselines'
-            gate = "build"
-            readable: tuple[str, ...] = ("trusted", "candidate")  # whose peak memory is read on a rejection
+            track = _Tracking(tenure, peaks, phases)
             try:
                 try:
                     cand.wait_ready(180)
@@ -252,78 +275,13 @@ class Guard:
                     self.reference,
                     dps=bool(solution_json.get("spec", {}).get("destination_passing_style", False)),
                 )
-
-                # Gate 2: build.
-                tenure.share()
-                phases["slot"] = tenure.waited_s
-                t = time.monotonic()
-                progress("build", 0, 1, f"building ({language})")
-                reply = build_gate.build(cand, problem, solution_json, language, self.cfg)
-                if not reply.ok:
-                    raise Rejection(
-                        "build",
-                        reply.status or "COMPILE_ERROR",
-                        first_line(reply.message or "build failed"),
-                        reply.message,
-                    )
-                phases["build"] = time.monotonic() - t
-
-                # Gate 3: correctness on the visible workloads (the held-out ones come last, below).
-                t = time.monotonic()
-                gate = "correctness"
-                peaks.mark("build", "trusted", "candidate")
-                checked = correctness_gate.check(ctx, "visible")
-                phases["correctness"] = time.monotonic() - t
-                peaks.mark(gate, "trusted", "candidate")
-
-                # Gate 4: benchmark.
-                gate = "benchmark"
-                tenure.to_exclusive(cand)
-                phases["slot"] = tenure.waited_s
-                t = time.monotonic()
-                timings = benchmark_gate.benchmark(ctx)
-                phases["benchmark"] = time.monotonic() - t
-                peaks.mark(gate, "trusted", "candidate")
-
-                # Gate 5: score; then, when a comparison is close, re-measure side by side.
-                workloads = scoring_gate.score(d, wset.visible, timings, baselines, ceilings)
-                t = time.monotonic()
-                gate = "pairing"
-                paired = pairing_gate.pairings(ctx, self.db, self.pool, workloads, agent)
-                if paired:
-                    phases["pairing"] = time.monotonic() - t
-                    peaks.mark(gate, "trusted", "candidate")
-
-                # Gate 3, last part: the held-out workloads, after everything the candidate's process
-                # reports that is shown (``correctness_gate.check``). Its own peak there is not read:
-                # the figure comes from its process and could carry what it saw.
-                t = time.monotonic()
-                gate = "correctness"
-                readable = ("trusted",)
-                checked = correctness_gate.merged(checked, correctness_gate.check(ctx, "heldout"))
-                phases["heldout"] = time.monotonic() - t
-                peaks.mark(gate, "trusted")
-            except Rejection as rej:
+                measured = self._gates(ctx, track, solution_json, language, agent, baselines, ceilings)
+            except (Rejection, WorkerTimeout, WorkerDied) as exc:
                 self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
-                peaks.mark(gate, *readable)
+                # a worker that hung or died has no peak to read: the trusted one's only
+                peaks.mark(track.gate, *(track.readable if isinstance(exc, Rejection) else ("trusted",)))
+                rej = self._rejection(exc, track.gate)
                 return self.recorder.reject(cid, problem, agent, rej, phases, notes, parent, memory=peaks)
-            except WorkerTimeout as exc:  # the candidate's worker was killed: the trusted one's peak only
-                self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
-                peaks.mark(gate, "trusted")
-                return self.recorder.reject(
-                    cid,
-                    problem,
-                    agent,
-                    timed_out(gate, exc, self.cfg.call_timeout_s),
-                    phases,
-                    notes,
-                    parent,
-                    memory=peaks,
-                )
-            except WorkerDied as exc:
-                self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
-                peaks.mark(gate, "trusted")
-                return self.recorder.reject(cid, problem, agent, died(gate, exc), phases, notes, parent, memory=peaks)
             finally:
                 self.pool.discard(cand)  # its folder goes with it, outputs included
                 self._let_go(trusted)
@@ -335,15 +293,84 @@ class Guard:
                 cid,
                 problem,
                 agent,
-                workloads,
-                checked,
+                measured.workloads,
+                measured.checked,
                 phases,
                 notes,
                 parent,
                 solution_json,
-                paired=paired,
+                paired=measured.paired,
                 memory=peaks,
             )
+
+    def _gates(
+        self,
+        ctx: EvalContext,
+        track: "_Tracking",
+        solution_json: dict[str, Any],
+        language: str,
+        agent: str,
+        baselines: dict[str, dict[str, Any]],
+        ceilings: dict[str, Any],
+    ) -> "_Measured":
+        """Gates 2 to 5 and the held-out workloads, in order, each one's seconds in
+        ``track.phases``; ``track`` follows them, for the rejection any of them may raise."""
+        tenure, peaks, phases = track.tenure, track.peaks, track.phases
+        # Gate 2: build.
+        tenure.share()
+        phases["slot"] = tenure.waited_s
+        t = time.monotonic()
+        ctx.progress("build", 0, 1, f"building ({language})")
+        reply = build_gate.build(ctx.cand, ctx.problem, solution_json, language, self.cfg)
+        if not reply.ok:
+            raise Rejection(
+                "build", reply.status or "COMPILE_ERROR", first_line(reply.message or "build failed"), reply.message
+            )
+        phases["build"] = time.monotonic() - t
+
+        # Gate 3: correctness on the visible workloads (the held-out ones come last, below).
+        t = time.monotonic()
+        track.gate = "correctness"
+        peaks.mark("build", "trusted", "candidate")
+        checked = correctness_gate.check(ctx, "visible")
+        phases["correctness"] = time.monotonic() - t
+        peaks.mark(track.gate, "trusted", "candidate")
+
+        # Gate 4: benchmark.
+        track.gate = "benchmark"
+        tenure.to_exclusive(ctx.cand)
+        phases["slot"] = tenure.waited_s
+        t = time.monotonic()
+        timings = benchmark_gate.benchmark(ctx)
+        phases["benchmark"] = time.monotonic() - t
+        peaks.mark(track.gate, "trusted", "candidate")
+
+        # Gate 5: score; then, when a comparison is close, re-measure side by side.
+        workloads = scoring_gate.score(ctx.definition, ctx.visible, timings, baselines, ceilings)
+        t = time.monotonic()
+        track.gate = "pairing"
+        paired = pairing_gate.pairings(ctx, self.db, self.pool, workloads, agent)
+        if paired:
+            phases["pairing"] = time.monotonic() - t
+            peaks.mark(track.gate, "trusted", "candidate")
+
+        # Gate 3, last part: the held-out workloads, after everything the candidate's process
+        # reports that is shown (``correctness_gate.check``). Its own peak there is not read:
+        # the figure comes from its process and could carry what it saw.
+        t = time.monotonic()
+        track.gate, track.readable = "correctness", ("trusted",)
+        checked = correctness_gate.merged(checked, correctness_gate.check(ctx, "heldout"))
+        phases["heldout"] = time.monotonic() - t
+        peaks.mark(track.gate, "trusted")
+        return _Measured(workloads, checked, paired)
+
+    def _rejection(self, exc: Rejection | WorkerTimeout | WorkerDied, gate: str) -> Rejection:
+        """What ended an evaluation at ``gate``, as the rejection recorded."""
+        if isinstance(exc, WorkerTimeout):  # the candidate's worker was killed
+            return timed_out(gate, exc, self.cfg.call_timeout_s)
+        if isinstance(exc, WorkerDied):
+            return died(gate, exc)
+        return exc
 
     # -- memory -------------------------------------------------------------------------------
     def _capacity_bytes(self) -> int | None:
