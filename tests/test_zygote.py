@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from guard.paths import PROJECT_ROOT
-from guard.runner import zygote
+from guard.runner import zygote, zygote_messages
 from guard.runner.process import WorkerProcess
 
 
@@ -170,8 +170,68 @@ def test_a_fork_that_fails_fails_that_worker_and_not_the_zygote(monkeypatch):
     answering.send(b'{"error": "fork: no process"}')
     try:
         with pytest.raises(zygote.RequestFailed, match="no process"):
-            z._ask({"op": "fork"}, [], "pid")
+            z._ask(zygote_messages.Fork(argv=[], cwd="/", env={}), [], zygote_messages.Forked)
         assert z.broken is None  # still the pool's zygote
     finally:
         z.sock.close()
         answering.close()
+
+
+def test_requests_out_of_protocol_are_refused_and_the_zygote_serves_on():
+    """The zygote validates each request (``zygote_messages``): one that is not JSON, names no
+    known op, lacks a field or brings the wrong descriptors is answered ``Failed``, what came
+    with it closed, and the next request is served."""
+    import socket
+    import threading
+
+    from guard.runner import zygote_main
+
+    guard_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    served = threading.Thread(target=zygote_main.serve, args=(zygote_end,))
+    served.start()
+    given_r, given_w = os.pipe()
+    open_before = len(os.listdir("/proc/self/fd"))
+    try:
+        bad = [
+            (b"not json", []),
+            (b'{"op": "exec", "argv": ["sh"]}', []),
+            (b'{"op": "fork", "argv": [], "cwd": "/"}', []),  # no env
+            (b'{"op": "reap", "pid": "one"}', []),
+            (b'{"op": "fork", "argv": [], "cwd": "/", "env": {}}', [given_r]),  # one descriptor of two
+        ]
+        for data, fds in bad:
+            socket.send_fds(guard_end, [data], fds)
+            reply = zygote_messages.reply_of(guard_end.recv(1 << 16), zygote_messages.Forked)
+            assert isinstance(reply, zygote_messages.Failed), (data, reply)
+        assert "descriptors" in reply.error
+        assert len(os.listdir("/proc/self/fd")) == open_before  # the zygote closed what it was given
+        guard_end.send(zygote_messages.encode(zygote_messages.Reap(pid=os.getpid())))
+        reaped = zygote_messages.reply_of(guard_end.recv(1 << 16), zygote_messages.Reaped)
+        assert reaped == zygote_messages.Reaped(returncode=None)  # no such child, and still serving
+    finally:
+        os.close(given_r)
+        os.close(given_w)
+        guard_end.close()
+        served.join(10)
+    assert not served.is_alive()
+
+
+def test_an_answer_out_of_turn_ends_the_zygote():
+    """The guard validates each reply against what it asked: a reap answered as a fork (or with
+    anything else) is no answer, and the zygote that gave it is ended, its workers with it."""
+    import socket
+    import threading
+
+    z = zygote.Zygote.__new__(zygote.Zygote)
+    z.broken, z._lock, z.tasks = None, threading.Lock(), None
+    z.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    z.sock, answering = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    answering.send(b'{"pid": 12}')
+    try:
+        with pytest.raises(zygote.ZygoteError, match="out of turn"):
+            z.reap(12)
+        assert z.broken is not None and z.proc.poll() is not None
+    finally:
+        answering.close()
+        if z.proc.poll() is None:
+            z.proc.kill()

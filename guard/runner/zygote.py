@@ -22,7 +22,6 @@ starts as before, from a new interpreter, and the log says why.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -33,10 +32,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from ..sandbox.cgroups import SandboxGroup
 from . import spawner
+from . import zygote_messages as zm
 from .fds import close_quietly, host_pid, readable
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 120.0
 REPLY_TIMEOUT_S = 30.0
 MAX_REPLY = 1 << 16
+
+
+R = TypeVar("R", zm.Forked, zm.Reaped, zm.Started)
 
 
 class ZygoteError(RuntimeError):
@@ -156,12 +159,12 @@ class Zygote:
         finally:
             theirs.close()
         try:
-            said = self._reply(START_TIMEOUT_S)[0]
+            said = self._reply(START_TIMEOUT_S, zm.Started)[0]
         except ZygoteError as exc:
             self._end(str(exc))
             raise
-        if said.get("ready") is not True:
-            why = said.get("error") or f"it did not say ready (log: {log_path})"
+        if isinstance(said, zm.Failed) or not said.ready:
+            why = said.error or f"it did not say ready (log: {log_path})"
             self._end(why)
             raise ZygoteError(f"the zygote did not start: {why}")
 
@@ -169,7 +172,7 @@ class Zygote:
     def alive(self) -> bool:
         return self.broken is None and self.proc.poll() is None
 
-    def _reply(self, timeout: float) -> tuple[dict[str, Any], list[int]]:
+    def _reply(self, timeout: float, expected: type[R]) -> tuple[R | zm.Failed, list[int]]:
         """A reply and the descriptors that came with it (the caller's to close)."""
         if not readable(self.sock.fileno(), timeout):
             raise ZygoteError(f"no answer from the zygote within {timeout:.0f} s")
@@ -177,32 +180,29 @@ class Zygote:
         try:
             if not data:
                 raise ZygoteError(f"the zygote ended ({self.proc.poll()})")
-            reply: dict[str, Any] = json.loads(data)
+            return zm.reply_of(data, expected), list(fds)
+        except zm.ValidationError:
+            close_quietly(*fds)
+            raise ZygoteError(f"an answer out of turn to one expecting {expected.__name__}: {data[:200]!r}") from None
         except BaseException:
             close_quietly(*fds)
             raise
-        return reply, list(fds)
 
-    def _ask(self, request: dict[str, Any], fds: list[int], expect: str) -> tuple[Any, list[int]]:
+    def _ask(self, request: zm.Fork | zm.Reap, fds: list[int], expected: type[R]) -> tuple[R, list[int]]:
         with self._lock:
             if self.broken is not None:
                 raise ZygoteError(f"the zygote was ended: {self.broken}")
             try:
-                socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
-                reply, got = self._reply(REPLY_TIMEOUT_S)
-                if "error" in reply and expect not in reply:  # it is well, the request failed
-                    close_quietly(*got)
-                    raise RequestFailed(f"{request['op']}: {reply['error']}")
-                if expect not in reply:
-                    close_quietly(*got)
-                    raise ZygoteError(f"{request['op']} answered out of turn: {reply}")
-                return reply[expect], got
-            except RequestFailed:
-                raise
-            except (OSError, ValueError, ZygoteError) as exc:
+                socket.send_fds(self.sock, [zm.encode(request)], fds)
+                reply, got = self._reply(REPLY_TIMEOUT_S, expected)
+            except (OSError, ZygoteError) as exc:
                 why = f"{type(exc).__name__}: {exc}"
                 self._end(why)
                 raise ZygoteError(why) from None
+            if isinstance(reply, zm.Failed):  # it is well, the request failed
+                close_quietly(*got)
+                raise RequestFailed(f"{request.op}: {reply.error}")
+            return reply, got
 
     def fork(
         self, argv: list[str], cwd: Path, env: dict[str, str], worker_fd: int, log_fd: int
@@ -211,12 +211,13 @@ class Zygote:
         ``worker_fd`` and its log file ``log_fd``, in its own session; with a pidfd of the
         worker itself where that is not the zygote's child (a cell's PID 1: killing it kills
         everything the candidate made), which the caller then owns."""
-        request = {"op": "fork", "argv": argv, "cwd": str(cwd), "env": env}
-        pid, pidfds = self._ask(request, [worker_fd, log_fd], "pid")
+        request = zm.Fork(argv=argv, cwd=str(cwd), env=env)
+        forked, pidfds = self._ask(request, [worker_fd, log_fd], zm.Forked)
+        pid = forked.pid
         try:
             if not pidfds:
                 raise OSError("no pidfd came with the reply")
-            child = ForkedWorker(int(pid), pidfds[0], self)
+            child = ForkedWorker(pid, pidfds[0], self)
             return child, (pidfds[1] if len(pidfds) > 1 else None)
         except (OSError, ValueError) as exc:  # a child that cannot be watched must not live
             close_quietly(*pidfds)
@@ -224,9 +225,9 @@ class Zygote:
             raise ZygoteError(f"no pidfd for worker {pid}: {exc}") from None
 
     def reap(self, pid: int) -> int | None:
-        code, fds = self._ask({"op": "reap", "pid": pid}, [], "returncode")
+        reaped, fds = self._ask(zm.Reap(pid=pid), [], zm.Reaped)
         close_quietly(*fds)
-        return None if code is None else int(code)
+        return reaped.returncode
 
     def close(self) -> None:
         """End the zygote (its pool is done with it). Workers it forked end with it."""

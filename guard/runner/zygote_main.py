@@ -14,20 +14,12 @@ Two kinds:
   /tmp and network, no capability) and becomes the worker; the child between them waits for
   it and exits as it did.
 
-Requests, one JSON message each on a SOCK_SEQPACKET socket, with file descriptors beside it
-(``socket.send_fds``):
-- ``{"op": "fork", "argv": [...], "cwd": ..., "env": {...}}`` with the worker's socket and its
-  log file: replies ``{"pid": N}`` (the pid in the zygote's PID namespace of the child it
-  reaps) with a pidfd of that child, and for a candidate a pidfd of the worker (the cell's
-  PID 1), beside it;
-- ``{"op": "reap", "pid": N}``, once that child has ended: replies ``{"returncode": R}``
-  (negative for a signal, as ``subprocess`` gives it).
+Its requests and replies are ``zygote_messages``'s models, validated at both ends.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import signal
@@ -38,12 +30,15 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
+from . import zygote_messages as zm
+from .fds import close_quietly
+
 MAX_REQUEST = 1 << 20
 SIGNALLED = 128  # a cell's child exits with this plus the signal that killed its worker
 PR_SET_DUMPABLE = 4
 
 
-def _child(request: dict[str, Any], worker_fd: int, log_fd: int, control: socket.socket | None) -> None:
+def _child(request: zm.Fork, worker_fd: int, log_fd: int, control: socket.socket | None) -> None:
     """In the forked child: become the worker ``worker_main`` would have been after its
     imports. Never returns."""
     code = 1
@@ -55,13 +50,13 @@ def _child(request: dict[str, Any], worker_fd: int, log_fd: int, control: socket
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(log_fd)
-        os.chdir(request["cwd"])
-        sys.path[0] = request["cwd"]  # as ``python -m`` in the worker's folder has it
+        os.chdir(request.cwd)
+        sys.path[0] = request.cwd  # as ``python -m`` in the worker's folder has it
         os.environ.clear()
-        os.environ.update(request["env"])
+        os.environ.update(request.env)
         from . import worker_main
 
-        code = worker_main.main([*request["argv"], "--fd", str(worker_fd)])
+        code = worker_main.main([*request.argv, "--fd", str(worker_fd)])
     except BaseException:  # noqa: BLE001 - the log says why; the guard sees the exit
         traceback.print_exc()
     finally:
@@ -136,9 +131,7 @@ def _close_all_but(*keep: int) -> None:
     os.closerange(low, 1 << 16)
 
 
-def _fork(
-    request: dict[str, Any], fds: list[int], control: socket.socket, cells: Path | None
-) -> tuple[dict[str, Any], list[int]]:
+def _fork(request: zm.Fork, fds: list[int], control: socket.socket, cells: Path | None) -> tuple[zm.Forked, list[int]]:
     """Fork the worker asked for; the reply and the pidfds to send with it. Raises OSError
     where no process can be had (the descriptors it was given closed, no child left)."""
     worker_fd, log_fd = fds
@@ -161,7 +154,7 @@ def _fork(
             os.close(report_r)
             control.close()
             _cell_child(
-                Path(request["cwd"]),
+                Path(request.cwd),
                 cells,
                 report_w,
                 log_fd,
@@ -180,19 +173,39 @@ def _fork(
                 os.close(fd)
         raise
     if cells is None:
-        return {"pid": pid}, pidfds
+        return zm.Forked(pid=pid), pidfds
     os.close(report_w)
     try:
         said = os.read(report_r, 64)
     finally:
         os.close(report_r)
     if not said:  # it failed before the worker was forked; its exit status says so
-        return {"pid": pid}, pidfds
+        return zm.Forked(pid=pid), pidfds
     try:
         pidfds.append(os.pidfd_open(int(said)))
     except OSError:  # the worker is gone already (its cell failed): its child's status says how
-        return {"pid": pid}, pidfds
-    return {"pid": pid, "cell": True}, pidfds
+        return zm.Forked(pid=pid), pidfds
+    return zm.Forked(pid=pid, cell=True), pidfds
+
+
+def _answer(
+    request: zm.Fork | zm.Reap, fds: list[int], control: socket.socket, cells: Path | None
+) -> tuple[zm.Forked | zm.Reaped | zm.Failed, list[int]]:
+    """The reply to a valid request and the descriptors to send with it."""
+    if isinstance(request, zm.Fork):
+        if len(fds) != 2:
+            close_quietly(*fds)
+            return zm.Failed(error=f"fork: {len(fds)} descriptors came with it, not 2"), []
+        try:
+            return _fork(request, fds, control, cells)
+        except OSError as exc:  # no process to be had now: this worker, not the zygote, fails
+            return zm.Failed(error=f"fork: {exc}"), []
+    close_quietly(*fds)
+    try:
+        _, status = os.waitpid(request.pid, 0)
+    except ChildProcessError:
+        return zm.Reaped(returncode=None), []
+    return zm.Reaped(returncode=_returncode(status, cell=cells is not None)), []
 
 
 def serve(control: socket.socket, cells: Path | None = None) -> int:
@@ -203,24 +216,16 @@ def serve(control: socket.socket, cells: Path | None = None) -> int:
             return 0
         if not data:  # the guard is gone: its workers notice through their own sockets
             return 0
-        request = json.loads(data)
         sent: list[int] = []
-        if request["op"] == "fork":
-            try:
-                reply, sent = _fork(request, fds, control, cells)
-            except OSError as exc:  # no process to be had now: this worker, not the zygote, fails
-                reply = {"error": f"fork: {exc}"}
-        elif request["op"] == "reap":
-            for fd in fds:
-                os.close(fd)
-            try:
-                _, status = os.waitpid(int(request["pid"]), 0)
-                reply = {"returncode": _returncode(status, cell=cells is not None)}
-            except ChildProcessError:
-                reply = {"returncode": None}
+        reply: zm.Forked | zm.Reaped | zm.Failed
+        try:
+            request = zm.REQUEST.validate_json(data)
+        except zm.ValidationError as exc:  # out of protocol: said so, and it serves on
+            close_quietly(*fds)
+            reply = zm.Failed(error=f"not a request: {exc.errors()[0]['msg']}")
         else:
-            reply = {"error": f"unknown op {request['op']!r}"}
-        socket.send_fds(control, [json.dumps(reply).encode()], sent)
+            reply, sent = _answer(request, fds, control, cells)
+        socket.send_fds(control, [zm.encode(reply)], sent)
         for fd in sent:
             os.close(fd)
 
@@ -248,9 +253,9 @@ def main() -> int:
     if args.cells is not None:
         why = _try_a_cell(args.cells)
         if why is not None:  # the guard starts its candidate workers another way
-            control.send(json.dumps({"ready": False, "error": why}).encode())
+            control.send(zm.encode(zm.Started(ready=False, error=why)))
             return 1
-    control.send(b'{"ready": true}')
+    control.send(zm.encode(zm.Started(ready=True)))
     return serve(control, args.cells)
 
 
