@@ -45,6 +45,12 @@ class GuardConfig(BaseModel):
     stop_sol_fraction: float = Field(0.9, gt=0, le=1.0)
     max_attempts: int | None = Field(None, ge=1, description="per agent and problem")
     time_budget_s: float | None = Field(None, gt=0, description="per agent and problem")
+    max_queued_per_agent: int = Field(
+        4,
+        ge=1,
+        description="jobs one agent may have queued or being judged at once; a submission beyond "
+        "is refused, so that no agent can fill the queue ahead of the others",
+    )
 
     # Correctness
     correctness_rounds: int = Field(3, ge=1, description="random rounds per visible workload")

@@ -77,6 +77,10 @@ class Stopping(Exception):
     """Raised at an evaluation's next step once its server is stopping."""
 
 
+class TooManyJobs(Exception):
+    """An agent already has as many jobs waiting or being judged as it may."""
+
+
 def _stopped_reasons(why: str) -> tuple[str, str]:
     """What a running and a queued job say when their server stopped cleanly."""
     return (
@@ -154,7 +158,16 @@ class JobQueue:
         if self._stop:
             raise Stopping("the server is stopping: submit again to the next one")
         job_id = "j-" + uuid.uuid4().hex[:12]
+        limit = self.guard.cfg.max_queued_per_agent
         with self.db.transaction() as c:
+            (pending,) = c.execute(
+                "SELECT COUNT(*) FROM jobs WHERE agent = ? AND state IN ('queued', 'running')", (agent,)
+            ).fetchone()
+            if pending >= limit:
+                raise TooManyJobs(
+                    f"you have {pending} evaluation(s) waiting or being judged, the most one agent may "
+                    f"have (max_queued_per_agent = {limit}): get_result for one, then submit again"
+                )
             c.execute(
                 "INSERT INTO jobs (id, agent, problem, solution_json, notes, parent, state, created_at, server)"
                 " VALUES (?,?,?,?,?,?, 'queued', ?, ?)",

@@ -16,7 +16,7 @@ from guard.candidates.load import CandidateError, from_solution_json, from_sourc
 from guard.candidates.solution import Solution
 from guard.cascade import Guard, ceilings_cache_dir
 from guard.config import GuardConfig
-from guard.jobs import JobQueue, Stopping
+from guard.jobs import JobQueue, Stopping, TooManyJobs
 from guard.leaderboard import leaderboard
 from guard.problems.derive import workload_set
 from guard.problems.dtypes import dtype_info
@@ -37,6 +37,9 @@ from . import views as V
 log = logging.getLogger(__name__)
 
 MAX_WAIT_S = 40.0
+# what a solution.json may hold beside its sources (names, spec, description): it is stored
+# with every verdict, accepted or not (a red team's 60 MB of padding was)
+SOLUTION_METADATA_BYTES = 64 * 1024
 
 CONTRACT = """\
 Submit a candidate as Python source defining run(...) with the reference's signature (the
@@ -225,12 +228,15 @@ class Service:
                 sol: Solution = from_source(source, language)
             else:
                 text = solution if isinstance(solution, str) else json.dumps(solution)
+                limit = self.guard.cfg.max_source_bytes + SOLUTION_METADATA_BYTES
+                if len(text.encode()) > limit:  # the sources' own limit is the screen's
+                    raise ServiceError(f"solution larger than {limit} bytes as JSON")
                 sol = from_solution_json(text)
         except (CandidateError, ValueError) as exc:
             raise ServiceError(f"not a candidate: {exc}") from None
         try:
             return self.jobs.submit(agent, problem, sol, notes=notes, parent=parent)
-        except Stopping as exc:
+        except (Stopping, TooManyJobs) as exc:
             raise ServiceError(str(exc)) from None
 
     def result(self, agent: str, job_id: str, wait_s: float, on_progress=None) -> V.SubmitResult:
@@ -354,7 +360,8 @@ class Service:
 
         def entry(e: dict, global_best: bool = False) -> V.BestEntry:
             row = self.db.candidate(e["candidate_id"])
-            sources = {s["path"]: s["content"] for s in json.loads(row["solution_json"])["sources"]} if row else {}
+            solution = json.loads(row["solution_json"]) if row else {}
+            sources = {s["path"]: s["content"] for s in solution.get("sources", [])}
             ws = [
                 {
                     kk: w.get(kk)
@@ -374,6 +381,7 @@ class Service:
                 is_global_best=global_best or e.get("is_global_best", False),
                 workloads=ws,
                 source=sources,
+                entry_point=solution.get("spec", {}).get("entry_point"),
             )
 
         gb = board["global_best"]

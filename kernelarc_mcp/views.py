@@ -150,6 +150,7 @@ class BestEntry(BaseModel):
     is_global_best: bool = False
     workloads: list[dict[str, Any]] = Field(default_factory=list)
     source: dict[str, str] = Field(default_factory=dict, description="file name -> source")
+    entry_point: str | None = Field(None, description="'file::symbol' that the guard ran, a file of source")
 
 
 class PeekResult(BaseModel):

@@ -1,14 +1,23 @@
 """``kernelarc report RUN``: the run's leaderboard, a plot of score over time per agent, and
-the best kernel exported as ``solution.json`` plus its source file."""
+the best kernel exported as ``solution.json`` plus its sources.
+
+Bests are the guard's: an agent's best is its latest ACCEPT (each one was judged better than
+the one before, side by side where it was close), and the run's best is the latest of its
+candidates the guard made the global best. A higher stored score is not enough: the guard's
+paired re-measurement may have refused that candidate the title."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from guard.archive.db import Database
+from guard.candidates.solution import check_source_path
 
 from .run import RunFolder
+
+log = logging.getLogger(__name__)
 
 
 def _candidates(db: Database, problem: str, agents: list[str]) -> list[dict]:
@@ -27,15 +36,26 @@ def _metric(c: dict) -> float | None:
     return c["score"] if c["score"] is not None else c["speedup_eager"]
 
 
+def _run_best(cands: list[dict]) -> dict | None:
+    """The latest of ``cands`` (in the order judged) that the guard made the global best and
+    still holds it as ACCEPT; where none did (the title stayed with another run's), the best
+    by score of the agents' own bests."""
+    accepted = [c for c in cands if c["decision"] == "ACCEPT"]
+    flagged = [c for c in accepted if c["global_best"]]
+    if flagged:
+        return flagged[-1]
+    own = {c["agent"]: c for c in accepted}  # the latest ACCEPT of each agent
+    return max(own.values(), key=lambda c: _metric(c) or 0, default=None)
+
+
 def best_of_run(workspace_root: Path, run_id: str) -> dict | None:
-    """The run's best accepted candidate (by SOL score, else speedup), or None."""
+    """The run's best candidate (``_run_best``), or None."""
     run = RunFolder(workspace_root, run_id)
     if not run.config_path.is_file():
         raise ValueError(f"no run {run_id!r} in {workspace_root}")
     config = run.load()
     db = Database(Path(workspace_root) / "workspace.db")
-    cands = _candidates(db, config["problem"], [a["name"] for a in config["agents"]])
-    return max((c for c in cands if c["decision"] == "ACCEPT"), key=lambda c: _metric(c) or 0, default=None)
+    return _run_best(_candidates(db, config["problem"], [a["name"] for a in config["agents"]]))
 
 
 def build_report(workspace_root: Path, run_id: str) -> Path:
@@ -52,7 +72,7 @@ def build_report(workspace_root: Path, run_id: str) -> Path:
     for a in run["agents"]:
         mine = [c for c in cands if c["agent"] == a["name"]]
         accepted = [c for c in mine if c["decision"] == "ACCEPT"]
-        best = max(accepted, key=lambda c: _metric(c) or 0, default=None)
+        best = accepted[-1] if accepted else None  # the guard's best of this agent
         rows.append(
             {
                 "agent": a["name"],
@@ -68,7 +88,7 @@ def build_report(workspace_root: Path, run_id: str) -> Path:
             }
         )
     rows.sort(key=lambda r: -(r["score"] or r["speedup_eager"] or 0))
-    top = max((c for c in cands if c["decision"] == "ACCEPT"), key=lambda c: _metric(c) or 0, default=None)
+    top = _run_best(cands)
 
     end = run.get("ended_at") or (cands[-1]["finished_at"] if cands else start)
     plot = _plot(cands, agents, start, end, out / "score_over_time.png")
@@ -106,7 +126,8 @@ def build_report(workspace_root: Path, run_id: str) -> Path:
             "## Best kernel",
             "",
             f"`{top['id']}` by {top['agent']} ({top['language']}): SOL score {_f(top['score'])}, "
-            f"{_f(top['speedup_eager'])}x over eager. Exported to `best/solution.json` and `best/`.",
+            f"{_f(top['speedup_eager'])}x over eager. Exported to `best/solution.json`, "
+            "its sources under `best/sources/`.",
             "",
         ]
     (out / "REPORT.md").write_text("\n".join(lines))
@@ -152,12 +173,21 @@ def _plot(cands: list[dict], agents: list[str], start: float, end: float, path: 
 
 
 def _export(cand: dict, folder: Path) -> None:
+    """``solution.json`` as measured, and each source at its own path under ``sources/``: no
+    source can overwrite the solution or another source (paths were checked when submitted;
+    rows older than that check are checked again here)."""
     folder.mkdir(parents=True, exist_ok=True)
     solution = json.loads(cand["solution_json"])
     solution.setdefault("name", cand["id"])
     solution["author"] = cand["agent"]
     solution["definition"] = cand["problem"]
     (folder / "solution.json").write_text(json.dumps(solution, indent=2) + "\n")
+    sources = folder / "sources"
     for src in solution["sources"]:
-        path = folder / Path(src["path"]).name
+        try:
+            path = sources / check_source_path(src["path"])
+        except ValueError as exc:
+            log.warning("%s: a source not exported (it is in solution.json): %s", cand["id"], exc)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(src["content"])

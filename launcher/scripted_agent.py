@@ -204,7 +204,8 @@ class Agent:
         best = peek.get("global_best")
         if not best or best["candidate_id"] == mine or best["agent"] == self.name or not best["source"]:
             return queue
-        fname, src = next(iter(best["source"].items()))
+        entry = (best.get("entry_point") or "").split("::")[0]  # the file the guard ran, not the first
+        fname, src = (entry, best["source"][entry]) if entry in best["source"] else next(iter(best["source"].items()))
         lang = best.get("language")
         lang = "cuda_cpp" if lang == "cuda_cpp" or fname.endswith((".cu", ".cpp")) else lang
         log.info("%s: adopting %s from %s", self.name, best["candidate_id"], best["agent"])

@@ -98,6 +98,8 @@ def from_source(
     if filename is None:
         filename = "kernel.cu" if lang == "cuda_cpp" else "kernel.py"
     filename = PurePosixPath(filename).name
+    if filename.startswith("."):  # a hidden file's name is no source path (``check_source_path``)
+        filename = "kernel.cu" if lang == "cuda_cpp" else "kernel.py"
     if lang == "cuda_cpp" and PurePosixPath(filename).suffix not in CPP_SUFFIXES:
         filename = "kernel.cu"
     if lang != "cuda_cpp" and not filename.endswith(".py"):

@@ -40,6 +40,34 @@ def normalize_language(name: str) -> str:
     return name
 
 
+MAX_PATH_CHARS = 200
+MAX_PATH_DEPTH = 8
+
+
+def check_source_path(path: str) -> str:
+    """``path`` if it is a source path the guard will write: relative, in normal form (one name
+    per file, so two entries cannot name one file and let their order decide what runs), and
+    no name that starts with a dot. The guard's own process writes accepted sources into the
+    workspace's git archive, where a ``.git`` folder of the agent's making would be a
+    repository whose configuration runs commands for whoever uses git there."""
+    if not path or len(path) > MAX_PATH_CHARS:
+        raise ValueError(f"invalid source path {path[:MAX_PATH_CHARS]!r}: 1 to {MAX_PATH_CHARS} characters")
+    if any(ord(ch) < 32 or ord(ch) == 127 or ch == "\\" for ch in path):
+        raise ValueError(f"invalid source path {path!r}: no backslash or control character")
+    names = path.split("/")
+    if path.startswith("/") or len(names) > MAX_PATH_DEPTH or "" in names:
+        raise ValueError(
+            f"invalid source path {path!r}: relative, at most {MAX_PATH_DEPTH} names, none empty (no '//')"
+        )
+    for name in names:
+        if name.startswith("."):
+            raise ValueError(
+                f"invalid source path {path!r}: no name may start with '.' ({name!r}; "
+                "'.', '..' and hidden files such as '.git' are refused)"
+            )
+    return path
+
+
 class SourceFile(BaseModel):
     model_config = ConfigDict(extra="allow")
     path: str
@@ -48,10 +76,7 @@ class SourceFile(BaseModel):
     @field_validator("path")
     @classmethod
     def _safe(cls, v: str) -> str:
-        p = PurePosixPath(v)
-        if not v or p.is_absolute() or ".." in p.parts or "\\" in v or len(v) > 200:
-            raise ValueError(f"invalid source path {v!r}: relative, no '..', at most 200 chars")
-        return v
+        return check_source_path(v)
 
 
 class CompileOptions(BaseModel):

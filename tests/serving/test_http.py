@@ -99,5 +99,7 @@ async def test_several_http_workers_share_one_evaluator(tmp_path):
         assert res["verdict"]["agent"] == "erin"
         peek = await call(srv.url, tok, "peek_best", {"problem": RMS})
         assert peek.structured_content["global_best"]["agent"] == "erin"
+        # the file the guard ran, named: a peer adopting it need not guess among the sources
+        assert peek.structured_content["global_best"]["entry_point"] == "kernel.py::run"
     finally:
         srv.stop()

@@ -1,0 +1,142 @@
+"""What an agent can do through the tools before and around its candidate's sandbox (red team,
+session 42): the source paths the guard's own process writes, the size of a solution, its
+share of the queue, and what the report exports as the run's best."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from guard.candidates.load import from_solution_json, from_source
+from guard.candidates.solution import Solution
+from launcher.report import _export, _run_best
+
+from helpers import RMS, fast_config, fast_workspace, honest_source
+
+HONEST = honest_source()
+ZEROS = "import torch\n\ndef run(hidden_states, weight):\n    return torch.zeros_like(hidden_states)\n"
+
+
+def solution(*sources: tuple[str, str], entry: str = "kernel.py::run") -> dict:
+    return {
+        "name": "x",
+        "spec": {"languages": ["pytorch"], "entry_point": entry, "destination_passing_style": False},
+        "sources": [{"path": p, "content": c} for p, c in sources],
+    }
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "notes/.git/config",  # a repository inside the archive, whose config runs commands for git users there
+        ".git/HEAD",
+        ".gitattributes",
+        "./kernel.py",  # one file under two names: the order of the entries decided what ran
+        "a//kernel.py",
+        "kernel.py/",
+        "../kernel.py",
+        "/etc/kernel.py",
+        "a\\kernel.py",
+        "line\nbreak.py",
+        "/".join(["d"] * 9) + "/k.py",
+    ],
+)
+def test_source_paths_are_plain_relative_names(path):
+    """Every source path is in normal form and names nothing hidden: the guard's unsandboxed
+    process writes accepted sources into the workspace's git archive (a red team's
+    ``notes/.git/config`` with ``core.fsmonitor`` ran a command at the next ``git status``
+    there), and two names of one file let the order of the entries decide what ran, while the
+    source hash, which sorts them, called the two orders one candidate."""
+    with pytest.raises(ValidationError, match="invalid source path"):
+        Solution.model_validate(solution(("kernel.py", HONEST), (path, "x")))
+    with pytest.raises(ValueError, match="invalid source path"):
+        from_solution_json(json.dumps(solution(("kernel.py", HONEST), (path, "x"))))
+
+
+def test_plain_nested_paths_and_hidden_file_names_from_a_command_line_still_work():
+    sol = Solution.model_validate(solution(("kernel.py", HONEST), ("lib/util-2.py", "X = 1\n"), ("README", "")))
+    assert [s.path for s in sol.sources] == ["kernel.py", "lib/util-2.py", "README"]
+    assert from_source(HONEST, "pytorch", ".hidden.py").sources[0].path == "kernel.py"
+
+
+@pytest.fixture
+def queue_only(tmp_path):
+    """A service that only queues (another process would judge): no worker starts."""
+    from guard.workspace import Workspace
+    from kernelarc_mcp.service import Service
+
+    ws = fast_workspace(tmp_path / "ws")
+    svc = Service(Workspace.open(ws), fast_config(), device="cpu", prestart=False, evaluator=False)
+    yield svc
+    svc.close()
+
+
+def test_a_solution_beyond_its_size_is_refused_before_anything_is_stored(queue_only):
+    """A solution.json's fields beside its sources were unbounded and stored with every verdict
+    (a red team's 60 MB of padding was ACCEPTed, 362 MiB on disk)."""
+    from kernelarc_mcp.service import SOLUTION_METADATA_BYTES, ServiceError
+
+    big = solution(("kernel.py", HONEST))
+    big["padding"] = "x" * (queue_only.guard.cfg.max_source_bytes + SOLUTION_METADATA_BYTES)
+    with pytest.raises(ServiceError, match="solution larger than"):
+        queue_only.submit("mallory", RMS, solution=big)
+    assert queue_only.jobs.pending() == 0
+    fine = solution(("kernel.py", HONEST))
+    fine["description"] = "a few words"
+    assert queue_only.submit("mallory", RMS, solution=fine).startswith("j-")
+
+
+def test_one_agent_cannot_fill_the_queue_ahead_of_the_others(queue_only):
+    """Jobs were claimed oldest first with no bound per agent: 200 of one agent's put every
+    other agent 200 evaluations back. Now an agent may have ``max_queued_per_agent`` waiting
+    or being judged; another agent's submission still goes in."""
+    from kernelarc_mcp.service import ServiceError
+
+    limit = queue_only.guard.cfg.max_queued_per_agent
+    for i in range(limit):
+        queue_only.submit("mallory", RMS, source=HONEST + f"\n# {i}\n")
+    with pytest.raises(ServiceError, match="max_queued_per_agent"):
+        queue_only.submit("mallory", RMS, source=HONEST + "\n# one more\n")
+    job = queue_only.submit("bob", RMS, source=HONEST)
+    assert queue_only.jobs.get(job).position == limit
+
+
+def _cand(cid: str, agent: str, score: float, global_best: int = 0, decision: str = "ACCEPT", sol=None) -> dict:
+    return {
+        "id": cid,
+        "agent": agent,
+        "problem": RMS,
+        "decision": decision,
+        "score": score,
+        "speedup_eager": score,
+        "global_best": global_best,
+        "solution_json": json.dumps(sol or solution(("kernel.py", HONEST))),
+    }
+
+
+def test_the_run_best_is_the_guards_global_best_not_the_highest_stored_score():
+    """A candidate with a higher stored score that the guard's side-by-side re-measurement
+    refused the title is not the run's best; where no candidate of the run took the title, the
+    best of the agents' own bests (each one's latest ACCEPT) is."""
+    lucky = _cand("c-lucky", "mallory", 9.0)  # ACCEPT over its own best, refused the global title
+    holder = _cand("c-holder", "bob", 2.0, global_best=1)
+    assert _run_best([holder, lucky])["id"] == "c-holder"
+    revoked = _cand("c-gone", "eve", 5.0, global_best=0, decision="REJECT")
+    assert _run_best([holder, lucky, revoked])["id"] == "c-holder"
+    older = _cand("c-old", "mallory", 9.5)
+    assert _run_best([older, lucky])["id"] == "c-lucky"  # mallory's best is its latest ACCEPT
+
+
+def test_the_exported_best_is_the_solution_that_was_measured(tmp_path):
+    """Sources were exported by their last name beside ``solution.json``: a source
+    ``meta/solution.json`` replaced the exported solution and ``old/kernel.py`` the kernel that
+    ran, both with a kernel of zeros (red team, session 42)."""
+    sol = solution(("kernel.py", HONEST), ("old/kernel.py", ZEROS), ("meta/solution.json", json.dumps({"x": 1})))
+    _export(_cand("c-1", "bob", 2.0, 1, sol=sol), tmp_path / "best")
+    exported = json.loads((tmp_path / "best" / "solution.json").read_text())
+    assert [s["path"] for s in exported["sources"]] == ["kernel.py", "old/kernel.py", "meta/solution.json"]
+    assert (tmp_path / "best" / "sources" / "kernel.py").read_text() == HONEST
+    assert (tmp_path / "best" / "sources" / "old" / "kernel.py").read_text() == ZEROS
+    assert exported["author"] == "bob" and exported["definition"] == RMS
