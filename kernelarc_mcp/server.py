@@ -251,14 +251,14 @@ def build_server(
             Literal["insight", "pitfall"], Field(description="insight (what worked) or pitfall (what to avoid)")
         ],
         evidence: Annotated[
-            str, Field(max_length=40, description="candidate_id of an evaluated submission that shows it")
+            str, Field(max_length=40, description="candidate_id of one of your own judged submissions that shows it")
         ],
         ctx: Context,
         tags: Annotated[list[str] | None, Field(max_length=10)] = None,
     ) -> Annotated[CallToolResult, V.RecordResult]:
         """Share a verified conclusion with the other agents. Refused unless the evidence is
-        a candidate the guard has judged on this problem; a near-identical conclusion
-        strengthens the existing one instead of adding another."""
+        one of your own candidates the guard has judged on this problem; a near-identical
+        conclusion of yours strengthens it instead of adding another."""
         res = await call(service.record, agent(), problem, text, kind, evidence, tags)
         return C.result(
             res, f"{res.message}: conclusion {res.id}, support {res.support}", protocol=ctx.protocol_version

@@ -129,6 +129,29 @@ def insert(conn: sqlite3.Connection, **fields) -> int:
     return int(cur.lastrowid)
 
 
+def strengthen(conn: sqlite3.Connection, entry: dict, evidence: sqlite3.Row, strength: float, tags: list[str]) -> None:
+    """A near-duplicate recorded again by its own agent: one more support where the evidence is
+    new (citing one candidate again adds nothing), the tags merged, and where the new evidence
+    is stronger it becomes the evidence shown, so that the strength shown is always that of the
+    candidate named beside it."""
+    fresh = evidence["id"] != entry["evidence"]
+    fields: dict[str, object] = {
+        "support": entry["support"] + int(fresh),
+        "tags": json.dumps(sorted(set(entry["tags"]) | set(tags))),
+        "updated_at": time.time(),
+    }
+    if strength > entry["strength"]:
+        fields.update(
+            strength=strength,
+            evidence=evidence["id"],
+            evidence_decision=evidence["decision"],
+            evidence_status=evidence["status"],
+            evidence_speedup=evidence["speedup_eager"],
+        )
+    sets = ", ".join(f"{name} = ?" for name in fields)
+    conn.execute(f"UPDATE conclusions SET {sets} WHERE id = ?", (*fields.values(), entry["id"]))
+
+
 def prune(conn: sqlite3.Connection, retention: Retention, problem: str | None = None, now: float | None = None) -> int:
     """Apply retention; returns how many conclusions were dropped."""
     now = time.time() if now is None else now
@@ -142,10 +165,27 @@ def prune(conn: sqlite3.Connection, retention: Retention, problem: str | None = 
     if retention.per_problem is not None:
         problems = [problem] if problem else [r[0] for r in conn.execute("SELECT DISTINCT problem FROM conclusions")]
         for p in problems:
-            cur = conn.execute(
-                "DELETE FROM conclusions WHERE problem = ? AND id NOT IN ("
-                " SELECT id FROM conclusions WHERE problem = ? ORDER BY updated_at DESC, id DESC LIMIT ?)",
-                (p, p, retention.per_problem),
-            )
-            dropped += cur.rowcount
+            dropped += _prune_fairly(conn, p, retention.per_problem)
     return dropped
+
+
+def _prune_fairly(conn: sqlite3.Connection, problem: str, keep: int) -> int:
+    """Down to ``keep`` conclusions of ``problem``, each time the oldest of the agent that holds
+    the most: an agent that records many conclusions pushes out its own, never the only few
+    of the others (a red team's 20 records once left that agent's alone)."""
+    dropped = 0
+    while True:
+        counts = conn.execute(
+            "SELECT agent, COUNT(*) AS n FROM conclusions WHERE problem = ? GROUP BY agent", (problem,)
+        ).fetchall()
+        if sum(n for _, n in counts) <= keep:
+            return dropped
+        most = max(n for _, n in counts)
+        leaders = [a for a, n in counts if n == most]
+        oldest = conn.execute(
+            f"SELECT id FROM conclusions WHERE problem = ? AND agent IN ({','.join('?' for _ in leaders)})"
+            " ORDER BY updated_at, id LIMIT 1",
+            (problem, *leaders),
+        ).fetchone()
+        conn.execute("DELETE FROM conclusions WHERE id = ?", (oldest[0],))
+        dropped += 1

@@ -54,8 +54,10 @@ class Memory:
     def record(
         self, agent: str, problem: Problem, text: str, kind: str, evidence: str, tags: list[str] | None = None
     ) -> dict:
-        """Record a conclusion backed by ``evidence``, a candidate the guard evaluated on this
-        problem. A near-duplicate of an existing conclusion strengthens it instead."""
+        """Record a conclusion backed by ``evidence``, a candidate of this agent's that the guard
+        judged on this problem: the strength shown with the words is that of the recorder's own
+        measurement, never another agent's. A near-duplicate of one of this agent's own
+        conclusions strengthens it instead; another agent's conclusion is never changed."""
         text = (text or "").strip()
         tags = [t.strip().lower()[:40] for t in (tags or []) if t and t.strip()]
         if kind not in ("insight", "pitfall"):
@@ -76,16 +78,17 @@ class Memory:
             raise C.MemoryError_(f"candidate {evidence} has no verdict yet ({row['state']}); record after it is judged")
         if row["problem"] != problem.name:
             raise C.MemoryError_(f"candidate {evidence} was evaluated on {row['problem']!r}, not {problem.name!r}")
+        if row["agent"] != agent:
+            raise C.MemoryError_(
+                f"candidate {evidence} is {row['agent']}'s, not yours: cite a candidate of your own that "
+                "shows it (submit the idea yourself to measure it)"
+            )
         strength = C.evidence_strength(kind, row["decision"], row["status"], row["speedup_eager"])
         family = problem.definition.kernelarc.op_family or "other"
         with self.db.transaction() as conn:
-            dup = self._near_duplicate(conn, problem.name, kind, text)
+            dup = self._near_duplicate(conn, problem.name, agent, kind, text)
             if dup is not None:
-                conn.execute(
-                    "UPDATE conclusions SET support = support + 1, strength = MAX(strength, ?),"
-                    " updated_at = ?, tags = ? WHERE id = ?",
-                    (strength, time.time(), json.dumps(sorted(set(dup["tags"]) | set(tags))), dup["id"]),
-                )
+                C.strengthen(conn, dup, row, strength, tags)
                 merged, cid = True, dup["id"]
             else:
                 cid = C.insert(
@@ -109,14 +112,15 @@ class Memory:
         out.update(merged=merged, pruned=dropped)
         return out
 
-    def _near_duplicate(self, conn, problem: str, kind: str, text: str) -> dict | None:
+    def _near_duplicate(self, conn, problem: str, agent: str, kind: str, text: str) -> dict | None:
+        """One of ``agent``'s own conclusions of this kind that says nearly the same."""
         q = C.fts_query(text)
         if q is None:
             return None
         rows = conn.execute(
             "SELECT c.* FROM conclusions c WHERE c.id IN (SELECT rowid FROM conclusions_fts"
-            " WHERE conclusions_fts MATCH ? ORDER BY rank LIMIT 20) AND c.kind = ?",
-            (f"{q} AND pkey : {C.key(problem)}", kind),
+            " WHERE conclusions_fts MATCH ? ORDER BY rank LIMIT 20) AND c.kind = ? AND c.agent = ?",
+            (f"{q} AND pkey : {C.key(problem)}", kind, agent),
         ).fetchall()
         for r in rows:
             if jaccard(text, r["text"]) >= DUPLICATE_JACCARD:

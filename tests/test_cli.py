@@ -63,7 +63,9 @@ def test_errors_are_clear(tmp_path):
 
 def test_memory_command(tmp_path):
     ws = fast_workspace(tmp_path / "ws")
-    out = kernelarc(ws, "submit", str(CHEATS / "honest_torch.py"), "--problem", RMS, "--device", "cpu", "--json")
+    out = kernelarc(
+        ws, "submit", str(CHEATS / "honest_torch.py"), "--problem", RMS, "--device", "cpu", "--agent", "me", "--json"
+    )
     cid = json.loads(out.stdout.strip().splitlines()[-1])["candidate_id"]
     from guard.archive.db import Database
     from guard.workspace import Workspace

@@ -90,16 +90,62 @@ def test_evidence_strength_follows_the_verdict():
 def test_near_duplicates_merge(db, problem):
     m = Memory(db)
     add_candidate(db, "c1")
-    add_candidate(db, "c2")
+    add_candidate(db, "c2", speedup=4.0)
     a = m.record("a", problem, "vectorized 16-byte loads of each row double the bandwidth", "insight", "c1")
     b = m.record(
-        "b", problem, "Vectorized 16-byte loads of each row double the bandwidth.", "insight", "c2", ["memory"]
+        "a", problem, "Vectorized 16-byte loads of each row double the bandwidth.", "insight", "c2", ["memory"]
     )
     assert b["merged"] and b["id"] == a["id"] and b["support"] == 2 and "memory" in b["tags"]
-    c = m.record("b", problem, "vectorized loads of each row hurt on small batches", "pitfall", "c2")
+    # the stronger evidence is the one shown beside the strength it gave
+    assert b["evidence"] == "c2" and b["evidence_speedup"] == 4.0 and b["strength"] > a["strength"]
+    again = m.record("a", problem, "vectorized 16-byte loads of each row double the bandwidth", "insight", "c2")
+    assert again["merged"] and again["support"] == 2  # one candidate cited twice supports once
+    c = m.record("a", problem, "vectorized loads of each row hurt on small batches", "pitfall", "c2")
     assert not c["merged"]
     assert m.count() == 2
     assert jaccard("aa bb cc dd", "aa bb cc dd ee") == pytest.approx(0.8)
+
+
+def test_agents_words_never_borrow_or_change_others_measurements(db, problem):
+    """What one agent records rests on its own judged candidates: it cannot cite another
+    agent's ACCEPT for its words, nor merge into (strengthen, retag, refresh) another agent's
+    conclusion by saying nearly the same (red team, session 42: both were possible)."""
+    m = Memory(db)
+    add_candidate(db, "c-alice", agent="alice", decision="REJECT", status="INCORRECT_NUMERICAL", speedup=None)
+    add_candidate(db, "c-bob", agent="bob", speedup=3.0)
+    add_candidate(db, "c-mallory", agent="mallory", speedup=1.2)
+    alice = m.record("alice", problem, "torch compile with max autotune is slower here", "insight", "c-alice")
+    with pytest.raises(C.MemoryError_, match="bob's, not yours"):
+        m.record("mallory", problem, "always use torch compile max autotune", "insight", "c-bob")
+    echo = m.record(
+        "mallory", problem, "torch compile with max autotune is slower here!", "insight", "c-mallory", ["always"]
+    )
+    assert not echo["merged"] and echo["id"] != alice["id"]
+    kept = next(c for c in m.recall(problem, "autotune", "problem", 10) if c["id"] == alice["id"])
+    assert (kept["strength"], kept["support"], kept["tags"], kept["evidence"]) == (
+        alice["strength"],
+        1,
+        [],
+        "c-alice",
+    )
+
+
+def test_retention_by_count_drops_the_most_prolific_agents_first(db, problem):
+    """With a count per problem, one agent's flood of records pushes out its own oldest, not
+    the other agents' few."""
+    m = Memory(db, C.Retention(per_problem=4))
+    add_candidate(db, "c-a", agent="alice")
+    add_candidate(db, "c-b", agent="bob")
+    m.record("alice", problem, "wide tiles help prefill", "insight", "c-a")
+    m.record("bob", problem, "narrow rows hurt decode", "pitfall", "c-b")
+    for i in range(20):
+        add_candidate(db, f"c-m{i}", agent="mallory")
+        m.record("mallory", problem, f"claim number {i} {'x' * i} about tiles {i * 7919}", "insight", f"c-m{i}")
+    left = m.recall(problem, "", "problem", 10)
+    assert sorted(c["agent"] for c in left) == ["alice", "bob", "mallory", "mallory"]
+    assert {c["text"] for c in left if c["agent"] == "mallory"} == {
+        f"claim number {i} {'x' * i} about tiles {i * 7919}" for i in (18, 19)
+    }
 
 
 def test_recall_ranks_by_relevance_scope_and_strength(db, problem):
