@@ -228,10 +228,7 @@ class Service:
                 sol: Solution = from_source(source, language)
             else:
                 text = solution if isinstance(solution, str) else json.dumps(solution)
-                limit = self.guard.cfg.max_source_bytes + SOLUTION_METADATA_BYTES
-                if len(text.encode()) > limit:  # the sources' own limit is the screen's
-                    raise ServiceError(f"solution larger than {limit} bytes as JSON")
-                sol = from_solution_json(text)
+                sol = self._bounded(text)
         except (CandidateError, ValueError) as exc:
             raise ServiceError(f"not a candidate: {exc}") from None
         try:
@@ -239,15 +236,26 @@ class Service:
         except (Stopping, TooManyJobs) as exc:
             raise ServiceError(str(exc)) from None
 
+    def _bounded(self, text: str) -> Solution:
+        """The solution in ``text``, which may hold ``SOLUTION_METADATA_BYTES`` beside its
+        sources' own limit (the screen's): every byte is stored with its verdict."""
+        limit = self.guard.cfg.max_source_bytes + SOLUTION_METADATA_BYTES
+        if len(text.encode()) > limit:
+            raise CandidateError(f"the solution is larger than {limit} bytes as JSON")
+        return from_solution_json(text)
+
     def result(self, agent: str, job_id: str, wait_s: float, on_progress=None) -> V.SubmitResult:
         if not isinstance(job_id, str) or not job_id.startswith("j-") or len(job_id) > 40:
             raise ServiceError("job_id must be an id returned by submit_candidate")
         wait_s = max(0.0, min(float(wait_s) if math.isfinite(wait_s) else 0.0, self.max_wait_s))
+        owner = self.jobs.get(job_id)  # before any wait: another agent's job tells nothing, not even when it ends
+        if owner is None:
+            raise ServiceError(f"no job {job_id!r}")
+        if owner.agent != agent:
+            raise ServiceError(f"job {job_id} belongs to another agent")
         view = self.jobs.wait(job_id, wait_s, on_progress)
         if view is None:
             raise ServiceError(f"no job {job_id!r}")
-        if view.agent != agent:
-            raise ServiceError(f"job {job_id} belongs to another agent")
         if view.state == "done":
             v = view.verdict
             msg = f"{v.decision} ({v.status}): {v.reason}" if v else "done"

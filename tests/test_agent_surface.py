@@ -80,7 +80,7 @@ def test_a_solution_beyond_its_size_is_refused_before_anything_is_stored(queue_o
 
     big = solution(("kernel.py", HONEST))
     big["padding"] = "x" * (queue_only.guard.cfg.max_source_bytes + SOLUTION_METADATA_BYTES)
-    with pytest.raises(ServiceError, match="solution larger than"):
+    with pytest.raises(ServiceError, match="larger than .* bytes as JSON"):
         queue_only.submit("mallory", RMS, solution=big)
     assert queue_only.jobs.pending() == 0
     fine = solution(("kernel.py", HONEST))
@@ -101,6 +101,20 @@ def test_one_agent_cannot_fill_the_queue_ahead_of_the_others(queue_only):
         queue_only.submit("mallory", RMS, source=HONEST + "\n# one more\n")
     job = queue_only.submit("bob", RMS, source=HONEST)
     assert queue_only.jobs.get(job).position == limit
+
+
+def test_another_agents_job_is_refused_at_once(queue_only):
+    """``get_result`` on another agent's job waited for that job to end before refusing: how
+    long it took told when the job ended."""
+    import time
+
+    from kernelarc_mcp.service import ServiceError
+
+    job = queue_only.submit("bob", RMS, source=HONEST)
+    t0 = time.monotonic()
+    with pytest.raises(ServiceError, match="belongs to another agent"):
+        queue_only.result("mallory", job, wait_s=5)
+    assert time.monotonic() - t0 < 2.5  # not the 5 s a wait for the (never judged) job would take
 
 
 def _cand(cid: str, agent: str, score: float, global_best: int = 0, decision: str = "ACCEPT", sol=None) -> dict:
