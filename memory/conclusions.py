@@ -17,6 +17,9 @@ Kind = Literal["insight", "pitfall"]
 Scope = Literal["problem", "family", "any"]
 MAX_TEXT = 1000
 MAX_TAGS = 10
+# conclusions one agent keeps per problem, whatever the retention: beyond, its own oldest go
+# (recall ranks the newest matches; a red team's 100 records hid every other agent's)
+MAX_PER_AGENT = 25
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conclusions (
@@ -167,6 +170,16 @@ def prune(conn: sqlite3.Connection, retention: Retention, problem: str | None = 
         for p in problems:
             dropped += _prune_fairly(conn, p, retention.per_problem)
     return dropped
+
+
+def prune_agent(conn: sqlite3.Connection, problem: str, agent: str, keep: int) -> int:
+    """Down to ``agent``'s newest ``keep`` conclusions of ``problem``."""
+    cur = conn.execute(
+        "DELETE FROM conclusions WHERE problem = ? AND agent = ? AND id NOT IN ("
+        " SELECT id FROM conclusions WHERE problem = ? AND agent = ? ORDER BY updated_at DESC, id DESC LIMIT ?)",
+        (problem, agent, problem, agent, keep),
+    )
+    return cur.rowcount
 
 
 def _prune_fairly(conn: sqlite3.Connection, problem: str, keep: int) -> int:

@@ -83,6 +83,12 @@ class Memory:
                 f"candidate {evidence} is {row['agent']}'s, not yours: cite a candidate of your own that "
                 "shows it (submit the idea yourself to measure it)"
             )
+        copied = self.db.candidate(row["duplicate_of"]) if row["duplicate_of"] else None
+        if copied is not None and copied["agent"] != agent:
+            raise C.MemoryError_(
+                f"candidate {evidence} is a copy of {copied['agent']}'s {copied['id']}, judged from its "
+                "measurement: cite a candidate of your own that was measured"
+            )
         strength = C.evidence_strength(kind, row["decision"], row["status"], row["speedup_eager"])
         family = problem.definition.kernelarc.op_family or "other"
         with self.db.transaction() as conn:
@@ -106,7 +112,9 @@ class Memory:
                     strength=strength,
                 )
                 merged = False
-            dropped = C.prune(conn, self.retention, problem.name)
+            dropped = C.prune_agent(conn, problem.name, agent, C.MAX_PER_AGENT) + C.prune(
+                conn, self.retention, problem.name
+            )
             stored = conn.execute("SELECT * FROM conclusions WHERE id = ?", (cid,)).fetchone()
         out = C.row_to_dict(stored) if stored is not None else {"id": cid}
         out.update(merged=merged, pruned=dropped)

@@ -154,3 +154,149 @@ def test_the_exported_best_is_the_solution_that_was_measured(tmp_path):
     assert (tmp_path / "best" / "sources" / "kernel.py").read_text() == HONEST
     assert (tmp_path / "best" / "sources" / "old" / "kernel.py").read_text() == ZEROS
     assert exported["author"] == "bob" and exported["definition"] == RMS
+
+
+# -- the second round (red team, session 42) -------------------------------------------------
+
+
+def test_a_caught_kernel_stays_caught_in_its_copies(tmp_path):
+    """An ACCEPT revoked when timed again (REWARD_HACK) kept its verdict in the stored JSON:
+    the same bytes submitted after were judged from it as a duplicate, ACCEPT, and took the
+    global title back without a measurement; a copy judged before kept its ACCEPT. The
+    revocation now covers every row of that source, and a duplicate is judged from the row."""
+    from helpers import make_guard
+
+    ws = fast_workspace(tmp_path / "ws")
+    with make_guard(ws, correctness_rounds=1) as g:
+        first = g.evaluate(from_source(HONEST, "pytorch"), RMS, agent="mallory")
+        assert first.decision == "ACCEPT" and first.is_global_best
+        copy = g.evaluate(from_source(HONEST, "pytorch"), RMS, agent="sybil")
+        assert copy.duplicate_of == first.candidate_id and copy.decision == "ACCEPT"
+        revoked = g.db.revoke(first.candidate_id, "REWARD_HACK", "caught when timed again")
+        assert revoked == sorted([first.candidate_id, copy.candidate_id])
+        for cid in revoked:
+            row = g.db.candidate(cid)
+            stored = json.loads(row["verdict_json"])
+            assert (row["decision"], row["status"], row["global_best"]) == ("REJECT", "REWARD_HACK", 0)
+            assert (stored["decision"], stored["status"], stored["is_global_best"]) == ("REJECT", "REWARD_HACK", False)
+        again = g.evaluate(from_source(HONEST, "pytorch"), RMS, agent="mallory")
+        assert (again.decision, again.status, again.is_global_best) == ("REJECT", "REWARD_HACK", False)
+        assert "caught when timed again" in again.reason
+
+
+def test_no_two_different_solutions_share_a_hash_or_a_build_key():
+    """Parts joined by NUL alone let a file's content hold the next file's name: two solutions,
+    one shadowing a standard module and one not, had one source hash (the second inherited the
+    first's PASSED as a duplicate), and two C++ solutions one build key."""
+    from guard.builders.cuda_cpp import extension_digest
+
+    kernel = "import colorsys\n" + HONEST
+    one = Solution.model_validate(solution(("a.txt", "q\0colorsys.py\0ONE_THIRD = 0.0"), ("kernel.py", kernel)))
+    two = Solution.model_validate(solution(("a.txt", "q"), ("colorsys.py", "ONE_THIRD = 0.0"), ("kernel.py", kernel)))
+    assert one.source_hash() != two.source_hash()
+    body = "torch::Tensor run(torch::Tensor x) { return x; }\n"
+
+    def cpp(*files: tuple[str, str]) -> dict:
+        return {"spec": {"entry_point": "a.cpp::run"}, "sources": [{"path": p, "content": c} for p, c in files]}
+
+    assert extension_digest(cpp(("a.cpp", body), ("b.cpp", "int y;"))) != extension_digest(
+        cpp(("a.cpp", body + "b.cpp\0int y;"))
+    )
+
+
+def test_the_host_function_is_found_in_linear_time():
+    """The binding's signature search ran a regular expression over the whole source in the
+    guard's own process, in quadratic time, holding its other threads: 128 KB of ``a b(``
+    lines took 30 s. A bound twenty times what the scan takes, not a speed target: the old
+    search took minutes on this input."""
+    import time
+
+    from guard.builders.cuda_cpp import _signature
+
+    cases = {
+        "#include <torch/extension.h>\n\ntorch::Tensor run(torch::Tensor x, double eps) {\n}\n": (
+            "torch::Tensor",
+            "torch::Tensor x, double eps",
+        ),
+        "// doc\nstatic inline torch::Tensor\nrun(const torch::Tensor& x,\n    int n = f(2)) {\n}\n": (
+            "static inline torch::Tensor",
+            "const torch::Tensor& x,\n    int n = f(2)",
+        ),
+        "std::tuple<torch::Tensor, std::vector<int>> run(torch::Tensor a) { }": (
+            "std::tuple<torch::Tensor, std::vector<int>>",
+            "torch::Tensor a",
+        ),
+        "__global__ void run(float* x) {}\nvoid g() { run(x); }\ntorch::Tensor run(int y);\nint run(int y) {}": (
+            "int",
+            "int y",
+        ),
+        "__global__ void run(float* x) {}\n": None,
+    }
+    for text, expected in cases.items():
+        assert _signature(text, "run") == expected, text
+    t0 = time.monotonic()
+    assert _signature("a b(\n" * (256_000 // 5), "b") is None
+    assert _signature("#b() {\n" * (256_000 // 7), "b") is None
+    assert time.monotonic() - t0 < 10
+
+
+def test_evidence_copied_from_another_agent_is_not_ones_own(tmp_path):
+    """A byte-identical copy of another agent's ACCEPT is judged from that agent's measurement:
+    cited as evidence it lent its strength to words the copier made up. And one agent keeps at
+    most ``MAX_PER_AGENT`` conclusions of a problem (a red team's 100 records, each cited on a
+    REJECT the screen gave for nothing, filled recall's window and hid every other agent's)."""
+    from guard.archive.db import Database
+    from guard.problems.problem import load_problem
+    from memory import conclusions as C
+    from memory.store import Memory
+    from seeds import SEEDS_DIR
+
+    db = Database(tmp_path / "w.db")
+    problem = load_problem(SEEDS_DIR / RMS, "seed")
+    for cid, agent, dup in (("c-alice", "alice", None), ("c-copy", "mallory", "c-alice"), ("c-own", "mallory", None)):
+        db.insert_candidate(
+            id=cid,
+            problem=RMS,
+            definition_hash="h",
+            agent=agent,
+            language="pytorch",
+            source_hash=cid,
+            solution_json="{}",
+            device_key="cpu",
+            device_kind="cpu",
+            state="running",
+        )
+        with db.transaction() as c:
+            c.execute(
+                "UPDATE candidates SET state='done', decision='ACCEPT', status='PASSED', speedup_eager=3,"
+                " duplicate_of=? WHERE id=?",
+                (dup, cid),
+            )
+    m = Memory(db)
+    with pytest.raises(C.MemoryError_, match="copy of alice's"):
+        m.record("mallory", problem, "fp64 accumulation is 3x faster here", "insight", "c-copy")
+    m.record("alice", problem, "one row per program wins", "insight", "c-alice")
+    for i in range(C.MAX_PER_AGENT + 20):
+        m.record("mallory", problem, f"pitfall {i} {'y' * i} rows {i * 7919}", "pitfall", "c-own")
+    agents = [c["agent"] for c in m.recall(problem, "", "problem", 50)]
+    assert agents.count("mallory") == C.MAX_PER_AGENT and agents.count("alice") == 1
+
+
+def test_sources_never_meet_the_archives_own_files(tmp_path):
+    """Sources lay beside the archive's ``solution.json`` and ``verdict.json``: a source of that
+    name was overwritten, and ``verdict.json/n.txt`` made the commit fail, keeping an ACCEPT out
+    of the archive. Sources now lie under ``sources/``."""
+    import git
+
+    from guard.archive.git_archive import GitArchive
+
+    archive = GitArchive(tmp_path / "archive")
+    sol = solution(("kernel.py", HONEST), ("verdict.json/n.txt", "x"), ("solution.json", "{}"))
+    sha = archive.commit(RMS, "mallory", "c-1", sol, {"decision": "ACCEPT"})
+    assert sha is not None
+    folder = tmp_path / "archive" / RMS / "mallory" / "c-1"
+    assert (folder / "sources" / "verdict.json" / "n.txt").read_text() == "x"
+    assert (folder / "sources" / "solution.json").read_text() == "{}"
+    assert json.loads((folder / "verdict.json").read_text()) == {"decision": "ACCEPT"}
+    assert json.loads((folder / "solution.json").read_text())["sources"][0]["path"] == "kernel.py"
+    assert git.Repo(tmp_path / "archive").head.commit.hexsha == sha

@@ -107,7 +107,7 @@ def test_global_best_and_archive(session_tmp):
 
         log = [c.message for c in git.Repo(g.ws.archive_dir).iter_commits()]
         assert any(b.candidate_id in m and "global best" in m for m in log)
-        assert (g.ws.archive_dir / RMS / "beta" / b.candidate_id / "kernel.py").is_file()
+        assert (g.ws.archive_dir / RMS / "beta" / b.candidate_id / "sources" / "kernel.py").is_file()
     finally:
         g.close()
 

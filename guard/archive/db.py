@@ -218,16 +218,36 @@ class Database:
                 ),
             )
 
-    def revoke(self, cid: str, status: str, reason: str) -> None:
+    def revoke(self, cid: str, status: str, reason: str) -> list[str]:
         """Turn a stored ACCEPT into a REJECT: the candidate was caught (REWARD_HACK) when it
         was timed again. It stops being anyone's best; the bests before it become the bests
-        again (the latest ACCEPT of its agent; the latest global best still flagged)."""
+        again (the latest ACCEPT of its agent; the latest global best still flagged). So does
+        every other row of the same source on the same problem version and device: the same
+        code, copies judged from it before and what it copied (a copy of a caught kernel
+        once kept its ACCEPT, and one submitted after took the title back). The stored
+        verdicts say so too. Returns the ids revoked."""
         with self.transaction() as c:
-            c.execute(
-                "UPDATE candidates SET decision = 'REJECT', status = ?, gate = 'benchmark', reason = ?,"
-                " global_best = 0 WHERE id = ?",
-                (status, reason, cid),
-            )
+            row = c.execute(
+                "SELECT problem, definition_hash, source_hash, device_key FROM candidates WHERE id = ?", (cid,)
+            ).fetchone()
+            if row is None:
+                return []
+            same = c.execute(
+                "SELECT id, verdict_json FROM candidates WHERE problem = ? AND definition_hash = ?"
+                " AND source_hash = ? AND device_key = ? AND (decision != 'REJECT' OR id = ?)",
+                (*row, cid),
+            ).fetchall()
+            for r in same:
+                why = reason if r["id"] == cid else f"identical to {cid}, which was caught: {reason}"
+                verdict = json.loads(r["verdict_json"]) if r["verdict_json"] else None
+                if verdict is not None:
+                    verdict.update(decision="REJECT", status=status, gate="benchmark", reason=why, is_global_best=False)
+                c.execute(
+                    "UPDATE candidates SET decision = 'REJECT', status = ?, gate = 'benchmark', reason = ?,"
+                    " global_best = 0, verdict_json = COALESCE(?, verdict_json) WHERE id = ?",
+                    (status, why, json.dumps(verdict) if verdict is not None else None, r["id"]),
+                )
+            return sorted(r["id"] for r in same)
 
     def candidate(self, cid: str) -> sqlite3.Row | None:
         rows = self.query("SELECT * FROM candidates WHERE id = ?", (cid,))

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import git
 
+from ..candidates.solution import check_source_path
+
 log = logging.getLogger(__name__)
 
 
@@ -38,7 +40,11 @@ class GitArchive:
     def commit(
         self, problem: str, agent: str, candidate_id: str, solution: dict[str, Any], summary: dict[str, Any]
     ) -> str | None:
-        """Write the candidate's sources and verdict summary and commit them; returns the sha."""
+        """Write the candidate's sources (under ``sources/``, at their own paths, each checked
+        again) and, beside them, its solution and verdict summary, and commit them; returns
+        the sha. Sources once lay beside the guard's own files: a source ``verdict.json`` was
+        overwritten by the summary, and one ``verdict.json/n.txt`` kept an ACCEPT out of the
+        archive (red team, session 42)."""
         lock = open(self.path.parent / ".archive.lock", "w")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -48,10 +54,11 @@ class GitArchive:
             target.mkdir(parents=True, exist_ok=True)
             files = []
             for src in solution["sources"]:
-                p = target / src["path"]
+                rel = Path("sources") / check_source_path(src["path"])
+                p = target / rel
                 p.parent.mkdir(parents=True, exist_ok=True)
                 p.write_text(src["content"])
-                files.append(str(folder / src["path"]))
+                files.append(str(folder / rel))
             (target / "solution.json").write_text(json.dumps(solution, indent=2) + "\n")
             (target / "verdict.json").write_text(json.dumps(summary, indent=2) + "\n")
             files += [str(folder / "solution.json"), str(folder / "verdict.json")]
@@ -63,7 +70,7 @@ class GitArchive:
             )
             return repo.index.commit(msg).hexsha
         except Exception as exc:  # the database holds the result either way
-            log.warning("git archive commit failed: %s", exc)
+            log.error("git archive commit of %s failed (the database holds it): %s", candidate_id, exc)
             return None
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

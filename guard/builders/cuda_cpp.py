@@ -39,21 +39,66 @@ COMPILE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 MAX_LIBRARY_BYTES = 1 << 30
 _DIGEST = re.compile(r"[0-9a-f]{16}")
 
-_SIGNATURE = re.compile(r"^[ \t]*((?:[\w:]+(?:<[^;{}()]*>)?[\s\*&]+)+?)(\w+)\s*\(([^;{}]*?)\)\s*\{", re.M)
+# A host function's return type: names (with template arguments) and their * and &; matched on
+# at most MAX_RETURN_TYPE characters before the name, so a crafted source costs linear time
+_RETURN_TYPE = re.compile(r"[ \t]*((?:[\w:]+(?:<(?:[^;{}()<>]|<[^;{}()<>]*>)*>)?[\s\*&]+)+)")
+MAX_RETURN_TYPE = 300
+_PUNCTUATION = re.compile(r"[(){};]")
+_BODY = re.compile(r"\s*\{")
+
+
+def _closing_parens(text: str) -> dict[int, int]:
+    """Each ``(`` whose ``)`` comes before any ``;``, ``{`` or ``}``, mapped to that ``)``: one
+    pass over the text."""
+    pairs: dict[int, int] = {}
+    open_at: list[int] = []
+    for m in _PUNCTUATION.finditer(text):
+        c = m.group()
+        if c == "(":
+            open_at.append(m.start())
+        elif c == ")":
+            if open_at:
+                pairs[open_at.pop()] = m.start()
+        else:  # a declaration ends or a block begins: nothing before it is still open
+            open_at.clear()
+    return pairs
+
+
+def _signature(text: str, symbol: str) -> tuple[str, str] | None:
+    """The return type and parameters of the definition of host function ``symbol`` (not a
+    ``__global__`` kernel of that name) in ``text``, or None. Linear in the text: a regular
+    expression over the whole source once took quadratic time in the guard's own process,
+    holding its other threads (a red team's 128 KB of ``a b(`` lines: 30 s)."""
+    closing = _closing_parens(text)
+    for m in re.finditer(rf"\b{re.escape(symbol)}\s*\(", text):
+        close = closing.get(m.end() - 1)
+        if close is None or _BODY.match(text, close + 1) is None:
+            continue
+        before = text[max(0, m.start() - MAX_RETURN_TYPE) : m.start()]
+        # from a line start after the last ; { } (a declaration's beginning) on
+        lines = before[max(before.rfind(c) for c in ";{}") + 1 :].split("\n")
+        for k in range(len(lines)):  # the longest tail of whole lines that is a return type
+            tail = "\n".join(lines[k:])
+            ret = None if tail.lstrip().startswith("#") else _RETURN_TYPE.fullmatch(tail)
+            if ret is not None:
+                if "__global__" in ret.group(1):  # a kernel of that name, not the host function
+                    break
+                return ret.group(1).strip(), text[m.end() : close].strip()
+    return None
 
 
 def _binding_source(texts: list[str], symbol: str) -> str:
     for text in texts:
-        for m in _SIGNATURE.finditer(text):
-            if m.group(2) == symbol and "__global__" not in m.group(1):
-                ret, args = m.group(1).strip(), m.group(3).strip()
-                return (
-                    "#include <torch/extension.h>\n"
-                    f"{ret} {symbol}({args});\n"
-                    "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n"
-                    f'  m.def("{symbol}", &{symbol});\n'
-                    "}\n"
-                )
+        found = _signature(text, symbol)
+        if found is not None:
+            ret, args = found
+            return (
+                "#include <torch/extension.h>\n"
+                f"{ret} {symbol}({args});\n"
+                "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n"
+                f'  m.def("{symbol}", &{symbol});\n'
+                "}\n"
+            )
     raise BuildError(
         f"no host function {symbol}(...) found to bind; define it (returning torch::Tensor) "
         "or add your own PYBIND11_MODULE"
@@ -91,10 +136,17 @@ def _plan(solution: dict[str, Any]) -> _Plan:
         files[BINDING_NAME] = binding
         units.append(BINDING_NAME)
     opts = solution["spec"].get("compile_options") or {}
+    # every part with its length: no two different sets of files and options make one key
+    # (with separators alone, a file's content could end in the next file's name; red team)
     digest = hashlib.sha256(
-        b"".join(rel.encode() + b"\0" + files[rel].encode() for rel in sorted(files)) + repr(opts).encode()
+        b"".join(_framed(part) for rel in sorted(files) for part in (rel, files[rel])) + _framed(repr(opts))
     ).hexdigest()[:16]
     return _Plan(units, binding, digest)
+
+
+def _framed(text: str) -> bytes:
+    data = text.encode()
+    return len(data).to_bytes(8, "little") + data
 
 
 def extension_digest(solution: dict[str, Any]) -> str | None:

@@ -165,9 +165,10 @@ class Solution(BaseModel):
         ]
         for src in sorted(self.sources, key=lambda s: s.path):
             parts += [src.path, src.content]
-        for part in parts:
-            h.update(part.encode())
-            h.update(b"\0")
+        for part in parts:  # each with its length: a content holding NUL and a path cannot pose as two files
+            data = part.encode()
+            h.update(len(data).to_bytes(8, "little"))
+            h.update(data)
         return h.hexdigest()
 
     def total_bytes(self) -> int:

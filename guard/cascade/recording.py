@@ -238,11 +238,12 @@ class Recorder:
     ) -> Verdict:
         """A source identical to ``prior`` (a stored row): judged again from its verdict."""
         prior_verdict = Verdict.model_validate_json(prior["verdict_json"])
-        if prior_verdict.decision == "REJECT":
+        # the row decides: an ACCEPT revoked when timed again is a REJECT there (``revoke``)
+        if prior["decision"] == "REJECT":
             rej = Rejection(
-                prior_verdict.gate or "correctness",
-                prior_verdict.status,
-                f"identical to {prior['id']}, already rejected: {prior_verdict.reason}",
+                prior["gate"] or "correctness",
+                prior["status"],
+                f"identical to {prior['id']}, already rejected: {prior['reason']}",
                 prior_verdict.diagnostic,
                 prior_verdict.first_failing_workload,
             )
