@@ -53,6 +53,10 @@ class Workspace:
         return self.root / "archive"
 
     @property
+    def secret_path(self) -> Path:
+        return self.root / "secret.key"
+
+    @property
     def config_path(self) -> Path:
         return self.root / "config.json"
 
@@ -65,7 +69,7 @@ class Workspace:
     @property
     def secret(self) -> bytes:
         """32 random bytes made on first use, readable by the owner only."""
-        path = self.root / "secret.key"
+        path = self.secret_path
         if not path.exists():
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -21,6 +21,7 @@ from guard.archive.db import Database
 from guard.archive.tokens import TokenStore, check_agent_name
 from guard.workspace import Workspace
 
+from . import confine
 from .clients import AgentContext, get_client
 from .repo import add_worktree, create_repo
 from .run import AgentSpec, RunConfig, RunFolder, new_run_id
@@ -203,11 +204,15 @@ class Swarm:
     def _start(self, run: AgentRun, prompt: str, resume: str | None = None) -> None:
         client = get_client(run.spec.client)
         launch = client.command(run.ctx, prompt, resume)
-        command = {"argv": launch.argv, "cwd": str(launch.cwd)}
+        argv = launch.argv
+        confinement = confine.probe()
+        if confinement.binary is not None:  # its own folder and the run's repository (its worktree's git data)
+            argv = confine.command(confinement.binary, argv, self.ws.root, [run.ctx.folder, self.folder.repo])
+        command = {"argv": launch.argv, "cwd": str(launch.cwd), "confinement": confinement.line}
         (run.ctx.folder / "command.json").write_text(json.dumps(command, indent=2))
         logf = open(run.ctx.log, "ab")
         run.proc = subprocess.Popen(
-            launch.argv,
+            argv,
             cwd=launch.cwd,
             env=launch.env,
             stdin=subprocess.DEVNULL,
@@ -345,6 +350,8 @@ class Swarm:
             self.folder.save(
                 self.config, state="running", server_url=url, server_pid=self.server.pid if self.server else None
             )
+            confinement = confine.probe()
+            (log.info if confinement.binary is not None else log.warning)("%s", confinement.line)
             for run in self.runs:
                 run.ctx.server_url = url
                 get_client(run.spec.client).prepare(run.ctx)

@@ -80,6 +80,14 @@ def test_scripted_swarm_end_to_end(tmp_path):
 
     concl = Database(ws / "workspace.db").query("SELECT agent, evidence FROM conclusions")
     assert concl and all(c["evidence"].startswith("c-") for c in concl)
+    # every agent ran confined away from the workspace (launcher.confine), and still worked
+    from launcher import confine
+
+    commands = sorted((ws / "runs" / result["run"] / "agents").glob("*/command.json"))
+    assert len(commands) == 2
+    if confine.probe().binary is not None:
+        for command in commands:
+            assert json.loads(command.read_text())["confinement"].startswith("agents: confined"), command
     status = json.loads(kernelarc(ws, "status", "--json").stdout.strip().splitlines()[-1])
     assert status["runs"][0]["state"] == "finished" and status["runs"][0]["candidates"] == 4
     again = kernelarc(ws, "report", result["run"], "--json")

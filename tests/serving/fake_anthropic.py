@@ -2,7 +2,8 @@
 Claude Code CLI can be driven without a model.
 
 Claude Code sends ``POST /v1/messages?beta=true`` with ``stream: true`` once per turn and
-names MCP tools ``mcp__<server>__<tool>``. This fake answers each turn with the next
+names MCP tools ``mcp__<server>__<tool>`` (a step naming a capitalised tool, ``Read``, calls
+that built-in tool instead). This fake answers each turn with the next
 scripted tool call (as a ``tool_use`` block, streamed as server-sent events), and with a
 short final text once the script is done. A step may be a function of the tool results
 seen so far, so a later call can use an id an earlier one returned. Instead of a list, the
@@ -125,7 +126,8 @@ class FakeAnthropic:
             block = {
                 "type": "tool_use",
                 "id": f"toolu_{n:03d}",
-                "name": f"mcp__{self.server_name}__{tool}",
+                # a built-in tool (Read, Grep...) by its own name, one of ours as MCP names it
+                "name": tool if tool[:1].isupper() else f"mcp__{self.server_name}__{tool}",
                 "input": {},
             }
             out += [
