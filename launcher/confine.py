@@ -12,13 +12,17 @@ So each agent runs in a bubblewrap sandbox that keeps the host as it is (the cli
 configuration, its interpreter, the network to its model and to our server) but for two
 things: the workspace is an empty folder except the agent's own folder and the run's
 repository (its worktree's git data), and ``/proc`` is that of a PID namespace of its own,
-which holds only its processes. Where bubblewrap cannot run, agents run as before and the
+which holds only its processes. It runs in a user namespace of its own, without capabilities,
+so that it cannot unmount what hides the workspace, and where the launcher is root it is not
+uid 0 there, so that Codex's own bubblewrap sandbox still starts inside (it could not map uid
+0 without capabilities). Where bubblewrap cannot run, agents run as before and the
 launcher says so (``Confinement.line``)."""
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +31,10 @@ from pathlib import Path
 from guard.sandbox.bwrap import bwrap_binary
 
 log = logging.getLogger(__name__)
+
+# the uid an agent has in its namespace when the launcher runs as root (files of the launcher's
+# user appear as its own there)
+UID_FOR_ROOT = 1000
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,10 @@ def command(binary: Path, argv: Sequence[str], workspace: Path, visible: Sequenc
     workspace = workspace.resolve()
     cmd = [
         str(binary),
+        # a user namespace of its own, where the agent is not uid 0: a client that sandboxes its
+        # own commands with bubblewrap (Codex) cannot map uid 0 there without capabilities
+        "--unshare-user",
+        *(["--uid", str(UID_FOR_ROOT), "--gid", str(UID_FOR_ROOT)] if os.geteuid() == 0 else []),
         "--unshare-pid",  # /proc below shows this agent's processes only
         "--unshare-ipc",
         "--die-with-parent",

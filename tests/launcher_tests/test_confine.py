@@ -1,0 +1,84 @@
+"""Agents confined away from the workspace (``launcher.confine``): what a confined command sees
+of the workspace, of other processes, and whether a client's own sandbox still starts inside."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher import confine
+
+CONFINEMENT = confine.probe()
+pytestmark = pytest.mark.skipif(CONFINEMENT.binary is None, reason=CONFINEMENT.line)
+
+
+def _workspace(tmp_path: Path) -> tuple[Path, Path]:
+    ws = tmp_path / "ws"
+    own = ws / "runs" / "r1" / "agents" / "a1"
+    own.mkdir(parents=True)
+    (ws / "secret.key").write_text("SECRET-KEY\n")
+    (ws / "heldout").mkdir()
+    (ws / "heldout" / "p.jsonl").write_text("HELD-OUT\n")
+    (own / "kernel.py").write_text("OWN = 1\n")
+    return ws, own
+
+
+def _confined(ws: Path, own: Path, script: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    cmd = confine.command(CONFINEMENT.binary, [*argv, "sh", "-c", script], ws, [own])
+    return subprocess.run(cmd, cwd=own, capture_output=True, text=True, timeout=120)
+
+
+def test_a_confined_agent_sees_its_own_folder_and_nothing_else_of_the_workspace(tmp_path):
+    ws, own = _workspace(tmp_path)
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={"TOKEN": "ka_sibling"})
+    try:
+        done = _confined(
+            ws,
+            own,
+            f"cat {ws}/secret.key; grep -r . {ws}; cat {ws}/heldout/p.jsonl; cat /proc/{sibling.pid}/environ;"
+            f" umount {ws}; cat {own}/kernel.py; echo written > {own}/out.txt; ls /proc | grep -c '^[0-9]'",
+        )
+    finally:
+        sibling.kill()
+        sibling.wait()
+    out = done.stdout + done.stderr
+    assert "SECRET-KEY" not in out and "HELD-OUT" not in out and "ka_sibling" not in out, out
+    assert "OWN = 1" in done.stdout and (own / "out.txt").read_text() == "written\n"
+    assert int(done.stdout.split()[-1]) < 10  # its own processes only: sh, grep, ls...
+    assert (ws / "secret.key").read_text() == "SECRET-KEY\n"  # the unmount was refused
+
+
+def test_a_folder_outside_the_workspace_cannot_be_made_visible(tmp_path):
+    ws, _ = _workspace(tmp_path)
+    with pytest.raises(ValueError, match="not inside the workspace"):
+        confine.command(CONFINEMENT.binary, ["true"], ws, [tmp_path / "elsewhere"])
+
+
+@pytest.mark.slow
+def test_codex_sandboxes_its_own_commands_inside(tmp_path):
+    """Codex runs each command in a bubblewrap sandbox of its own (``--sandbox
+    workspace-write``); inside ours, as root, it could not map uid 0 without capabilities and
+    every command failed. The agent is not uid 0 in its namespace, and Codex's sandbox starts."""
+    from serving.npm import CODEX, npm_bin
+
+    codex = str(npm_bin(CODEX, "codex"))
+    ws, own = _workspace(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    cmd = confine.command(
+        CONFINEMENT.binary,
+        [codex, "sandbox", "-c", "sandbox_mode=workspace-write", "--", "sh", "-c"]
+        + [f"cat {ws}/secret.key; cat kernel.py; echo codex > out.txt"],
+        ws,
+        [own],
+    )
+    done = subprocess.run(
+        cmd, cwd=own, capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(home)}
+    )
+    assert "SECRET-KEY" not in done.stdout + done.stderr
+    assert "OWN = 1" in done.stdout, done.stderr[-2000:]
+    assert (own / "out.txt").read_text() == "codex\n"
