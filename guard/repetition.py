@@ -9,10 +9,10 @@ import hashlib
 import re
 import sqlite3
 
+from .candidates.c_text import without_comments
 from .candidates.solution import Solution
 from .pyparse import parse
 
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _WORDS = re.compile(r"[A-Za-z0-9_]+")
 PLAN_SIMILARITY = 0.7
 
@@ -35,10 +35,11 @@ def normalized_hash(solution: Solution) -> str:
                     ):
                         first.value.value = ""
                 text = ast.dump(tree, annotate_fields=False)
-            except (SyntaxError, ValueError):
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                # not Python this parser takes (too deeply nested, too large): compared as text
                 text = re.sub(r"#[^\n]*", "", text)
         else:
-            text = _COMMENTS.sub("", text)
+            text = without_comments(text)  # linear: a regular expression was quadratic here
         h.update(src.path.encode() + b"\0" + re.sub(r"\s+", "", text).encode() + b"\0")
     return h.hexdigest()
 

@@ -140,7 +140,9 @@ def strengthen(conn: sqlite3.Connection, entry: dict, evidence: sqlite3.Row, str
     fresh = evidence["id"] != entry["evidence"]
     fields: dict[str, object] = {
         "support": entry["support"] + int(fresh),
-        "tags": json.dumps(sorted(set(entry["tags"]) | set(tags))),
+        # its own tags first, then new ones while there is room: never more than a record may
+        # carry (a red team's 400 merges made 3,614 tags, 158 KB in every recall)
+        "tags": json.dumps(sorted(list(dict.fromkeys([*entry["tags"], *tags]))[:MAX_TAGS])),
         "updated_at": time.time(),
     }
     if strength > entry["strength"]:

@@ -300,3 +300,88 @@ def test_sources_never_meet_the_archives_own_files(tmp_path):
     assert json.loads((folder / "verdict.json").read_text()) == {"decision": "ACCEPT"}
     assert json.loads((folder / "solution.json").read_text())["sources"][0]["path"] == "kernel.py"
     assert git.Repo(tmp_path / "archive").head.commit.hexsha == sha
+
+
+# -- the third round (red team, session 42) --------------------------------------------------
+
+
+def test_a_copy_judged_while_its_original_is_caught_is_caught_too(tmp_path, monkeypatch):
+    """The revocation covered copies already judged and copies judged after it, but not a copy
+    being judged from the original's row as the revocation landed (two devices' jobs, or two
+    servers on one workspace): it kept ACCEPT and the global title."""
+    from helpers import make_guard
+
+    ws = fast_workspace(tmp_path / "ws")
+    with make_guard(ws, correctness_rounds=1) as g:
+        first = g.evaluate(from_source(HONEST, "pytorch"), RMS, agent="mallory")
+        assert first.decision == "ACCEPT"
+        read = g.db.find_evaluated
+
+        def revoked_just_after_the_read(*args):
+            row = read(*args)
+            g.db.revoke(row["id"], "REWARD_HACK", "caught when timed again")
+            return row
+
+        monkeypatch.setattr(g.db, "find_evaluated", revoked_just_after_the_read)
+        copy = g.evaluate(from_source(HONEST, "pytorch"), RMS, agent="sybil")
+        assert copy.duplicate_of == first.candidate_id
+        assert (copy.decision, copy.status, copy.is_global_best) == ("REJECT", "REWARD_HACK", False)
+        row = g.db.candidate(copy.candidate_id)
+        assert (row["decision"], row["global_best"]) == ("REJECT", 0)
+
+
+def test_c_text_is_scanned_in_linear_time():
+    """``/\\*.*?\\*/`` over an unclosed comment is quadratic: the screen's and the repetition
+    check's regular expressions took 135 s over 256 KB of ``/*a`` in the guard's own process,
+    for any non-Python source, a ``notes.txt`` beside a Python kernel too. A bound far above
+    what the scan takes, not a speed target."""
+    import time
+
+    from guard.candidates.c_text import blanked, without_comments
+    from guard.repetition import normalized_hash
+    from guard.screen import cpp_rules
+
+    src = 'int a; // c1\n/* b\n c */ char* s = "x//y\\"z"; /* open'
+    assert blanked(src) == 'int a;      \n    \n      char* s = "       ";        '
+    assert without_comments(src) == 'int a; \n char* s = "x//y\\"z"; '
+    t0 = time.monotonic()
+    for pattern in ("/*a", '"a', "//\n"):
+        text = pattern * (256_000 // len(pattern))
+        cpp_rules.check("k.cu", text)
+        normalized_hash(Solution.model_validate(solution(("kernel.py", HONEST), ("notes.txt", text))))
+    assert time.monotonic() - t0 < 20
+    deep = "x = " + "-" * 200_000 + "1\n"  # too deep for the parser: compared as text, no error
+    assert normalized_hash(Solution.model_validate(solution(("kernel.py", deep))))
+
+
+def test_merged_tags_stay_within_a_records_limit(tmp_path):
+    """Near-duplicates merged their tags without bound: 400 records of the same words with 10
+    new tags each made one conclusion of 3,614 tags, 158 KB in every agent's recall."""
+    from guard.archive.db import Database
+    from guard.problems.problem import load_problem
+    from memory import conclusions as C
+    from memory.store import Memory
+    from seeds import SEEDS_DIR
+
+    db = Database(tmp_path / "w.db")
+    problem = load_problem(SEEDS_DIR / RMS, "seed")
+    db.insert_candidate(
+        id="c-1",
+        problem=RMS,
+        definition_hash="h",
+        agent="mallory",
+        language="pytorch",
+        source_hash="s",
+        solution_json="{}",
+        device_key="cpu",
+        device_kind="cpu",
+        state="running",
+    )
+    with db.transaction() as c:
+        c.execute("UPDATE candidates SET state='done', decision='REJECT', status='REWARD_HACK' WHERE id='c-1'")
+    m = Memory(db)
+    for i in range(30):
+        out = m.record(
+            "mallory", problem, "tile sizes matter a lot", "pitfall", "c-1", [f"t{i}-{k}" for k in range(10)]
+        )
+    assert out["merged"] and len(out["tags"]) == C.MAX_TAGS

@@ -140,10 +140,11 @@ def run(hidden_states, weight):
             _rms(hidden_states, weight)
     return _rms(hidden_states, weight)
 """
-# honest, and slower than the incumbent really is: it computes the answer four times, so that
+# honest, and slower than the incumbent really is: it computes the answer sixteen times, so that
 # the stored comparison is a clear REVERT (a loaded machine's threshold is 35%: at twice the
-# work a stored KEEP, which is never paired, was seen) and the pairing always happens
-FOUR_TIMES_THE_WORK = """
+# work a stored KEEP, which is never paired, was seen, and at four times once, 0.985x, with a
+# red team's CPU hog pinned to one of the two cores) and the pairing always happens
+SIXTEEN_TIMES_THE_WORK = """
 import torch
 
 
@@ -153,7 +154,7 @@ def _rms(hidden_states, weight):
 
 
 def run(hidden_states, weight):
-    for _ in range(3):
+    for _ in range(15):
         _rms(hidden_states, weight)
     return _rms(hidden_states, weight)
 """
@@ -175,7 +176,7 @@ def test_an_incumbent_that_runs_slow_when_timed_again_gives_its_challenger_nothi
     try:
         first = guard.evaluate(from_source(unique(SANDBAGS_WHEN_REMEASURED), None, "kernel.py"), RMS, agent="mallory")
         assert first.decision == "ACCEPT", first.reason
-        second = guard.evaluate(from_source(unique(FOUR_TIMES_THE_WORK), None, "kernel.py"), RMS, agent="mallory")
+        second = guard.evaluate(from_source(unique(SIXTEEN_TIMES_THE_WORK), None, "kernel.py"), RMS, agent="mallory")
         assert second.status == "PASSED", second.reason
         entry = second.paired["agent"] if second.paired else None
         assert entry is not None and entry.incumbent == first.candidate_id, second.reason

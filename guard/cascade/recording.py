@@ -263,6 +263,14 @@ class Recorder:
             )
         with self.db.transaction() as c:
             c.execute("UPDATE candidates SET duplicate_of = ? WHERE id = ?", (prior["id"], cid))
+        now = self.db.candidate(prior["id"])
+        if v.decision != "REJECT" and now is not None and now["decision"] == "REJECT":
+            # the prior was revoked while this copy was judged from it (another device's job,
+            # another server on the workspace): the copy follows it, as one judged after would
+            self.db.revoke(cid, now["status"], f"identical to {prior['id']}, caught meanwhile: {now['reason']}")
+            stored = self.db.candidate(cid)
+            assert stored is not None  # recorded just above
+            v = Verdict.model_validate_json(stored["verdict_json"])
         v.duplicate_of = prior["id"]
         v.reason = f"identical source already evaluated as {prior['id']} (not measured again); " + v.reason
         return v
