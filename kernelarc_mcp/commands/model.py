@@ -101,11 +101,23 @@ def cmd_profile(args) -> int:
     return 0
 
 
+# verify builds and runs its kernels in this process, as the user, outside the guard's sandbox
+# (red team, session 42: an accepted C++ kernel's load-time constructor ran a command there)
+AGENT_KERNELS_REFUSED = (
+    "--run and --candidate plug in kernels that agents wrote, and verify builds and runs them in "
+    "this process, as you, outside the guard's sandbox: a load-time constructor or a compile flag "
+    "of theirs runs with your permissions. Read them first (the workspace's archive/<problem>/"
+    "<agent>/<candidate>/sources/, or kernelarc export), then add --trust-agent-kernels"
+)
+
+
 def _kernel_sources(args, lm):
     from guard.workspace import Workspace
     from wholemodel import sources
 
     found = []
+    if (args.run or args.candidate) and not args.trust_agent_kernels:
+        raise ValueError(AGENT_KERNELS_REFUSED)
     if args.run or args.candidate or args.kernel:
         ws = Workspace.open(args.workspace)
         found += [sources.from_run(ws, r) for r in args.run or []]
@@ -231,6 +243,12 @@ def add_parsers(sub) -> None:
         const="triton",
         choices=["triton", "cuda"],
         help="the seed kernels (triton or cuda) on this model's shapes",
+    )
+    s.add_argument(
+        "--trust-agent-kernels",
+        action="store_true",
+        help="allow --run and --candidate: their agent-written kernels are built and run in this "
+        "process, outside the guard's sandbox",
     )
     s.add_argument("--diagnose", action="store_true", help="also try each kernel alone")
     s.add_argument("--reps", type=int, help="timed forwards of each kind (default 20 on the GPU, 5 on the CPU)")

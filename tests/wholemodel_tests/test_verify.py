@@ -194,6 +194,10 @@ def test_cli_profile_top_submit_and_verify_run(tmp_path):
     )
     assert json.loads(sub.stdout.strip().splitlines()[-1])["decision"] == "ACCEPT"
 
+    # agents' kernels run in this process, outside the sandbox: only when the user says so
+    refused = kernelarc(ws, "verify", "llama_block", "--device", "cpu", "--run", run_id, check=False)
+    assert refused.returncode == 2 and "--trust-agent-kernels" in refused.stderr
+    assert "building" not in refused.stderr
     out = kernelarc(
         ws,
         "verify",
@@ -202,6 +206,7 @@ def test_cli_profile_top_submit_and_verify_run(tmp_path):
         "cpu",
         "--run",
         run_id,
+        "--trust-agent-kernels",
         "--reps",
         "2",
         "--markdown",
