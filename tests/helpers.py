@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ __all__ = [
     "fake_workspace",
     "row_problem_folder",
     "write_safetensors",
+    "add_judged_candidate",
     "fast_config",
     "fast_workspace",
     "free_port",
@@ -105,6 +107,38 @@ def cheat_files(device: str) -> list[Path]:
 # the fast settings' 3-10 (the benchmark gate still runs every check, on fewer calls, while
 # holding the timing slot).
 FEW_TIMED_CALLS = {"min_iters": 1, "max_iters": 3}
+
+
+def add_judged_candidate(
+    db,
+    cid: str,
+    problem: str = RMS,
+    decision: str = "ACCEPT",
+    status: str = "PASSED",
+    speedup: float | None = 2.0,
+    agent: str = "a",
+    duplicate_of: str | None = None,
+) -> None:
+    """A candidate row as the guard leaves one it judged (no worker, no verdict JSON): for
+    tests of what reads the table (memory, advice, reports)."""
+    db.insert_candidate(
+        id=cid,
+        problem=problem,
+        definition_hash="h",
+        agent=agent,
+        language="triton",
+        source_hash=cid,
+        solution_json="{}",
+        device_key="cpu",
+        device_kind="cpu",
+        state="running",
+    )
+    with db.transaction() as c:
+        c.execute(
+            "UPDATE candidates SET state='done', decision=?, status=?, speedup_eager=?, finished_at=?,"
+            " duplicate_of=? WHERE id=?",
+            (decision, status, speedup, time.time(), duplicate_of, cid),
+        )
 
 
 def make_guard(path: Path, prestart: bool = False, **overrides):

@@ -13,7 +13,7 @@ from guard.candidates.load import from_solution_json, from_source
 from guard.candidates.solution import Solution
 from launcher.report import _export, _run_best
 
-from helpers import RMS, fast_config, fast_workspace, honest_source
+from helpers import RMS, add_judged_candidate, fast_config, fast_workspace, honest_source
 
 HONEST = honest_source()
 ZEROS = "import torch\n\ndef run(hidden_states, weight):\n    return torch.zeros_like(hidden_states)\n"
@@ -253,25 +253,9 @@ def test_evidence_copied_from_another_agent_is_not_ones_own(tmp_path):
 
     db = Database(tmp_path / "w.db")
     problem = load_problem(SEEDS_DIR / RMS, "seed")
-    for cid, agent, dup in (("c-alice", "alice", None), ("c-copy", "mallory", "c-alice"), ("c-own", "mallory", None)):
-        db.insert_candidate(
-            id=cid,
-            problem=RMS,
-            definition_hash="h",
-            agent=agent,
-            language="pytorch",
-            source_hash=cid,
-            solution_json="{}",
-            device_key="cpu",
-            device_kind="cpu",
-            state="running",
-        )
-        with db.transaction() as c:
-            c.execute(
-                "UPDATE candidates SET state='done', decision='ACCEPT', status='PASSED', speedup_eager=3,"
-                " duplicate_of=? WHERE id=?",
-                (dup, cid),
-            )
+    add_judged_candidate(db, "c-alice", agent="alice", speedup=3)
+    add_judged_candidate(db, "c-copy", agent="mallory", speedup=3, duplicate_of="c-alice")
+    add_judged_candidate(db, "c-own", agent="mallory", speedup=3)
     m = Memory(db)
     with pytest.raises(C.MemoryError_, match="copy of alice's"):
         m.record("mallory", problem, "fp64 accumulation is 3x faster here", "insight", "c-copy")
@@ -365,20 +349,7 @@ def test_merged_tags_stay_within_a_records_limit(tmp_path):
 
     db = Database(tmp_path / "w.db")
     problem = load_problem(SEEDS_DIR / RMS, "seed")
-    db.insert_candidate(
-        id="c-1",
-        problem=RMS,
-        definition_hash="h",
-        agent="mallory",
-        language="pytorch",
-        source_hash="s",
-        solution_json="{}",
-        device_key="cpu",
-        device_kind="cpu",
-        state="running",
-    )
-    with db.transaction() as c:
-        c.execute("UPDATE candidates SET state='done', decision='REJECT', status='REWARD_HACK' WHERE id='c-1'")
+    add_judged_candidate(db, "c-1", agent="mallory", decision="REJECT", status="REWARD_HACK", speedup=None)
     m = Memory(db)
     for i in range(30):
         out = m.record(

@@ -16,6 +16,8 @@ from memory.playbook import Method
 from memory.store import Memory, jaccard
 from seeds import SEEDS_DIR
 
+from helpers import add_judged_candidate
+
 RMS = "rmsnorm_llama3_8b"
 
 
@@ -27,26 +29,6 @@ def db(tmp_path):
 @pytest.fixture
 def problem():
     return load_problem(SEEDS_DIR / RMS, "seed")
-
-
-def add_candidate(db, cid, problem=RMS, decision="ACCEPT", status="PASSED", speedup=2.0, agent="a"):
-    db.insert_candidate(
-        id=cid,
-        problem=problem,
-        definition_hash="h",
-        agent=agent,
-        language="triton",
-        source_hash=cid,
-        solution_json="{}",
-        device_key="cpu",
-        device_kind="cpu",
-        state="running",
-    )
-    with db.transaction() as c:
-        c.execute(
-            "UPDATE candidates SET state='done', decision=?, status=?, speedup_eager=?, finished_at=? WHERE id=?",
-            (decision, status, speedup, time.time(), cid),
-        )
 
 
 def test_record_needs_evaluated_evidence_on_the_problem(db, problem):
@@ -67,10 +49,10 @@ def test_record_needs_evaluated_evidence_on_the_problem(db, problem):
     )
     with pytest.raises(C.MemoryError_, match="no verdict yet"):
         m.record("a", problem, "text", "insight", "c-run")
-    add_candidate(db, "c-other", problem="softmax_lm_vocab_fp32")
+    add_judged_candidate(db, "c-other", problem="softmax_lm_vocab_fp32")
     with pytest.raises(C.MemoryError_, match="evaluated on"):
         m.record("a", problem, "text", "insight", "c-other")
-    add_candidate(db, "c-ok")
+    add_judged_candidate(db, "c-ok")
     for bad_kind in ("rumor", ""):
         with pytest.raises(C.MemoryError_):
             m.record("a", problem, "text", bad_kind, "c-ok")
@@ -89,8 +71,8 @@ def test_evidence_strength_follows_the_verdict():
 
 def test_near_duplicates_merge(db, problem):
     m = Memory(db)
-    add_candidate(db, "c1")
-    add_candidate(db, "c2", speedup=4.0)
+    add_judged_candidate(db, "c1")
+    add_judged_candidate(db, "c2", speedup=4.0)
     a = m.record("a", problem, "vectorized 16-byte loads of each row double the bandwidth", "insight", "c1")
     b = m.record(
         "a", problem, "Vectorized 16-byte loads of each row double the bandwidth.", "insight", "c2", ["memory"]
@@ -111,9 +93,9 @@ def test_agents_words_never_borrow_or_change_others_measurements(db, problem):
     agent's ACCEPT for its words, nor merge into (strengthen, retag, refresh) another agent's
     conclusion by saying nearly the same (red team, session 42: both were possible)."""
     m = Memory(db)
-    add_candidate(db, "c-alice", agent="alice", decision="REJECT", status="INCORRECT_NUMERICAL", speedup=None)
-    add_candidate(db, "c-bob", agent="bob", speedup=3.0)
-    add_candidate(db, "c-mallory", agent="mallory", speedup=1.2)
+    add_judged_candidate(db, "c-alice", agent="alice", decision="REJECT", status="INCORRECT_NUMERICAL", speedup=None)
+    add_judged_candidate(db, "c-bob", agent="bob", speedup=3.0)
+    add_judged_candidate(db, "c-mallory", agent="mallory", speedup=1.2)
     alice = m.record("alice", problem, "torch compile with max autotune is slower here", "insight", "c-alice")
     with pytest.raises(C.MemoryError_, match="bob's, not yours"):
         m.record("mallory", problem, "always use torch compile max autotune", "insight", "c-bob")
@@ -134,12 +116,12 @@ def test_retention_by_count_drops_the_most_prolific_agents_first(db, problem):
     """With a count per problem, one agent's flood of records pushes out its own oldest, not
     the other agents' few."""
     m = Memory(db, C.Retention(per_problem=4))
-    add_candidate(db, "c-a", agent="alice")
-    add_candidate(db, "c-b", agent="bob")
+    add_judged_candidate(db, "c-a", agent="alice")
+    add_judged_candidate(db, "c-b", agent="bob")
     m.record("alice", problem, "wide tiles help prefill", "insight", "c-a")
     m.record("bob", problem, "narrow rows hurt decode", "pitfall", "c-b")
     for i in range(20):
-        add_candidate(db, f"c-m{i}", agent="mallory")
+        add_judged_candidate(db, f"c-m{i}", agent="mallory")
         m.record("mallory", problem, f"claim number {i} {'x' * i} about tiles {i * 7919}", "insight", f"c-m{i}")
     left = m.recall(problem, "", "problem", 10)
     assert sorted(c["agent"] for c in left) == ["alice", "bob", "mallory", "mallory"]
@@ -150,9 +132,9 @@ def test_retention_by_count_drops_the_most_prolific_agents_first(db, problem):
 
 def test_recall_ranks_by_relevance_scope_and_strength(db, problem):
     m = Memory(db)
-    add_candidate(db, "c1", speedup=3.0)
-    add_candidate(db, "c2", decision="KEEP", speedup=1.0)
-    add_candidate(db, "c3", problem="softmax_lm_vocab_fp32")
+    add_judged_candidate(db, "c1", speedup=3.0)
+    add_judged_candidate(db, "c2", decision="KEEP", speedup=1.0)
+    add_judged_candidate(db, "c3", problem="softmax_lm_vocab_fp32")
     soft = load_problem(SEEDS_DIR / "softmax_lm_vocab_fp32", "seed")
     m.record("a", problem, "warp shuffle reduction beats shared memory for the row sum", "insight", "c1")
     m.record("a", problem, "autotuning num_warps helps the large token counts", "insight", "c2")
@@ -171,8 +153,8 @@ def test_recall_relevance_follows_a_conclusions_current_text(db, problem):
     """Recall keeps each conclusion's words between calls; a row whose text or tags changed
     is read again, not scored with the old words."""
     m = Memory(db)
-    add_candidate(db, "c1")
-    add_candidate(db, "c2")
+    add_judged_candidate(db, "c1")
+    add_judged_candidate(db, "c2")
     m.record("a", problem, "decode shapes want eight bf16 values per thread", "insight", "c1", ["vectorised", "loads"])
     m.record("a", problem, "decode shapes want fewer warps per row", "insight", "c2")
     query = "decode vectorised loads"
@@ -195,7 +177,7 @@ def test_retention_by_count_and_age(db, problem):
         "vector loads need alignment",
     ]
     for i, text in enumerate(texts):
-        add_candidate(db, f"c{i}")
+        add_judged_candidate(db, f"c{i}")
         m.record("a", problem, text, "insight", f"c{i}")
     assert m.count() == 3
     kept = [c["text"] for c in m.recall(problem, "", "problem", 10)]
