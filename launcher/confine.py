@@ -8,15 +8,19 @@ environments with their bearer tokens (red team, session 42). A client's own per
 rules do not hold: Claude Code refused a ``Read`` of the secret under a deny rule and then
 printed it from a ``Grep`` of the workspace's folder.
 
-So each agent runs in a bubblewrap sandbox that keeps the host as it is (the client's own
-configuration, its interpreter, the network to its model and to our server) but for two
-things: the workspace is an empty folder except the agent's own folder and the run's
-repository (its worktree's git data), and ``/proc`` is that of a PID namespace of its own,
-which holds only its processes. It runs in a user namespace of its own, without capabilities,
-so that it cannot unmount what hides the workspace, and where the launcher is root it is not
-uid 0 there, so that Codex's own bubblewrap sandbox still starts inside (it could not map uid
-0 without capabilities). Where bubblewrap cannot run, agents run as before and the
-launcher says so (``Confinement.line``)."""
+So each agent runs in a bubblewrap sandbox that shows the host read-only (its interpreter,
+the network to its model and to our server), with the workspace an empty folder except the
+agent's own clone of the run's repository and its own HOME (its client's configuration, the
+login copied in), and /tmp, /dev and ``/proc`` of its own (a PID namespace that holds only its
+processes). A first version bound the host read-write and the agent's whole folder: a red team
+wrote the project's code and the guard's caches, linked its log file (which the launcher opens
+at each restart) to the secret, and set git hooks the server would run.
+
+It runs in a user namespace of its own, without capabilities, so that it cannot unmount what
+hides the workspace, and where the launcher is root it is not uid 0 there, so that Codex's
+own bubblewrap sandbox still starts inside (it could not map uid 0 without capabilities).
+Where bubblewrap cannot run, agents run as before and the launcher says so
+(``Confinement.line``)."""
 
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guard.sandbox.bwrap import bwrap_binary
+from guard.sandbox.policy import default_protected
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +52,15 @@ class Confinement:
     @property
     def line(self) -> str:
         if self.binary is not None:
-            return "agents: confined (bubblewrap; the workspace hidden but their own folders, /proc their own)"
+            return "agents: confined (bubblewrap: the host read-only, the workspace hidden but their clone and HOME)"
         return f"agents: NOT confined ({self.why_not}): they can read the workspace's secret and each other's tokens"
 
 
-def command(binary: Path, argv: Sequence[str], workspace: Path, visible: Sequence[Path]) -> list[str]:
-    """``argv`` run with the host's filesystem but ``workspace`` empty save ``visible`` (folders
-    inside it, read-write), in PID and IPC namespaces of its own. It dies with its parent."""
+def command(binary: Path, argv: Sequence[str], workspace: Path, writable: Sequence[Path]) -> list[str]:
+    """``argv`` run with the host's filesystem read-only, ``workspace`` (and every other
+    workspace the guard knows of) empty, ``writable`` (folders inside the workspace: the
+    agent's clone and its HOME) the only host folders it may write, a /tmp, /dev and /proc of
+    its own, in user, PID and IPC namespaces of its own. It dies with its parent."""
     workspace = workspace.resolve()
     cmd = [
         str(binary),
@@ -65,27 +72,42 @@ def command(binary: Path, argv: Sequence[str], workspace: Path, visible: Sequenc
         "--unshare-ipc",
         "--die-with-parent",
         "--new-session",
-        # run by root, bwrap would leave it the capabilities to unmount what hides the workspace
+        # no capability to unmount what hides the workspace, whoever runs it
         "--cap-drop",
         "ALL",
-        "--bind",
+        # read-only: the project's code, the interpreter, the caches the guard reads (built
+        # extensions, baselines) and the user's own files are all run or read unconfined later
+        # (red team, session 42: an agent wrote the launcher's own code and the guard's cache)
+        "--ro-bind",
         "/",
         "/",
         "--dev",  # a /dev of its own: null, zero, random, tty... no disk to read raw
         "/dev",
         "--proc",
         "/proc",
-        "--perms",
-        "0755",
+        # a /tmp and /dev/shm of its own: the guard's timing-slot locks and its workers' scratch
+        # folders lie in the host's
         "--tmpfs",
-        str(workspace),
+        "/tmp",
+        "--tmpfs",
+        "/dev/shm",
     ]
-    for path in visible:
+    for hidden in _workspaces(workspace):
+        cmd += ["--perms", "0755", "--tmpfs", str(hidden)]
+    for path in writable:
         real = path.resolve()
         if real != workspace and workspace not in real.parents:
             raise ValueError(f"{path} is not inside the workspace {workspace}")
         cmd += ["--bind", str(real), str(real)]
     return [*cmd, "--", *argv]
+
+
+def _workspaces(workspace: Path) -> list[Path]:
+    """The run's workspace and the others the guard's sandbox hides (``default_protected``)
+    that exist, outermost first."""
+    found = [workspace, *(p.resolve() for p in default_protected() if p.is_dir())]
+    found = list(dict.fromkeys(found))
+    return [p for p in found if not any(q != p and q in p.parents for q in found)]
 
 
 @functools.cache

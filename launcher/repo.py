@@ -1,4 +1,4 @@
-"""The run's git repository and one worktree per agent (gitpython)."""
+"""The run's git repository and one clone of it per agent (gitpython)."""
 
 from __future__ import annotations
 
@@ -59,12 +59,20 @@ def create_repo(folder: Path, problem: Problem) -> None:
     for name, path in problem.seed_kernels().items():
         (seeds / name).write_text(path.read_text())
     repo.git.add(A=True)
-    repo.index.commit(f"run brief for {problem.name}")
+    repo.index.commit(f"run brief for {problem.name}", skip_hooks=True)
 
 
-def add_worktree(repo_folder: Path, worktree: Path, agent: str) -> None:
+def clone_for_agent(repo_folder: Path, worktree: Path, agent: str) -> None:
+    """The agent's own clone of the run's repository, on its branch ``agent/<name>``: nothing
+    of it is shared with another agent. Worktrees of one repository shared its configuration,
+    and a red team's agent set ``core.fsmonitor`` there, which another agent's ``git status``
+    then ran with that agent's token in reach. No hard links either: an object file the agent
+    rewrote would have changed the others' too."""
     import git
 
-    repo = git.Repo(repo_folder)
     worktree.parent.mkdir(parents=True, exist_ok=True)
-    repo.git.worktree("add", "-b", f"agent/{agent}", str(worktree), "main")
+    clone = git.Repo(repo_folder).clone(str(worktree), no_hardlinks=True, branch="main")
+    with clone.config_writer() as cw:
+        cw.set_value("user", "name", agent)
+        cw.set_value("user", "email", f"{agent}@kernelarc.invalid")
+    clone.create_head(f"agent/{agent}").checkout()

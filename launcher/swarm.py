@@ -23,7 +23,7 @@ from guard.workspace import Workspace
 
 from . import confine
 from .clients import AgentContext, get_client
-from .repo import add_worktree, create_repo
+from .repo import clone_for_agent, create_repo
 from .run import AgentSpec, RunConfig, RunFolder, new_run_id
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class Swarm:
             adir = self.folder.agent_dir(spec.name)
             adir.mkdir(parents=True, exist_ok=True)
             worktree = adir / "worktree"
-            add_worktree(self.folder.repo, worktree, spec.name)
+            clone_for_agent(self.folder.repo, worktree, spec.name)
             text = strategies[spec.strategy].replace("{problem}", problem.name)
             ctx = AgentContext(
                 name=spec.name,
@@ -156,6 +156,7 @@ class Swarm:
                 budget_s=self.config.budget_minutes * 60,
                 extra_env=self.agent_env,
             )
+            ctx.home.mkdir(parents=True, exist_ok=True)
             (adir / "strategy.md").write_text(text)
             self.runs.append(AgentRun(spec, ctx))
 
@@ -206,8 +207,8 @@ class Swarm:
         launch = client.command(run.ctx, prompt, resume)
         argv = launch.argv
         confinement = confine.probe()
-        if confinement.binary is not None:  # its own folder and the run's repository (its worktree's git data)
-            argv = confine.command(confinement.binary, argv, self.ws.root, [run.ctx.folder, self.folder.repo])
+        if confinement.binary is not None:  # its clone and its HOME; its log and command out of reach
+            argv = confine.command(confinement.binary, argv, self.ws.root, [run.ctx.worktree, run.ctx.home])
         command = {"argv": launch.argv, "cwd": str(launch.cwd), "confinement": confinement.line}
         (run.ctx.folder / "command.json").write_text(json.dumps(command, indent=2))
         logf = open(run.ctx.log, "ab")

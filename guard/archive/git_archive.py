@@ -34,7 +34,7 @@ class GitArchive:
             "Accepted candidates, one folder per problem/agent/candidate, committed by the guard.\n"
         )
         repo.index.add(["README.md"])
-        repo.index.commit("archive created")
+        repo.index.commit("archive created", skip_hooks=True)
         return repo
 
     def commit(
@@ -68,7 +68,9 @@ class GitArchive:
                 f" score={summary.get('score')} speedup={summary.get('speedup_eager')}"
                 + (" (global best)" if summary.get("is_global_best") else "")
             )
-            return repo.index.commit(msg).hexsha
+            # no hook: a red team's agent set core.hooksPath in the user's git configuration,
+            # and this process would have run it, unsandboxed, at every ACCEPT
+            return repo.index.commit(msg, skip_hooks=True).hexsha
         except Exception as exc:  # the database holds the result either way
             log.error("git archive commit of %s failed (the database holds it): %s", candidate_id, exc)
             return None

@@ -26,6 +26,13 @@ class AgentContext:
     def log(self) -> Path:
         return self.folder / "agent.log"
 
+    @property
+    def home(self) -> Path:
+        """The agent's own HOME: its client's configuration and sessions. With the worktree,
+        the only folders a confined agent may write (``launcher.confine``); the launcher's
+        files (the log, the command) lie beside them, out of its reach."""
+        return self.folder / "home"
+
 
 @dataclass
 class Launch:
@@ -58,6 +65,21 @@ def find_executable(env_var: str, name: str) -> str:
 def agent_env(ctx: AgentContext) -> dict[str, str]:
     env = dict(os.environ)
     env.update(ctx.extra_env)
+    env["HOME"] = str(ctx.home)
     env["KERNELARC_TOKEN"] = ctx.token
     env["KERNELARC_URL"] = ctx.server_url
     return env
+
+
+def copy_credentials(ctx: AgentContext, names: list[str]) -> None:
+    """The user's files ``names`` (relative to their HOME: a client's login and settings), where
+    they exist, copied into the agent's own HOME, which the agent may write: the user's stay
+    out of its reach (a red team's agent set ``core.hooksPath`` in the user's ``.gitconfig``,
+    which the server's git would have run)."""
+    user_home = Path(os.environ.get("HOME") or Path.home())
+    for name in names:
+        source, target = user_home / name, ctx.home / name
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            target.chmod(0o600)

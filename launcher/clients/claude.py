@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
-from .base import AgentContext, Launch, agent_env, find_executable
+from .base import AgentContext, Launch, agent_env, copy_credentials, find_executable
 
+# its login and settings, copied into the agent's own HOME
+CREDENTIALS = [".claude.json", ".claude/.credentials.json", ".claude/settings.json"]
 ALLOWED_TOOLS = "mcp__kernelarc Read Write Edit Glob Grep Bash(git add:*) Bash(git commit:*)"
 
 
@@ -23,7 +25,9 @@ class ClaudeClient:
                 }
             }
         }
-        (ctx.folder / "mcp.json").write_text(json.dumps(config, indent=2))
+        ctx.home.mkdir(parents=True, exist_ok=True)
+        (ctx.home / "mcp.json").write_text(json.dumps(config, indent=2))
+        copy_credentials(ctx, CREDENTIALS)
 
     def command(self, ctx: AgentContext, prompt: str, resume: str | None = None) -> Launch:
         argv = [
@@ -31,7 +35,7 @@ class ClaudeClient:
             "-p",
             prompt,
             "--mcp-config",
-            str(ctx.folder / "mcp.json"),
+            str(ctx.home / "mcp.json"),
             "--strict-mcp-config",
             "--allowedTools",
             ALLOWED_TOOLS,

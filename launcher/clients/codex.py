@@ -4,7 +4,7 @@ calls it has not been allowed to make."""
 
 from __future__ import annotations
 
-from .base import AgentContext, Launch, agent_env, find_executable
+from .base import AgentContext, Launch, agent_env, copy_credentials, find_executable
 
 
 def mcp_overrides(url: str) -> list[str]:
@@ -25,7 +25,9 @@ class CodexClient:
     restarts_on_redraft = True
 
     def prepare(self, ctx: AgentContext) -> None:
-        (ctx.folder / "STRATEGY.md").write_text(ctx.strategy_text)
+        ctx.home.mkdir(parents=True, exist_ok=True)
+        (ctx.home / "STRATEGY.md").write_text(ctx.strategy_text)
+        copy_credentials(ctx, [".codex/auth.json", ".codex/config.toml"])
 
     def command(self, ctx: AgentContext, prompt: str, resume: str | None = None) -> Launch:
         # Codex takes no separate system prompt here: the strategy leads the prompt.

@@ -176,7 +176,7 @@ def test_claude_command(tmp_path):
     finally:
         del os.environ["KERNELARC_CLAUDE"]
     argv = launch.argv
-    cfg = json.loads((tmp_path / "mcp.json").read_text())
+    cfg = json.loads((tmp_path / "home" / "mcp.json").read_text())  # in the agent's own HOME
     assert cfg["mcpServers"]["kernelarc"]["headers"]["Authorization"] == "Bearer ${KERNELARC_TOKEN}"
     for flag in ("--strict-mcp-config", "--verbose"):
         assert flag in argv

@@ -18,11 +18,12 @@ pytestmark = pytest.mark.skipif(CONFINEMENT.binary is None, reason=CONFINEMENT.l
 
 def _workspace(tmp_path: Path) -> tuple[Path, Path]:
     ws = tmp_path / "ws"
-    own = ws / "runs" / "r1" / "agents" / "a1"
+    own = ws / "runs" / "r1" / "agents" / "a1" / "worktree"
     own.mkdir(parents=True)
     (ws / "secret.key").write_text("SECRET-KEY\n")
     (ws / "heldout").mkdir()
     (ws / "heldout" / "p.jsonl").write_text("HELD-OUT\n")
+    (own.parent / "agent.log").write_text("")  # the launcher's, beside the clone
     (own / "kernel.py").write_text("OWN = 1\n")
     return ws, own
 
@@ -50,6 +51,49 @@ def test_a_confined_agent_sees_its_own_folder_and_nothing_else_of_the_workspace(
     assert "OWN = 1" in done.stdout and (own / "out.txt").read_text() == "written\n"
     assert int(done.stdout.split()[-1]) < 10  # its own processes only: sh, grep, ls...
     assert (ws / "secret.key").read_text() == "SECRET-KEY\n"  # the unmount was refused
+
+
+@pytest.fixture
+def outside_tmp():
+    """A folder outside /tmp (a confined agent's /tmp is its own, so what lies under the host's
+    would be hidden whatever the rest of the confinement did)."""
+    import shutil
+
+    folder = Path.home() / ".cache" / "kernelarc-tests" / f"confine-{os.getpid()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_confined_agent_writes_nothing_that_runs_or_is_read_unconfined(tmp_path, outside_tmp, monkeypatch):
+    """The first confinement bound the host read-write and the agent's whole folder (red team,
+    session 42): the agent linked its log, which the launcher opens at each restart, to the
+    secret; wrote the project's code and the guard's caches, run or read unconfined later; set
+    a git hook in the user's configuration; took the guard's timing-slot lock in /tmp; and read
+    another workspace's secret. Now only its clone (and its HOME) is writable, /tmp is its own,
+    and every workspace the guard knows of is hidden."""
+    ws, own = _workspace(tmp_path)
+    other = outside_tmp / "other-ws"
+    other.mkdir()
+    (other / "secret.key").write_text("OTHER-SECRET\n")
+    monkeypatch.setenv("KERNELARC_WORKSPACE", str(other))  # a workspace the guard knows of
+    code = outside_tmp / "project.py"
+    code.write_text("SAFE = 1\n")
+    marker = Path("/tmp") / f"kernelarc-confine-test-{os.getpid()}"
+    done = _confined(
+        ws,
+        own,
+        f"ln -sf {ws}/secret.key {own.parent}/agent.log; echo bad >> {code}; echo x > {marker};"
+        f" cat {other}/secret.key; touch {outside_tmp}/new; echo ok",
+    )
+    assert done.stdout.strip().endswith("ok"), done.stderr
+    assert (own.parent / "agent.log").is_file() and not (own.parent / "agent.log").is_symlink()
+    assert code.read_text() == "SAFE = 1\n" and not (outside_tmp / "new").exists()
+    assert not marker.exists()  # its /tmp is its own
+    assert "OTHER-SECRET" not in done.stdout + done.stderr
+    # the same commands, unconfined, do each of these: the test can fail
+    monkeypatch.delenv("KERNELARC_WORKSPACE")
+    assert "OTHER-SECRET" in subprocess.run(["cat", str(other / "secret.key")], capture_output=True, text=True).stdout
 
 
 def test_a_folder_outside_the_workspace_cannot_be_made_visible(tmp_path):

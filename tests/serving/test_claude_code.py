@@ -118,11 +118,8 @@ def test_a_swarm_agent_cannot_read_the_workspace_secret(tmp_path):
             launch = client.command(ctx, "Optimize the kernel.")
         finally:
             del os.environ["KERNELARC_CLAUDE"]
-        home = tmp_path / "home"
-        home.mkdir()
         env = dict(
             launch.env,
-            HOME=str(home),
             ANTHROPIC_BASE_URL=fake.url,
             ANTHROPIC_API_KEY="sk-ant-test-dummy",
             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
@@ -130,7 +127,7 @@ def test_a_swarm_agent_cannot_read_the_workspace_secret(tmp_path):
             MCP_CONNECTION_NONBLOCKING="true",
             MCP_CONNECT_TIMEOUT_MS="1000",
         )
-        argv = confine.command(confinement.binary, launch.argv, ws.root, [folder])
+        argv = confine.command(confinement.binary, launch.argv, ws.root, [ctx.worktree, ctx.home])
         proc = subprocess.run(argv, cwd=launch.cwd, env=env, capture_output=True, text=True, timeout=300)
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     results = tool_results(events)
