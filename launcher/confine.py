@@ -28,7 +28,7 @@ import functools
 import logging
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +92,10 @@ def command(binary: Path, argv: Sequence[str], workspace: Path, writable: Sequen
         "--tmpfs",
         "/dev/shm",
     ]
+    for hidden in _service_folders():
+        cmd += ["--tmpfs", str(hidden)]
+    for keep in _kept_from_services():  # DNS: /etc/resolv.conf often leads into /run
+        cmd += ["--ro-bind", str(keep), str(keep)]
     for hidden in _workspaces(workspace):
         cmd += ["--perms", "0755", "--tmpfs", str(hidden)]
     for path in writable:
@@ -100,6 +104,65 @@ def command(binary: Path, argv: Sequence[str], workspace: Path, writable: Sequen
             raise ValueError(f"{path} is not inside the workspace {workspace}")
         cmd += ["--bind", str(real), str(real)]
     return [*cmd, "--", *argv]
+
+
+# where services listen on files: a read-only mount does not stop a connect(), and a daemon
+# there (Docker's, systemd's, the session bus) would run whatever the agent asked, outside it
+SERVICE_FOLDERS = ("/run", "/var/run")
+# variables that name such services or the user's desktop: not an agent's business
+SCRUBBED_ENV = (
+    "DBUS_SESSION_BUS_ADDRESS",
+    "DBUS_SYSTEM_BUS_ADDRESS",
+    "SSH_AUTH_SOCK",
+    "SSH_AGENT_PID",
+    "GPG_AGENT_INFO",
+    "XDG_RUNTIME_DIR",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XAUTHORITY",
+    "DOCKER_HOST",
+    "TMUX",
+    "STY",
+)
+
+
+def environment(env: Mapping[str, str]) -> dict[str, str]:
+    """An agent's environment in its confinement: without the addresses of the user's and the
+    system's services (the folders they listen in are hidden too)."""
+    return {k: v for k, v in env.items() if k not in SCRUBBED_ENV and not k.startswith("VSCODE_IPC")}
+
+
+def _service_folders() -> list[Path]:
+    """Folders of the host hidden from an agent besides /tmp and /dev/shm: where services
+    listen (``SERVICE_FOLDERS``, the user's runtime folder), where the guard keeps its timing
+    slot's locks and where its workers' scratch folders may lie (the temporary folder), each
+    where it really is and not a link (a mount over a link would fail)."""
+    import tempfile
+
+    from guard.runner.slot import lock_dir
+
+    wanted = [*SERVICE_FOLDERS, os.environ.get("XDG_RUNTIME_DIR") or "", tempfile.gettempdir()]
+    try:
+        wanted.append(str(lock_dir()))
+    except OSError:  # it cannot be made here: nothing of the guard's is there to hide
+        pass
+    out: list[Path] = []
+    for raw in wanted:
+        path = Path(raw) if raw else None
+        if path is None or not path.is_dir() or path.is_symlink():
+            continue
+        real = path.resolve()
+        if real not in (Path("/tmp"), Path("/dev/shm"), Path("/")):
+            out.append(real)
+    return list(dict.fromkeys(out))
+
+
+def _kept_from_services() -> list[Path]:
+    """Files an agent needs that lie in a hidden service folder: the resolver's configuration
+    (``/etc/resolv.conf`` is often a link into /run), without which it finds no model API."""
+    real = Path("/etc/resolv.conf").resolve()
+    hidden = _service_folders()
+    return [real] if real.is_file() and any(h in real.parents for h in hidden) else []
 
 
 def _workspaces(workspace: Path) -> list[Path]:

@@ -139,6 +139,9 @@ class Swarm:
         for spec in self.config.agents:
             adir = self.folder.agent_dir(spec.name)
             adir.mkdir(parents=True, exist_ok=True)
+            # the agent's files are its own: nobody else may reach a program it left there (its
+            # HOME and clone are writable, and a set-user-ID file made inside keeps its bit)
+            adir.chmod(0o700)
             worktree = adir / "worktree"
             clone_for_agent(self.folder.repo, worktree, spec.name)
             text = strategies[spec.strategy].replace("{problem}", problem.name)
@@ -209,13 +212,14 @@ class Swarm:
         confinement = confine.probe()
         if confinement.binary is not None:  # its clone and its HOME; its log and command out of reach
             argv = confine.command(confinement.binary, argv, self.ws.root, [run.ctx.worktree, run.ctx.home])
+        env = confine.environment(launch.env) if confinement.binary is not None else launch.env
         command = {"argv": launch.argv, "cwd": str(launch.cwd), "confinement": confinement.line}
         (run.ctx.folder / "command.json").write_text(json.dumps(command, indent=2))
         logf = open(run.ctx.log, "ab")
         run.proc = subprocess.Popen(
             argv,
             cwd=launch.cwd,
-            env=launch.env,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=logf,
             stderr=subprocess.STDOUT,
@@ -271,6 +275,18 @@ class Swarm:
         run.last_decision = f"{v['decision']} {v['status']}"
         run.advice = v["advice"]["action"]
         return v
+
+    def _watched(self, run: AgentRun, deadline: float) -> str | None:
+        """``_step``, where a failure to watch or restart one agent (what it wrote, read back,
+        was not what the launcher expected) ends that agent, not the swarm (a red team's
+        agent once stopped every agent and the server this way)."""
+        try:
+            return self._step(run, deadline)
+        except Exception:
+            log.exception("%s: stopped, the launcher could not watch or restart it", run.spec.name)
+            self._kill(run.proc)
+            run.state = "failed"
+            return None
 
     def _step(self, run: AgentRun, deadline: float) -> str | None:
         """Watch one agent; returns a reason to stop the whole swarm, if any."""
@@ -369,7 +385,7 @@ class Swarm:
                     break
                 stop = None
                 for run in self.runs:
-                    stop = self._step(run, deadline) or stop
+                    stop = self._watched(run, deadline) or stop
                 if stop:
                     reason = stop
                     break

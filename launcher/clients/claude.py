@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 from .base import AgentContext, Launch, agent_env, copy_credentials, find_executable
 
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 # its login and settings, copied into the agent's own HOME
 CREDENTIALS = [".claude.json", ".claude/.credentials.json", ".claude/settings.json"]
 ALLOWED_TOOLS = "mcp__kernelarc Read Write Edit Glob Grep Bash(git add:*) Bash(git commit:*)"
@@ -66,8 +68,11 @@ class ClaudeClient:
             for line in ctx.log.read_text(errors="replace").splitlines():
                 if line.startswith("{") and '"session_id"' in line:
                     event = json.loads(line)
-                    if event.get("session_id"):
-                        return event["session_id"]
+                    sid = event.get("session_id") if isinstance(event, dict) else None
+                    # the log is the agent's stdout, so the agent wrote it: a plain id or nothing
+                    # (a red team's list crashed the launcher; a string could pose as a flag)
+                    if isinstance(sid, str) and SESSION_ID.fullmatch(sid):
+                        return sid
         except (OSError, ValueError):
             return None
         return None

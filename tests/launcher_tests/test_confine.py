@@ -126,3 +126,52 @@ def test_codex_sandboxes_its_own_commands_inside(tmp_path):
     assert "SECRET-KEY" not in done.stdout + done.stderr
     assert "OWN = 1" in done.stdout, done.stderr[-2000:]
     assert (own / "out.txt").read_text() == "codex\n"
+
+
+def test_services_of_the_host_are_out_of_reach(tmp_path):
+    """A read-only mount does not stop a connect(): a confined agent reached a root-only socket
+    on the host and was taken for root there (its uid maps to the launcher's), the way it would
+    reach Docker's or systemd's and run anything outside (red team, session 42). The folders
+    services listen in are hidden, and their addresses left out of its environment."""
+    import socket
+
+    run = Path("/run")
+    if not os.access(run, os.W_OK):
+        pytest.skip("/run is not writable here: no socket to put there")
+    ws, own = _workspace(tmp_path)
+    path = run / f"kernelarc-confine-test-{os.getpid()}.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    try:
+        probe = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({str(path)!r}); print('CONNECTED')"
+        env = confine.environment({**os.environ, "SSH_AUTH_SOCK": str(path), "DBUS_SESSION_BUS_ADDRESS": "unix:x"})
+        cmd = confine.command(CONFINEMENT.binary, [sys.executable, "-c", probe], ws, [own])
+        done = subprocess.run(cmd, cwd=own, capture_output=True, text=True, timeout=60, env=env)
+        assert "CONNECTED" not in done.stdout and "No such file" in done.stderr, done
+        assert "SSH_AUTH_SOCK" not in env and "DBUS_SESSION_BUS_ADDRESS" not in env
+        unconfined = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+        assert "CONNECTED" in unconfined.stdout  # the socket is there: the test can fail
+    finally:
+        server.close()
+        path.unlink()
+
+
+def test_a_session_id_the_agent_wrote_is_taken_only_if_it_is_an_id(tmp_path):
+    """The Claude client reads the session to resume from the agent's log, which the agent
+    writes: a list there crashed the launcher (every agent and the server stopped), and a
+    string could pose as a flag on the restarted command line."""
+    import json
+
+    from launcher.clients.base import AgentContext
+    from launcher.clients.claude import ClaudeClient
+
+    ctx = AgentContext("a1", "s", "t", "p", tmp_path, tmp_path, "http://x", "ka_x")
+    for sid, taken in (
+        (["x"], None),
+        ("--dangerously-skip-permissions", None),
+        ("a\0b", None),
+        ("4f2a-91_c", "4f2a-91_c"),
+    ):
+        ctx.log.write_text(json.dumps({"type": "system", "session_id": sid}) + "\n")
+        assert ClaudeClient().session_id(ctx) == taken, sid
