@@ -28,10 +28,12 @@ import functools
 import logging
 import os
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from guard.paths import PROJECT_ROOT
 from guard.sandbox.bwrap import bwrap_binary
 from guard.sandbox.policy import default_protected
 
@@ -92,6 +94,8 @@ def command(binary: Path, argv: Sequence[str], workspace: Path, writable: Sequen
         "--tmpfs",
         "/dev/shm",
     ]
+    for keep in _kept_under_tmp(argv):  # the interpreter, the project, the client, where /tmp holds them
+        cmd += ["--ro-bind", str(keep), str(keep)]
     for hidden in _service_folders():
         cmd += ["--tmpfs", str(hidden)]
     for keep in _kept_from_services():  # DNS: /etc/resolv.conf often leads into /run
@@ -155,6 +159,20 @@ def _service_folders() -> list[Path]:
         if real not in (Path("/tmp"), Path("/dev/shm"), Path("/")):
             out.append(real)
     return list(dict.fromkeys(out))
+
+
+def _kept_under_tmp(argv: Sequence[str]) -> list[Path]:
+    """What the agent needs to start that lies under the host's /tmp, which is hidden: this
+    interpreter's prefixes, the project (a fresh clone in /tmp runs the scripted agent from
+    there), the client's executable and its folder. Read-only, outermost only."""
+    tmp = Path("/tmp")
+    wanted = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent, PROJECT_ROOT]
+    if argv:
+        exe = Path(argv[0])
+        wanted += [exe.parent, exe.resolve().parent] if exe.is_absolute() else []
+    found = [p.resolve() for p in wanted if p.exists()]
+    found = [p for p in dict.fromkeys(found) if tmp in p.parents]
+    return [p for p in found if not any(q != p and q in p.parents for q in found)]
 
 
 def _kept_from_services() -> list[Path]:

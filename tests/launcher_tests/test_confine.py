@@ -175,3 +175,21 @@ def test_a_session_id_the_agent_wrote_is_taken_only_if_it_is_an_id(tmp_path):
     ):
         ctx.log.write_text(json.dumps({"type": "system", "session_id": sid}) + "\n")
         assert ClaudeClient().session_id(ctx) == taken, sid
+
+
+def test_a_client_that_lies_under_tmp_still_starts(tmp_path):
+    """The agent's /tmp is its own, which hid what lay under the host's: a fresh clone in /tmp
+    (its interpreter, the project, the scripted agent) and a client installed there. Those are
+    shown again, read-only; the rest of the host's /tmp stays hidden."""
+    ws, own = _workspace(tmp_path)
+    client = tmp_path / "bin" / "client"
+    client.parent.mkdir()
+    client.write_text("#!/bin/sh\necho CLIENT-RAN\n")
+    client.chmod(0o755)
+    (tmp_path / "bin" / "beside").write_text("x\n")
+    (tmp_path / "elsewhere.txt").write_text("HIDDEN\n")
+    cmd = confine.command(CONFINEMENT.binary, [str(client)], ws, [own])
+    done = subprocess.run(cmd, cwd=own, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "CLIENT-RAN", done.stderr
+    peek = confine.command(CONFINEMENT.binary, ["cat", str(tmp_path / "elsewhere.txt")], ws, [own])
+    assert "HIDDEN" not in subprocess.run(peek, capture_output=True, text=True, timeout=60).stdout
