@@ -161,7 +161,7 @@ class JobQueue:
         limit = self.guard.cfg.max_queued_per_agent
         with self.db.transaction() as c:
             (pending,) = c.execute(
-                "SELECT COUNT(*) FROM jobs WHERE agent = ? AND state IN ('queued', 'running')", (agent,)
+                f"SELECT COUNT(*) FROM jobs WHERE agent = ? AND state IN {UNFINISHED!r}", (agent,)
             ).fetchone()
             if pending >= limit:
                 raise TooManyJobs(

@@ -1,2 +1,2 @@
-"""Swarm launcher: worktrees, agent clients, monitoring and reports. The strategy prompts
+"""Swarm launcher: agents' clones and confinement, agent clients, monitoring and reports. The strategy prompts
 it assigns live with the playbooks (``playbooks/strategies/*.md``)."""

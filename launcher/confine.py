@@ -94,12 +94,18 @@ def command(binary: Path, argv: Sequence[str], workspace: Path, writable: Sequen
         "--tmpfs",
         "/dev/shm",
     ]
-    for keep in _kept_under_tmp(argv):  # the interpreter, the project, the client, where /tmp holds them
+    hidden = [Path("/tmp"), Path("/dev/shm"), *_service_folders()]
+    for folder in hidden[2:]:
+        cmd += ["--tmpfs", str(folder)]
+    # what it needs that lies in a hidden folder, read-only (the interpreter, the project and
+    # the client, in a clone under /tmp; DNS: /etc/resolv.conf often leads into /run), then
+    # what is hidden inside that again (the lock folder inside a project shown, say)
+    kept = _kept(argv, hidden)
+    for keep in kept:
         cmd += ["--ro-bind", str(keep), str(keep)]
-    for hidden in _service_folders():
-        cmd += ["--tmpfs", str(hidden)]
-    for keep in _kept_from_services():  # DNS: /etc/resolv.conf often leads into /run
-        cmd += ["--ro-bind", str(keep), str(keep)]
+    for folder in hidden[2:]:
+        if any(k in folder.parents for k in kept):
+            cmd += ["--tmpfs", str(folder)]
     for hidden in _workspaces(workspace):
         cmd += ["--perms", "0755", "--tmpfs", str(hidden)]
     for path in writable:
@@ -140,7 +146,7 @@ def _service_folders() -> list[Path]:
     """Folders of the host hidden from an agent besides /tmp and /dev/shm: where services
     listen (``SERVICE_FOLDERS``, the user's runtime folder), where the guard keeps its timing
     slot's locks and where its workers' scratch folders may lie (the temporary folder), each
-    where it really is and not a link (a mount over a link would fail)."""
+    where it really is."""
     import tempfile
 
     from guard.runner.slot import lock_dir
@@ -152,35 +158,27 @@ def _service_folders() -> list[Path]:
         pass
     out: list[Path] = []
     for raw in wanted:
-        path = Path(raw) if raw else None
-        if path is None or not path.is_dir() or path.is_symlink():
+        if not raw or not Path(raw).is_dir():
             continue
-        real = path.resolve()
+        # where it really lies: a link (TMPDIR=/scratch leading to /mnt/nvme/scratch) is hidden
+        # at its target, which is where the guard's files are (red team, session 42)
+        real = Path(raw).resolve()
         if real not in (Path("/tmp"), Path("/dev/shm"), Path("/")):
             out.append(real)
     return list(dict.fromkeys(out))
 
 
-def _kept_under_tmp(argv: Sequence[str]) -> list[Path]:
-    """What the agent needs to start that lies under the host's /tmp, which is hidden: this
-    interpreter's prefixes, the project (a fresh clone in /tmp runs the scripted agent from
-    there), the client's executable and its folder. Read-only, outermost only."""
-    tmp = Path("/tmp")
+def _kept(argv: Sequence[str], hidden: Sequence[Path]) -> list[Path]:
+    """What the agent needs that lies in a ``hidden`` folder: this interpreter's prefixes, the
+    project (a fresh clone in /tmp runs the scripted agent from there), the client's executable
+    and its folder, and the resolver's configuration. Real paths, outermost only."""
     wanted = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent, PROJECT_ROOT]
-    if argv:
-        exe = Path(argv[0])
-        wanted += [exe.parent, exe.resolve().parent] if exe.is_absolute() else []
+    if argv and Path(argv[0]).is_absolute():
+        wanted += [Path(argv[0]).parent, Path(argv[0]).resolve().parent]
+    wanted.append(Path("/etc/resolv.conf"))
     found = [p.resolve() for p in wanted if p.exists()]
-    found = [p for p in dict.fromkeys(found) if tmp in p.parents]
+    found = [p for p in dict.fromkeys(found) if any(h in p.parents for h in hidden)]
     return [p for p in found if not any(q != p and q in p.parents for q in found)]
-
-
-def _kept_from_services() -> list[Path]:
-    """Files an agent needs that lie in a hidden service folder: the resolver's configuration
-    (``/etc/resolv.conf`` is often a link into /run), without which it finds no model API."""
-    real = Path("/etc/resolv.conf").resolve()
-    hidden = _service_folders()
-    return [real] if real.is_file() and any(h in real.parents for h in hidden) else []
 
 
 def _workspaces(workspace: Path) -> list[Path]:

@@ -19,7 +19,7 @@ kernel prints.
    contract; the seed kernels are in `seeds/` here and in the answer.
 2. `recall` before you start and after each setback: verified conclusions of all agents,
    methods ranked for your measured bottleneck, your own history.
-3. Write your kernel in this worktree, then `submit_candidate` with its source and `notes`
+3. Write your kernel in this folder (your own clone), then `submit_candidate` with its source and `notes`
    saying what you tried. If it answers with a `job_id`, call `get_result`.
 4. Read the verdict (decision, reason, per-workload times, advice). `record` what you
    learned as an insight or pitfall, citing the `candidate_id` that shows it.

@@ -3,8 +3,10 @@
 ```
 runs/<id>/run.json          the configuration, the launcher's pid, the server URL
 runs/<id>/repo/             a git repository with the brief, seeds and guide
-runs/<id>/agents/<name>/    each agent's worktree (branch agent/<name>), prompt, client
-                            configuration and log
+runs/<id>/agents/<name>/    each agent's (0700): worktree/ (its own clone, branch
+                            agent/<name>) and home/ (its client's configuration), the only
+                            folders it may write, and the launcher's files beside them
+                            (agent.log, command.json, strategy.md), out of its reach
 runs/<id>/server.log        the server's log when the launcher started it
 runs/<id>/report/           what `kernelarc report` writes
 runs/<id>/STOP              created by `kernelarc stop`: the launcher winds down

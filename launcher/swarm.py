@@ -282,7 +282,7 @@ class Swarm:
         agent once stopped every agent and the server this way)."""
         try:
             return self._step(run, deadline)
-        except Exception:
+        except (ValueError, TypeError, KeyError, OSError):  # what reading back its files can raise
             log.exception("%s: stopped, the launcher could not watch or restart it", run.spec.name)
             self._kill(run.proc)
             run.state = "failed"

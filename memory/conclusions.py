@@ -133,10 +133,11 @@ def insert(conn: sqlite3.Connection, **fields) -> int:
 
 
 def strengthen(conn: sqlite3.Connection, entry: dict, evidence: sqlite3.Row, strength: float, tags: list[str]) -> None:
-    """A near-duplicate recorded again by its own agent: one more support where the evidence is
-    new (citing one candidate again adds nothing), the tags merged, and where the new evidence
-    is stronger it becomes the evidence shown, so that the strength shown is always that of the
-    candidate named beside it."""
+    """A near-duplicate recorded again by its own agent: one more support where the evidence
+    differs from the one shown (citing it again adds nothing; alternating two candidates still
+    counts each turn), the tags merged within ``MAX_TAGS``, and where the new evidence is
+    stronger it becomes the evidence shown, so that the strength shown is that of the candidate
+    named beside it as it was judged when recorded (a later revocation does not lower it)."""
     fresh = evidence["id"] != entry["evidence"]
     fields: dict[str, object] = {
         "support": entry["support"] + int(fresh),

@@ -180,22 +180,31 @@ def test_a_fork_that_fails_fails_that_worker_and_not_the_zygote(monkeypatch):
 def test_requests_out_of_protocol_are_refused_and_the_zygote_serves_on():
     """The zygote validates each request (``zygote_messages``): one that is not JSON, names no
     known op, lacks a field or brings the wrong descriptors is answered ``Failed``, what came
-    with it closed, and the next request is served."""
+    with it closed, and the next request is served. It serves in a child process of its own,
+    whose descriptors alone are counted."""
     import socket
-    import threading
 
     from guard.runner import zygote_main
 
     guard_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    served = threading.Thread(target=zygote_main.serve, args=(zygote_end,))
-    served.start()
+    pid = os.fork()
+    if pid == 0:  # the zygote
+        guard_end.close()
+        os._exit(zygote_main.serve(zygote_end))
+    zygote_end.close()
     given_r, given_w = os.pipe()
-    open_before = len(os.listdir("/proc/self/fd"))
+
+    def open_in_zygote() -> int:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+
     try:
+        guard_end.send(zygote_messages.encode(zygote_messages.Reap(pid=1)))  # it is serving
+        guard_end.recv(1 << 16)
+        open_before = open_in_zygote()
         bad = [
-            (b"not json", []),
+            (b"not json", [given_r]),
             (b'{"op": "exec", "argv": ["sh"]}', []),
-            (b'{"op": "fork", "argv": [], "cwd": "/"}', []),  # no env
+            (b'{"op": "fork", "argv": [], "cwd": "/"}', [given_r, given_w]),  # no env
             (b'{"op": "reap", "pid": "one"}', []),
             (b'{"op": "fork", "argv": [], "cwd": "/", "env": {}}', [given_r]),  # one descriptor of two
         ]
@@ -204,16 +213,16 @@ def test_requests_out_of_protocol_are_refused_and_the_zygote_serves_on():
             reply = zygote_messages.reply_of(guard_end.recv(1 << 16), zygote_messages.Forked)
             assert isinstance(reply, zygote_messages.Failed), (data, reply)
         assert "descriptors" in reply.error
-        assert len(os.listdir("/proc/self/fd")) == open_before  # the zygote closed what it was given
+        assert open_in_zygote() == open_before  # it closed what came with each
         guard_end.send(zygote_messages.encode(zygote_messages.Reap(pid=os.getpid())))
         reaped = zygote_messages.reply_of(guard_end.recv(1 << 16), zygote_messages.Reaped)
         assert reaped == zygote_messages.Reaped(returncode=None)  # no such child, and still serving
     finally:
         os.close(given_r)
         os.close(given_w)
-        guard_end.close()
-        served.join(10)
-    assert not served.is_alive()
+        guard_end.close()  # the zygote's end: it returns
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def test_an_answer_out_of_turn_ends_the_zygote():

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..candidates.c_text import blanked, without_comments
 from .base import BuildError, write_sources
 from .trim import trim_compiler_output
 
@@ -69,12 +70,16 @@ def _signature(text: str, symbol: str) -> tuple[str, str] | None:
     ``__global__`` kernel of that name) in ``text``, or None. Linear in the text: a regular
     expression over the whole source once took quadratic time in the guard's own process,
     holding its other threads (a red team's 128 KB of ``a b(`` lines: 30 s)."""
-    closing = _closing_parens(text)
-    for m in re.finditer(rf"\b{re.escape(symbol)}\s*\(", text):
+    # structure is read with comments and literals blanked (same offsets): a ``;`` or ``(`` in
+    # a comment above or inside the signature is not code; the parameters are taken from the
+    # text itself, without their comments
+    code = blanked(text)
+    closing = _closing_parens(code)
+    for m in re.finditer(rf"\b{re.escape(symbol)}\s*\(", code):
         close = closing.get(m.end() - 1)
-        if close is None or _BODY.match(text, close + 1) is None:
+        if close is None or _BODY.match(code, close + 1) is None:
             continue
-        before = text[max(0, m.start() - MAX_RETURN_TYPE) : m.start()]
+        before = code[max(0, m.start() - MAX_RETURN_TYPE) : m.start()]
         # from a line start after the last ; { } (a declaration's beginning) on
         lines = before[max(before.rfind(c) for c in ";{}") + 1 :].split("\n")
         for k in range(len(lines)):  # the longest tail of whole lines that is a return type
@@ -83,7 +88,7 @@ def _signature(text: str, symbol: str) -> tuple[str, str] | None:
             if ret is not None:
                 if "__global__" in ret.group(1):  # a kernel of that name, not the host function
                     break
-                return ret.group(1).strip(), text[m.end() : close].strip()
+                return " ".join(ret.group(1).split()), without_comments(text[m.end() : close]).strip()
     return None
 
 

@@ -11,32 +11,40 @@ import re
 from collections.abc import Iterator
 from typing import Literal
 
-_START = re.compile(r'//|/\*|"')
-# a string literal's rest: escapes and other characters up to its closing quote on the line
+_START = re.compile(r"//|/\*|\"|'")
+# a literal's rest: escapes and other characters up to its closing quote on the line
 # (alternatives that cannot both match a character, so no backtracking)
-_STRING_REST = re.compile(r'(?:\\.|[^"\\\n])*("?)')
+_REST = {
+    '"': re.compile(r'(?:\\.|[^"\\\n])*"'),
+    "'": re.compile(r"(?:\\.|[^'\\\n])*'"),
+}
 
 Kind = Literal["comment", "string"]
 
 
 def spans(source: str) -> Iterator[tuple[int, int, Kind]]:
-    """(start, end, kind) of each comment and string literal, in order. An unclosed block
-    comment runs to the end of the text, an unclosed string to the end of its line."""
+    """(start, end, kind) of each comment and string or character literal, in order. An
+    unclosed block comment runs to the end of the text. A quote that does not close on its
+    line is no literal: the rest of that line is code (blanking it hid a call after a ``'"'``
+    from the screen), and the scan goes on from the next line, so a line of quotes is read
+    once."""
     i = 0
     while (m := _START.search(source, i)) is not None:
         start, token = m.start(), m.group()
+        kind: Kind = "comment"
         if token == "//":
             end = source.find("\n", start)
             end = len(source) if end < 0 else end
-            kind: Kind = "comment"
         elif token == "/*":
             end = source.find("*/", start + 2)
             end = len(source) if end < 0 else end + 2
-            kind = "comment"
         else:
-            rest = _STRING_REST.match(source, start + 1)
-            end = rest.end() if rest is not None else start + 1
-            kind = "string"
+            rest = _REST[token].match(source, start + 1)
+            if rest is None:  # unclosed: code; go on after this line
+                eol = source.find("\n", start)
+                i = len(source) if eol < 0 else eol + 1
+                continue
+            end, kind = rest.end(), "string"
         yield start, end, kind
         i = end
 
@@ -53,17 +61,15 @@ def without_comments(source: str) -> str:
 
 
 def blanked(source: str) -> str:
-    """``source`` with every comment and the inside of every string literal blanked, newlines
-    kept: the same length and line numbers."""
+    """``source`` with every comment and the inside of every literal blanked, newlines kept:
+    the same length and offsets, so positions found in it hold in ``source``."""
     out, last = [], 0
     for start, end, kind in spans(source):
         out.append(source[last:start])
         if kind == "comment":
             out.append(_blank(source[start:end]))
         else:  # its quotes stay
-            rest = _STRING_REST.match(source, start + 1)
-            closed = rest is not None and rest.group(1) == '"'
-            out.append('"' + _blank(source[start + 1 : end - 1 if closed else end]) + ('"' if closed else ""))
+            out.append(source[start] + _blank(source[start + 1 : end - 1]) + source[end - 1])
         last = end
     out.append(source[last:])
     return "".join(out)

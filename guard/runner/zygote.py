@@ -32,7 +32,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
 
 from ..sandbox.cgroups import SandboxGroup
 from . import spawner
@@ -44,9 +43,6 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 120.0
 REPLY_TIMEOUT_S = 30.0
 MAX_REPLY = 1 << 16
-
-
-R = TypeVar("R", zm.Forked, zm.Reaped, zm.Started)
 
 
 class ZygoteError(RuntimeError):
@@ -172,7 +168,7 @@ class Zygote:
     def alive(self) -> bool:
         return self.broken is None and self.proc.poll() is None
 
-    def _reply(self, timeout: float, expected: type[R]) -> tuple[R | zm.Failed, list[int]]:
+    def _reply(self, timeout: float, expected: type[zm.R]) -> tuple[zm.R | zm.Failed, list[int]]:
         """A reply and the descriptors that came with it (the caller's to close)."""
         if not readable(self.sock.fileno(), timeout):
             raise ZygoteError(f"no answer from the zygote within {timeout:.0f} s")
@@ -188,7 +184,7 @@ class Zygote:
             close_quietly(*fds)
             raise
 
-    def _ask(self, request: zm.Fork | zm.Reap, fds: list[int], expected: type[R]) -> tuple[R, list[int]]:
+    def _ask(self, request: zm.Fork | zm.Reap, fds: list[int], expected: type[zm.R]) -> tuple[zm.R, list[int]]:
         with self._lock:
             if self.broken is not None:
                 raise ZygoteError(f"the zygote was ended: {self.broken}")

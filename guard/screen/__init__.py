@@ -47,6 +47,9 @@ def screen_solution(solution: Solution, max_bytes: int, max_files: int) -> Scree
     for src in solution.sources:
         suffix = PurePosixPath(src.path).suffix
         if suffix == ".py":
+            foreign = python_rules.foreign_encoding(src.path, src.content)
+            if foreign:
+                return ScreenResult([foreign], "REWARD_HACK")
             syntax = python_rules.syntax_error(src.path, src.content)
             if syntax:
                 return ScreenResult([syntax], "COMPILE_ERROR")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import codecs
+import io
+import tokenize
 
 from . import cpp_rules
 from .findings import Finding
@@ -198,6 +201,20 @@ BANNED_DOTTED = {
 }
 # The workspace's own names: a kernel has no reason to spell them.
 SUSPICIOUS_STRINGS = ("KERNELARC_", "secret.key", "workspace.db", ".kernelarc")
+
+
+def foreign_encoding(path: str, source: str) -> Finding | None:
+    """A coding declaration other than UTF-8. The worker writes the source as UTF-8 and Python
+    imports it by its declaration: under ``# -*- coding: utf-7 -*-`` what this screen reads as
+    a comment is code there (red team, session 42: ``import os`` and a frame walk, hidden so,
+    were ACCEPTed)."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source.encode()).readline)
+    except SyntaxError as exc:  # an unknown codec named
+        return Finding(path, 1, "encoding", f"sources are UTF-8: {exc}")
+    if codecs.lookup(encoding).name not in ("utf-8", "utf-8-sig"):
+        return Finding(path, 1, "encoding", f"sources are UTF-8: a declared coding of {encoding!r} is not allowed")
+    return None
 
 
 def syntax_error(path: str, source: str) -> Finding | None:

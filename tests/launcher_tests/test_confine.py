@@ -33,8 +33,23 @@ def _confined(ws: Path, own: Path, script: str, *argv: str) -> subprocess.Comple
     return subprocess.run(cmd, cwd=own, capture_output=True, text=True, timeout=120)
 
 
-def test_a_confined_agent_sees_its_own_folder_and_nothing_else_of_the_workspace(tmp_path):
-    ws, own = _workspace(tmp_path)
+@pytest.fixture
+def outside_tmp():
+    """A folder outside /tmp (a confined agent's /tmp is its own, so what lies under the host's
+    would be hidden whatever the rest of the confinement did)."""
+    import shutil
+
+    folder = Path.home() / ".cache" / "kernelarc-tests" / f"confine-{os.getpid()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_confined_agent_sees_its_own_folder_and_nothing_else_of_the_workspace(outside_tmp):
+    # outside /tmp: the agent's /tmp is its own, which would hide a workspace there whatever
+    # else the confinement did
+    ws, own = _workspace(outside_tmp)
+    assert "SECRET-KEY" in subprocess.run(["cat", str(ws / "secret.key")], capture_output=True, text=True).stdout
     sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={"TOKEN": "ka_sibling"})
     try:
         done = _confined(
@@ -53,18 +68,6 @@ def test_a_confined_agent_sees_its_own_folder_and_nothing_else_of_the_workspace(
     assert (ws / "secret.key").read_text() == "SECRET-KEY\n"  # the unmount was refused
 
 
-@pytest.fixture
-def outside_tmp():
-    """A folder outside /tmp (a confined agent's /tmp is its own, so what lies under the host's
-    would be hidden whatever the rest of the confinement did)."""
-    import shutil
-
-    folder = Path.home() / ".cache" / "kernelarc-tests" / f"confine-{os.getpid()}"
-    folder.mkdir(parents=True, exist_ok=True)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
 def test_a_confined_agent_writes_nothing_that_runs_or_is_read_unconfined(tmp_path, outside_tmp, monkeypatch):
     """The first confinement bound the host read-write and the agent's whole folder (red team,
     session 42): the agent linked its log, which the launcher opens at each restart, to the
@@ -72,7 +75,7 @@ def test_a_confined_agent_writes_nothing_that_runs_or_is_read_unconfined(tmp_pat
     a git hook in the user's configuration; took the guard's timing-slot lock in /tmp; and read
     another workspace's secret. Now only its clone (and its HOME) is writable, /tmp is its own,
     and every workspace the guard knows of is hidden."""
-    ws, own = _workspace(tmp_path)
+    ws, own = _workspace(outside_tmp)
     other = outside_tmp / "other-ws"
     other.mkdir()
     (other / "secret.key").write_text("OTHER-SECRET\n")

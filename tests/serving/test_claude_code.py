@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -71,7 +72,7 @@ def test_claude_code_drives_the_tools(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_swarm_agent_cannot_read_the_workspace_secret(tmp_path):
+def test_a_swarm_agent_cannot_read_the_workspace_secret(tmp_path, monkeypatch):
     """A swarm's agent runs as the user who started the swarm, its worktree inside the
     workspace: Claude Code's Read reached the workspace's secret (which keys the held-out
     workloads) and other processes' environments (the other agents' tokens), and a Grep of
@@ -79,6 +80,8 @@ def test_a_swarm_agent_cannot_read_the_workspace_secret(tmp_path):
     Run as the launcher runs it (``launcher.confine``), the real CLI finds neither, and still
     reads and searches its own folder."""
     import os
+    import shutil
+    import sys
 
     from guard.workspace import Workspace
     from launcher import confine
@@ -89,51 +92,61 @@ def test_a_swarm_agent_cannot_read_the_workspace_secret(tmp_path):
     confinement = confine.probe()
     if confinement.binary is None:
         pytest.skip(confinement.line)
-    ws = Workspace.open(fast_workspace(tmp_path / "ws"))
-    secret = ws.secret.hex()
-    folder = ws.root / "runs" / "r1" / "agents" / "a1"
-    (folder / "worktree").mkdir(parents=True)
-    (folder / "worktree" / "kernel.py").write_text("OWN = 1\n")
-    ctx = AgentContext(
-        name="a1",
-        strategy="tiling_autotune",
-        strategy_text="Tile it.",
-        problem=RMS,
-        worktree=folder / "worktree",
-        folder=folder,
-        server_url="http://127.0.0.1:9/mcp",  # nothing there: this test calls no tool of ours
-        token="ka_test",
+    # outside /tmp: the agent's /tmp is its own, which would hide a workspace there anyway
+    base = Path.home() / ".cache" / "kernelarc-tests" / f"claude-secret-{os.getpid()}"
+    shutil.rmtree(base, ignore_errors=True)
+    ws = Workspace.open(fast_workspace(base / "ws"))
+    sibling = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], env={"KERNELARC_TOKEN": "ka_sibling_token"}
     )
-    client = get_client("claude")
-    client.prepare(ctx)
-    script = [
-        ("Read", {"file_path": str(ws.secret_path)}),
-        ("Read", {"file_path": f"/proc/{os.getpid()}/environ"}),
-        ("Grep", {"pattern": "[0-9a-f]{64}", "path": str(ws.root), "output_mode": "content"}),
-        ("Grep", {"pattern": "OWN", "path": str(ws.root), "output_mode": "content"}),
-    ]
-    with FakeAnthropic(script) as fake:
-        os.environ["KERNELARC_CLAUDE"] = str(npm_bin(CLAUDE_CODE, "claude"))
-        try:
-            launch = client.command(ctx, "Optimize the kernel.")
-        finally:
-            del os.environ["KERNELARC_CLAUDE"]
-        env = dict(
-            launch.env,
-            ANTHROPIC_BASE_URL=fake.url,
-            ANTHROPIC_API_KEY="sk-ant-test-dummy",
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-            DISABLE_AUTOUPDATER="1",
-            MCP_CONNECTION_NONBLOCKING="true",
-            MCP_CONNECT_TIMEOUT_MS="1000",
+    try:
+        secret = ws.secret.hex()
+        folder = ws.root / "runs" / "r1" / "agents" / "a1"
+        (folder / "worktree").mkdir(parents=True)
+        (folder / "worktree" / "kernel.py").write_text("OWN = 1\n")
+        ctx = AgentContext(
+            name="a1",
+            strategy="tiling_autotune",
+            strategy_text="Tile it.",
+            problem=RMS,
+            worktree=folder / "worktree",
+            folder=folder,
+            server_url="http://127.0.0.1:9/mcp",  # nothing there: this test calls no tool of ours
+            token="ka_test",
         )
-        argv = confine.command(confinement.binary, launch.argv, ws.root, [ctx.worktree, ctx.home])
-        proc = subprocess.run(argv, cwd=launch.cwd, env=env, capture_output=True, text=True, timeout=300)
+        client = get_client("claude")
+        client.prepare(ctx)
+        script = [
+            ("Read", {"file_path": str(ws.secret_path)}),
+            ("Read", {"file_path": f"/proc/{sibling.pid}/environ"}),
+            ("Grep", {"pattern": "[0-9a-f]{64}", "path": str(ws.root), "output_mode": "content"}),
+            ("Grep", {"pattern": "OWN", "path": str(ws.root), "output_mode": "content"}),
+        ]
+        monkeypatch.setenv("KERNELARC_CLAUDE", str(npm_bin(CLAUDE_CODE, "claude")))
+        with FakeAnthropic(script) as fake:
+            launch = client.command(ctx, "Optimize the kernel.")
+            env = dict(
+                launch.env,
+                ANTHROPIC_BASE_URL=fake.url,
+                ANTHROPIC_API_KEY="sk-ant-test-dummy",
+                CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+                DISABLE_AUTOUPDATER="1",
+                MCP_CONNECTION_NONBLOCKING="true",
+                MCP_CONNECT_TIMEOUT_MS="1000",
+            )
+            argv = confine.command(confinement.binary, launch.argv, ws.root, [ctx.worktree, ctx.home])
+            proc = subprocess.run(
+                argv, cwd=launch.cwd, env=confine.environment(env), capture_output=True, text=True, timeout=300
+            )
+    finally:
+        sibling.kill()
+        sibling.wait()
+        shutil.rmtree(base, ignore_errors=True)
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     results = tool_results(events)
     assert len(results) == 4, (proc.returncode, proc.stderr[-2000:], results)
     texts = [json.dumps(r.get("content")) for r in results]
     assert results[0].get("is_error") and secret not in texts[0], results[0]
-    assert results[1].get("is_error") and "ka_test" not in texts[1], results[1]
+    assert results[1].get("is_error") and "ka_sibling_token" not in texts[1], results[1]
     assert secret not in texts[2], results[2]
     assert "OWN = 1" in texts[3], results[3]  # its own folder is there, searched through the workspace's path
