@@ -444,8 +444,11 @@ class Swarm:
             self._refresh(run)
 
     def shutdown(self) -> None:
+        tokens = TokenStore(self.db)
         for run in self.runs:
             self._kill(run.proc)
             if run.state in ("running", "starting", "restarting", "wrapping"):
                 run.state = "stopped"
+            # its token ends with it: one an agent leaked would have served anyone, later, as it
+            tokens.revoke(run.spec.name)
         self._kill(self.server, grace=10)

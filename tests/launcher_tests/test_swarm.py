@@ -80,9 +80,12 @@ def test_scripted_swarm_end_to_end(tmp_path):
 
     concl = Database(ws / "workspace.db").query("SELECT agent, evidence FROM conclusions")
     assert concl and all(c["evidence"].startswith("c-") for c in concl)
-    # every agent ran confined away from the workspace (launcher.confine), and still worked
+    from guard.archive.tokens import TokenStore
     from launcher import confine
 
+    # the run's tokens ended with it
+    assert not {r["agent"] for r in board} & {a["agent"] for a in TokenStore(Database(ws / "workspace.db")).agents()}
+    # every agent ran confined away from the workspace (launcher.confine), and still worked
     commands = sorted((ws / "runs" / result["run"] / "agents").glob("*/command.json"))
     assert len(commands) == 2
     if confine.probe().binary is not None:
