@@ -10,7 +10,7 @@ import re
 import sqlite3
 
 from .candidates.c_text import without_comments
-from .candidates.solution import Solution
+from .candidates.solution import Solution, framed
 from .pyparse import parse
 
 _WORDS = re.compile(r"[A-Za-z0-9_]+")
@@ -40,7 +40,7 @@ def normalized_hash(solution: Solution) -> str:
                 text = re.sub(r"#[^\n]*", "", text)
         else:
             text = without_comments(text)  # linear: a regular expression was quadratic here
-        h.update(src.path.encode() + b"\0" + re.sub(r"\s+", "", text).encode() + b"\0")
+        h.update(framed(src.path) + framed(re.sub(r"\s+", "", text)))
     return h.hexdigest()
 
 

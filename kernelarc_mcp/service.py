@@ -227,7 +227,8 @@ class Service:
                     raise ServiceError(f"source larger than {self.guard.cfg.max_source_bytes} bytes")
                 sol: Solution = from_source(source, language)
             else:
-                text = solution if isinstance(solution, str) else json.dumps(solution)
+                # as it came, not escaped: non-ASCII comments count their own bytes, not six each
+                text = solution if isinstance(solution, str) else json.dumps(solution, ensure_ascii=False)
                 sol = self._bounded(text)
         except (CandidateError, ValueError) as exc:
             raise ServiceError(f"not a candidate: {exc}") from None

@@ -125,9 +125,11 @@ class Memory:
         q = C.fts_query(text)
         if q is None:
             return None
+        # the agent and kind filtered before the limit: other agents' similar words must not
+        # hide its own and make it a second row
         rows = conn.execute(
-            "SELECT c.* FROM conclusions c WHERE c.id IN (SELECT rowid FROM conclusions_fts"
-            " WHERE conclusions_fts MATCH ? ORDER BY rank LIMIT 20) AND c.kind = ? AND c.agent = ?",
+            "SELECT c.* FROM conclusions_fts f JOIN conclusions c ON c.id = f.rowid"
+            " WHERE conclusions_fts MATCH ? AND c.kind = ? AND c.agent = ? ORDER BY f.rank LIMIT 20",
             (f"{q} AND pkey : {C.key(problem)}", kind, agent),
         ).fetchall()
         for r in rows:

@@ -301,3 +301,18 @@ def test_rank_orders_by_fired_rules_family_and_backend():
     assert "other_family" not in ids
     assert ranked[0].rules[0].rule == "failure_class"
     assert {f.rule for f in fired} >= {"failure_class", "bound"}
+
+
+def test_an_agents_own_near_duplicate_is_found_among_many_others(db, problem):
+    """The search for one's own near-duplicate took the 20 best matches first and the agent
+    after: twenty other agents saying the same hid one's own, which then got a second row."""
+    m = Memory(db)
+    text = "fusing the weight multiply into the reduction saves a pass"
+    add_judged_candidate(db, "c-mine", agent="me")
+    mine = m.record("me", problem, text + " nicely", "insight", "c-mine")  # longer: it ranks below theirs
+    for i in range(25):
+        add_judged_candidate(db, f"c-o{i}", agent=f"other{i}")
+        m.record(f"other{i}", problem, text, "insight", f"c-o{i}")
+    add_judged_candidate(db, "c-mine2", agent="me", speedup=3.0)
+    again = m.record("me", problem, text + "!", "insight", "c-mine2")
+    assert again["merged"] and again["id"] == mine["id"]

@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from ..candidates.c_text import blanked, without_comments
+from ..candidates.solution import framed
 from .base import BuildError, write_sources
 from .trim import trim_compiler_output
 
@@ -144,14 +145,9 @@ def _plan(solution: dict[str, Any]) -> _Plan:
     # every part with its length: no two different sets of files and options make one key
     # (with separators alone, a file's content could end in the next file's name; red team)
     digest = hashlib.sha256(
-        b"".join(_framed(part) for rel in sorted(files) for part in (rel, files[rel])) + _framed(repr(opts))
+        b"".join(framed(part) for rel in sorted(files) for part in (rel, files[rel])) + framed(repr(opts))
     ).hexdigest()[:16]
     return _Plan(units, binding, digest)
-
-
-def _framed(text: str) -> bytes:
-    data = text.encode()
-    return len(data).to_bytes(8, "little") + data
 
 
 def extension_digest(solution: dict[str, Any]) -> str | None:

@@ -32,6 +32,14 @@ LANGUAGE_ALIASES = {
 CPP_SUFFIXES = {".cu", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".cuh"}
 
 
+def framed(text: str) -> bytes:
+    """``text`` as bytes behind its length: parts hashed one after another so can never run
+    into each other (joined by NUL alone, a content holding NUL could pose as the next file's
+    name, and two solutions had one hash; red team, session 42)."""
+    data = text.encode()
+    return len(data).to_bytes(8, "little") + data
+
+
 def normalize_language(name: str) -> str:
     name = name.strip().lower()
     name = LANGUAGE_ALIASES.get(name, name)
@@ -165,10 +173,8 @@ class Solution(BaseModel):
         ]
         for src in sorted(self.sources, key=lambda s: s.path):
             parts += [src.path, src.content]
-        for part in parts:  # each with its length: a content holding NUL and a path cannot pose as two files
-            data = part.encode()
-            h.update(len(data).to_bytes(8, "little"))
-            h.update(data)
+        for part in parts:
+            h.update(framed(part))
         return h.hexdigest()
 
     def total_bytes(self) -> int:
