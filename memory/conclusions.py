@@ -52,6 +52,15 @@ CREATE VIRTUAL TABLE IF NOT EXISTS conclusions_vocab USING fts5vocab(conclusions
 CREATE TRIGGER IF NOT EXISTS concl_ai AFTER INSERT ON conclusions BEGIN
     INSERT INTO conclusions_fts(rowid, text, tags, pkey, fkey) VALUES (new.id, new.text, new.tags, new.pkey, new.fkey);
 END;
+-- every candidate cited for a conclusion, once: its support is how many
+CREATE TABLE IF NOT EXISTS conclusion_evidence (
+    conclusion INTEGER NOT NULL,
+    candidate TEXT NOT NULL,
+    PRIMARY KEY (conclusion, candidate)
+);
+CREATE TRIGGER IF NOT EXISTS concl_evidence_ad AFTER DELETE ON conclusions BEGIN
+    DELETE FROM conclusion_evidence WHERE conclusion = old.id;
+END;
 CREATE TRIGGER IF NOT EXISTS concl_ad AFTER DELETE ON conclusions BEGIN
     INSERT INTO conclusions_fts(conclusions_fts, rowid, text, tags, pkey, fkey)
     VALUES ('delete', old.id, old.text, old.tags, old.pkey, old.fkey);
@@ -129,18 +138,23 @@ def insert(conn: sqlite3.Connection, **fields) -> int:
     cols = ", ".join(fields)
     marks = ", ".join("?" for _ in fields)
     cur = conn.execute(f"INSERT INTO conclusions ({cols}) VALUES ({marks})", tuple(fields.values()))
-    return int(cur.lastrowid)
+    cid = int(cur.lastrowid)
+    conn.execute("INSERT OR IGNORE INTO conclusion_evidence VALUES (?, ?)", (cid, fields["evidence"]))
+    return cid
 
 
 def strengthen(conn: sqlite3.Connection, entry: dict, evidence: sqlite3.Row, strength: float, tags: list[str]) -> None:
-    """A near-duplicate recorded again by its own agent: one more support where the evidence
-    differs from the one shown (citing it again adds nothing; alternating two candidates still
-    counts each turn), the tags merged within ``MAX_TAGS``, and where the new evidence is
-    stronger it becomes the evidence shown, so that the strength shown is that of the candidate
-    named beside it as it was judged when recorded (a later revocation does not lower it)."""
-    fresh = evidence["id"] != entry["evidence"]
+    """A near-duplicate recorded again by its own agent: one more support for each candidate
+    never cited for it before (citing one again adds nothing, however the citations alternate),
+    the tags merged within ``MAX_TAGS``, and where the new evidence is stronger it becomes the
+    evidence shown, so that the strength shown is that of the candidate named beside it as it
+    was judged when recorded (a later revocation does not lower it)."""
+    conn.execute("INSERT OR IGNORE INTO conclusion_evidence VALUES (?, ?)", (entry["id"], entry["evidence"]))
+    fresh = conn.execute(
+        "INSERT OR IGNORE INTO conclusion_evidence VALUES (?, ?)", (entry["id"], evidence["id"])
+    ).rowcount
     fields: dict[str, object] = {
-        "support": entry["support"] + int(fresh),
+        "support": entry["support"] + fresh,
         # its own tags first, then new ones while there is room: never more than a record may
         # carry (a red team's 400 merges made 3,614 tags, 158 KB in every recall)
         "tags": json.dumps(sorted(list(dict.fromkeys([*entry["tags"], *tags]))[:MAX_TAGS])),

@@ -82,6 +82,9 @@ def test_near_duplicates_merge(db, problem):
     assert b["evidence"] == "c2" and b["evidence_speedup"] == 4.0 and b["strength"] > a["strength"]
     again = m.record("a", problem, "vectorized 16-byte loads of each row double the bandwidth", "insight", "c2")
     assert again["merged"] and again["support"] == 2  # one candidate cited twice supports once
+    for cited in ("c1", "c2", "c1", "c2"):  # however the citations alternate
+        again = m.record("a", problem, "vectorized 16-byte loads of each row double the bandwidth", "insight", cited)
+    assert again["support"] == 2
     c = m.record("a", problem, "vectorized loads of each row hurt on small batches", "pitfall", "c2")
     assert not c["merged"]
     assert m.count() == 2
