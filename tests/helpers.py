@@ -56,6 +56,7 @@ __all__ = [
     "row_problem_folder",
     "write_safetensors",
     "add_judged_candidate",
+    "add_running_candidate",
     "fast_config",
     "fast_workspace",
     "free_port",
@@ -109,18 +110,8 @@ def cheat_files(device: str) -> list[Path]:
 FEW_TIMED_CALLS = {"min_iters": 1, "max_iters": 3}
 
 
-def add_judged_candidate(
-    db,
-    cid: str,
-    problem: str = RMS,
-    decision: str = "ACCEPT",
-    status: str = "PASSED",
-    speedup: float | None = 2.0,
-    agent: str = "a",
-    duplicate_of: str | None = None,
-) -> None:
-    """A candidate row as the guard leaves one it judged (no worker, no verdict JSON): for
-    tests of what reads the table (memory, advice, reports)."""
+def add_running_candidate(db, cid: str, problem: str = RMS, agent: str = "a") -> None:
+    """A candidate row as the guard makes one when an evaluation begins (no verdict yet)."""
     db.insert_candidate(
         id=cid,
         problem=problem,
@@ -133,6 +124,21 @@ def add_judged_candidate(
         device_kind="cpu",
         state="running",
     )
+
+
+def add_judged_candidate(
+    db,
+    cid: str,
+    problem: str = RMS,
+    decision: str = "ACCEPT",
+    status: str = "PASSED",
+    speedup: float | None = 2.0,
+    agent: str = "a",
+    duplicate_of: str | None = None,
+) -> None:
+    """A candidate row as the guard leaves one it judged (no worker, no verdict JSON): for
+    tests of what reads the table (memory, advice, reports)."""
+    add_running_candidate(db, cid, problem, agent)
     with db.transaction() as c:
         c.execute(
             "UPDATE candidates SET state='done', decision=?, status=?, speedup_eager=?, finished_at=?,"

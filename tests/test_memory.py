@@ -16,7 +16,7 @@ from memory.playbook import Method
 from memory.store import Memory, jaccard
 from seeds import SEEDS_DIR
 
-from helpers import add_judged_candidate
+from helpers import add_judged_candidate, add_running_candidate
 
 RMS = "rmsnorm_llama3_8b"
 
@@ -35,18 +35,7 @@ def test_record_needs_evaluated_evidence_on_the_problem(db, problem):
     m = Memory(db)
     with pytest.raises(C.MemoryError_, match="not a candidate"):
         m.record("a", problem, "text", "insight", "c-none")
-    db.insert_candidate(
-        id="c-run",
-        problem=RMS,
-        definition_hash="h",
-        agent="a",
-        language="triton",
-        source_hash="x",
-        solution_json="{}",
-        device_key="cpu",
-        device_kind="cpu",
-        state="running",
-    )
+    add_running_candidate(db, "c-run")
     with pytest.raises(C.MemoryError_, match="no verdict yet"):
         m.record("a", problem, "text", "insight", "c-run")
     add_judged_candidate(db, "c-other", problem="softmax_lm_vocab_fp32")

@@ -68,7 +68,7 @@ def test_a_confined_agent_sees_its_own_folder_and_nothing_else_of_the_workspace(
     assert (ws / "secret.key").read_text() == "SECRET-KEY\n"  # the unmount was refused
 
 
-def test_a_confined_agent_writes_nothing_that_runs_or_is_read_unconfined(tmp_path, outside_tmp, monkeypatch):
+def test_a_confined_agent_writes_nothing_that_runs_or_is_read_unconfined(outside_tmp, monkeypatch):
     """The first confinement bound the host read-write and the agent's whole folder (red team,
     session 42): the agent linked its log, which the launcher opens at each restart, to the
     secret; wrote the project's code and the guard's caches, run or read unconfined later; set

@@ -72,7 +72,7 @@ def test_claude_code_drives_the_tools(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_swarm_agent_cannot_read_the_workspace_secret(tmp_path, monkeypatch):
+def test_a_swarm_agent_cannot_read_the_workspace_secret(monkeypatch):
     """A swarm's agent runs as the user who started the swarm, its worktree inside the
     workspace: Claude Code's Read reached the workspace's secret (which keys the held-out
     workloads) and other processes' environments (the other agents' tokens), and a Grep of
