@@ -8,7 +8,9 @@ def build_model(device: str, dtype: torch.dtype) -> torch.nn.Module: ...   # rea
 def example_inputs(device: str, dtype: torch.dtype) -> tuple: ...          # positional forward args
 ```
 
-The guard never runs this file: profiling and verification run in the calling process.
+The guard never runs this file. ``kernelarc profile`` runs it in the calling process;
+``kernelarc verify`` in the guard's sandbox with the kernels (``wholemodel.sandboxed``), which
+shows it its own folder read-only, or in the calling process with ``--in-process``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,17 @@ def pick_dtype(name: str | None, device: str) -> torch.dtype:
     if not isinstance(dt, torch.dtype):
         raise ValueError(f"unknown dtype {name!r}")
     return dt
+
+
+def model_spec(spec: str) -> str:
+    """``spec`` as it names the same model from any folder: a built-in's as given, a file's
+    absolute path (``kernelarc verify`` loads it again in a sandbox, from another folder)."""
+    if spec.removeprefix("builtin:").partition(":")[0] in builtin.SIZES:
+        return spec
+    path = Path(spec)
+    if not path.is_file():
+        raise ValueError(f"{spec}: not a built-in model ({', '.join(builtin.SIZES)}) nor a Python file")
+    return str(path.resolve())
 
 
 def load(spec: str, device: str = "auto", dtype: str | None = None, size: str | None = None) -> LoadedModel:

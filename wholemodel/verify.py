@@ -17,6 +17,7 @@ What is measured, with every kernel plugged in and (``diagnose``) with each alon
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import statistics
@@ -280,6 +281,57 @@ class Verification:
     @property
     def ok(self) -> bool:
         return self.total.check.ok and all(u.served > 0 for u in self.total.use.values())
+
+    def to_json(self) -> dict:
+        """What ``--json`` prints, and what a sandboxed verification sends back."""
+
+        def trial(t: Trial) -> dict:
+            return {
+                "kernels": t.kernels,
+                "check": dataclasses.asdict(t.check),
+                "model_ms": t.own_ms,
+                "plugged_ms": t.plugged_ms,
+                "speedup": t.speedup,
+                "use": {n: dataclasses.asdict(u) for n, u in t.use.items()},
+            }
+
+        return {
+            "model": self.model,
+            "device": self.device,
+            "dtype": self.dtype,
+            "error_factor": self.factor,
+            "reps": self.reps,
+            "ok": self.ok,
+            "origins": self.origins,
+            "total": trial(self.total),
+            "alone": [trial(t) for t in self.alone],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Verification:
+        def trial(t: dict) -> Trial:
+            c = t["check"]
+            check = accuracy.Check(
+                c["ok"],
+                accuracy.Errors(**c["plugged"]),
+                accuracy.Errors(**c["own"]),
+                c["limit_rel_l2"],
+                c["limit_max_abs"],
+                c["message"],
+            )
+            use = {n: KernelUse(**u) for n, u in t["use"].items()}
+            return Trial(list(t["kernels"]), check, t["model_ms"], t["plugged_ms"], use)
+
+        return cls(
+            data["model"],
+            data["device"],
+            data["dtype"],
+            data["error_factor"],
+            data["reps"],
+            trial(data["total"]),
+            [trial(t) for t in data["alone"]],
+            dict(data["origins"]),
+        )
 
 
 def verify(

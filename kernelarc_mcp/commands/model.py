@@ -17,7 +17,9 @@ MODEL_HELP = """MODEL is a built-in block (llama_block, gpt2_block; append :smal
 on the GPU and small on the CPU) or a Python file defining
     build_model(device: str, dtype: torch.dtype) -> torch.nn.Module
     example_inputs(device: str, dtype: torch.dtype) -> tuple   # the forward's positional args
-The file runs in this process. See docs/profiling.md for which modules kernels plug into."""
+profile runs the file in this process; verify runs it with the kernels in the guard's
+sandbox, which shows the file's folder read-only (--in-process: in this process).
+See docs/profiling.md for which modules kernels plug into."""
 
 
 def _print(text: str = "") -> None:
@@ -101,103 +103,105 @@ def cmd_profile(args) -> int:
     return 0
 
 
-# verify builds and runs its kernels in this process, as the user, outside the guard's sandbox
-# (red team, session 42: an accepted C++ kernel's load-time constructor ran a command there)
+# Where the machine has no sandbox, verify builds and runs its kernels in this process, as the
+# user (red team, session 42: an accepted C++ kernel's load-time constructor ran a command there)
 AGENT_KERNELS_REFUSED = (
-    "--run and --candidate plug in kernels that agents wrote, and verify builds and runs them in "
-    "this process, as you, outside the guard's sandbox: a load-time constructor or a compile flag "
-    "of theirs runs with your permissions. Read them first (the workspace's archive/<problem>/"
-    "<agent>/<candidate>/sources/, or kernelarc export), then add --trust-agent-kernels"
+    "--run and --candidate plug in kernels that agents wrote, and {why} verify would build and "
+    "run them in this process, as you: a load-time constructor or a compile flag of theirs runs "
+    "with your permissions. Read them first (the workspace's archive/<problem>/<agent>/"
+    "<candidate>/sources/, or kernelarc export), then add --trust-agent-kernels"
 )
 
 
-def _kernel_sources(args, lm):
+def _kernel_sources(args, device: str):
     from guard.workspace import Workspace
     from wholemodel import sources
 
     found = []
-    if (args.run or args.candidate) and not args.trust_agent_kernels:
-        raise ValueError(AGENT_KERNELS_REFUSED)
     if args.run or args.candidate or args.kernel:
         ws = Workspace.open(args.workspace)
         found += [sources.from_run(ws, r) for r in args.run or []]
         found += [sources.from_candidate(ws, c) for c in args.candidate or []]
         found += [sources.from_kernel_file(ws, k) for k in args.kernel or []]
     if args.seeds:
+        from wholemodel.loader import load
         from wholemodel.profile import profile_model
 
         print("profiling once to find the model's shapes for the seed kernels...", file=sys.stderr)
+        lm = load(args.model, device=device, dtype=args.dtype)
         found += sources.seed_sources(profile_model(lm, reps=1, warmup=1), args.seeds)
     if not found:
         raise ValueError("no kernels: give --run RUN, --candidate ID, --kernel PROBLEM=FILE or --seeds")
     return found
 
 
+def _isolation(args):
+    """Where the job runs: the guard's sandbox, unless this machine has none or the user asks
+    for this process; agents' kernels run in this process only with the user's consent."""
+    from guard import sandbox
+
+    isolation = sandbox.probe()
+    why = None
+    if args.in_process:
+        why = "with --in-process"
+    elif not isolation.available:
+        why = f"this machine has no sandbox ({isolation.line()}), so"
+    if why is not None and (args.run or args.candidate) and not args.trust_agent_kernels:
+        raise ValueError(AGENT_KERNELS_REFUSED.format(why=why))
+    return isolation if why is None else None
+
+
 def cmd_verify(args) -> int:
     from guard.paths import cache_dir
-    from wholemodel import tables
-    from wholemodel.verify import build_kernel, verify
+    from guard.workspace import resolve_workspace_path
+    from wholemodel import job as verify_job
+    from wholemodel import sandboxed, tables
+    from wholemodel.loader import model_spec, pick_device
 
     if (args.reps is not None and args.reps < 1) or args.error_factor <= 0:
         raise ValueError("--reps must be at least 1 and --error-factor positive")
-    lm = _load(args)
-    build_root = cache_dir() / "verify"
-    build_root.mkdir(parents=True, exist_ok=True)
-    kernels = []
-    for src in _kernel_sources(args, lm):
-        print(f"building {src.problem.name} ({src.origin})...", file=sys.stderr)
-        kernels.append(build_kernel(src.problem, src.solution, src.origin, lm.device, build_root))
-    reps = args.reps or (20 if lm.device == "cuda" else 5)
-    result = verify(
-        lm,
-        kernels,
-        reps=reps,
+    device = pick_device(args.device)
+    if device == "cpu":  # before anything imports triton in this process
+        from wholemodel.verify import use_triton_interpreter
+
+        use_triton_interpreter()
+    isolation = _isolation(args)
+    job = verify_job.VerifyJob(
+        model=model_spec(args.model),
+        device=device,
+        dtype=args.dtype,
+        kernels=[verify_job.KernelJob.of(s.problem, s.solution, s.origin) for s in _kernel_sources(args, device)],
+        reps=args.reps or (20 if device == "cuda" else 5),
         diagnose=args.diagnose,
         factor=args.error_factor,
-        on_progress=lambda msg: print(msg + "...", file=sys.stderr),
     )
+    if isolation is not None:
+        where = f"in the sandbox ({isolation.line()})"
+        print(f"verifying {where}...", file=sys.stderr)
+        result = sandboxed.run(job, protect=[resolve_workspace_path(args.workspace)])
+    else:
+        where = "in this process, without a sandbox"
+        print(f"verifying {where}...", file=sys.stderr)
+        result = verify_job.run(job, cache_dir() / "verify", lambda msg: print(msg + "...", file=sys.stderr))
     if args.json:
-        emit_json(_verification_json(result))
+        emit_json({**result.to_json(), "ran": where})
         return 0 if result.ok else 1
     for line in tables.verify_summary(result):
         _print(line)
+    _print(f"  ran {where}")
     _print()
     render.table(*tables.verify_table(result))
     if result.alone:
         _print()
         render.table(*tables.diagnose_table(result))
     sections = [
-        ("", "\n".join(tables.verify_summary(result))),
+        ("", "\n".join([*tables.verify_summary(result), f"  ran {where}"])),
         ("### Per kernel, all plugged in", tables.markdown(tables.verify_table(result))),
     ]
     if result.alone:
         sections.append(("### Each kernel alone", tables.markdown(tables.diagnose_table(result))))
     _write_markdown(args.markdown, sections)
     return 0 if result.ok else 1
-
-
-def _verification_json(v) -> dict:
-    def trial(t):
-        check = {**t.check.__dict__, "plugged": t.check.plugged.__dict__, "own": t.check.own.__dict__}
-        return {
-            "kernels": t.kernels,
-            "check": check,
-            "model_ms": t.own_ms,
-            "plugged_ms": t.plugged_ms,
-            "speedup": t.speedup,
-            "use": {n: u.__dict__ for n, u in t.use.items()},
-        }
-
-    return {
-        "model": v.model,
-        "device": v.device,
-        "dtype": v.dtype,
-        "error_factor": v.factor,
-        "reps": v.reps,
-        "ok": v.ok,
-        "total": trial(v.total),
-        "alone": [trial(t) for t in v.alone],
-    }
 
 
 def _model_args(s: argparse.ArgumentParser) -> None:
@@ -245,10 +249,16 @@ def add_parsers(sub) -> None:
         help="the seed kernels (triton or cuda) on this model's shapes",
     )
     s.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the model and kernels in this process rather than in the guard's sandbox (for a "
+        "model that reads files outside its own folder); the default where there is no sandbox",
+    )
+    s.add_argument(
         "--trust-agent-kernels",
         action="store_true",
-        help="allow --run and --candidate: their agent-written kernels are built and run in this "
-        "process, outside the guard's sandbox",
+        help="allow --run and --candidate in this process (--in-process, or no sandbox here): "
+        "their agent-written kernels are built and run with your permissions",
     )
     s.add_argument("--diagnose", action="store_true", help="also try each kernel alone")
     s.add_argument("--reps", type=int, help="timed forwards of each kind (default 20 on the GPU, 5 on the CPU)")

@@ -141,7 +141,7 @@ def test_seed_triton_kernels_on_the_float32_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_profile_top_submit_and_verify_run(tmp_path):
+def test_cli_profile_top_submit_and_verify_run(tmp_path, needs_bwrap):
     """profile --top writes and imports problems; the guard judges a kernel on one; a
     swarm run's best kernel is what verify --run plugs in."""
     ws = fast_workspace(tmp_path / "ws")
@@ -194,8 +194,8 @@ def test_cli_profile_top_submit_and_verify_run(tmp_path):
     )
     assert json.loads(sub.stdout.strip().splitlines()[-1])["decision"] == "ACCEPT"
 
-    # agents' kernels run in this process, outside the sandbox: only when the user says so
-    refused = kernelarc(ws, "verify", "llama_block", "--device", "cpu", "--run", run_id, check=False)
+    # agents' kernels run in the guard's sandbox; in this process only when the user says so
+    refused = kernelarc(ws, "verify", "llama_block", "--device", "cpu", "--run", run_id, "--in-process", check=False)
     assert refused.returncode == 2 and "--trust-agent-kernels" in refused.stderr
     assert "building" not in refused.stderr
     out = kernelarc(
@@ -206,14 +206,30 @@ def test_cli_profile_top_submit_and_verify_run(tmp_path):
         "cpu",
         "--run",
         run_id,
-        "--trust-agent-kernels",
         "--reps",
         "2",
         "--markdown",
         str(tmp_path / "verify.md"),
     )
     assert "PASSED" in out.stdout and f"run {run_id}" in out.stdout
+    assert "ran in the sandbox (isolation: bubblewrap" in out.stdout
     assert "| llama_block_small_matmul |" in (tmp_path / "verify.md").read_text()
+    trusted = kernelarc(
+        ws,
+        "verify",
+        "llama_block",
+        "--device",
+        "cpu",
+        "--run",
+        run_id,
+        "--in-process",
+        "--trust-agent-kernels",
+        "--reps",
+        "1",
+        "--json",
+    )
+    doc = json.loads(trusted.stdout.strip().splitlines()[-1])
+    assert doc["ok"] and doc["ran"] == "in this process, without a sandbox"
 
     wrong = kernelarc(
         ws,
