@@ -195,39 +195,15 @@ def test_cli_profile_top_submit_and_verify_run(tmp_path, needs_bwrap):
     assert json.loads(sub.stdout.strip().splitlines()[-1])["decision"] == "ACCEPT"
 
     # agents' kernels run in the guard's sandbox; in this process only when the user says so
-    refused = kernelarc(ws, "verify", "llama_block", "--device", "cpu", "--run", run_id, "--in-process", check=False)
+    verify_run = ["verify", "llama_block", "--device", "cpu", "--run", run_id]
+    refused = kernelarc(ws, *verify_run, "--in-process", check=False)
     assert refused.returncode == 2 and "--trust-agent-kernels" in refused.stderr
     assert "building" not in refused.stderr
-    out = kernelarc(
-        ws,
-        "verify",
-        "llama_block",
-        "--device",
-        "cpu",
-        "--run",
-        run_id,
-        "--reps",
-        "2",
-        "--markdown",
-        str(tmp_path / "verify.md"),
-    )
+    out = kernelarc(ws, *verify_run, "--reps", "2", "--markdown", str(tmp_path / "verify.md"))
     assert "PASSED" in out.stdout and f"run {run_id}" in out.stdout
     assert "ran in the sandbox (isolation: bubblewrap" in out.stdout
     assert "| llama_block_small_matmul |" in (tmp_path / "verify.md").read_text()
-    trusted = kernelarc(
-        ws,
-        "verify",
-        "llama_block",
-        "--device",
-        "cpu",
-        "--run",
-        run_id,
-        "--in-process",
-        "--trust-agent-kernels",
-        "--reps",
-        "1",
-        "--json",
-    )
+    trusted = kernelarc(ws, *verify_run, "--in-process", "--trust-agent-kernels", "--reps", "1", "--json")
     doc = json.loads(trusted.stdout.strip().splitlines()[-1])
     assert doc["ok"] and doc["ran"] == "in this process, without a sandbox"
 
