@@ -24,6 +24,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from .limits import AgentLimits
+
 Client = Literal["claude", "codex", "scripted"]
 
 
@@ -47,6 +49,7 @@ class RunConfig(BaseModel):
     started_at: float = Field(default_factory=time.time)
     launcher_pid: int = Field(default_factory=os.getpid)
     stall_minutes: float = Field(10.0, gt=0, description="restart an agent silent this long")
+    agent_limits: AgentLimits = Field(default_factory=AgentLimits)
 
 
 def new_run_id(problem: str) -> str:

@@ -23,6 +23,7 @@ from guard.workspace import Workspace
 
 from . import confine
 from .clients import AgentContext, get_client
+from .limits import AgentLimits, Limited
 from .repo import clone_for_agent, create_repo
 from .run import AgentSpec, RunConfig, RunFolder, new_run_id
 
@@ -54,6 +55,7 @@ class AgentRun:
     spec: AgentSpec
     ctx: AgentContext
     proc: subprocess.Popen | None = None
+    limited: Limited | None = None  # its limits' cgroup, while it runs
     state: str = "starting"  # running, restarting, wrapping (at its candidate cap), done, stopped, failed
     wrap_up_until: float | None = None  # monotonic deadline once at its candidate cap
     restarts: int = 0
@@ -100,6 +102,7 @@ class Swarm:
         agent_env: dict[str, str] | None = None,
         on_update: Callable[..., None] | None = None,
         stall_minutes: float = 10.0,
+        agent_limits: AgentLimits | None = None,
     ):
         if agents < 1:
             raise ValueError("--agents must be at least 1")
@@ -119,6 +122,7 @@ class Swarm:
             devices=str(devices),
             server_url=server_url,
             stall_minutes=stall_minutes,
+            agent_limits=agent_limits or AgentLimits(),
             agents=[AgentSpec(name=n, strategy=n.rsplit("-", 2)[0], client=client, model=model) for n in names],
         )
         self.folder = RunFolder(workspace.root, run_id)
@@ -213,21 +217,33 @@ class Swarm:
         if confinement.binary is not None:  # its clone and its HOME; its log and command out of reach
             argv = confine.command(confinement.binary, argv, self.ws.root, [run.ctx.worktree, run.ctx.home])
         env = confine.environment(launch.env) if confinement.binary is not None else launch.env
-        command = {"argv": launch.argv, "cwd": str(launch.cwd), "confinement": confinement.line}
-        (run.ctx.folder / "command.json").write_text(json.dumps(command, indent=2))
-        logf = open(run.ctx.log, "ab")
-        run.proc = subprocess.Popen(
-            argv,
-            cwd=launch.cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        logf.close()
+        limited = Limited(argv, self.config.agent_limits)
+        command = {"argv": launch.argv, "cwd": str(launch.cwd), "confinement": confinement.line, "limits": limited.line}
+        try:
+            (run.ctx.folder / "command.json").write_text(json.dumps(command, indent=2))
+            with open(run.ctx.log, "ab") as logf:
+                run.proc = subprocess.Popen(
+                    limited.argv,
+                    cwd=launch.cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except BaseException:
+            limited.close()
+            raise
+        run.limited = limited
         run.state = "running"
         run.last_attempt_at = time.time()
+
+    def _stop(self, run: AgentRun) -> None:
+        """End an agent: its process, then whatever is left in its cgroup."""
+        self._kill(run.proc)
+        if run.limited is not None:
+            run.limited.close()
+            run.limited = None
 
     @staticmethod
     def _kill(proc: subprocess.Popen | None, grace: float = 5.0) -> None:
@@ -284,7 +300,7 @@ class Swarm:
             return self._step(run, deadline)
         except (ValueError, TypeError, KeyError, OSError):  # what reading back its files can raise
             log.exception("%s: stopped, the launcher could not watch or restart it", run.spec.name)
-            self._kill(run.proc)
+            self._stop(run)
             run.state = "failed"
             return None
 
@@ -295,7 +311,7 @@ class Swarm:
         verdict = self._refresh(run)
         client = get_client(run.spec.client)
         if verdict is not None and verdict["advice"]["action"] == "stop":
-            self._kill(run.proc)
+            self._stop(run)
             run.state = "done"
             if "speed of light" in verdict["advice"]["message"]:
                 return f"{run.spec.name} reached the target fraction of speed of light"
@@ -310,7 +326,7 @@ class Swarm:
                 run.state = "wrapping"
             exited = run.proc is None or run.proc.poll() is not None
             if exited or time.monotonic() > run.wrap_up_until:
-                self._kill(run.proc)
+                self._stop(run)
                 run.state = "done"
             return None
         if (
@@ -322,7 +338,7 @@ class Swarm:
             run.redrafted_at_attempt = run.attempts
             tried = "\n".join(f"- {t}" for t in verdict["advice"].get("tried", [])) or "- (see recall)"
             resume = client.session_id(run.ctx)
-            self._kill(run.proc)
+            self._stop(run)
             run.restarts += 1
             self._start(run, REDRAFT_PROMPT.format(message=verdict["advice"]["message"], tried=tried), resume)
             return None
@@ -331,16 +347,16 @@ class Swarm:
         if exited or stalled:
             if not client.restarts_on_redraft:  # the scripted agent ends on its own terms
                 if not exited:  # stalled
-                    self._kill(run.proc)
+                    self._stop(run)
                     run.state = "failed"
                 else:
                     run.state = "done" if run.proc.returncode == 0 else "failed"
                 return None
             if run.restarts >= MAX_RESTARTS or time.monotonic() > deadline:
-                self._kill(run.proc)
+                self._stop(run)
                 run.state = "stopped"
                 return None
-            self._kill(run.proc)
+            self._stop(run)
             run.restarts += 1
             why = "stalled" if stalled and not exited else "ended early"
             log.info("%s %s; restarting", run.spec.name, why)
@@ -428,7 +444,7 @@ class Swarm:
         the report holds every verdict and no job of this run is left behind."""
         for run in self.runs:  # no new submissions
             if run.state in ("running", "starting", "restarting", "wrapping"):
-                self._kill(run.proc)
+                self._stop(run)
                 run.state = "stopped"
         grace = min(GRACE_MAX_S, max(GRACE_MIN_S, 0.25 * self.config.budget_minutes * 60))
         end = time.monotonic() + grace
@@ -446,7 +462,7 @@ class Swarm:
     def shutdown(self) -> None:
         tokens = TokenStore(self.db)
         for run in self.runs:
-            self._kill(run.proc)
+            self._stop(run)
             if run.state in ("running", "starting", "restarting", "wrapping"):
                 run.state = "stopped"
             # its token ends with it: one an agent leaked would have served anyone, later, as it

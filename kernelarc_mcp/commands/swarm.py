@@ -9,11 +9,19 @@ from ..common import device_option, open_workspace, print_listing, print_run_end
 
 
 def cmd_launch(args) -> int:
+    from pydantic import ValidationError
+
     from guard.runner.device import parse_count
+    from launcher.limits import AgentLimits
     from launcher.monitor import LiveView
     from launcher.swarm import Swarm
 
     parse_count(args.devices)  # a clear error now, not from the server the launcher starts
+    try:
+        limits = AgentLimits(nice=args.agent_nice, memory_gb=args.agent_memory_gb)
+    except ValidationError as exc:
+        bad = exc.errors()[0]
+        raise ValueError(f"--agent-{str(bad['loc'][0]).replace('_', '-')}: {bad['msg']}") from None
     ws = open_workspace(args)
     swarm = Swarm(
         ws,
@@ -27,6 +35,7 @@ def cmd_launch(args) -> int:
         device=args.device,
         devices=args.devices,
         server_url=args.server,
+        agent_limits=limits,
         on_update=None if args.quiet else LiveView(),
     )
     print(
@@ -129,6 +138,17 @@ def add_parsers(sub) -> None:
         help="GPUs of this host that judge, for the server the launcher starts: N or 'all' (default 1)",
     )
     s.add_argument("--server", help="URL of a running server (same workspace); default: start one")
+    s.add_argument(
+        "--agent-nice",
+        type=int,
+        default=10,
+        help="the nice value agents' processes run at, below the guard's timed workers (0-19; default 10)",
+    )
+    s.add_argument(
+        "--agent-memory-gb",
+        type=float,
+        help="memory each agent's processes may hold together (default: not capped)",
+    )
     s.add_argument("--json", action="store_true")
     s.add_argument("-q", "--quiet", action="store_true", help="no live view on stderr")
     s.set_defaults(fn=cmd_launch)

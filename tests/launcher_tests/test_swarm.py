@@ -91,6 +91,8 @@ def test_scripted_swarm_end_to_end(tmp_path):
     if confine.probe().binary is not None:
         for command in commands:
             assert json.loads(command.read_text())["confinement"].startswith("agents: confined"), command
+    for command in commands:  # and below the guard's priority (launcher.limits)
+        assert json.loads(command.read_text())["limits"].startswith("nice 10"), command
     status = json.loads(kernelarc(ws, "status", "--json").stdout.strip().splitlines()[-1])
     assert status["runs"][0]["state"] == "finished" and status["runs"][0]["candidates"] == 4
     again = kernelarc(ws, "report", result["run"], "--json")
