@@ -6,8 +6,10 @@ GPU the guard's figures are the device's (with the outside clock as their bound)
 CPU an agent's busy loop shares the cores with the worker being timed and moves its figures;
 and an agent's fork bomb or runaway build could take every pid or the memory of the host.
 
-- **CPU**: every process of the agent runs at ``nice`` (default 10): under the kernel's fair
-  scheduler a task at nice 10 weighs about a tenth of one at 0, the guard's. The agent cannot
+- **CPU**: every process of the agent runs at ``nice`` (default 19, the lowest priority):
+  under the kernel's fair scheduler a task at nice 19 weighs 15 against 1024 at nice 0, the
+  guard's. A busy loop beside a timed one on the same core made it 2.0-2.1x slower at nice 0,
+  1.12-1.38x at nice 10 and 1.00-1.05x at 19 (``benchmarks/nice_share.py``). The agent cannot
   take it back: lowering a nice value needs ``CAP_SYS_NICE`` in the host's user namespace,
   which a confined agent has none of, or an ``RLIMIT_NICE`` above 0, which is 0 by default.
 - **Tasks**: a pids cgroup (``guard.sandbox.cgroups``): a fork bomb fails inside it.
@@ -33,7 +35,7 @@ log = logging.getLogger(__name__)
 
 class AgentLimits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    nice: int = Field(10, ge=0, le=19, description="the agent's processes' nice value (0: the guard's)")
+    nice: int = Field(19, ge=0, le=19, description="the agent's processes' nice value (0: the guard's)")
     memory_gb: float | None = Field(None, gt=0, description="memory an agent's processes may hold together")
     tasks: int | None = Field(None, ge=64, description="processes and threads (None: the guard's worker default)")
 

@@ -141,8 +141,8 @@ def add_parsers(sub) -> None:
     s.add_argument(
         "--agent-nice",
         type=int,
-        default=10,
-        help="the nice value agents' processes run at, below the guard's timed workers (0-19; default 10)",
+        default=19,
+        help="the nice value agents' processes run at, below the guard's timed workers (0-19; default 19)",
     )
     s.add_argument(
         "--agent-memory-gb",

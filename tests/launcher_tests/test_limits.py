@@ -45,7 +45,7 @@ def test_an_agent_runs_below_the_guard_and_cannot_raise_itself(tmp_path):
     )
     done = _run(Limited(_confined(tmp_path, script), AgentLimits()))
     lines = done.stdout.split("\n")
-    assert lines[0] == "10", done
+    assert lines[0] == str(AgentLimits().nice) == "19", done
     assert "PermissionError" in done.stdout, done
 
 

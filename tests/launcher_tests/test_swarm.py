@@ -92,7 +92,7 @@ def test_scripted_swarm_end_to_end(tmp_path):
         for command in commands:
             assert json.loads(command.read_text())["confinement"].startswith("agents: confined"), command
     for command in commands:  # and below the guard's priority (launcher.limits)
-        assert json.loads(command.read_text())["limits"].startswith("nice 10"), command
+        assert json.loads(command.read_text())["limits"].startswith("nice 19"), command
     status = json.loads(kernelarc(ws, "status", "--json").stdout.strip().splitlines()[-1])
     assert status["runs"][0]["state"] == "finished" and status["runs"][0]["candidates"] == 4
     again = kernelarc(ws, "report", result["run"], "--json")
