@@ -51,6 +51,12 @@ class GuardConfig(BaseModel):
         description="jobs one agent may have queued or being judged at once; a submission beyond "
         "is refused, so that no agent can fill the queue ahead of the others",
     )
+    max_stored_bytes_per_agent: int = Field(
+        64_000_000,
+        gt=0,
+        description="what one agent's submissions (solutions and notes) may take in the workspace "
+        "database, in bytes; a submission beyond is refused (each is stored with its verdict)",
+    )
 
     # Correctness
     correctness_rounds: int = Field(3, ge=1, description="random rounds per visible workload")

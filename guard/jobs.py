@@ -61,10 +61,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     started_at REAL,
     finished_at REAL,
     device TEXT,                    -- the device (physical key) that judged it
-    server TEXT                     -- its server: the one it was queued through, then the one judging it
+    server TEXT,                    -- its server: the one it was queued through, then the one judging it
+    stored_bytes INTEGER            -- its solution's and notes' bytes, counted against its agent's limit
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, created_at);
 """
+# covering: an agent's total is read from the index, never from rows whose solutions span pages
+STORED_INDEX = "CREATE INDEX IF NOT EXISTS jobs_agent_bytes ON jobs(agent, stored_bytes)"
 
 # a job in one of these states will not change again
 FINAL = ("done", "error", "interrupted", "cancelled")
@@ -75,6 +78,10 @@ SETTLE_S = 5.0  # how long a stopping server waits for its job threads to end
 
 class Stopping(Exception):
     """Raised at an evaluation's next step once its server is stopping."""
+
+
+class StorageSpent(Exception):
+    """An agent's submissions take what the workspace gives one agent."""
 
 
 class TooManyJobs(Exception):
@@ -131,6 +138,14 @@ class JobQueue:
         for column in ("device", "server"):
             if column not in have:
                 self.db.reader().execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+        if "stored_bytes" not in have:  # a workspace from before the limit: its jobs counted once
+            with self.db.transaction() as c:
+                c.execute("ALTER TABLE jobs ADD COLUMN stored_bytes INTEGER")
+                c.execute(
+                    "UPDATE jobs SET stored_bytes = LENGTH(CAST(solution_json AS BLOB))"
+                    " + COALESCE(LENGTH(CAST(notes AS BLOB)), 0)"
+                )
+        self.db.reader().execute(STORED_INDEX)
         self.evaluator = evaluator
         self.servers = Servers(self.db)
         self.server = self.servers.register() if evaluator else server
@@ -158,29 +173,33 @@ class JobQueue:
         if self._stop:
             raise Stopping("the server is stopping: submit again to the next one")
         job_id = "j-" + uuid.uuid4().hex[:12]
-        limit = self.guard.cfg.max_queued_per_agent
+        cfg = self.guard.cfg
+        payload = solution.model_dump_json(exclude_none=True)
+        size = len(payload.encode()) + len((notes or "").encode())
         with self.db.transaction() as c:
             (pending,) = c.execute(
                 f"SELECT COUNT(*) FROM jobs WHERE agent = ? AND state IN {UNFINISHED!r}", (agent,)
             ).fetchone()
-            if pending >= limit:
+            if pending >= cfg.max_queued_per_agent:
                 raise TooManyJobs(
                     f"you have {pending} evaluation(s) waiting or being judged, the most one agent may "
-                    f"have (max_queued_per_agent = {limit}): get_result for one, then submit again"
+                    f"have (max_queued_per_agent = {cfg.max_queued_per_agent}): get_result for one, then "
+                    "submit again"
+                )
+            (stored,) = c.execute(
+                "SELECT COALESCE(SUM(stored_bytes), 0) FROM jobs INDEXED BY jobs_agent_bytes WHERE agent = ?",
+                (agent,),
+            ).fetchone()
+            if stored + size > cfg.max_stored_bytes_per_agent:
+                raise StorageSpent(
+                    f"your submissions take {stored} bytes of the workspace, and this one {size} more: "
+                    f"beyond what one agent may store (max_stored_bytes_per_agent = "
+                    f"{cfg.max_stored_bytes_per_agent}); the guard judges nothing more of yours"
                 )
             c.execute(
-                "INSERT INTO jobs (id, agent, problem, solution_json, notes, parent, state, created_at, server)"
-                " VALUES (?,?,?,?,?,?, 'queued', ?, ?)",
-                (
-                    job_id,
-                    agent,
-                    problem,
-                    solution.model_dump_json(exclude_none=True),
-                    notes,
-                    parent,
-                    time.time(),
-                    self.server,
-                ),
+                "INSERT INTO jobs (id, agent, problem, solution_json, notes, parent, state, created_at, server,"
+                " stored_bytes) VALUES (?,?,?,?,?,?, 'queued', ?, ?, ?)",
+                (job_id, agent, problem, payload, notes, parent, time.time(), self.server, size),
             )
         with self._cv:
             self._cv.notify_all()

@@ -16,7 +16,7 @@ from guard.candidates.load import CandidateError, from_solution_json, from_sourc
 from guard.candidates.solution import Solution
 from guard.cascade import Guard, ceilings_cache_dir
 from guard.config import GuardConfig
-from guard.jobs import JobQueue, Stopping, TooManyJobs
+from guard.jobs import JobQueue, Stopping, StorageSpent, TooManyJobs
 from guard.leaderboard import leaderboard
 from guard.problems.derive import workload_set
 from guard.problems.dtypes import dtype_info
@@ -234,7 +234,7 @@ class Service:
             raise ServiceError(f"not a candidate: {exc}") from None
         try:
             return self.jobs.submit(agent, problem, sol, notes=notes, parent=parent)
-        except (Stopping, TooManyJobs) as exc:
+        except (Stopping, StorageSpent, TooManyJobs) as exc:
             raise ServiceError(str(exc)) from None
 
     def _bounded(self, text: str) -> Solution:

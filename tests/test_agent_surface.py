@@ -103,6 +103,68 @@ def test_one_agent_cannot_fill_the_queue_ahead_of_the_others(queue_only):
     assert queue_only.jobs.get(job).position == limit
 
 
+def test_one_agent_cannot_fill_the_workspace_with_submissions(tmp_path):
+    """Every submission is stored with its verdict, and nothing bounded how many: 400 screen
+    rejections of 250 KB made a 207 MB database (red team, session 42). Now an agent's stored
+    bytes are bounded; its limit is counted in bytes, and another agent still submits."""
+    from guard.workspace import Workspace
+    from kernelarc_mcp.service import Service, ServiceError
+
+    limit = 40_000
+    svc = Service(
+        Workspace.open(fast_workspace(tmp_path / "ws")),
+        fast_config(max_stored_bytes_per_agent=limit, max_queued_per_agent=100),
+        device="cpu",
+        prestart=False,
+        evaluator=False,
+    )
+    try:
+        padded = HONEST + "# " + "\u00e9" * 3000 + "\n"  # 2 bytes a character: counted as bytes
+        sent = 0
+        with pytest.raises(ServiceError, match="max_stored_bytes_per_agent"):
+            for i in range(100):
+                svc.submit("mallory", RMS, source=padded + f"# {i}\n", notes="n" * 100)
+                sent += 1
+        assert 4 <= sent <= limit // 6000  # each is over 6000 bytes
+        (stored,) = (
+            svc.jobs.db.reader()
+            .execute(
+                "SELECT SUM(LENGTH(CAST(solution_json AS BLOB)) + LENGTH(notes)) FROM jobs WHERE agent = 'mallory'"
+            )
+            .fetchone()
+        )
+        assert stored <= limit
+        assert svc.submit("bob", RMS, source=HONEST).startswith("j-")
+    finally:
+        svc.close()
+
+
+def test_a_workspace_from_before_the_limit_counts_its_stored_jobs(tmp_path):
+    """A jobs table without the byte count gets one, filled from what each job stored."""
+    import sqlite3
+
+    from guard.workspace import Workspace
+    from kernelarc_mcp.service import Service, ServiceError
+
+    ws = Workspace.open(fast_workspace(tmp_path / "ws"))
+    with sqlite3.connect(ws.db_path) as c:
+        c.execute(
+            "CREATE TABLE jobs (id TEXT PRIMARY KEY, agent TEXT NOT NULL, problem TEXT NOT NULL, solution_json TEXT"
+            " NOT NULL, notes TEXT, parent TEXT, state TEXT NOT NULL, candidate_id TEXT, error TEXT, created_at REAL"
+            " NOT NULL, started_at REAL, finished_at REAL)"
+        )
+        c.execute(
+            "INSERT INTO jobs (id, agent, problem, solution_json, state, created_at) VALUES (?,?,?,?,?,?)",
+            ("j-old", "mallory", RMS, "x" * 30_000, "done", 1.0),
+        )
+    svc = Service(ws, fast_config(max_stored_bytes_per_agent=30_100), device="cpu", prestart=False, evaluator=False)
+    try:
+        with pytest.raises(ServiceError, match="take 30000 bytes"):
+            svc.submit("mallory", RMS, source=HONEST)
+    finally:
+        svc.close()
+
+
 def test_another_agents_job_is_refused_at_once(queue_only):
     """``get_result`` on another agent's job waited for that job to end before refusing: how
     long it took told when the job ended."""
