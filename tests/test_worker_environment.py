@@ -40,6 +40,37 @@ def test_no_variable_of_the_guards_reaches_a_worker(monkeypatch):
         assert not [k for k in env if "KERNELARC" in k.upper()], env
 
 
+def test_the_users_credentials_do_not_reach_a_worker(monkeypatch):
+    """Kept names once served as prefixes: HOME kept ``HOMEBREW_GITHUB_API_TOKEN``, LANG kept
+    ``LANGCHAIN_API_KEY``, CC kept ``CCI_TOKEN``, and the ``NVIDIA_`` prefix ``NVIDIA_API_KEY``
+    (red team, session 43). What a build and the GPU need still goes through."""
+    leaks = {
+        "HOMEBREW_GITHUB_API_TOKEN": "ghp_x",
+        "LANGCHAIN_API_KEY": "lc_x",
+        "LANGSMITH_API_KEY": "ls_x",
+        "CCI_TOKEN": "cci_x",
+        "NVIDIA_API_KEY": "nv_x",
+        "CUDA_AUTH_SECRET": "c_x",
+        "PATHOLOGICAL": "p_x",
+    }
+    kept = {
+        "HOME": "/home/u",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "CC": "gcc",
+        "CXXFLAGS": "-O2",
+        "CUDA_HOME": "/usr/local/cuda",
+        "NVIDIA_VISIBLE_DEVICES": "all",
+        "TORCH_CUDA_ARCH_LIST": "9.0",
+    }
+    for name, value in {**leaks, **kept}.items():
+        monkeypatch.setenv(name, value)
+    for device in ("cpu", "cuda"):
+        env = worker_env(device)
+        assert not set(leaks) & set(env), sorted(set(leaks) & set(env))
+        assert {k: env[k] for k in kept} == kept
+
+
 def test_spare_and_fresh_candidate_workers_see_nothing_of_the_guard(tmp_path, monkeypatch):
     from guard.runner import pool as pool_mod
 

@@ -31,34 +31,53 @@ log = logging.getLogger(__name__)
 # Variables a worker may inherit; everything else (KERNELARC_* above all) is dropped. A
 # candidate that finds a variable of the guard's knows it runs under the guard and where (the
 # spare workers' marker once told a ``reads_environment`` cheat, on an H100, session 38).
+# Whole names, and prefixes that end in ``_``: names such as HOME, LANG and CC once served as
+# prefixes, and ``HOMEBREW_GITHUB_API_TOKEN``, ``LANGCHAIN_API_KEY`` and ``CCI_TOKEN`` reached
+# the sandbox with them (red team, session 43).
+ENV_KEEP_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LD_LIBRARY_PATH",
+        "CC",
+        "CXX",
+        "CFLAGS",
+        "CXXFLAGS",
+        "XDG_CACHE_HOME",
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+    }
+)
 ENV_KEEP_PREFIXES = (
-    "PATH",
-    "HOME",
-    "LANG",
     "LC_",
-    "TZ",
-    "TMPDIR",
-    "USER",
-    "LOGNAME",
-    "SHELL",
-    "LD_LIBRARY_PATH",
     "CUDA_",
     "NVIDIA_",
     "TRITON_",
     "TORCH_",
     "TORCHINDUCTOR_",
     "PYTORCH_",
-    "CC",
-    "CXX",
     "NVCC_",
-    "XDG_CACHE_HOME",
     "OMP_",
     "MKL_",
-    "PYTHONPATH",
-    "VIRTUAL_ENV",
     "NCCL_",
     "NVSHMEM_",
 )
+# Words of a credential's name: dropped even under a kept prefix (``NVIDIA_API_KEY``)
+ENV_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
+
+
+def _inherited(name: str) -> bool:
+    """Whether a worker keeps the caller's variable ``name``."""
+    if name.startswith("KERNELARC") or any(word in name.upper() for word in ENV_SECRET_WORDS):
+        return False
+    return name in ENV_KEEP_NAMES or name.startswith(ENV_KEEP_PREFIXES)
 
 
 class WorkerDied(RuntimeError):
@@ -85,7 +104,7 @@ def _gpu_minor(env: dict[str, str]) -> int | None:
 
 
 def worker_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k.startswith(ENV_KEEP_PREFIXES) and not k.startswith("KERNELARC")}
+    env = {k: v for k, v in os.environ.items() if _inherited(k)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
