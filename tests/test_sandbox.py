@@ -816,10 +816,12 @@ def test_the_guard_reads_a_workers_files_only_as_plain_files(tmp_path):
 def test_a_worker_in_its_own_sandbox_gets_the_seccomp_filter(tmp_path, needs_bwrap):
     """Keyrings are the uid's, not a namespace's, and a user namespace of the candidate's own
     gives capabilities back: both refused in a worker's own sandbox as in a cell
-    (``guard.sandbox.seccomp``), while threads, forks and subprocesses still work."""
+    (``guard.sandbox.seccomp``), while threads, forks and subprocesses still work. So is
+    ``ptrace``: a sandboxed process stopped its sandbox's init with it, which then kept its
+    caller waiting for good (red team, session 43)."""
     from guard.runner.process import WorkerProcess
 
-    add_key, unshare = SYSCALLS[platform.machine()]
+    add_key, unshare, ptrace = SYSCALLS[platform.machine()]
     source = textwrap.dedent(f"""
         import ctypes, json, os, subprocess, threading
         libc = ctypes.CDLL(None, use_errno=True)
@@ -831,6 +833,7 @@ def test_a_worker_in_its_own_sandbox_gets_the_seccomp_filter(tmp_path, needs_bwr
         seen = {{
             "add_key": call({add_key}, b"user", b"k", b"v", 1, ctypes.c_long(-3)),
             "own_userns": call({unshare}, 0x10000000),
+            "ptrace_init": call({ptrace}, 16, 1, 0, 0),  # PTRACE_ATTACH to the sandbox's pid 1
             "subprocess": subprocess.run(["echo", "fine"], capture_output=True, text=True).stdout.strip(),
         }}
         open("probe.json", "w").write(json.dumps(seen))
@@ -846,6 +849,7 @@ def test_a_worker_in_its_own_sandbox_gets_the_seccomp_filter(tmp_path, needs_bwr
     finally:
         worker.kill()
     assert seen["add_key"].startswith("denied") and seen["own_userns"].startswith("denied"), seen
+    assert seen["ptrace_init"] == "denied: Operation not permitted", seen
     assert seen["subprocess"] == "fine", seen
 
 

@@ -9,6 +9,10 @@ namespace separates, refused.
   ``clone3``, whose flags a filter cannot read, answers ENOSYS so that the C library falls back
   to ``clone``): it gives back every capability over new namespaces, a large kernel surface
   that no honest kernel needs.
+- ``ptrace``, ``process_vm_readv``, ``process_vm_writev``: a sandbox's processes share its PID
+  namespace with its init (bwrap's), which waits for them; a candidate that stopped that init
+  under ``ptrace`` and then ended kept its caller waiting for good (red team of ``kernelarc
+  verify``'s sandbox, session 43). No kernel needs to trace or write another process.
 - system calls of another ABI than the native one (x86's 32-bit ``int 0x80``, x32), which
   would go around the numbers above.
 
@@ -46,10 +50,11 @@ class UnknownArchitecture(RuntimeError):
     pass
 
 
-# audit architecture, system call numbers: add_key, request_key, keyctl, unshare, clone, clone3
+# audit architecture, system call numbers: add_key, request_key, keyctl, unshare, clone, clone3,
+# then those refused outright besides the keyrings' (ptrace, process_vm_readv, process_vm_writev)
 _ARCHES = {
-    "x86_64": (0xC000003E, (248, 249, 250, 272, 56, 435)),
-    "aarch64": (0xC00000B7, (217, 218, 219, 97, 220, 435)),
+    "x86_64": (0xC000003E, (248, 249, 250, 272, 56, 435), (101, 310, 311)),
+    "aarch64": (0xC00000B7, (217, 218, 219, 97, 220, 435), (117, 270, 271)),
 }
 
 
@@ -58,7 +63,7 @@ def program(machine: str | None = None) -> bytes:
     machine = machine or platform.machine()
     if machine not in _ARCHES:
         raise UnknownArchitecture(f"no seccomp filter for {machine}")
-    arch, (add_key, request_key, keyctl, unshare, clone, clone3) = _ARCHES[machine]
+    arch, (add_key, request_key, keyctl, unshare, clone, clone3), refused = _ARCHES[machine]
     # (code, k, where to go if true, if false): a label, or None for the next instruction
     ops: list[tuple[str | None, int, int, str | None, str | None]] = [
         (None, _LD_W_ABS, _ARCH, None, None),
@@ -71,6 +76,7 @@ def program(machine: str | None = None) -> bytes:
         (None, _JEQ_K, add_key, "deny", None),
         (None, _JEQ_K, request_key, "deny", None),
         (None, _JEQ_K, keyctl, "deny", None),
+        *((None, _JEQ_K, nr, "deny", None) for nr in refused),
         (None, _JEQ_K, clone3, "nosys", None),
         (None, _JEQ_K, unshare, "flags", None),
         (None, _JEQ_K, clone, "flags", "allow"),
