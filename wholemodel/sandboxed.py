@@ -3,14 +3,21 @@
 ``kernelarc verify`` builds and runs kernels that agents wrote, and a load-time constructor
 or a compile flag of theirs runs with the permissions of the process that builds them (red
 team, session 42). So the job runs in a sandboxed child (``wholemodel.sandboxed_main``) with
-the policy of a candidate worker: no workspace, no secret, no other process, no network; it
-writes only its own scratch folder, which is removed afterwards. The model's file is shown
-read-only with its folder. The child's messages go to this process's stderr; its result
-comes back as JSON in the scratch folder.
+a candidate worker's view: no workspace, no secret, no other process, no network, none of
+the user's folders (the model file's text travels with the job). What it may write is a
+size-capped tmpfs of its own, gone with it: nothing it does reaches the host's disk. Its
+processes are capped in number and memory, and the whole of it in time.
+
+Nothing of it reaches the user's terminal: the job goes in on stdin, the child's messages
+come back through a pipe and are relayed with control characters removed, and its result
+comes through another pipe, bounded, and is validated (``job.VerificationResult``) before a
+figure of it is shown. A red team of the first version (session 43) hung it with a FIFO for
+a result, crashed it with a deep folder tree left to delete and with malformed results,
+cleared the terminal and set its clipboard from a kernel's name, and read what the user typed.
 
 What the sandbox protects is the user's machine and workspaces. The figures still come from
-the process the kernels run in, as they did in this one: they are a check of the model, not
-a guard's verdict.
+the process the kernels run in, as they would in this one: they are a check of the model,
+not a guard's verdict.
 """
 
 from __future__ import annotations
@@ -18,122 +25,203 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from guard import sandbox
-from guard.paths import CHECKOUT, PROJECT_ROOT, cache_dir
+from guard.paths import CHECKOUT, PROJECT_ROOT
 from guard.runner.process import worker_env
 
-from .job import VerifyJob
+from . import VERIFY_MEMORY_GB, VERIFY_TIMEOUT_S
+from .job import VerificationResult, VerifyJob
 from .verify import Verification
 
 log = logging.getLogger(__name__)
 
-JOB_FILE = "job.json"
-RESULT_FILE = "result.json"
+# the child's folder inside the sandbox: a tmpfs of SCRATCH_BYTES, which the host never sees
+WORKDIR = Path("/kernelarc-verify")
+SCRATCH_BYTES = 4 << 30  # builds of a few kernels (a CUDA one's objects are tens of MB)
 # a verification's JSON is a few KB a kernel; anything near this is not one
 MAX_RESULT_BYTES = 16 << 20
+MAX_MESSAGE_BYTES = 1 << 20  # what of the child's messages is relayed; the rest is dropped
+MAX_LINE = 2000
 
 
 class SandboxedVerifyFailed(ValueError):
     """The sandboxed verification ended without a result (its messages went to stderr)."""
 
 
-def _readonly(job: VerifyJob) -> list[Path]:
-    """What the child needs besides a candidate worker's view: this package where the project
-    is a checkout (a worker is shown the guard package alone there), and the model's folder."""
-    shown = [PROJECT_ROOT / "wholemodel"] if CHECKOUT is not None else []
-    model_file = job.model_file()
-    if model_file is not None:
-        shown.append(model_file.parent)
-    return shown
+def clean_line(raw: bytes) -> str:
+    """A line of the child's for the user's terminal: printable characters and tabs only."""
+    text = raw.decode("utf-8", "replace")[:MAX_LINE]
+    return "".join(ch if ch.isprintable() or ch == "\t" else "?" for ch in text.rstrip("\r\n"))
 
 
-def _environment(job: VerifyJob, scratch: Path) -> dict[str, str]:
+def parse_result(data: bytes, job: VerifyJob) -> Verification:
+    """The child's result, believed only as a verification of ``job``."""
+    if len(data) > MAX_RESULT_BYTES:
+        raise SandboxedVerifyFailed("the sandboxed verification's result is too large to be one")
+    if not data:
+        raise SandboxedVerifyFailed("the sandboxed verification sent no result")
+    try:
+        return VerificationResult.model_validate(json.loads(data)).for_job(job)
+    except (ValueError, RecursionError, ValidationError) as exc:
+        first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else type(exc).__name__
+        raise SandboxedVerifyFailed(f"the sandboxed verification's result is not one ({first})") from None
+
+
+def _readonly() -> list[Path]:
+    """This package where the project is a checkout (a worker is shown the guard package alone
+    there); installed, it lies with the interpreter's packages, which every worker is shown."""
+    return [PROJECT_ROOT / "wholemodel"] if CHECKOUT is not None else []
+
+
+def _environment(job: VerifyJob) -> dict[str, str]:
     env = worker_env(job.device)
-    env.update(sandbox.scratch_env(scratch, env))
-    env["KERNELARC_CACHE_DIR"] = str(scratch / ".kernelarc-cache")  # the builders' cache: its own
+    env.update(sandbox.scratch_env(WORKDIR, env))
+    env["KERNELARC_CACHE_DIR"] = str(WORKDIR / ".kernelarc-cache")  # the builders' cache: its own
     return env
 
 
-def _read_result(path: Path) -> dict:
-    """The child's result, read without following a link it may have left there."""
+def _sandboxed_job(job: VerifyJob) -> VerifyJob:
+    """The job as it enters the sandbox: a model file's text goes with it."""
+    model_file = job.model_file()
+    if model_file is None:
+        return job
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        raise SandboxedVerifyFailed(f"the sandboxed verification left no result ({exc.strerror})") from None
+        source = model_file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{model_file}: cannot read the model file ({exc})") from None
+    return job.model_copy(update={"model_source": source})
+
+
+def _relay(pipe, say) -> None:
+    """The child's messages, line by line, cleaned, up to ``MAX_MESSAGE_BYTES``; the rest is
+    read and dropped, so that the child never blocks on a full pipe."""
+    relayed = 0
+    for raw in pipe:
+        relayed += len(raw)
+        if relayed <= MAX_MESSAGE_BYTES:
+            say(clean_line(raw))
+        elif relayed - len(raw) <= MAX_MESSAGE_BYTES:
+            say("(more messages of the sandboxed verification dropped)")
+
+
+def _send(pipe, data: bytes) -> None:
+    """The job on the child's stdin, from a thread: a child that never reads it must not stop
+    the wait that times it."""
+    try:
+        pipe.write(data)
+        pipe.close()
+    except (BrokenPipeError, OSError):  # it ended before reading: its messages say why
+        pass
+
+
+def _collect(fd: int, into: bytearray) -> None:
+    """The result pipe, read to its end, keeping at most one byte beyond the limit."""
     with os.fdopen(fd, "rb") as f:
-        data = f.read(MAX_RESULT_BYTES + 1)
-    if len(data) > MAX_RESULT_BYTES:
-        raise SandboxedVerifyFailed("the sandboxed verification's result is too large to be one")
+        while chunk := f.read(1 << 16):
+            if len(into) <= MAX_RESULT_BYTES:
+                into += chunk[: MAX_RESULT_BYTES + 1 - len(into)]
+
+
+@contextmanager
+def _ended_by_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a ``timeout``, a closed terminal) end the wait as Ctrl-C does, so
+    that the sandbox and its cgroup go with it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    before = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        return json.loads(data)
-    except ValueError:
-        raise SandboxedVerifyFailed("the sandboxed verification's result is not JSON") from None
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
-def parse_result(path: Path) -> Verification:
-    data = _read_result(path)
-    try:
-        return Verification.from_json(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SandboxedVerifyFailed(f"the sandboxed verification's result is malformed ({exc!r})") from None
-
-
-def run(job: VerifyJob, protect: Sequence[Path] = ()) -> Verification:
-    """Run ``job`` in a sandbox and return its verification. ``protect``: folders the child
-    must not see besides those every sandbox hides (the workspace the kernels came from)."""
+def run(
+    job: VerifyJob,
+    protect: Sequence[Path] = (),
+    timeout_s: float = VERIFY_TIMEOUT_S,
+    memory_gb: float | None = VERIFY_MEMORY_GB,
+    say=lambda line: print(line, file=sys.stderr),
+) -> Verification:
+    """Run ``job`` in a sandbox and return its verification. ``protect``: folders to hide
+    besides those every sandbox hides (the workspace the kernels came from); ``timeout_s``:
+    how long it may take before it is killed; ``memory_gb``: what its processes may hold
+    together (None: no cap), where this machine has a memory cgroup."""
     isolation = sandbox.probe()
     if not isolation.available:
         raise sandbox.SandboxUnavailable(isolation.line())
-    base = cache_dir() / "verify"
-    base.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="sandboxed-", dir=base))
-    group = None
+    inside = _sandboxed_job(job)
+    env = _environment(job)
+    policy = sandbox.SandboxPolicy.for_worker(WORKDIR, job.device, protect=protect, readonly=_readonly(), env=env)
+    result_r, result_w = os.pipe()
+    argv = [sys.executable, "-m", "wholemodel.sandboxed_main", "--result-fd", str(result_w)]
+    filter_r = sandbox.seccomp.pipe()
+    cmd = sandbox.wrap(policy, argv, env, seccomp_fd=filter_r, workdir_tmpfs_bytes=SCRATCH_BYTES)
+    memory = int(memory_gb * 2**30) if memory_gb else None
+    group = sandbox.cgroups.SandboxGroup.make(sandbox.cgroups.default_limit(), "verify", memory)
+    if group is not None:
+        cmd = group.enter(cmd)
+    proc = None
     try:
-        (scratch / JOB_FILE).write_text(job.model_dump_json())
-        env = _environment(job, scratch)
-        policy = sandbox.SandboxPolicy.for_worker(
-            scratch, job.device, protect=protect, readonly=_readonly(job), env=env
-        )
-        argv = [sys.executable, "-m", "wholemodel.sandboxed_main", str(scratch / JOB_FILE), str(scratch / RESULT_FILE)]
-        filter_r = sandbox.seccomp.pipe()
-        cmd = sandbox.wrap(policy, argv, env, seccomp_fd=filter_r)
-        group = sandbox.cgroups.SandboxGroup.make(sandbox.cgroups.default_limit(), "verify")
-        if group is not None:
-            cmd = group.enter(cmd)
         try:
-            # the child's stdout is ours only for --json: its messages go to stderr
             proc = subprocess.Popen(
                 cmd,
-                cwd=scratch,
                 env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=sys.stderr,
-                pass_fds=[filter_r] if filter_r is not None else [],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                pass_fds=[result_w, *([filter_r] if filter_r is not None else [])],
                 start_new_session=True,
             )
         finally:
+            os.close(result_w)
             if filter_r is not None:
                 os.close(filter_r)
-        try:
-            code = proc.wait()
-        except BaseException:  # Ctrl-C: the sandbox goes with its process group
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
+        result = bytearray()
+        readers = [
+            threading.Thread(target=_relay, args=(proc.stdout, say), daemon=True),
+            threading.Thread(target=_collect, args=(result_r, result), daemon=True),
+        ]
+        result_r = -1  # the collector's now
+        for t in readers:
+            t.start()
+        threading.Thread(target=_send, args=(proc.stdin, inside.model_dump_json().encode()), daemon=True).start()
+        with _ended_by_signals():
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                raise SandboxedVerifyFailed(
+                    f"the sandboxed verification took longer than {timeout_s:.0f} s and was stopped"
+                ) from None
+        for t in readers:  # its pipes close when its last process is gone
+            t.join(timeout=10)
         if code != 0:
             raise SandboxedVerifyFailed(
                 f"the sandboxed verification failed (exit status {code}; its messages are above)"
             )
-        return parse_result(scratch / RESULT_FILE)
+        if any(t.is_alive() for t in readers):
+            raise SandboxedVerifyFailed("the sandboxed verification ended, but something of it held its pipes open")
+        return parse_result(bytes(result), job)
     finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if result_r >= 0:
+            os.close(result_r)
         if group is not None:
-            group.close()
-        shutil.rmtree(scratch, ignore_errors=True)
+            group.close()  # and whatever of it is left

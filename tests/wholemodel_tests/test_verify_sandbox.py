@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from pathlib import Path
 
 import pytest
 
+from guard.candidates.load import from_file
 from guard.workspace import Workspace
+from wholemodel.job import KernelJob, VerifyJob
 from wholemodel.loader import load
 from wholemodel.problems import write_problems
 from wholemodel.profile import profile_model
@@ -72,20 +76,9 @@ def _state(ws: Workspace) -> dict:
     return {p: p.read_bytes() for p in (ws.secret_path, ws.db_path) if p.exists()}
 
 
-def _verify(ws: Workspace, kernel, *extra):
-    return kernelarc(
-        ws.root,
-        "verify",
-        "llama_block",
-        "--device",
-        "cpu",
-        "--kernel",
-        f"{PROBLEM}={kernel}",
-        "--reps",
-        "1",
-        "--json",
-        *extra,
-    )
+def _verify(ws: Workspace, kernel, *extra, check: bool = True):
+    plug = ["--kernel", f"{PROBLEM}={kernel}"]
+    return kernelarc(ws.root, "verify", "llama_block", "--device", "cpu", *plug, *extra, check=check)
 
 
 @pytest.mark.slow
@@ -93,7 +86,7 @@ def test_a_plugged_kernel_reaches_nothing_of_the_workspace(workspace, tmp_path, 
     monkeypatch.setenv("KERNELARC_CACHE_DIR", str(tmp_path / "cache"))
     kernel, outside = _probe_file(workspace, tmp_path)
     before = _state(workspace)
-    proc = _verify(workspace, kernel)
+    proc = _verify(workspace, kernel, "--reps", "1", "--json")
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["ok"] and doc["ran"].startswith("in the sandbox (isolation: bubblewrap")
     assert doc["total"]["use"][PROBLEM]["served"] == 2
@@ -101,25 +94,43 @@ def test_a_plugged_kernel_reaches_nothing_of_the_workspace(workspace, tmp_path, 
     assert probes == ["PROBE "], proc.stderr  # it ran, and reached nothing
     assert not outside.exists()
     assert _state(workspace) == before
-    assert list((tmp_path / "cache" / "verify").iterdir()) == []  # its scratch folder is gone
+    assert not (tmp_path / "cache").exists()  # its folder was the sandbox's own: nothing on the host
     # the same kernel in this process reaches it all: the probe is able to see what it looks for
-    proc = _verify(workspace, kernel, "--in-process")
+    proc = _verify(workspace, kernel, "--reps", "1", "--json", "--in-process")
     probes = [line for line in proc.stderr.splitlines() if line.startswith("PROBE")]
     assert len(probes) == 1 and f"read {workspace.secret_path}" in probes[0]
     assert outside.read_text() == "escaped"
 
 
+# the model's first lines look beside it, as a model loading its weights would
+SIBLING_PROBE = """
+import os as _os
+try:
+    _seen = open(_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), ".env")).read().strip()
+except OSError:
+    _seen = "hidden"
+print("SIBLING " + _seen, flush=True)
+"""
+
+
 @pytest.mark.slow
-def test_a_model_file_runs_in_the_sandbox_from_its_own_folder(tmp_path, needs_bwrap, monkeypatch):
-    """The model's file is loaded again inside, where its folder is shown read-only and the
-    folder the user ran verify from is not; it gives what the same job gives in this process."""
+def test_a_model_file_travels_into_the_sandbox_without_its_folder(tmp_path, needs_bwrap, monkeypatch):
+    """The model's text goes with the job and is loaded inside; no folder of the user's is
+    shown (its folder once was, and a red team read a project's .env and another workspace's
+    secret beside the model). It gives what the same job gives in this process."""
     monkeypatch.setenv("KERNELARC_CACHE_DIR", str(tmp_path / "cache"))
-    model = str((DATA / "wholemodel" / "custom_model.py").relative_to(DATA.parent.parent))  # from the repo root
-    args = ["verify", model, "--device", "cpu", "--dtype", "bfloat16", "--seeds", "--reps", "1", "--json"]
-    inside, here = (
-        json.loads(kernelarc(tmp_path / "ws", *args, *extra).stdout.strip().splitlines()[-1])
-        for extra in ([], ["--in-process"])
-    )
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".env").write_text("API_KEY=beside-the-model\n")
+    model = project / "custom_model.py"
+    model.write_text(SIBLING_PROBE + (DATA / "wholemodel" / "custom_model.py").read_text())
+    args = ["verify", str(model), "--device", "cpu", "--dtype", "bfloat16", "--seeds", "--reps", "1", "--json"]
+    inside, here = (kernelarc(tmp_path / "ws", *args, *extra) for extra in ([], ["--in-process"]))
+    # the sandbox's messages come to stderr; the model loaded here (to profile it for the seeds,
+    # and --in-process) prints to stdout
+    assert "SIBLING hidden" in inside.stderr and "beside-the-model" not in inside.stderr, inside.stderr
+    assert "SIBLING API_KEY=beside-the-model" in here.stdout  # the probe sees it where it is shown
+    inside, here = (json.loads(p.stdout.strip().splitlines()[-1]) for p in (inside, here))
     assert inside["ran"].startswith("in the sandbox") and here["ran"].startswith("in this process")
     assert inside["ok"] and inside["model"] == "custom_model"
     served = {n: u["served"] for n, u in inside["total"]["use"].items()}
@@ -128,37 +139,129 @@ def test_a_model_file_runs_in_the_sandbox_from_its_own_folder(tmp_path, needs_bw
     assert inside["total"]["check"] == here["total"]["check"]  # the same kernels, the same numbers
 
 
-def _verification() -> Verification:
+def _job(ws: Workspace, diagnose: bool = False) -> VerifyJob:
+    problem = ws.problems().get(PROBLEM)
+    kernel = KernelJob.of(problem, from_file(DATA / "wholemodel" / "rmsnorm_ok.py"), "file rmsnorm_ok.py")
+    return VerifyJob(model="llama_block", device="cpu", kernels=[kernel], reps=3, diagnose=diagnose)
+
+
+def _verification(origin: str = "file rmsnorm_ok.py") -> Verification:
     from wholemodel.accuracy import Check, Errors
     from wholemodel.verify import KernelUse, Trial
 
-    use = {"k": KernelUse(3, 1, [0.5, 0.25], [0.125])}
+    use = {PROBLEM: KernelUse(3, 1, [0.5, 0.25], [0.125])}
     check = Check(False, Errors(float("inf"), 2.0, 4), Errors(0.01, 0.5, 0), 0.02, 1.0, "4 NaN/Inf elements")
-    trial = Trial(["k"], check, 2.0, 1.0, use)
-    return Verification("m", "cpu", "bfloat16", 2.0, 3, trial, [trial], {"k": "file k.py"})
+    trial = Trial([PROBLEM], check, 2.0, 1.0, use)
+    return Verification("llama_block_small", "cpu", "bfloat16", 2.0, 3, trial, [trial], {PROBLEM: origin})
 
 
-def test_a_verification_crosses_as_json_unchanged():
+def test_a_verification_crosses_as_json_unchanged(workspace):
+    from wholemodel.sandboxed import parse_result
+
     v = _verification()
-    assert Verification.from_json(json.loads(json.dumps(v.to_json()))) == v
+    assert parse_result(json.dumps(v.to_json()).encode(), _job(workspace, diagnose=True)) == v
 
 
-@pytest.mark.parametrize("kind", ["link", "huge", "not_json", "malformed"])
-def test_a_result_the_sandbox_left_is_checked_before_it_is_believed(tmp_path, kind):
-    """The result file lies in the folder the kernels wrote: a link to a file of the user's is
-    not followed, and what is not a verification is an error, never a figure."""
+def _tampered(kind: str) -> bytes:
+    doc = _verification(origin="reviewed and approved").to_json()
+    if kind == "huge":
+        return b" " * (20 << 20)
+    if kind == "not_json":
+        return b"{"
+    if kind == "deep":
+        return b"[" * 200_000 + b"]" * 200_000
+    if kind == "wrong_type":
+        doc["total"]["model_ms"] = [1, 2]
+    elif kind == "escape_in_name":
+        doc["model"] = "llama\x1b]52;c;Y3VybCB4fHNo\x07"
+    elif kind == "escape_in_message":
+        doc["total"]["check"]["message"] = "fine\x1b[2J"
+    elif kind == "foreign_kernel":
+        doc["total"]["use"]["other_problem"] = doc["total"]["use"][PROBLEM]
+        doc["total"]["kernels"].append("other_problem")
+    elif kind == "other_device":
+        doc["device"] = "cuda"
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["huge", "not_json", "deep", "wrong_type", "escape_in_name", "escape_in_message", "foreign_kernel", "other_device"],
+)
+def test_a_result_the_sandbox_sends_is_checked_before_it_is_believed(workspace, kind):
+    """It comes from the process the kernels ran in: what is not a verification of this job is
+    an error, never a figure or a string on the user's terminal (red team, session 43: a
+    directory, a FIFO, 200 KB of brackets and a list for a number crashed or hung the first
+    version; a kernel's name cleared the terminal and set its clipboard)."""
     from wholemodel import sandboxed
 
-    result = tmp_path / sandboxed.RESULT_FILE
-    private = tmp_path / "private.json"
-    private.write_text(json.dumps(_verification().to_json()))
-    if kind == "link":
-        result.symlink_to(private)
-    elif kind == "huge":
-        result.write_bytes(b" " * (sandboxed.MAX_RESULT_BYTES + 1))
-    elif kind == "not_json":
-        result.write_text("{")
-    else:
-        result.write_text(json.dumps({"model": "m"}))
     with pytest.raises(sandboxed.SandboxedVerifyFailed):
-        sandboxed.parse_result(result)
+        sandboxed.parse_result(_tampered(kind), _job(workspace, diagnose=True))
+
+
+def test_the_origins_shown_are_the_jobs_own(workspace):
+    from wholemodel import sandboxed
+
+    v = sandboxed.parse_result(_tampered("none"), _job(workspace, diagnose=True))
+    assert v.origins == {PROBLEM: "file rmsnorm_ok.py"}
+
+
+HOSTILE_KERNEL = """
+import os, sys, torch
+
+# at its terminal: clear the screen, set the clipboard, switch echo off
+for stream in (sys.stdout, sys.stderr):
+    stream.write("HOSTILE \\x1b[2J\\x1b]52;c;Y3VybCB4fHNo\\x07 done\\n")
+    stream.flush()
+try:
+    import termios
+    for fd in (0, 1, 2):
+        attrs = termios.tcgetattr(fd)
+        attrs[3] &= ~termios.ECHO
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
+    print("HOSTILE reached a terminal")
+except Exception:
+    pass
+# a folder tree too deep for a recursive delete, and a file in its HOME, to outlive it
+top = os.getcwd()
+for _ in range(3000):
+    os.mkdir("d")
+    os.chdir("d")
+open("SURVIVOR", "w").write("x")
+os.chdir(top)
+open(os.path.join(os.path.expanduser("~"), "SURVIVOR"), "w").write("x")
+print("HOSTILE cwd", top)
+
+
+def run(hidden_states, weight):
+    x = hidden_states.float()
+    y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5) * weight.float()
+    return y.to(hidden_states.dtype)
+"""
+
+
+@pytest.mark.slow
+def test_a_hostile_kernel_reaches_neither_the_terminal_nor_the_disk(workspace, tmp_path, needs_bwrap, monkeypatch):
+    monkeypatch.setenv("KERNELARC_CACHE_DIR", str(tmp_path / "cache"))
+    kernel = tmp_path / "hostile.py"
+    kernel.write_text(HOSTILE_KERNEL)
+    proc = _verify(workspace, kernel, "--reps", "1", "--json")
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["ok"] and doc["ran"].startswith("in the sandbox")
+    hostile = [line for line in proc.stderr.splitlines() if line.startswith("HOSTILE")]
+    assert len(hostile) >= 3, proc.stderr  # it ran, and said so
+    assert "\x1b" not in proc.stderr + proc.stdout and "\x07" not in proc.stderr
+    assert "HOSTILE reached a terminal" not in proc.stderr
+    cwd = next(line.split(" ", 2)[2] for line in hostile if line.startswith("HOSTILE cwd"))
+    assert not Path(cwd).exists()  # its folder was the sandbox's own
+    assert not list(tmp_path.rglob("SURVIVOR")) and not (Path.home() / "SURVIVOR").exists()
+
+
+@pytest.mark.slow
+def test_a_kernel_that_never_ends_is_stopped_at_the_timeout(workspace, tmp_path, needs_bwrap):
+    kernel = tmp_path / "sleeper.py"
+    kernel.write_text("import time\ntime.sleep(3600)\n\ndef run(hidden_states, weight):\n    return hidden_states\n")
+    t0 = time.monotonic()
+    proc = _verify(workspace, kernel, "--timeout-minutes", "0.1", check=False)
+    assert proc.returncode == 2 and "took longer than 6 s" in proc.stderr, proc.stderr
+    assert time.monotonic() - t0 < 60
