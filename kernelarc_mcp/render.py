@@ -6,6 +6,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from guard.printable import printable
+
 
 def table(headers: list[str], rows: list[list[Any]], out: TextIO = sys.stdout) -> None:
     cells = [[_fmt(c) for c in row] for row in rows]
@@ -28,7 +30,7 @@ def _fmt(v: Any) -> str:
         if abs(v) >= 1:
             return f"{v:.3f}"
         return f"{v:.4g}"
-    return str(v)
+    return printable(str(v))  # names and notes may come from agents' files
 
 
 def ms(v: float | None) -> str:

@@ -822,9 +822,11 @@ def test_a_worker_in_its_own_sandbox_gets_the_seccomp_filter(tmp_path, needs_bwr
     from guard.runner.process import WorkerProcess
 
     add_key, unshare, ptrace = SYSCALLS[platform.machine()]
+    socket = {"x86_64": 41, "aarch64": 198}[platform.machine()]
     source = textwrap.dedent(f"""
         import ctypes, json, os, subprocess, threading
         libc = ctypes.CDLL(None, use_errno=True)
+        SOCKET = {socket}
         def call(nr, *args):
             return "ok" if libc.syscall(nr, *args) >= 0 else "denied: " + os.strerror(ctypes.get_errno())
         t = threading.Thread(target=lambda: None)
@@ -834,6 +836,9 @@ def test_a_worker_in_its_own_sandbox_gets_the_seccomp_filter(tmp_path, needs_bwr
             "add_key": call({add_key}, b"user", b"k", b"v", 1, ctypes.c_long(-3)),
             "own_userns": call({unshare}, 0x10000000),
             "ptrace_init": call({ptrace}, 16, 1, 0, 0),  # PTRACE_ATTACH to the sandbox's pid 1
+            "vsock": call(SOCKET, 40, 1, 0),  # AF_VSOCK, SOCK_STREAM
+            "io_uring": call(425, 8, ctypes.c_void_p(0)),
+            "unix_socket": call(SOCKET, 1, 1, 0),  # AF_UNIX: still fine
             "subprocess": subprocess.run(["echo", "fine"], capture_output=True, text=True).stdout.strip(),
         }}
         open("probe.json", "w").write(json.dumps(seen))
@@ -850,6 +855,8 @@ def test_a_worker_in_its_own_sandbox_gets_the_seccomp_filter(tmp_path, needs_bwr
         worker.kill()
     assert seen["add_key"].startswith("denied") and seen["own_userns"].startswith("denied"), seen
     assert seen["ptrace_init"] == "denied: Operation not permitted", seen
+    assert seen["vsock"] == seen["io_uring"] == "denied: Operation not permitted", seen
+    assert seen["unix_socket"] == "ok", seen
     assert seen["subprocess"] == "fine", seen
 
 

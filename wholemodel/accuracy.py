@@ -82,13 +82,17 @@ def check(
     unit = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
     mine, base = Errors.of(out, ref_hi), Errors.of(own, ref_hi)
     rms = float(ref_hi.pow(2).mean().sqrt().item()) if ref_hi.numel() else 0.0
-    lim_l2 = factor * base.rel_l2 + unit
-    lim_max = 2 * factor * base.max_abs + unit * rms
+    return judged(mine, base, factor * base.rel_l2 + unit, 2 * factor * base.max_abs + unit * rms)
+
+
+def judged(mine: Errors, base: Errors, lim_l2: float, lim_max: float) -> Check:
+    """The check's outcome and its message, from its figures alone (a NaN figure fails): what
+    a sandboxed verification's figures are read back into (``job.VerificationResult``)."""
     problems = []
     if mine.nonfinite:
         problems.append(f"{mine.nonfinite} NaN/Inf elements where the model is finite")
-    if mine.rel_l2 > lim_l2:
+    if not mine.rel_l2 <= lim_l2:
         problems.append(f"relative L2 error {mine.rel_l2:.3g} > {lim_l2:.3g} (the model's own {base.rel_l2:.3g})")
-    if mine.max_abs > lim_max:
+    if not mine.max_abs <= lim_max:
         problems.append(f"max abs error {mine.max_abs:.3g} > {lim_max:.3g} (the model's own {base.max_abs:.3g})")
     return Check(not problems, mine, base, lim_l2, lim_max, "; ".join(problems))

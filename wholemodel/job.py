@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from guard.candidates.solution import Solution
 from guard.problems.problem import Problem
@@ -79,16 +79,12 @@ def run(job: VerifyJob, build_root: Path, say: Callable[[str], None]) -> Verific
 
 
 # -- what a sandboxed job sends back -------------------------------------------------------------
-# Read from a process that ran agents' kernels: every field typed, every string bounded and free
-# of control characters (a result's kernel names once cleared the user's terminal and set its
-# clipboard; red team, session 43), and the kernels and their origins those of the job.
-_NAME = r"^[A-Za-z0-9_.\-]{1,100}$"
-
-
-def _printable(text: str) -> str:
-    if any(not ch.isprintable() for ch in text):
-        raise ValueError("holds control characters")
-    return text
+# Read from a process that ran agents' kernels: every field typed and bounded, and what is shown
+# as text the job's own or made here from the figures: the model's name and dtype, the kernels
+# and their origins, the check's message (a result's names once cleared the user's terminal
+# and set its clipboard, and named another model as PASSED; red team, session 43).
+Figure = Annotated[float, Field(allow_inf_nan=True)]  # an error may be inf; a NaN one fails
+Finite = Annotated[float, Field(allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
@@ -96,8 +92,8 @@ class _Strict(BaseModel):
 
 
 class ErrorsResult(_Strict):
-    rel_l2: float
-    max_abs: float
+    rel_l2: Figure
+    max_abs: Figure
     nonfinite: int = Field(ge=0)
 
 
@@ -105,68 +101,75 @@ class CheckResult(_Strict):
     ok: bool
     plugged: ErrorsResult
     own: ErrorsResult
-    limit_rel_l2: float
-    limit_max_abs: float
-    message: str = Field(max_length=1000)
+    limit_rel_l2: Figure
+    limit_max_abs: Figure
+    message: str = Field(max_length=1000)  # not shown: made again from the figures
 
-    @field_validator("message")
-    @classmethod
-    def _message(cls, value: str) -> str:
-        return _printable(value)
+    def to_check(self) -> accuracy.Check:
+        """The check as its figures say, its message made here; a check whose outcome its own
+        figures contradict is none."""
+        check = accuracy.judged(
+            accuracy.Errors(**self.plugged.model_dump()),
+            accuracy.Errors(**self.own.model_dump()),
+            self.limit_rel_l2,
+            self.limit_max_abs,
+        )
+        if self.ok and not check.ok:
+            raise ValueError("its check passes against its own figures")
+        return check
 
 
 class UseResult(_Strict):
     served: int = Field(ge=0)
     declined: int = Field(ge=0)
-    own_s: list[float] = Field(max_length=100_000)
-    kernel_s: list[float] = Field(max_length=100_000)
+    own_s: list[Finite] = Field(max_length=100_000)
+    kernel_s: list[Finite] = Field(max_length=100_000)
 
 
 class TrialResult(_Strict):
     kernels: list[str] = Field(max_length=1000)
     check: CheckResult
-    model_ms: float
-    plugged_ms: float
-    speedup: float
+    model_ms: Finite
+    plugged_ms: Finite
+    speedup: Figure  # not shown: made again from the two times
     use: dict[str, UseResult]
 
     def to_trial(self) -> Trial:
-        c = self.check
-        check = accuracy.Check(
-            c.ok,
-            accuracy.Errors(**c.plugged.model_dump()),
-            accuracy.Errors(**c.own.model_dump()),
-            c.limit_rel_l2,
-            c.limit_max_abs,
-            c.message,
-        )
         use = {n: KernelUse(**u.model_dump()) for n, u in self.use.items()}
-        return Trial(list(self.kernels), check, self.model_ms, self.plugged_ms, use)
+        return Trial(list(self.kernels), self.check.to_check(), self.model_ms, self.plugged_ms, use)
 
 
 class VerificationResult(_Strict):
-    model: str = Field(pattern=_NAME)
+    model: str = Field(max_length=100)
     device: Literal["cpu", "cuda"]
-    dtype: str = Field(pattern=r"^[a-z0-9_]{1,20}$")
-    error_factor: float
+    dtype: str = Field(max_length=20)
+    error_factor: Finite
     reps: int = Field(ge=1)
     ok: bool
-    origins: dict[str, str]
+    origins: dict[str, str]  # not shown: the job's own are
     total: TrialResult
     alone: list[TrialResult] = Field(max_length=1000)
 
     def for_job(self, job: VerifyJob) -> Verification:
-        """The verification, where it is one of ``job``: its device and settings, its kernels
-        by name; the origins shown are the job's own."""
+        """The verification, where it is one of ``job``: its model, dtype, device and settings,
+        all its kernels together, and each alone where it asked for that."""
+        from .loader import model_name, pick_dtype
+
         names = [k.problem().name for k in job.kernels]
-        origins = {name: k.origin for name, k in zip(names, job.kernels)}
+        model_file = job.model_file()
+        expected = (
+            model_name(str(model_file) if model_file else job.model, job.device),
+            str(pick_dtype(job.dtype, job.device)).removeprefix("torch."),
+        )
+        if (self.model, self.dtype) != expected:
+            raise ValueError(f"it is of another model or dtype than {expected[0]}, {expected[1]}")
         if self.device != job.device or self.reps != job.reps or self.error_factor != job.factor:
             raise ValueError("its device or settings are not the job's")
-        for t in (self.total, *self.alone):
-            if not set(t.kernels) <= set(names) or set(t.use) != set(t.kernels):
-                raise ValueError("it names kernels the job does not have")
-        if self.total.kernels != names or len(self.alone) != (len(names) if job.diagnose else 0):
+        trials = [self.total.kernels, *(t.kernels for t in self.alone)]
+        if trials != [names, *([[n] for n in names] if job.diagnose else [])]:
             raise ValueError("its trials are not the job's")
+        if any(set(t.use) != set(t.kernels) for t in (self.total, *self.alone)):
+            raise ValueError("a trial reports the use of kernels it did not plug in")
         return Verification(
             self.model,
             self.device,
@@ -175,5 +178,5 @@ class VerificationResult(_Strict):
             self.reps,
             self.total.to_trial(),
             [t.to_trial() for t in self.alone],
-            origins,
+            {name: k.origin for name, k in zip(names, job.kernels)},
         )

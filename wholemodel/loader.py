@@ -54,7 +54,7 @@ def pick_dtype(name: str | None, device: str) -> torch.dtype:
 def model_spec(spec: str) -> str:
     """``spec`` as it names the same model from any folder: a built-in's as given, a file's
     absolute path (``kernelarc verify`` loads it again in a sandbox, from another folder)."""
-    if spec.removeprefix("builtin:").partition(":")[0] in builtin.SIZES:
+    if _builtin(spec, "cpu") is not None:
         return spec
     path = Path(spec)
     if not path.is_file():
@@ -62,14 +62,29 @@ def model_spec(spec: str) -> str:
     return str(path.resolve())
 
 
+def _builtin(spec: str, device: str, size: str | None = None) -> tuple[str, str] | None:
+    """(name, size) of a built-in model's spec on ``device``; None for a file."""
+    name, _, variant = spec.removeprefix("builtin:").partition(":")
+    if name not in builtin.SIZES:
+        return None
+    return name, size or variant or ("real" if device == "cuda" else "small")
+
+
+def model_name(spec: str, device: str) -> str:
+    """What ``load(spec)`` names the model on ``device`` (``cpu`` or ``cuda``): the tables' name."""
+    known = _builtin(spec, device)
+    if known is not None:
+        return f"{known[0]}_{known[1]}"
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in Path(spec).stem)[:40]
+
+
 def load(spec: str, device: str = "auto", dtype: str | None = None, size: str | None = None) -> LoadedModel:
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
-    name, _, variant = spec.removeprefix("builtin:").partition(":")
-    if name in builtin.SIZES:
-        size = size or variant or ("real" if dev == "cuda" else "small")
-        model, inputs = builtin.build(name, size, dev, dt)
-        return LoadedModel(f"{name}_{size}", model, inputs, dev, dt)
+    known = _builtin(spec, dev, size)
+    if known is not None:
+        model, inputs = builtin.build(known[0], known[1], dev, dt)
+        return LoadedModel(f"{known[0]}_{known[1]}", model, inputs, dev, dt)
     path = Path(spec)
     if not path.is_file():
         raise ValueError(f"{spec}: not a built-in model ({', '.join(builtin.SIZES)}) nor a Python file")
@@ -84,5 +99,4 @@ def load(spec: str, device: str = "auto", dtype: str | None = None, size: str | 
     with torch.no_grad():
         model = module.build_model(dev, dt).eval()
         inputs = tuple(module.example_inputs(dev, dt))
-    name = "".join(c if c.isalnum() or c == "_" else "_" for c in path.stem)[:40]
-    return LoadedModel(name, model, inputs, dev, dt)
+    return LoadedModel(model_name(spec, dev), model, inputs, dev, dt)

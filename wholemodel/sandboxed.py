@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from guard import sandbox
 from guard.paths import CHECKOUT, PROJECT_ROOT
+from guard.printable import printable
 from guard.runner.process import worker_env
 
 from . import VERIFY_MEMORY_GB, VERIFY_TIMEOUT_S
@@ -58,10 +59,12 @@ class SandboxedVerifyFailed(ValueError):
     """The sandboxed verification ended without a result (its messages went to stderr)."""
 
 
+PREFIX = "[sandbox] "  # on each line of the child's: none passes for one of verify's own
+
+
 def clean_line(raw: bytes) -> str:
     """A line of the child's for the user's terminal: printable characters and tabs only."""
-    text = raw.decode("utf-8", "replace")[:MAX_LINE]
-    return "".join(ch if ch.isprintable() or ch == "\t" else "?" for ch in text.rstrip("\r\n"))
+    return PREFIX + printable(raw[:MAX_LINE].decode("utf-8", "replace").rstrip("\r\n"), keep="\t")
 
 
 def parse_result(data: bytes, job: VerifyJob) -> Verification:
@@ -102,16 +105,24 @@ def _sandboxed_job(job: VerifyJob) -> VerifyJob:
     return job.model_copy(update={"model_source": source})
 
 
-def _relay(pipe, say) -> None:
-    """The child's messages, line by line, cleaned, up to ``MAX_MESSAGE_BYTES``; the rest is
-    read and dropped, so that the child never blocks on a full pipe."""
-    relayed = 0
-    for raw in pipe:
-        relayed += len(raw)
-        if relayed <= MAX_MESSAGE_BYTES:
-            say(clean_line(raw))
-        elif relayed - len(raw) <= MAX_MESSAGE_BYTES:
-            say("(more messages of the sandboxed verification dropped)")
+def _relay(fd: int, say) -> None:
+    """The child's messages, line by line, cleaned, up to ``MAX_MESSAGE_BYTES`` in all and
+    ``MAX_LINE`` bytes a line; the rest is read and dropped, so that the child never blocks on
+    a full pipe and nothing it writes is held here beyond that (a 3 GiB line without a newline,
+    read whole, took this process past 6 GB: red team, session 43)."""
+    relayed, line, full = 0, b"", False
+    while chunk := os.read(fd, 1 << 16):
+        while chunk and not full:
+            head, newline, chunk = chunk.partition(b"\n")
+            line = (line + head)[: MAX_LINE + 1]
+            if not newline:
+                break
+            relayed += len(line) + 1
+            full = relayed > MAX_MESSAGE_BYTES
+            say(clean_line(line) if not full else "(more messages of the sandboxed verification dropped)")
+            line = b""
+    if line and not full:
+        say(clean_line(line))
 
 
 def _send(pipe, data: bytes) -> None:
@@ -194,7 +205,7 @@ def run(
                 os.close(filter_r)
         result = bytearray()
         readers = [
-            threading.Thread(target=_relay, args=(proc.stdout, say), daemon=True),
+            threading.Thread(target=_relay, args=(proc.stdout.fileno(), say), daemon=True),
             threading.Thread(target=_collect, args=(result_r, result), daemon=True),
         ]
         result_r = -1  # the collector's now

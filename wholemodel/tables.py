@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import statistics
 
+from guard.printable import printable
+
 from .profile import FACTORS, Profile
 from .verify import Verification
 
@@ -123,8 +125,18 @@ def diagnose_table(v: Verification) -> Table:
 def markdown(table: Table) -> str:
     headers, rows = table
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += [
-        "| " + " | ".join("-" if c is None else (f"{c:.4g}" if isinstance(c, float) else str(c)) for c in r) + " |"
-        for r in rows
-    ]
+    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def _cell(c) -> str:
+    """A Markdown cell: printable, and no markup of its own (an origin names a path an agent
+    may have chosen; a viewer would load an image or follow a link written into it)."""
+    if c is None:
+        return "-"
+    if isinstance(c, float):
+        return f"{c:.4g}"
+    text = printable(str(c))
+    for ch in "\\`[]<>|":
+        text = text.replace(ch, "\\" + ch)
+    return text

@@ -13,6 +13,11 @@ namespace separates, refused.
   namespace with its init (bwrap's), which waits for them; a candidate that stopped that init
   under ``ptrace`` and then ended kept its caller waiting for good (red team of ``kernelarc
   verify``'s sandbox, session 43). No kernel needs to trace or write another process.
+- ``io_uring_setup``, ``io_uring_enter``, ``io_uring_register``: a second way into the kernel's
+  system calls, whose operations this filter would not see; no kernel of ours needs it.
+- ``socket`` of the ``AF_VSOCK`` family: a channel to the hypervisor and other VMs that no
+  network namespace separates (a sandbox has no network of its own; session 43's red team
+  could make one, on a GPU machine that is a VM).
 - system calls of another ABI than the native one (x86's 32-bit ``int 0x80``, x32), which
   would go around the numbers above.
 
@@ -51,11 +56,13 @@ class UnknownArchitecture(RuntimeError):
 
 
 # audit architecture, system call numbers: add_key, request_key, keyctl, unshare, clone, clone3,
-# then those refused outright besides the keyrings' (ptrace, process_vm_readv, process_vm_writev)
+# socket; then those refused outright besides the keyrings' (ptrace, process_vm_readv,
+# process_vm_writev, io_uring_setup, io_uring_enter, io_uring_register)
 _ARCHES = {
-    "x86_64": (0xC000003E, (248, 249, 250, 272, 56, 435), (101, 310, 311)),
-    "aarch64": (0xC00000B7, (217, 218, 219, 97, 220, 435), (117, 270, 271)),
+    "x86_64": (0xC000003E, (248, 249, 250, 272, 56, 435, 41), (101, 310, 311, 425, 426, 427)),
+    "aarch64": (0xC00000B7, (217, 218, 219, 97, 220, 435, 198), (117, 270, 271, 425, 426, 427)),
 }
+AF_VSOCK = 40
 
 
 def program(machine: str | None = None) -> bytes:
@@ -63,7 +70,7 @@ def program(machine: str | None = None) -> bytes:
     machine = machine or platform.machine()
     if machine not in _ARCHES:
         raise UnknownArchitecture(f"no seccomp filter for {machine}")
-    arch, (add_key, request_key, keyctl, unshare, clone, clone3), refused = _ARCHES[machine]
+    arch, (add_key, request_key, keyctl, unshare, clone, clone3, socket), refused = _ARCHES[machine]
     # (code, k, where to go if true, if false): a label, or None for the next instruction
     ops: list[tuple[str | None, int, int, str | None, str | None]] = [
         (None, _LD_W_ABS, _ARCH, None, None),
@@ -78,10 +85,13 @@ def program(machine: str | None = None) -> bytes:
         (None, _JEQ_K, keyctl, "deny", None),
         *((None, _JEQ_K, nr, "deny", None) for nr in refused),
         (None, _JEQ_K, clone3, "nosys", None),
+        (None, _JEQ_K, socket, "domain", None),
         (None, _JEQ_K, unshare, "flags", None),
         (None, _JEQ_K, clone, "flags", "allow"),
         ("flags", _LD_W_ABS, _ARG0_LOW, None, None),
         (None, _JSET_K, CLONE_NEWUSER, "deny", "allow"),
+        ("domain", _LD_W_ABS, _ARG0_LOW, None, None),
+        (None, _JEQ_K, AF_VSOCK, "deny", "allow"),
         ("allow", _RET_K, _RET_ALLOW, None, None),
         ("deny", _RET_K, _RET_ERRNO | errno.EPERM, None, None),
         ("nosys", _RET_K, _RET_ERRNO | errno.ENOSYS, None, None),

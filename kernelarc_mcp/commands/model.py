@@ -20,7 +20,8 @@ on the GPU and small on the CPU) or a Python file defining
     build_model(device: str, dtype: torch.dtype) -> torch.nn.Module
     example_inputs(device: str, dtype: torch.dtype) -> tuple   # the forward's positional args
 profile runs the file in this process; verify runs it with the kernels in the guard's
-sandbox, which shows the file's folder read-only (--in-process: in this process).
+sandbox, which gets the file's text and shows no folder of yours (--in-process: in this
+process, for a model that reads files beside it).
 See docs/profiling.md for which modules kernels plug into."""
 
 

@@ -90,8 +90,8 @@ def test_a_plugged_kernel_reaches_nothing_of_the_workspace(workspace, tmp_path, 
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["ok"] and doc["ran"].startswith("in the sandbox (isolation: bubblewrap")
     assert doc["total"]["use"][PROBLEM]["served"] == 2
-    probes = [line for line in proc.stderr.splitlines() if line.startswith("PROBE")]
-    assert probes == ["PROBE "], proc.stderr  # it ran, and reached nothing
+    probes = [line for line in proc.stderr.splitlines() if "PROBE" in line]
+    assert probes == ["[sandbox] PROBE "], proc.stderr  # it ran, and reached nothing
     assert not outside.exists()
     assert _state(workspace) == before
     assert not (tmp_path / "cache").exists()  # its folder was the sandbox's own: nothing on the host
@@ -142,15 +142,15 @@ def test_a_model_file_travels_into_the_sandbox_without_its_folder(tmp_path, need
 def _job(ws: Workspace, diagnose: bool = False) -> VerifyJob:
     problem = ws.problems().get(PROBLEM)
     kernel = KernelJob.of(problem, from_file(DATA / "wholemodel" / "rmsnorm_ok.py"), "file rmsnorm_ok.py")
-    return VerifyJob(model="llama_block", device="cpu", kernels=[kernel], reps=3, diagnose=diagnose)
+    return VerifyJob(model="llama_block", device="cpu", dtype="bfloat16", kernels=[kernel], reps=3, diagnose=diagnose)
 
 
 def _verification(origin: str = "file rmsnorm_ok.py") -> Verification:
-    from wholemodel.accuracy import Check, Errors
+    from wholemodel.accuracy import Errors, judged
     from wholemodel.verify import KernelUse, Trial
 
     use = {PROBLEM: KernelUse(3, 1, [0.5, 0.25], [0.125])}
-    check = Check(False, Errors(float("inf"), 2.0, 4), Errors(0.01, 0.5, 0), 0.02, 1.0, "4 NaN/Inf elements")
+    check = judged(Errors(float("inf"), 2.0, 4), Errors(0.01, 0.5, 0), 0.02, 1.0)
     trial = Trial([PROBLEM], check, 2.0, 1.0, use)
     return Verification("llama_block_small", "cpu", "bfloat16", 2.0, 3, trial, [trial], {PROBLEM: origin})
 
@@ -172,38 +172,68 @@ def _tampered(kind: str) -> bytes:
         return b"[" * 200_000 + b"]" * 200_000
     if kind == "wrong_type":
         doc["total"]["model_ms"] = [1, 2]
+    elif kind == "nan_time":
+        doc["total"]["plugged_ms"] = float("nan")
     elif kind == "escape_in_name":
         doc["model"] = "llama\x1b]52;c;Y3VybCB4fHNo\x07"
-    elif kind == "escape_in_message":
-        doc["total"]["check"]["message"] = "fine\x1b[2J"
+    elif kind == "other_model":
+        doc["model"] = "llama_block_real"
+    elif kind == "other_dtype":
+        doc["dtype"] = "float32"
     elif kind == "foreign_kernel":
         doc["total"]["use"]["other_problem"] = doc["total"]["use"][PROBLEM]
         doc["total"]["kernels"].append("other_problem")
+    elif kind == "alone_names_none":
+        doc["alone"][0]["kernels"], doc["alone"][0]["use"] = [], {}
+    elif kind == "alone_missing":
+        doc["alone"] = []
+    elif kind == "passes_against_its_figures":
+        doc["total"]["check"]["ok"] = True
     elif kind == "other_device":
         doc["device"] = "cuda"
     return json.dumps(doc).encode()
 
 
-@pytest.mark.parametrize(
-    "kind",
-    ["huge", "not_json", "deep", "wrong_type", "escape_in_name", "escape_in_message", "foreign_kernel", "other_device"],
-)
+TAMPERED = [
+    "huge",
+    "not_json",
+    "deep",
+    "wrong_type",
+    "nan_time",
+    "escape_in_name",
+    "other_model",
+    "other_dtype",
+    "foreign_kernel",
+    "alone_names_none",
+    "alone_missing",
+    "passes_against_its_figures",
+    "other_device",
+]
+
+
+@pytest.mark.parametrize("kind", TAMPERED)
 def test_a_result_the_sandbox_sends_is_checked_before_it_is_believed(workspace, kind):
     """It comes from the process the kernels ran in: what is not a verification of this job is
-    an error, never a figure or a string on the user's terminal (red team, session 43: a
+    an error, never a figure or a string on the user's terminal (red teams, session 43: a
     directory, a FIFO, 200 KB of brackets and a list for a number crashed or hung the first
-    version; a kernel's name cleared the terminal and set its clipboard)."""
+    version; a kernel's name cleared the terminal and set its clipboard; another model's name
+    was shown as PASSED; an empty trial crashed the diagnose table)."""
     from wholemodel import sandboxed
 
     with pytest.raises(sandboxed.SandboxedVerifyFailed):
         sandboxed.parse_result(_tampered(kind), _job(workspace, diagnose=True))
 
 
-def test_the_origins_shown_are_the_jobs_own(workspace):
+def test_what_a_result_shows_as_text_is_made_here(workspace):
+    """The origins are the job's, and the check's message is made from its figures: a message
+    of the child's (markup for a Markdown viewer, invisible characters) is never shown."""
     from wholemodel import sandboxed
 
-    v = sandboxed.parse_result(_tampered("none"), _job(workspace, diagnose=True))
+    doc = json.loads(_tampered("none"))
+    doc["total"]["check"]["message"] = "fine <img src=https://example.invalid/x.png> \u3164"
+    v = sandboxed.parse_result(json.dumps(doc).encode(), _job(workspace, diagnose=True))
     assert v.origins == {PROBLEM: "file rmsnorm_ok.py"}
+    assert v.total.check.message.startswith("4 NaN/Inf elements where the model is finite; relative L2 error inf")
 
 
 HOSTILE_KERNEL = """
@@ -248,7 +278,7 @@ def test_a_hostile_kernel_reaches_neither_the_terminal_nor_the_disk(workspace, t
     proc = _verify(workspace, kernel, "--reps", "1", "--json")
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["ok"] and doc["ran"].startswith("in the sandbox")
-    hostile = [line for line in proc.stderr.splitlines() if line.startswith("HOSTILE")]
+    hostile = [line.removeprefix("[sandbox] ") for line in proc.stderr.splitlines() if "HOSTILE" in line]
     assert len(hostile) >= 3, proc.stderr  # it ran, and said so
     assert "\x1b" not in proc.stderr + proc.stdout and "\x07" not in proc.stderr
     assert "HOSTILE reached a terminal" not in proc.stderr
