@@ -1,6 +1,6 @@
 """How much a busy agent process slows a timed CPU worker on the same core, by the agent's nice
-value (``launcher.limits``): a pure-Python loop timed alone, then beside a busy loop pinned to
-the same core at each nice value. Prints a Markdown table.
+value (``launcher.limits``): a pure-Python loop timed beside a busy loop pinned to the same core
+at each nice value, against the loop timed alone just before and after. Prints a Markdown table.
 
     python -m benchmarks.nice_share [--repeats 7] [--nice 0 10 19]
 """
@@ -45,13 +45,17 @@ def main() -> int:
     ap.add_argument("--nice", type=int, nargs="+", default=[0, 10, 19])
     args = ap.parse_args()
     os.sched_setaffinity(0, {CORE})
-    alone = _timed(None, args.repeats)
-    print("| busy process beside it | timed loop (median) | x alone |")
-    print("| --- | --- | --- |")
-    print(f"| none | {alone * 1e3:.0f} ms | 1.00 |")
+    # the machine's own speed drifts (a VM's clocks): each case is set against the loop timed
+    # alone just before and just after it
+    print("| busy process beside it | timed loop (median) | alone, before / after | x alone |")
+    print("| --- | --- | --- | --- |")
+    before = _timed(None, args.repeats)
     for nice in args.nice:
         t = _timed(nice, args.repeats)
-        print(f"| at nice {nice} | {t * 1e3:.0f} ms | {t / alone:.2f} |")
+        after = _timed(None, args.repeats)
+        alone = (before + after) / 2
+        print(f"| at nice {nice} | {t * 1e3:.0f} ms | {before * 1e3:.0f} / {after * 1e3:.0f} ms | {t / alone:.2f} |")
+        before = after
     return 0
 
 

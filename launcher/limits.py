@@ -8,8 +8,8 @@ and an agent's fork bomb or runaway build could take every pid or the memory of 
 
 - **CPU**: every process of the agent runs at ``nice`` (default 19, the lowest priority):
   under the kernel's fair scheduler a task at nice 19 weighs 15 against 1024 at nice 0, the
-  guard's. A busy loop beside a timed one on the same core made it 2.0-2.1x slower at nice 0,
-  1.12-1.38x at nice 10 and 1.00-1.05x at 19 (``benchmarks/nice_share.py``). The agent cannot
+  guard's. A busy loop beside a timed one on the same core made it 1.87-2.01x slower at nice 0,
+  1.10-1.19x at nice 10 and 0.99-1.04x at 19 (``benchmarks/nice_share.py``). The agent cannot
   take it back: lowering a nice value needs ``CAP_SYS_NICE`` in the host's user namespace,
   which a confined agent has none of, or an ``RLIMIT_NICE`` above 0, which is 0 by default.
 - **Tasks**: a pids cgroup (``guard.sandbox.cgroups``): a fork bomb fails inside it.
