@@ -27,7 +27,7 @@ from guard.builders.cuda_cpp import EXT_PREFIX, extension_digest, publish_build
 from guard.paths import GUARD_PACKAGE, PROJECT_ROOT
 from guard.sandbox import cgroups
 from guard.sandbox import isolation as isolation_mod
-from guard.sandbox.policy import SandboxPolicy, gpu_device_nodes
+from guard.sandbox.policy import TMPFS_BYTES, SandboxPolicy, gpu_device_nodes
 
 from helpers import (
     SYSCALLS,
@@ -65,6 +65,28 @@ ATTEMPT = """
         except OSError as e:
             return "denied: " + type(e).__name__
     """
+
+
+def test_a_sandboxs_tmp_and_shm_are_bounded(tmp_path, needs_bwrap):
+    """They are RAM: a GPU worker, whose memory no cgroup caps, could fill the host's with them
+    (red team, session 43). Each holds ``tmp_bytes`` (4 GiB by default), then ENOSPC."""
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    env = {"PATH": os.defpath, "PYTHONDONTWRITEBYTECODE": "1"}
+    code = textwrap.dedent(ATTEMPT) + textwrap.dedent(
+        """
+        def fill(path):
+            with open(path, "wb") as f:
+                for _ in range(16):
+                    f.write(b"x" * (1 << 20))
+        print(json.dumps({"tmp": attempt(fill, "/tmp/f"), "shm": attempt(fill, "/dev/shm/f")}))
+        """
+    )
+    policy = SandboxPolicy.for_worker(workdir, "cpu", env=env)
+    cmd = sandbox.wrap(policy, [sys.executable, "-c", code], env, tmp_bytes=8 << 20)
+    got = json.loads(subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.splitlines()[-1])
+    assert got == {"tmp": "denied: OSError", "shm": "denied: OSError"}, got
+    assert f"--size {TMPFS_BYTES} --tmpfs /tmp" in " ".join(sandbox.wrap(policy, ["true"], env))
 
 
 # -- reading ----------------------------------------------------------------------------------

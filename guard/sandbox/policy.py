@@ -41,6 +41,11 @@ SYSFS = "/sys"
 # candidate to the next that outlived the first one's cell (red team, session 33). The cgroups'
 # counters of every group on the host (memory peaks, pids, other guards') were all readable.
 SYSFS_HIDDEN = ("/sys/fs", "/sys/kernel/debug", "/sys/kernel/tracing", "/sys/kernel/security", "/sys/kernel/config")
+# What a sandbox's own /tmp and /dev/shm may hold, each: they are RAM, and a GPU worker, whose
+# memory no cgroup caps, could fill the host's with them (red team, session 43, found them
+# bounded by nothing but the memory cgroup, which not every worker has). A build's temporary
+# files are tens of MB.
+TMPFS_BYTES = 4 << 30
 GPU_DEVICE_GLOB = "/dev/nvidia*"  # nvidia0..N, nvidiactl, nvidia-uvm(-tools), nvidia-caps/
 GPU_NODE = re.compile(r"/dev/nvidia(\d+)$")  # one GPU's node; the others are shared control nodes
 CUDA_GLOBS = ("/usr/local/cuda*", "/usr/local/nvidia", "/opt/nvidia", "/opt/cuda*")
