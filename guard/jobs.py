@@ -139,12 +139,13 @@ class JobQueue:
             if column not in have:
                 self.db.reader().execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
         if "stored_bytes" not in have:  # a workspace from before the limit: its jobs counted once
-            with self.db.transaction() as c:
-                c.execute("ALTER TABLE jobs ADD COLUMN stored_bytes INTEGER")
-                c.execute(
-                    "UPDATE jobs SET stored_bytes = LENGTH(CAST(solution_json AS BLOB))"
-                    " + COALESCE(LENGTH(CAST(notes AS BLOB)), 0)"
-                )
+            with self.db.transaction() as c:  # read again inside: another process may have added it
+                if "stored_bytes" not in {r[1] for r in c.execute("PRAGMA table_info(jobs)")}:
+                    c.execute("ALTER TABLE jobs ADD COLUMN stored_bytes INTEGER")
+                    c.execute(
+                        "UPDATE jobs SET stored_bytes = LENGTH(CAST(solution_json AS BLOB))"
+                        " + COALESCE(LENGTH(CAST(notes AS BLOB)), 0)"
+                    )
         self.db.reader().execute(STORED_INDEX)
         self.evaluator = evaluator
         self.servers = Servers(self.db)
@@ -194,7 +195,8 @@ class JobQueue:
                 raise StorageSpent(
                     f"your submissions take {stored} bytes of the workspace, and this one {size} more: "
                     f"beyond what one agent may store (max_stored_bytes_per_agent = "
-                    f"{cfg.max_stored_bytes_per_agent}); the guard judges nothing more of yours"
+                    f"{cfg.max_stored_bytes_per_agent}, in the workspace's config.json); the guard judges "
+                    "nothing more of yours"
                 )
             c.execute(
                 "INSERT INTO jobs (id, agent, problem, solution_json, notes, parent, state, created_at, server,"

@@ -351,6 +351,7 @@ class Swarm:
                     run.state = "failed"
                 else:
                     run.state = "done" if run.proc.returncode == 0 else "failed"
+                    self._stop(run)  # what it left running in its cgroup ends with it
                 return None
             if run.restarts >= MAX_RESTARTS or time.monotonic() > deadline:
                 self._stop(run)

@@ -89,6 +89,17 @@ def test_a_sandboxs_tmp_and_shm_are_bounded(tmp_path, needs_bwrap):
     assert f"--size {TMPFS_BYTES} --tmpfs /tmp" in " ".join(sandbox.wrap(policy, ["true"], env))
 
 
+def test_a_bwrap_that_cannot_size_a_tmpfs_still_sandboxes(tmp_path, monkeypatch):
+    """``--size`` came in bwrap 0.7.0 and a set-user-ID bwrap refuses it: with a distribution's
+    older one every sandbox failed to start, and the guard ran candidates without one."""
+    from guard.sandbox import bwrap
+
+    monkeypatch.setattr(bwrap, "sizes_tmpfs", lambda binary: False)
+    policy = SandboxPolicy.for_worker(tmp_path, "cpu", env={"PATH": os.defpath})
+    cmd = sandbox.wrap(policy, ["true"], {"PATH": os.defpath}, binary=Path("/bin/true"), workdir_tmpfs_bytes=1 << 20)
+    assert "--size" not in cmd and cmd.count("--tmpfs") >= 3
+
+
 # -- reading ----------------------------------------------------------------------------------
 def test_the_hosts_cgroups_and_other_kernel_state_are_out_of_sight(tmp_path, needs_bwrap):
     """sysfs shows the hardware (PCI, CPU topology) but not the host's running state: the

@@ -53,7 +53,7 @@ class VerifyJob(BaseModel):
     kernels: list[KernelJob] = Field(min_length=1)
     reps: int = Field(ge=1)
     diagnose: bool = False
-    factor: float = Field(default=accuracy.DEFAULT_FACTOR, gt=0)
+    factor: float = Field(default=accuracy.DEFAULT_FACTOR, gt=0, allow_inf_nan=False)
 
     def model_file(self) -> Path | None:
         """The model's file, where the model is one rather than a built-in."""

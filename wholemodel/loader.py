@@ -10,7 +10,7 @@ def example_inputs(device: str, dtype: torch.dtype) -> tuple: ...          # pos
 
 The guard never runs this file. ``kernelarc profile`` runs it in the calling process;
 ``kernelarc verify`` in the guard's sandbox with the kernels (``wholemodel.sandboxed``), which
-shows it its own folder read-only, or in the calling process with ``--in-process``.
+gets the file's text and no folder of the user's, or in the calling process with ``--in-process``.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def pick_dtype(name: str | None, device: str) -> torch.dtype:
     if name is None:  # bf16 on the GPU; float32 on the CPU, where bf16 is slow and inexact
         return torch.bfloat16 if device == "cuda" else torch.float32
     dt = getattr(torch, name, None)
-    if not isinstance(dt, torch.dtype):
-        raise ValueError(f"unknown dtype {name!r}")
+    if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
+        raise ValueError(f"unknown dtype {name!r}: not a floating-point dtype of torch")
     return dt
 
 
@@ -67,7 +67,10 @@ def _builtin(spec: str, device: str, size: str | None = None) -> tuple[str, str]
     name, _, variant = spec.removeprefix("builtin:").partition(":")
     if name not in builtin.SIZES:
         return None
-    return name, size or variant or ("real" if device == "cuda" else "small")
+    size = size or variant or ("real" if device == "cuda" else "small")
+    if size not in builtin.SIZES[name]:
+        raise ValueError(f"{name}: no size {size!r} (sizes: {', '.join(builtin.SIZES[name])})")
+    return name, size
 
 
 def model_name(spec: str, device: str) -> str:

@@ -175,7 +175,7 @@ def run(
     together (None: no cap), where this machine has a memory cgroup."""
     isolation = sandbox.probe()
     if not isolation.available:
-        raise sandbox.SandboxUnavailable(isolation.line())
+        raise SandboxedVerifyFailed(f"no sandbox here ({isolation.line()}): add --in-process to run it here")
     inside = _sandboxed_job(job)
     env = _environment(job)
     policy = sandbox.SandboxPolicy.for_worker(WORKDIR, job.device, protect=protect, readonly=_readonly(), env=env)
@@ -187,6 +187,8 @@ def run(
     group = sandbox.cgroups.SandboxGroup.make(sandbox.cgroups.default_limit(), "verify", memory)
     if group is not None:
         cmd = group.enter(cmd)
+    if memory and (group is None or group.memory_path is None):
+        say(f"its memory is not capped here ({sandbox.cgroups.probe().reason or 'no memory cgroup'})")
     proc = None
     try:
         try:
@@ -221,6 +223,11 @@ def run(
                 ) from None
         for t in readers:  # its pipes close when its last process is gone
             t.join(timeout=10)
+        if code != 0 and group is not None and group.oom_kills():
+            raise SandboxedVerifyFailed(
+                f"the sandboxed verification was killed at its memory cap (--memory-gb {memory_gb:g}): "
+                "raise it, or check what the kernels allocate"
+            )
         if code != 0:
             raise SandboxedVerifyFailed(
                 f"the sandboxed verification failed (exit status {code}; its messages are above)"

@@ -9,8 +9,11 @@ dies, so killing bwrap's process group leaves nothing behind.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import shutil
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -79,9 +82,10 @@ def wrap(
     for key, value in env.items():
         cmd += ["--setenv", key, value]
     # Base: a private /dev, /proc of the new PID namespace, private /tmp and /dev/shm of a bounded size.
+    sized = sizes_tmpfs(binary)
     cmd += ["--dev", "/dev", "--proc", "/proc"]
     for tmp in ("/tmp", "/dev/shm"):
-        cmd += ["--size", str(tmp_bytes), "--tmpfs", tmp]
+        cmd += [*(["--size", str(tmp_bytes)] if sized else []), "--tmpfs", tmp]
     # bwrap covers /proc/sys only where access(W_OK) says the folder is writable, which procfs
     # never says (``PROC_READ_ONLY``): read-only here, always
     for name in PROC_READ_ONLY:
@@ -106,7 +110,7 @@ def wrap(
     if workdir_tmpfs_bytes is None:
         cmd += ["--bind", str(policy.workdir), str(policy.workdir)]
     else:
-        cmd += ["--size", str(workdir_tmpfs_bytes), "--tmpfs", str(policy.workdir)]
+        cmd += [*(["--size", str(workdir_tmpfs_bytes)] if sized else []), "--tmpfs", str(policy.workdir)]
     for dev in policy.devices:
         cmd += ["--dev-bind", str(dev), str(dev)]
     # The root and /dev are tmpfs bwrap made to hold the mount points: read-only, so the
@@ -118,6 +122,27 @@ def wrap(
     if seccomp_fd is not None:
         cmd += ["--seccomp", str(seccomp_fd)]
     return [*cmd, "--", *argv]
+
+
+# bwrap sizes a tmpfs (``--size``) from 0.7.0 on, and never where it is set-user-ID
+SIZE_SINCE = (0, 7, 0)
+
+
+@functools.cache
+def sizes_tmpfs(binary: Path) -> bool:
+    """Whether ``binary`` takes ``--size``: where it does not (a distribution's older or
+    set-user-ID bwrap, found on PATH), a sandbox's tmpfs go unbounded, and the log says so once,
+    rather than the sandbox failing to start and candidates running without one."""
+    ver = version(binary)
+    try:
+        parts = tuple(int(x) for x in (ver or "").split(".")[:3])
+        setuid = bool(os.stat(binary).st_mode & stat.S_ISUID)
+    except (ValueError, OSError):
+        parts, setuid = (), True
+    if parts >= SIZE_SINCE and not setuid:
+        return True
+    log.warning("%s (%s) cannot size a tmpfs: sandboxes' /tmp and /dev/shm are not bounded", binary, ver)
+    return False
 
 
 def version(binary: Path) -> str | None:

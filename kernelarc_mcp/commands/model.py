@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import tempfile
 from pathlib import Path
@@ -21,7 +22,8 @@ on the GPU and small on the CPU) or a Python file defining
     example_inputs(device: str, dtype: torch.dtype) -> tuple   # the forward's positional args
 profile runs the file in this process; verify runs it with the kernels in the guard's
 sandbox, which gets the file's text and shows no folder of yours (--in-process: in this
-process, for a model that reads files beside it).
+process, for a model that reads files beside it; --seeds also runs it here once, to find the
+shapes the seed kernels are built for).
 See docs/profiling.md for which modules kernels plug into."""
 
 
@@ -133,6 +135,11 @@ def _kernel_sources(args, device: str):
         print("profiling once to find the model's shapes for the seed kernels...", file=sys.stderr)
         lm = load(args.model, device=device, dtype=args.dtype)
         found += sources.seed_sources(profile_model(lm, reps=1, warmup=1), args.seeds)
+        del lm  # the verification loads it again: none of its memory held meanwhile
+        if device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
     if not found:
         raise ValueError("no kernels: give --run RUN, --candidate ID, --kernel PROBLEM=FILE or --seeds")
     return found
@@ -161,10 +168,10 @@ def cmd_verify(args) -> int:
     from wholemodel import sandboxed, tables
     from wholemodel.loader import model_spec, pick_device
 
-    if (args.reps is not None and args.reps < 1) or args.error_factor <= 0:
-        raise ValueError("--reps must be at least 1 and --error-factor positive")
-    if args.timeout_minutes <= 0 or (args.memory_gb is not None and args.memory_gb <= 0):
-        raise ValueError("--timeout-minutes and --memory-gb must be positive")
+    if (args.reps is not None and args.reps < 1) or not 0 < args.error_factor < math.inf:
+        raise ValueError("--reps must be at least 1 and --error-factor a positive number")
+    if not 0 < args.timeout_minutes < math.inf or not 0 < args.memory_gb < math.inf:
+        raise ValueError("--timeout-minutes and --memory-gb must be positive numbers")
     device = pick_device(args.device)
     if device == "cpu":  # before anything imports triton in this process
         from wholemodel.verify import use_triton_interpreter

@@ -224,3 +224,18 @@ def test_cli_profile_top_submit_and_verify_run(tmp_path, needs_bwrap):
     assert json.loads(wrong.stdout.strip().splitlines()[-1])["total"]["use"]["rmsnorm_llama3_8b"]["served"] == 0
     none = kernelarc(ws, "verify", "llama_block", "--device", "cpu", check=False)
     assert none.returncode == 2 and "no kernels" in none.stderr
+
+
+def test_a_nan_the_model_itself_gives_is_no_bar():
+    """``Errors.of`` leaves out what the high-precision run does not give as a number (a fully
+    masked row's NaN); the bar on the largest error did not, and one NaN there failed every
+    kernel against it."""
+    import torch
+
+    from wholemodel.accuracy import check
+
+    ref = torch.linspace(-1, 1, 64, dtype=torch.float64)
+    ref[5] = float("nan")
+    out = ref.to(torch.bfloat16)
+    result = check(out, out.clone(), ref, torch.bfloat16)
+    assert result.ok, result.message

@@ -295,3 +295,50 @@ def test_a_kernel_that_never_ends_is_stopped_at_the_timeout(workspace, tmp_path,
     proc = _verify(workspace, kernel, "--timeout-minutes", "0.1", check=False)
     assert proc.returncode == 2 and "took longer than 6 s" in proc.stderr, proc.stderr
     assert time.monotonic() - t0 < 60
+
+
+def test_the_sandboxs_messages_are_relayed_within_bounds():
+    """A line without a newline was read whole: 3 GiB of one took verify past 6.5 GB (red
+    team, session 43). A line is cut at ``MAX_LINE`` bytes, and all of them at
+    ``MAX_MESSAGE_BYTES``, while the rest is read and dropped."""
+    import threading
+
+    from wholemodel import sandboxed
+
+    said: list[str] = []
+    read, write = os.pipe()
+    relay = threading.Thread(target=sandboxed._relay, args=(read, said.append))
+    relay.start()
+    with os.fdopen(write, "wb") as pipe:
+        pipe.write(b"x" * (8 << 20))  # one line of 8 MiB, no newline yet
+        pipe.write(b"\n\x1b[2Jshort\n")
+        for _ in range(2000):
+            pipe.write(b"y" * 1000 + b"\n")  # 2 MB of lines: past the total
+    relay.join(timeout=30)
+    assert not relay.is_alive()
+    os.close(read)
+    assert len(said[0]) == len(sandboxed.PREFIX) + sandboxed.MAX_LINE
+    assert said[1] == sandboxed.PREFIX + "?[2Jshort"
+    assert said[-1] == "(more messages of the sandboxed verification dropped)"
+    assert sum(len(s) for s in said) < 1.1 * sandboxed.MAX_MESSAGE_BYTES
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--timeout-minutes", "nan"], "--timeout-minutes and --memory-gb must be positive numbers"),
+        (["--memory-gb", "inf"], "--timeout-minutes and --memory-gb must be positive numbers"),
+        (["--error-factor", "inf"], "--error-factor a positive number"),
+        (["--dtype", "int8"], "unknown dtype 'int8': not a floating-point dtype"),
+    ],
+)
+def test_verify_refuses_what_is_not_a_setting_in_words(tmp_path, args, said):
+    proc = kernelarc(tmp_path / "ws", "verify", "llama_block", "--device", "cpu", "--seeds", *args, check=False)
+    assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_an_unknown_size_of_a_built_in_model_is_named():
+    from wholemodel.loader import model_spec
+
+    with pytest.raises(ValueError, match="no size 'bogus'"):
+        model_spec("llama_block:bogus")
