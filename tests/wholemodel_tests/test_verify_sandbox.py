@@ -342,3 +342,22 @@ def test_an_unknown_size_of_a_built_in_model_is_named():
 
     with pytest.raises(ValueError, match="no size 'bogus'"):
         model_spec("llama_block:bogus")
+
+
+def test_without_a_sandbox_agents_kernels_need_consent_and_the_output_says_where(workspace, tmp_path, monkeypatch):
+    """Where the machine has no sandbox, verify runs here, says so, and takes agents' kernels
+    (``--run``, ``--candidate``) only with ``--trust-agent-kernels``."""
+    from types import SimpleNamespace
+
+    from guard.sandbox import isolation
+    from kernelarc_mcp.commands.model import _isolation
+
+    monkeypatch.setenv(isolation.ENV_MODE, "off")
+    agents = SimpleNamespace(in_process=False, run=["r"], candidate=None, trust_agent_kernels=False)
+    with pytest.raises(ValueError, match="this machine has no sandbox .* --trust-agent-kernels"):
+        _isolation(agents)
+    assert _isolation(SimpleNamespace(**{**vars(agents), "trust_agent_kernels": True})) is None
+    kernel = tmp_path / "rmsnorm.py"
+    kernel.write_text((DATA / "wholemodel" / "rmsnorm_ok.py").read_text())
+    doc = json.loads(_verify(workspace, kernel, "--reps", "1", "--json").stdout.strip().splitlines()[-1])
+    assert doc["ok"] and doc["ran"] == "in this process, without a sandbox"
