@@ -123,7 +123,7 @@ class Agent:
 
     def starts(self, problem_view: dict, device: str) -> list[tuple[str, str | None, str]]:
         """Starting points in the strategy's order: (label, language, source)."""
-        seeds = problem_view["seed_kernels"]
+        seeds = problem_view.get("seed_kernels", {})  # left out where empty (the compact encoding)
         pool = {"reference": ("pytorch", problem_view["reference"])}
         for fname, src in seeds.items():
             lang = "cuda_cpp" if fname.endswith((".cu", ".cpp")) else None

@@ -199,6 +199,17 @@ def test_scripted_agent_varies_tile_sizes_and_never_repeats_a_source():
     assert len(sources) == len(set(sources)) and src not in sources
 
 
+def test_scripted_agent_starts_from_the_reference_where_a_problem_has_no_seeds():
+    """A problem that ``kernelarc profile --top`` imports has no seed kernels, and the tools'
+    compact encoding leaves the empty field out: the scripted agent failed on it with a
+    KeyError before its first submission (found trying the README as a new user)."""
+    from launcher.scripted_agent import Agent
+
+    agent = Agent(None, "p", "algorithm_redraft", "a-1", max_candidates=1, budget_s=None)
+    starts = agent.starts({"reference": "def run(x):\n    return x\n"}, "cpu")
+    assert starts == [("reference", "pytorch", "def run(x):\n    return x\n")]
+
+
 def test_scripted_agent_climbs_from_accepted_variants_and_ends():
     """Agent.run against a scripted server: every BLOCK halving is faster (ACCEPT), the rest
     slower (REVERT). The agent climbs BLOCK down step by step, never submits a source twice,
