@@ -60,6 +60,7 @@ class Check:
     limit_rel_l2: float
     limit_max_abs: float
     message: str
+    mismatch: bool = False  # the output's shape or dtype is not the model's
 
     @property
     def status(self) -> str:
@@ -78,6 +79,7 @@ def check(
             0.0,
             0.0,
             f"output is {out.dtype} {list(out.shape)}, the model's is {own.dtype} {list(own.shape)}",
+            mismatch=True,
         )
     unit = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
     mine, base = Errors.of(out, ref_hi), Errors.of(own, ref_hi)
@@ -86,9 +88,11 @@ def check(
     return judged(mine, base, factor * base.rel_l2 + unit, 2 * factor * base.max_abs + unit * rms)
 
 
-def judged(mine: Errors, base: Errors, lim_l2: float, lim_max: float) -> Check:
+def judged(mine: Errors, base: Errors, lim_l2: float, lim_max: float, mismatch: bool = False) -> Check:
     """The check's outcome and its message, from its figures alone (a NaN figure fails): what
     a sandboxed verification's figures are read back into (``job.VerificationResult``)."""
+    if mismatch:
+        return Check(False, mine, base, lim_l2, lim_max, "its output's shape or dtype is not the model's", True)
     problems = []
     if mine.nonfinite:
         problems.append(f"{mine.nonfinite} NaN/Inf elements where the model is finite")

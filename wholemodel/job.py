@@ -104,6 +104,7 @@ class CheckResult(_Strict):
     limit_rel_l2: Figure
     limit_max_abs: Figure
     message: str = Field(max_length=1000)  # not shown: made again from the figures
+    mismatch: bool = False
 
     def to_check(self) -> accuracy.Check:
         """The check as its figures say, its message made here; a check whose outcome its own
@@ -113,6 +114,7 @@ class CheckResult(_Strict):
             accuracy.Errors(**self.own.model_dump()),
             self.limit_rel_l2,
             self.limit_max_abs,
+            self.mismatch,
         )
         if self.ok and not check.ok:
             raise ValueError("its check passes against its own figures")

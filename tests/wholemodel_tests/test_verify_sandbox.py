@@ -361,3 +361,16 @@ def test_without_a_sandbox_agents_kernels_need_consent_and_the_output_says_where
     kernel.write_text((DATA / "wholemodel" / "rmsnorm_ok.py").read_text())
     doc = json.loads(_verify(workspace, kernel, "--reps", "1", "--json").stdout.strip().splitlines()[-1])
     assert doc["ok"] and doc["ran"] == "in this process, without a sandbox"
+
+
+def test_an_output_of_another_shape_is_named_so_from_the_sandbox(workspace):
+    """The check's message is made here from the figures; an output of another shape or dtype
+    than the model's (infinite errors, zero limits) is said as such, not as 'inf > 0'."""
+    from wholemodel import sandboxed
+
+    doc = json.loads(_tampered("none"))
+    check = doc["total"]["check"]
+    check.update(ok=False, mismatch=True, limit_rel_l2=0.0, limit_max_abs=0.0)
+    check["plugged"].update(rel_l2=float("inf"), max_abs=float("inf"), nonfinite=0)
+    v = sandboxed.parse_result(json.dumps(doc).encode(), _job(workspace, diagnose=True))
+    assert not v.total.check.ok and v.total.check.message == "its output's shape or dtype is not the model's"
