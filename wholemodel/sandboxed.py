@@ -179,40 +179,74 @@ def run(
     inside = _sandboxed_job(job)
     env = _environment(job)
     policy = sandbox.SandboxPolicy.for_worker(WORKDIR, job.device, protect=protect, readonly=_readonly(), env=env)
-    result_r, result_w = os.pipe()
-    argv = [sys.executable, "-m", "wholemodel.sandboxed_main", "--result-fd", str(result_w)]
-    filter_r = sandbox.seccomp.pipe()
-    cmd = sandbox.wrap(policy, argv, env, seccomp_fd=filter_r, workdir_tmpfs_bytes=SCRATCH_BYTES)
     memory = int(memory_gb * 2**30) if memory_gb else None
-    group = sandbox.cgroups.SandboxGroup.make(sandbox.cgroups.default_limit(), "verify", memory)
-    if group is not None:
-        cmd = group.enter(cmd)
+    result_r, result_w = os.pipe()
+    try:
+        launch = sandbox.launch.prepare(
+            policy,
+            [sys.executable, "-m", "wholemodel.sandboxed_main", "--result-fd", str(result_w)],
+            env,
+            tag="verify",
+            tasks_limit=sandbox.cgroups.default_limit(),
+            memory_bytes=memory,
+            hand_over=[result_w],
+            workdir_tmpfs_bytes=SCRATCH_BYTES,
+        )
+    except BaseException:
+        os.close(result_r)
+        raise
+    group = launch.group
     if memory and (group is None or group.memory_path is None):
         say(f"its memory is not capped here ({sandbox.cgroups.probe().reason or 'no memory cgroup'})")
-    proc = None
     try:
-        try:
-            proc = subprocess.Popen(
-                cmd,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                pass_fds=[result_w, *([filter_r] if filter_r is not None else [])],
-                start_new_session=True,
+        code, result, held_open = _run_child(launch, env, inside, result_r, timeout_s, say)
+        if code != 0 and group is not None and group.oom_kills():
+            raise SandboxedVerifyFailed(
+                f"the sandboxed verification was killed at its memory cap (--memory-gb {memory_gb:g}): "
+                "raise it, or check what the kernels allocate"
             )
-        finally:
-            os.close(result_w)
-            if filter_r is not None:
-                os.close(filter_r)
+    finally:
+        if group is not None:
+            group.close()  # and whatever of it is left
+    if code != 0:
+        raise SandboxedVerifyFailed(f"the sandboxed verification failed (exit status {code}; its messages are above)")
+    if held_open:
+        raise SandboxedVerifyFailed("the sandboxed verification ended, but something of it held its pipes open")
+    return parse_result(result, job)
+
+
+def _run_child(
+    launch: sandbox.launch.Launch, env: dict[str, str], inside: VerifyJob, result_r: int, timeout_s: float, say
+) -> tuple[int, bytes, bool]:
+    """Start the sandboxed child, give it the job, relay its messages and collect its result
+    until it ends or ``timeout_s`` passes (then it is killed, and this raises). ``result_r``
+    is this call's to close. Returns its exit status, its result, and whether something of
+    it still held its pipes a while after it ended."""
+    try:
+        proc = subprocess.Popen(
+            launch.cmd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=launch.pass_fds,
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(result_r)
+        raise
+    finally:
+        launch.started()
+    try:
         result = bytearray()
-        readers = [
-            threading.Thread(target=_relay, args=(proc.stdout.fileno(), say), daemon=True),
-            threading.Thread(target=_collect, args=(result_r, result), daemon=True),
-        ]
-        result_r = -1  # the collector's now
-        for t in readers:
-            t.start()
+        collector = threading.Thread(target=_collect, args=(result_r, result), daemon=True)
+        try:
+            collector.start()
+        except BaseException:
+            os.close(result_r)
+            raise
+        readers = [collector, threading.Thread(target=_relay, args=(proc.stdout.fileno(), say), daemon=True)]
+        readers[1].start()
         threading.Thread(target=_send, args=(proc.stdin, inside.model_dump_json().encode()), daemon=True).start()
         with _ended_by_signals():
             try:
@@ -223,23 +257,8 @@ def run(
                 ) from None
         for t in readers:  # its pipes close when its last process is gone
             t.join(timeout=10)
-        if code != 0 and group is not None and group.oom_kills():
-            raise SandboxedVerifyFailed(
-                f"the sandboxed verification was killed at its memory cap (--memory-gb {memory_gb:g}): "
-                "raise it, or check what the kernels allocate"
-            )
-        if code != 0:
-            raise SandboxedVerifyFailed(
-                f"the sandboxed verification failed (exit status {code}; its messages are above)"
-            )
-        if any(t.is_alive() for t in readers):
-            raise SandboxedVerifyFailed("the sandboxed verification ended, but something of it held its pipes open")
-        return parse_result(bytes(result), job)
+        return code, bytes(result), any(t.is_alive() for t in readers)
     finally:
-        if proc is not None and proc.poll() is None:
+        if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        if result_r >= 0:
-            os.close(result_r)
-        if group is not None:
-            group.close()  # and whatever of it is left

@@ -24,7 +24,7 @@ from typing import Any
 from .. import sandbox
 from ..paths import PROJECT_ROOT
 from . import nvml, pacing, protocol, request_profile, spawner, worker_files, zygote
-from .fds import close_quietly, host_pid, readable
+from .fds import host_pid, readable
 
 log = logging.getLogger(__name__)
 
@@ -234,8 +234,7 @@ class WorkerProcess:
             return self
         parent_sock, child_sock = socket.socketpair()
         cmd = [sys.executable, "-m", "guard.runner.worker_main", "--fd", str(child_sock.fileno()), *self._args()]
-        pass_fds = [child_sock.fileno()]
-        info_r = info_w = filter_r = None
+        launch = None
         if self.isolation != "none":
             policy = sandbox.SandboxPolicy.for_worker(
                 self.workdir,
@@ -245,13 +244,16 @@ class WorkerProcess:
                 env=env,
                 gpu_minor=_gpu_minor(env) if self.device.startswith("cuda") else None,
             )
-            info_r, info_w = os.pipe()
-            filter_r = sandbox.seccomp.pipe()
-            cmd = sandbox.wrap(policy, cmd, env, info_fd=info_w, seccomp_fd=filter_r)
-            pass_fds += [info_w] + ([filter_r] if filter_r is not None else [])
-            self._cgroup = sandbox.cgroups.SandboxGroup.make(self.tasks_limit, "worker", self._memory_bytes())
-            if self._cgroup is not None:
-                cmd = self._cgroup.enter(cmd)
+            launch = sandbox.launch.prepare(
+                policy,
+                cmd,
+                env,
+                tag="worker",
+                tasks_limit=self.tasks_limit,
+                memory_bytes=self._memory_bytes(),
+                want_info=True,
+            )
+            cmd = launch.cmd
         logf = self._log()
         try:
             # forked from a thread that outlives this one: bwrap's --die-with-parent follows it
@@ -262,18 +264,19 @@ class WorkerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=logf,
                 stderr=subprocess.STDOUT,
-                pass_fds=pass_fds,
+                pass_fds=[child_sock.fileno(), *(launch.pass_fds if launch else [])],
                 start_new_session=True,
             )
         except BaseException:
-            close_quietly(info_r)
-            self._end_cgroup()
+            if launch is not None:
+                launch.abandon()
             raise
         finally:
             child_sock.close()
-            for fd in (info_w, filter_r):
-                if fd is not None:
-                    os.close(fd)
+            if launch is not None:
+                launch.started()
+        self._cgroup = launch.group if launch else None
+        info_r = launch.info_r if launch else None
         self.sock = parent_sock
         if info_r is not None:
             self._sandbox_init = self._open_sandbox_init(info_r)
