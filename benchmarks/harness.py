@@ -57,10 +57,14 @@ def fast_workspace(path: Path, **overrides) -> Path:
     return path
 
 
-def kernelarc(ws: Path, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``kernelarc --workspace WS ARGS`` as a user runs it; with ``check`` it must succeed."""
+def kernelarc(
+    ws: Path, *args: str, check: bool = True, timeout: float = 600, stdin: int | None = None
+) -> subprocess.CompletedProcess:
+    """``kernelarc --workspace WS ARGS`` as a user runs it; with ``check`` it must succeed.
+    ``stdin``: a descriptor for its standard input (a terminal's, say); else none."""
     proc = subprocess.run(
         [sys.executable, "-m", "kernelarc_mcp.cli", "--workspace", str(ws), *args],
+        stdin=stdin if stdin is not None else subprocess.DEVNULL,
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -76,9 +78,32 @@ def _state(ws: Workspace) -> dict:
     return {p: p.read_bytes() for p in (ws.secret_path, ws.db_path) if p.exists()}
 
 
-def _verify(ws: Workspace, kernel, *extra, check: bool = True):
+def _verify(ws: Workspace, kernel, *extra, check: bool = True, stdin: int | None = None):
     plug = ["--kernel", f"{PROBLEM}={kernel}"]
-    return kernelarc(ws.root, "verify", "llama_block", "--device", "cpu", *plug, *extra, check=check)
+    return kernelarc(ws.root, "verify", "llama_block", "--device", "cpu", *plug, *extra, check=check, stdin=stdin)
+
+
+@contextmanager
+def a_terminal() -> Iterator[int]:
+    """A pseudo-terminal's user side, with echo on, as a user's verify has for its input."""
+    import pty
+    import termios
+
+    main, user = pty.openpty()
+    try:
+        attrs = termios.tcgetattr(user)
+        attrs[3] |= termios.ECHO
+        termios.tcsetattr(user, termios.TCSANOW, attrs)
+        yield user
+    finally:
+        os.close(user)
+        os.close(main)
+
+
+def echo_on(fd: int) -> bool:
+    import termios
+
+    return bool(termios.tcgetattr(fd)[3] & termios.ECHO)
 
 
 @pytest.mark.slow
@@ -275,7 +300,9 @@ def test_a_hostile_kernel_reaches_neither_the_terminal_nor_the_disk(workspace, t
     monkeypatch.setenv("KERNELARC_CACHE_DIR", str(tmp_path / "cache"))
     kernel = tmp_path / "hostile.py"
     kernel.write_text(HOSTILE_KERNEL)
-    proc = _verify(workspace, kernel, "--reps", "1", "--json")
+    with a_terminal() as terminal:
+        proc = _verify(workspace, kernel, "--reps", "1", "--json", stdin=terminal)
+        assert echo_on(terminal)  # what the user types is still shown
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["ok"] and doc["ran"].startswith("in the sandbox")
     hostile = [line.removeprefix("[sandbox] ") for line in proc.stderr.splitlines() if "HOSTILE" in line]
@@ -285,6 +312,42 @@ def test_a_hostile_kernel_reaches_neither_the_terminal_nor_the_disk(workspace, t
     cwd = next(line.split(" ", 2)[2] for line in hostile if line.startswith("HOSTILE cwd"))
     assert not Path(cwd).exists()  # its folder was the sandbox's own
     assert not list(tmp_path.rglob("SURVIVOR")) and not (Path.home() / "SURVIVOR").exists()
+
+
+TERMINAL_KERNEL = """
+import sys, termios, torch
+
+attrs = termios.tcgetattr(0)
+attrs[3] &= ~termios.ECHO
+termios.tcsetattr(0, termios.TCSANOW, attrs)
+print("HOSTILE reached a terminal", file=sys.stderr)
+
+
+def run(hidden_states, weight):
+    x = hidden_states.float()
+    y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5) * weight.float()
+    return y.to(hidden_states.dtype)
+"""
+
+
+@pytest.mark.slow
+def test_a_kernel_cannot_reach_the_users_terminal(workspace, tmp_path, needs_bwrap, monkeypatch):
+    """verify's input is the user's terminal; the sandboxed kernel's is the job's pipe. The
+    same kernel run in verify's own process (``--in-process``) does reach it: the probe finds
+    a terminal where there is one to find."""
+    monkeypatch.setenv("KERNELARC_CACHE_DIR", str(tmp_path / "cache"))
+    kernel = tmp_path / "terminal.py"
+    kernel.write_text(TERMINAL_KERNEL)
+    with a_terminal() as terminal:
+        proc = _verify(workspace, kernel, "--reps", "1", "--json", stdin=terminal, check=False)
+        assert echo_on(terminal)
+    assert "HOSTILE reached a terminal" not in proc.stderr
+    assert "Inappropriate ioctl for device" in proc.stderr, proc.stderr  # it ran, and found none
+    with a_terminal() as terminal:
+        trusted = ("--in-process", "--trust-agent-kernels")
+        proc = _verify(workspace, kernel, "--reps", "1", "--json", *trusted, stdin=terminal, check=False)
+        assert not echo_on(terminal)
+    assert "HOSTILE reached a terminal" in proc.stderr, proc.stderr
 
 
 @pytest.mark.slow
