@@ -538,6 +538,43 @@ def test_proc_shows_only_the_sandbox(tmp_path, needs_bwrap):
     assert got["init"].endswith("bwrap")  # PID 1 is the sandbox's own init
 
 
+def has_capability(bit: int) -> bool:
+    status = Path("/proc/self/status").read_text()
+    return bool(int(status.split("CapEff:")[1].split()[0], 16) >> bit & 1)
+
+
+def test_a_sandbox_is_the_oom_killers_first_choice(tmp_path, needs_bwrap):
+    """Every process of a sandbox starts at the highest OOM score, so that a candidate that
+    fills the host's memory is killed before the guard. Where the guard may raise a floor
+    (CAP_SYS_RESOURCE) the candidate cannot lower it; elsewhere (this machine's root lacks
+    it) it can, back to where it would be without this."""
+    got = run_sandboxed(
+        tmp_path / "scratch",
+        """
+    def lower():
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("0")
+    def child_score():
+        r, w = os.pipe()
+        if os.fork() == 0:
+            os.write(w, open("/proc/self/oom_score_adj").read().encode())
+            os._exit(0)
+        os.wait()
+        return os.read(r, 100).decode().strip()
+    print(json.dumps({
+        "score": open("/proc/self/oom_score_adj").read().strip(),
+        "child": child_score(),
+        "lower": attempt(lower),
+        "after": open("/proc/self/oom_score_adj").read().strip(),
+    }))
+    """,
+    )
+    assert got["score"] == got["child"] == "1000"
+    if has_capability(24):  # CAP_SYS_RESOURCE
+        assert got["lower"].startswith("denied") and got["after"] == "1000", got
+    assert open("/proc/self/oom_score_adj").read().strip() != "1000"  # the guard's own is not raised
+
+
 def test_no_network(tmp_path, needs_bwrap):
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))

