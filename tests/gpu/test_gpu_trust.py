@@ -35,6 +35,9 @@ def trust_guard(session_tmp):
     g.close()
 
 
+# two CUDA C++ builds (75-90 s each on the lent machines) and their timing: a call's
+# --timeout 150 cut it in the second build (session 44); it took 178 s whole
+@pytest.mark.timeout(420)
 def test_default_stream_kernel_is_timed_like_the_same_kernel_on_the_current_stream(trust_guard):
     """NVIDIA's honest flux_rope solution was once rejected as REWARD_HACK: its `<<<grid,
     block>>>` launch on the legacy default stream is not captured in a graph. The graph must
