@@ -4,24 +4,34 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ..common import device_option, open_workspace, print_listing, print_run_end
 
+if TYPE_CHECKING:
+    from launcher.limits import AgentLimits
 
-def cmd_launch(args) -> int:
+
+def agent_limits(args) -> AgentLimits:
+    """The ``--agent-*`` options as limits; ValueError naming the option where one is not valid."""
     from pydantic import ValidationError
 
-    from guard.runner.device import parse_count
     from launcher.limits import AgentLimits
+
+    try:
+        return AgentLimits(nice=args.agent_nice, memory_gb=args.agent_memory_gb, tasks=args.agent_tasks)
+    except ValidationError as exc:
+        bad = exc.errors()[0]
+        raise ValueError(f"--agent-{str(bad['loc'][0]).replace('_', '-')}: {bad['msg']}") from None
+
+
+def cmd_launch(args) -> int:
+    from guard.runner.device import parse_count
     from launcher.monitor import LiveView
     from launcher.swarm import Swarm
 
     parse_count(args.devices)  # a clear error now, not from the server the launcher starts
-    try:
-        limits = AgentLimits(nice=args.agent_nice, memory_gb=args.agent_memory_gb)
-    except ValidationError as exc:
-        bad = exc.errors()[0]
-        raise ValueError(f"--agent-{str(bad['loc'][0]).replace('_', '-')}: {bad['msg']}") from None
+    limits = agent_limits(args)
     ws = open_workspace(args)
     swarm = Swarm(
         ws,
@@ -148,6 +158,11 @@ def add_parsers(sub) -> None:
         "--agent-memory-gb",
         type=float,
         help="memory each agent's processes may hold together (default: not capped)",
+    )
+    s.add_argument(
+        "--agent-tasks",
+        type=int,
+        help="processes and threads each agent may hold together, at least 64 (default: a guard worker's cap)",
     )
     s.add_argument("--json", action="store_true")
     s.add_argument("-q", "--quiet", action="store_true", help="no live view on stderr")

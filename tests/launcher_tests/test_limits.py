@@ -110,3 +110,18 @@ def test_an_agents_memory_is_capped_where_asked(tmp_path):
     assert "memory <= 0.125 GB" in limited.line
     done = _run(limited)
     assert "held" not in done.stdout and done.returncode != 0, done
+
+
+def test_the_launch_options_become_the_agents_limits():
+    """``--agent-tasks`` reaches the limits (it had no option), and a value out of range is
+    refused in words that name its option."""
+    from kernelarc_mcp.cli import build_parser
+    from kernelarc_mcp.commands.swarm import agent_limits
+
+    parser = build_parser()
+    args = parser.parse_args(["launch", "--problem", "p", "--agent-tasks", "200", "--agent-nice", "10"])
+    assert agent_limits(args) == AgentLimits(nice=10, tasks=200)
+    assert agent_limits(parser.parse_args(["launch", "--problem", "p"])) == AgentLimits()
+    for option, value in (("--agent-tasks", "10"), ("--agent-nice", "25"), ("--agent-memory-gb", "0")):
+        with pytest.raises(ValueError, match=f"^{option}: "):
+            agent_limits(parser.parse_args(["launch", "--problem", "p", option, value]))
