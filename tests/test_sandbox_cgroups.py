@@ -225,3 +225,22 @@ def test_a_candidates_processes_stay_within_its_memory_cap_together(session_tmp,
         assert held <= 3, v.reason  # four of 900 MB do not fit in 3.25 GB
     else:  # the worker itself was the one killed
         assert "memory cap" in (v.reason or ""), v.reason
+
+
+def test_a_memory_cap_holds_for_swap_too(capped):
+    """A group at its memory cap must not go on in swap (slowing the host's timed workers):
+    where the kernel counts swap, its limit is set with the memory's."""
+    if capped.memory_base is None:
+        pytest.skip("no memory cgroup can be made here")
+    group = cgroups.SandboxGroup.make(64, "swap-test", 1 << 30)
+    assert group is not None and group.memory_path is not None
+    try:
+        v2, v1 = group.memory_path / "memory.swap.max", group.memory_path / "memory.memsw.limit_in_bytes"
+        if not v2.exists() and not v1.exists():
+            pytest.skip("this kernel does not count swap in its memory groups")
+        if v2.exists():
+            assert v2.read_text().strip() == "0"
+        else:
+            assert int(v1.read_text()) == 1 << 30
+    finally:
+        group.close()

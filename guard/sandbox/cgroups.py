@@ -13,7 +13,8 @@ time they used.
 - **The memory cap** (a CPU worker's, ``cpu_memory_limit_gb``). ``RLIMIT_AS`` caps each
   process alone: a candidate's processes together, and what it writes to its RAM-backed
   ``/tmp``, could take the host's memory. At the group's cap the kernel's OOM killer kills in
-  the group only, and ``oom_kills()`` tells the guard why its worker died.
+  the group only, and ``oom_kills()`` tells the guard why its worker died. Swap is capped
+  with it where the kernel counts swap (``_no_swap``).
 - **The freezer** (``CgroupFreezer``, cgroup v2's ``cgroup.freeze``): a stopped candidate's
   group is frozen too, so that a signal its own timer sends runs none of its code
   (``runner/tree_watch.py``).
@@ -314,7 +315,23 @@ def _cap_memory(group: SandboxGroup, base: Path, nbytes: int) -> str | None:
             _remove(folder, 0.0)
         return f"{folder}: {exc.strerror}"
     group.memory_path = folder
+    _no_swap(folder, nbytes)
     return None
+
+
+def _no_swap(folder: Path, nbytes: int) -> None:
+    """The cap holds for swap too: without this, a group at its cap pushed its pages to swap
+    and went on, slowing the host's other processes (the timed workers among them). v2: no
+    swap at all; v1: memory and swap together at the cap. Where the kernel does not count
+    swap (no such file), or the host has none, there is nothing to cap."""
+    for name, value in (("memory.swap.max", 0), ("memory.memsw.limit_in_bytes", nbytes)):
+        target = folder / name
+        if not target.exists():
+            continue
+        try:
+            target.write_text(str(value))
+        except OSError as exc:
+            log.warning("%s: swap not capped (%s)", target, exc.strerror)
 
 
 def _sweep(base: Path) -> None:
