@@ -25,9 +25,19 @@ from helpers import DATA, fast_workspace, kernelarc
 
 PROBLEM = "llama_block_small_rmsnorm"
 
+# what each kernel below computes: an RMSNorm that works
+RMS_RUN = """
+
+def run(hidden_states, weight):
+    x = hidden_states.float()
+    y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5) * weight.float()
+    return y.to(hidden_states.dtype)
+"""
+
 # An RMSNorm that works, and at import looks for what it must not reach: the workspace's
 # secret and database, the user's home, and a file to write beside the workspace.
-PROBING_KERNEL = """
+PROBING_KERNEL = (
+    """
 import os, sys, torch
 
 reached = []
@@ -44,13 +54,9 @@ try:  # what it writes where /tmp is its own is lost with it: the host's file is
 except OSError:
     pass
 print("PROBE " + ";".join(reached), file=sys.stderr)
-
-
-def run(hidden_states, weight):
-    x = hidden_states.float()
-    y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5) * weight.float()
-    return y.to(hidden_states.dtype)
 """
+    + RMS_RUN
+)
 
 
 @pytest.fixture(scope="module")
@@ -261,7 +267,8 @@ def test_what_a_result_shows_as_text_is_made_here(workspace):
     assert v.total.check.message.startswith("4 NaN/Inf elements where the model is finite; relative L2 error inf")
 
 
-HOSTILE_KERNEL = """
+HOSTILE_KERNEL = (
+    """
 import os, sys, torch
 
 # at its terminal: clear the screen, set the clipboard, switch echo off
@@ -286,13 +293,9 @@ open("SURVIVOR", "w").write("x")
 os.chdir(top)
 open(os.path.join(os.path.expanduser("~"), "SURVIVOR"), "w").write("x")
 print("HOSTILE cwd", top)
-
-
-def run(hidden_states, weight):
-    x = hidden_states.float()
-    y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5) * weight.float()
-    return y.to(hidden_states.dtype)
 """
+    + RMS_RUN
+)
 
 
 @pytest.mark.slow
@@ -314,20 +317,17 @@ def test_a_hostile_kernel_reaches_neither_the_terminal_nor_the_disk(workspace, t
     assert not list(tmp_path.rglob("SURVIVOR")) and not (Path.home() / "SURVIVOR").exists()
 
 
-TERMINAL_KERNEL = """
+TERMINAL_KERNEL = (
+    """
 import sys, termios, torch
 
 attrs = termios.tcgetattr(0)
 attrs[3] &= ~termios.ECHO
 termios.tcsetattr(0, termios.TCSANOW, attrs)
 print("HOSTILE reached a terminal", file=sys.stderr)
-
-
-def run(hidden_states, weight):
-    x = hidden_states.float()
-    y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5) * weight.float()
-    return y.to(hidden_states.dtype)
 """
+    + RMS_RUN
+)
 
 
 @pytest.mark.slow
