@@ -538,16 +538,14 @@ def test_proc_shows_only_the_sandbox(tmp_path, needs_bwrap):
     assert got["init"].endswith("bwrap")  # PID 1 is the sandbox's own init
 
 
-def has_capability(bit: int) -> bool:
-    status = Path("/proc/self/status").read_text()
-    return bool(int(status.split("CapEff:")[1].split()[0], 16) >> bit & 1)
+def test_a_sandbox_is_the_oom_killers_first_choice_only_where_that_holds(tmp_path, needs_bwrap):
+    """Where the guard holds CAP_SYS_RESOURCE, every process of a sandbox starts at the highest
+    OOM score and cannot lower it: a candidate that fills the host's memory is killed before
+    the guard. Without it (this machine's root, CI's) a candidate could lower its own score
+    while the other sandboxes kept 1000, making them the OOM killer's first choice instead of
+    the hog (review, session 44): the sandboxes keep their parent's score there."""
+    from guard.sandbox import oom
 
-
-def test_a_sandbox_is_the_oom_killers_first_choice(tmp_path, needs_bwrap):
-    """Every process of a sandbox starts at the highest OOM score, so that a candidate that
-    fills the host's memory is killed before the guard. Where the guard may raise a floor
-    (CAP_SYS_RESOURCE) the candidate cannot lower it; elsewhere (this machine's root lacks
-    it) it can, back to where it would be without this."""
     got = run_sandboxed(
         tmp_path / "scratch",
         """
@@ -569,10 +567,37 @@ def test_a_sandbox_is_the_oom_killers_first_choice(tmp_path, needs_bwrap):
     }))
     """,
     )
-    assert got["score"] == got["child"] == "1000"
-    if has_capability(24):  # CAP_SYS_RESOURCE
+    mine = Path("/proc/self/oom_score_adj").read_text().strip()
+    if oom.has_capability(oom.CAP_SYS_RESOURCE):
+        assert oom.applies()
+        assert got["score"] == got["child"] == "1000"
         assert got["lower"].startswith("denied") and got["after"] == "1000", got
-    assert open("/proc/self/oom_score_adj").read().strip() != "1000"  # the guard's own is not raised
+    else:
+        assert not oom.applies()
+        assert got["score"] == got["child"] == mine, got
+
+
+def test_the_oom_score_is_set_only_with_the_capability_and_a_shell(tmp_path, monkeypatch):
+    from guard.sandbox import oom
+
+    status = tmp_path / "status"
+    status.write_text("Name:\tx\nCapEff:\t000001fffeffffff\n")  # a container's root: no bit 24
+    assert not oom.has_capability(oom.CAP_SYS_RESOURCE, status)
+    status.write_text("Name:\tx\nCapEff:\t000001ffffffffff\n")
+    assert oom.has_capability(oom.CAP_SYS_RESOURCE, status)
+    monkeypatch.setattr(oom, "applies", lambda: False)
+    assert oom.killed_first(["bwrap", "--", "x"]) == ["bwrap", "--", "x"]
+    monkeypatch.setattr(oom, "applies", lambda: True)
+    cmd = oom.killed_first(["bwrap", "--", "x y"])
+    assert cmd[:2] == [oom.SHELL, "-c"] and cmd[-3:] == ["bwrap", "--", "x y"]
+    # the shell sets the score, says nothing where it cannot, and passes the command on whole
+    probe = subprocess.run(
+        [*cmd[:4], sys.executable, "-c", "import sys; print(sys.argv[1:])", "a b", "$(x);"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert probe.returncode == 0 and probe.stdout.strip() == "['a b', '$(x);']" and probe.stderr == "", probe
 
 
 def test_no_network(tmp_path, needs_bwrap):
