@@ -196,16 +196,20 @@ def run(
         os.close(result_r)
         raise
     group = launch.group
-    if memory and (group is None or group.memory_path is None):
-        say(f"its memory is not capped here ({sandbox.cgroups.probe().reason or 'no memory cgroup'})")
+    unread = [result_r]  # the result pipe, closed here unless its collector took it
     try:
-        code, result, held_open = _run_child(launch, env, inside, result_r, timeout_s, say)
+        if memory and (group is None or group.memory_path is None):
+            say(f"its memory is not capped here ({sandbox.cgroups.probe().reason or 'no memory cgroup'})")
+        code, result, held_open = _run_child(launch, env, inside, unread, timeout_s, say)
         if code != 0 and group is not None and group.oom_kills():
             raise SandboxedVerifyFailed(
                 f"the sandboxed verification was killed at its memory cap (--memory-gb {memory_gb:g}): "
                 "raise it, or check what the kernels allocate"
             )
     finally:
+        launch.started()  # where the child never started: its ends of the pipes
+        for fd in unread:
+            os.close(fd)
         if group is not None:
             group.close()  # and whatever of it is left
     if code != 0:
@@ -216,12 +220,13 @@ def run(
 
 
 def _run_child(
-    launch: sandbox.launch.Launch, env: dict[str, str], inside: VerifyJob, result_r: int, timeout_s: float, say
+    launch: sandbox.launch.Launch, env: dict[str, str], inside: VerifyJob, unread: list[int], timeout_s: float, say
 ) -> tuple[int, bytes, bool]:
     """Start the sandboxed child, give it the job, relay its messages and collect its result
-    until it ends or ``timeout_s`` passes (then it is killed, and this raises). ``result_r``
-    is this call's to close. Returns its exit status, its result, and whether something of
-    it still held its pipes a while after it ended."""
+    until it ends or ``timeout_s`` passes (then it is killed, and this raises). The result
+    pipe's read end, ``unread[0]``, is taken from the list when its collector starts, which
+    closes it; the caller closes it otherwise. Returns the child's exit status, its result,
+    and whether something of it still held its pipes a while after it ended."""
     try:
         proc = subprocess.Popen(
             launch.cmd,
@@ -232,19 +237,18 @@ def _run_child(
             pass_fds=launch.pass_fds,
             start_new_session=True,
         )
-    except BaseException:
-        os.close(result_r)
-        raise
     finally:
         launch.started()
     try:
         result = bytearray()
-        collector = threading.Thread(target=_collect, args=(result_r, result), daemon=True)
+        collector = threading.Thread(target=_collect, args=(unread[0], result), daemon=True)
         try:
             collector.start()
-        except BaseException:
-            os.close(result_r)
-            raise
+        except BaseException as exc:
+            if not isinstance(exc, RuntimeError):  # interrupted in its start: it may hold the pipe now
+                unread.clear()
+            raise  # (no thread at all: the pipe is still the caller's)
+        unread.clear()
         readers = [collector, threading.Thread(target=_relay, args=(proc.stdout.fileno(), say), daemon=True)]
         readers[1].start()
         threading.Thread(target=_send, args=(proc.stdin, inside.model_dump_json().encode()), daemon=True).start()

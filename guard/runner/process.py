@@ -232,30 +232,22 @@ class WorkerProcess:
         if self.cells is not None and self._start_forked(env, self.cells.fork):
             self._cap_cell()
             return self
-        parent_sock, child_sock = socket.socketpair()
-        cmd = [sys.executable, "-m", "guard.runner.worker_main", "--fd", str(child_sock.fileno()), *self._args()]
-        launch = None
-        if self.isolation != "none":
-            policy = sandbox.SandboxPolicy.for_worker(
-                self.workdir,
-                self.device,
-                protect=self.protect,
-                expose=self.expose,
-                env=env,
-                gpu_minor=_gpu_minor(env) if self.device.startswith("cuda") else None,
-            )
-            launch = sandbox.launch.prepare(
-                policy,
-                cmd,
-                env,
-                tag="worker",
-                tasks_limit=self.tasks_limit,
-                memory_bytes=self._memory_bytes(),
-                want_info=True,
-            )
-            cmd = launch.cmd
         logf = self._log()
+        parent_sock, child_sock = socket.socketpair()
+        launch = None
         try:
+            cmd = [sys.executable, "-m", "guard.runner.worker_main", "--fd", str(child_sock.fileno()), *self._args()]
+            if self.isolation != "none":
+                launch = sandbox.launch.prepare(
+                    self._policy(env),
+                    cmd,
+                    env,
+                    tag="worker",
+                    tasks_limit=self.tasks_limit,
+                    memory_bytes=self._memory_bytes(),
+                    want_info=True,
+                )
+                cmd = launch.cmd
             # forked from a thread that outlives this one: bwrap's --die-with-parent follows it
             self.proc = spawner.popen(
                 cmd,
@@ -270,6 +262,7 @@ class WorkerProcess:
         except BaseException:
             if launch is not None:
                 launch.abandon()
+            parent_sock.close()
             raise
         finally:
             child_sock.close()
@@ -281,6 +274,17 @@ class WorkerProcess:
         if info_r is not None:
             self._sandbox_init = self._open_sandbox_init(info_r)
         return self
+
+    def _policy(self, env: dict[str, str]) -> sandbox.SandboxPolicy:
+        """What a candidate worker's sandbox shows it (``SandboxPolicy.for_worker``)."""
+        return sandbox.SandboxPolicy.for_worker(
+            self.workdir,
+            self.device,
+            protect=self.protect,
+            expose=self.expose,
+            env=env,
+            gpu_minor=_gpu_minor(env) if self.device.startswith("cuda") else None,
+        )
 
     def _fork_trusted(
         self, argv: list[str], cwd: Path, env: dict[str, str], worker_fd: int, log_fd: int

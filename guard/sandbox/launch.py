@@ -5,7 +5,8 @@ it runs in.
 Both the guard's candidate workers (``guard.runner.process``) and ``kernelarc verify``'s
 child (``wholemodel.sandboxed``) start this way; one sequence, so that a step added to one
 (the filter, the groups) is not missing from the other, and so that no descriptor or group
-is left behind when a step fails. Use:
+of the launch is left behind when a step fails (the callers' own steps around it are theirs
+to clean: ``tests/test_sandbox_launch.py`` and ``test_verify_sandbox.py`` try both). Use:
 
     launch = prepare(policy, argv, env, tag="worker", tasks_limit=n, hand_over=[fd])
     try:

@@ -437,3 +437,43 @@ def test_an_output_of_another_shape_is_named_so_from_the_sandbox(workspace):
     check["plugged"].update(rel_l2=float("inf"), max_abs=float("inf"), nonfinite=0)
     v = sandboxed.parse_result(json.dumps(doc).encode(), _job(workspace, diagnose=True))
     assert not v.total.check.ok and v.total.check.message == "its output's shape or dtype is not the model's"
+
+
+@pytest.mark.parametrize("fails_at", ["say", "spawn"])
+def test_a_sandboxed_verify_that_fails_to_start_leaves_nothing_open(workspace, monkeypatch, needs_bwrap, fails_at):
+    """Its pipes and its cgroup go with a start that fails: a message that cannot be shown (a
+    closed stderr), or a spawn that fails (review, session 44: the first sat outside the
+    cleanup, and left the result pipe, the filter's and the cgroup)."""
+    import subprocess
+
+    from guard import sandbox
+    from wholemodel import sandboxed
+
+    def fails(*args, **kwargs):
+        raise OSError(5, "Input/output error")
+
+    closed: list[bool] = []
+    real_make = sandbox.cgroups.SandboxGroup.make
+
+    def made(*args, **kwargs):
+        group = real_make(*args, **kwargs)
+        if group is not None:
+            real_close = group.close
+            group.close = lambda *a, **k: closed.append(True) or real_close(*a, **k)
+        return group
+
+    if fails_at == "spawn":
+        monkeypatch.setattr(sandbox.cgroups.SandboxGroup, "make", made)
+        monkeypatch.setattr(subprocess, "Popen", fails)
+        say = print
+    else:  # a machine without cgroups, where it says its memory is not capped
+        monkeypatch.setattr(sandbox.cgroups.SandboxGroup, "make", lambda *a, **k: None)
+        say = fails
+    job = _job(workspace)
+    before = {int(n) for n in os.listdir("/proc/self/fd")}
+    with pytest.raises(OSError, match="Input/output error"):
+        sandboxed.run(job, memory_gb=1.0, say=say)
+    after = {int(n) for n in os.listdir("/proc/self/fd")}
+    assert after <= before, f"left open: {sorted(after - before)}"
+    if fails_at == "spawn" and sandbox.cgroups.probe().available:
+        assert closed == [True]
