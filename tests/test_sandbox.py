@@ -956,6 +956,54 @@ def test_a_worker_in_its_own_sandbox_gets_the_seccomp_filter(tmp_path, needs_bwr
     assert seen["subprocess"] == "fine", seen
 
 
+def test_a_candidate_cannot_fill_the_hosts_file_table(tmp_path, needs_bwrap):
+    """The kernel's open-file table is the host's: a candidate's processes hold at most
+    ``CANDIDATE_OPEN_FILES`` each, which it cannot raise (red team, session 44: 20 children
+    opened 200,000 eventfds, and about 130 would have filled this machine's table, failing
+    every other sandbox's next open)."""
+    from guard.runner.process import WorkerProcess
+    from guard.sandbox.rlimits import CANDIDATE_OPEN_FILES
+
+    source = textwrap.dedent("""
+        import json, os, resource
+        seen = {"limit": list(resource.getrlimit(resource.RLIMIT_NOFILE))}
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, 1 << 20))
+            seen["raise"] = "ok"
+        except (OSError, ValueError) as exc:
+            seen["raise"] = "denied: " + type(exc).__name__
+        held = []
+        try:
+            while len(held) < 100000:
+                held.append(os.eventfd(0))
+        except OSError as exc:
+            seen["stopped"] = exc.strerror
+        seen["opened"] = len(held)
+        for fd in held:
+            os.close(fd)
+        r, w = os.pipe()
+        if os.fork() == 0:  # a child inherits the limit
+            import resource as res
+            os.write(w, str(res.getrlimit(res.RLIMIT_NOFILE)[1]).encode())
+            os._exit(0)
+        os.wait()
+        seen["child"] = int(os.read(r, 20))
+        open("probe.json", "w").write(json.dumps(seen))
+        import torch
+        def run(x, w):
+            return x
+    """)
+    worker = WorkerProcess("candidate", "cpu", tmp_path / "cand").start()
+    try:
+        assert prepare_candidate(worker, source, tmp_path / "cache").get("ok")
+        seen = json.loads((worker.workdir / "probe.json").read_text())
+    finally:
+        worker.kill()
+    assert seen["limit"][1] <= CANDIDATE_OPEN_FILES and seen["child"] <= CANDIDATE_OPEN_FILES, seen
+    assert seen["raise"].startswith("denied"), seen
+    assert seen["opened"] < CANDIDATE_OPEN_FILES and seen["stopped"] == "Too many open files", seen
+
+
 NOBODY = 65534
 
 

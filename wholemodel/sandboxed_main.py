@@ -16,6 +16,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from guard.sandbox.rlimits import limit_open_files
+
 from .job import VerifyJob, run
 
 BUILD_DIR = "build"  # in the job's folder, which is the current one
@@ -34,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m wholemodel.sandboxed_main")
     ap.add_argument("--result-fd", type=int, required=True)
     args = ap.parse_args(argv)
+    limit_open_files()  # as a candidate worker's: the host's file table is shared (guard.sandbox.rlimits)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         job = _with_model_file(VerifyJob.model_validate_json(sys.stdin.buffer.read()))

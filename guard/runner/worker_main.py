@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_parent(args.fd)
     if args.role == "candidate":
         _keep_orphans()
+        from ..sandbox.rlimits import limit_open_files
+
+        limit_open_files()
     if args.memory_limit_gb:
         _limit_memory(args.memory_limit_gb)
 
