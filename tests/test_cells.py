@@ -173,7 +173,7 @@ def test_a_zygote_that_cannot_make_a_cell_does_not_start(tmp_path, needs_bwrap):
     """It enters a cell once before it says ready: where a cell cannot be made (here: without
     the capabilities to mount), the pool learns it at the start, not from a candidate's
     failed verdict, and starts its workers from new interpreters."""
-    from guard.runner.process import worker_env
+    from guard.runner.worker_environment import worker_env
 
     with pytest.raises(zygote.ZygoteError, match="a cell could not be made here"):
         cells.start(tmp_path / "workers", "cpu", worker_env("cpu"), [], [], caps=())

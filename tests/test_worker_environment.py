@@ -16,7 +16,7 @@ import re
 
 from guard.candidates.load import from_source
 from guard.runner import request_profile
-from guard.runner.process import worker_env
+from guard.runner.worker_environment import worker_env
 
 from helpers import RMS, make_guard, unique
 

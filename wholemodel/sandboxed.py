@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from guard import sandbox
 from guard.paths import CHECKOUT, PROJECT_ROOT
 from guard.printable import printable
-from guard.runner.process import worker_env
+from guard.runner.worker_environment import worker_env
 
 from . import VERIFY_MEMORY_GB, VERIFY_TIMEOUT_S
 from .job import VerificationResult, VerifyJob

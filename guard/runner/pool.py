@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .. import sandbox
 from . import cells, request_profile, worker_files, zygote
-from .process import WorkerDied, WorkerProcess, WorkerTimeout, worker_env
+from .process import WorkerDied, WorkerProcess, WorkerTimeout
+from .worker_environment import worker_env
 
 log = logging.getLogger(__name__)
 
