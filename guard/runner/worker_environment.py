@@ -64,6 +64,8 @@ def _inherited(name: str) -> bool:
 
 
 def worker_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a worker for ``device``: what it inherits (``_inherited``), the
+    project on its path, the settings its device needs, and ``extra`` (the GPU it is pinned to)."""
     env = {k: v for k, v in os.environ.items() if _inherited(k)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"

