@@ -958,9 +958,10 @@ def test_a_worker_in_its_own_sandbox_gets_the_seccomp_filter(tmp_path, needs_bwr
 
 def test_a_candidate_cannot_fill_the_hosts_file_table(tmp_path, needs_bwrap):
     """The kernel's open-file table is the host's: a candidate's processes hold at most
-    ``CANDIDATE_OPEN_FILES`` each, which it cannot raise (red team, session 44: 20 children
-    opened 200,000 eventfds, and about 130 would have filled this machine's table, failing
-    every other sandbox's next open)."""
+    ``CANDIDATE_OPEN_FILES`` descriptors each, which it cannot raise (red team, session 44: 20
+    children opened 200,000 eventfds, and about 130 would have filled this machine's table,
+    failing every other sandbox's next open). Files held by mappings are not bounded by this
+    (``benchmarks/file_table_probe.py``; docs/guard.md, "The host's file table")."""
     from guard.runner.process import WorkerProcess
     from guard.sandbox.rlimits import CANDIDATE_OPEN_FILES
 

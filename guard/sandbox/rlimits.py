@@ -6,8 +6,13 @@ host's namespace passes its end. With the 20,000 open files a process inherited 
 children of a candidate opened 200,000 eventfds in 1.2 s, and about 130 would have filled this
 CPU machine's table: every other sandbox on the host (another guard's candidates, the
 confined agents) would have failed its next open (red team, session 44). Each process of a
-candidate's now holds at most ``CANDIDATE_OPEN_FILES``, and its tasks are capped by its pids
-group, so that one sandbox holds at most their product.
+candidate's now holds at most ``CANDIDATE_OPEN_FILES`` open descriptors.
+
+That closes the descriptors' route only. A file mapped and then closed stays in the table
+without a descriptor: one process held 5,000 that way with 7 descriptors open
+(``benchmarks/file_table_probe.py``), and a process may hold 65,530 mappings, so about 40
+processes of a sandbox could still fill this machine's table. Nothing per sandbox bounds
+the host's table; docs/guard.md says so.
 """
 
 from __future__ import annotations
