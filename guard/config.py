@@ -238,6 +238,13 @@ class GuardConfig(BaseModel):
     max_source_bytes: int = Field(256_000, gt=0)
     max_source_files: int = Field(16, gt=0)
     cpu_memory_limit_gb: float = Field(8.0, gt=0, description="address-space cap of CPU workers")
+    host_files_stop_fraction: float | None = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="the host's open-file table's fill at which the candidate worker holding most of it "
+        "is stopped (guard/runner/host_files.py; null: not watched)",
+    )
     sandbox_tasks_limit: int | None = Field(
         None,
         ge=16,

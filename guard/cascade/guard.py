@@ -100,6 +100,7 @@ class Guard:
             protect=[workspace.root],
             expose=[workspace.problems_dir, self.store.seeds_dir],
             tasks_limit=self.cfg.sandbox_tasks_limit,
+            files_stop_fraction=self.cfg.host_files_stop_fraction,
         )
         # simulated CPU devices share the cores, hence one slot
         self.slot = TimingSlot(self.device.compare_key if self.device.simulated else self.device.key)

@@ -10,10 +10,12 @@ import shutil
 import threading
 import time
 import uuid
+import weakref
 from pathlib import Path
 
 from .. import sandbox
 from . import cells, request_profile, worker_files, zygote
+from .host_files import FileTableWatch
 from .process import WorkerDied, WorkerProcess, WorkerTimeout
 from .worker_environment import worker_env
 
@@ -32,6 +34,7 @@ class WorkerPool:
         protect: list[Path] | None = None,
         expose: list[Path] | None = None,
         tasks_limit: int | None = None,
+        files_stop_fraction: float | None = None,
     ):
         """``protect``: what candidates must not see (the workspace); ``expose``: read-only
         folders they may see even inside it (problem folders with safetensors inputs);
@@ -39,7 +42,9 @@ class WorkerPool:
         starts a spare candidate worker; ``keep_spare``: ``replenish`` starts the next one
         after each evaluation (a server's; a one-shot command's would only be killed);
         ``tasks_limit``: the processes and threads one candidate worker's sandbox may hold
-        (``sandbox.pids``; by default from the number of cores). Raises
+        (``sandbox.pids``; by default from the number of cores); ``files_stop_fraction``: the
+        host's open-file table's fill at which the candidate worker that holds most of it is
+        stopped (``host_files``; None: not watched). Raises
         ``sandbox.SandboxUnavailable`` under ``KERNELARC_SANDBOX=require`` without a sandbox."""
         self.device = device
         self.env = dict(env or {})  # e.g. the GPU this pool's workers are pinned to
@@ -56,10 +61,20 @@ class WorkerPool:
         self._cells: zygote.Zygote | None = None  # the candidates' zygote (``cells``), once started
         self._cells_failed: str | None = None  # why it could not start: not tried again
         self._lock = threading.Lock()
+        self._candidates: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()  # started, for the watch
+        self._files_watch: FileTableWatch | None = None
+        if files_stop_fraction is not None:
+            # the watch's thread holds the pool weakly: a pool no one closed still goes, and its watch with it
+            live = weakref.WeakMethod(self._live_candidates)
+            self._files_watch = FileTableWatch(lambda: (live() or list)(), files_stop_fraction).start()
+            weakref.finalize(self, self._files_watch.close, wait=False)
+
+    def _live_candidates(self) -> list[WorkerProcess]:
+        return [w for w in list(self._candidates) if w.alive]
 
     def _new(self, role: str, spare: bool = False) -> WorkerProcess:
         workdir = self.root / f"{role}-{uuid.uuid4().hex[:10]}"
-        return WorkerProcess(
+        worker = WorkerProcess(
             role,
             self.device,
             workdir,
@@ -71,7 +86,10 @@ class WorkerPool:
             cells=self._candidate_zygote() if role == "candidate" else None,
             tasks_limit=self.tasks_limit,
             spare=spare,  # started ahead of its candidate (spare_setup)
-        ).start()
+        )
+        if role == "candidate":
+            self._candidates.add(worker)
+        return worker.start()
 
     def _candidate_zygote(self) -> zygote.Zygote | None:
         """The zygote that forks this pool's candidate workers into their cells, started on
@@ -190,6 +208,8 @@ class WorkerPool:
         shutil.rmtree(worker.workdir, ignore_errors=True)
 
     def close(self) -> None:
+        if self._files_watch is not None:
+            self._files_watch.close()
         with self._lock:
             for w in (self._spare, self._trusted):
                 if w is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import sandbox
-from . import nvml, pacing, protocol, request_profile, spawner, worker_files, zygote
+from . import nvml, pacing, proc_tree, protocol, request_profile, spawner, worker_files, zygote
 from .fds import host_pid, readable
 from .worker_environment import worker_env
 
@@ -120,6 +120,7 @@ class WorkerProcess:
         self.op_seconds: dict[str, float] = {}
         self._outstanding: tuple[str, float] | None = None  # (op, when sent) of the request awaiting its reply
         self._sandbox_init: int | None = None  # pidfd of the sandbox's init (PID 1 inside)
+        self.stopped_for: str | None = None  # why the guard stopped it from outside (``stop_for``)
         # The log, opened by the guard before the worker exists and read back through this
         # descriptor only: the path lies in the worker's folder, where a candidate may replace
         # the file by a link to the workspace's secret or by a FIFO (red team, session 32).
@@ -318,6 +319,33 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def process_ids(self) -> list[int]:
+        """The host pids of the worker's processes: its cgroup's, or the tree below its
+        sandbox's init (or below the worker itself, without a sandbox)."""
+        if self._cgroup is not None:
+            return self._cgroup.tasks()
+        top = self.sandbox_pid
+        return proc_tree.tree(top) if top is not None else []
+
+    def stop_for(self, reason: str) -> None:
+        """Kill the worker from another thread than the one that talks to it, for ``reason``,
+        which the message of its death gives (``_died``); that thread finds it dead and cleans
+        up as after any death. Each of its processes is killed (a cell's worker is not in its
+        forked parent's group, and is PID 1 of its own namespace; a sandbox's init takes its
+        namespace with it), and the outermost one's group."""
+        self.stopped_for = reason
+        proc = self.proc
+        for pid in self.process_ids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def kill(self) -> None:
         if self.proc is None:
             return
@@ -489,7 +517,9 @@ class WorkerProcess:
             pass
         rc = self.returncode
         why = f"{self.role} worker {describe_exit(rc)} during {op!r}"
-        if self._cgroup is not None and self._cgroup.oom_kills():
+        if self.stopped_for is not None:
+            why += f": {self.stopped_for}"
+        elif self._cgroup is not None and self._cgroup.oom_kills():
             why += (
                 f": the kernel killed it, its sandbox's processes holding {self.memory_limit_gb:g} GB "
                 "together (the sandbox's memory cap)"

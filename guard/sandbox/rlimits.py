@@ -11,8 +11,8 @@ candidate's now holds at most ``CANDIDATE_OPEN_FILES`` open descriptors.
 That closes the descriptors' route only. A file mapped and then closed stays in the table
 without a descriptor: one process held 5,000 that way with 7 descriptors open
 (``benchmarks/file_table_probe.py``), and a process may hold 65,530 mappings, so about 40
-processes of a sandbox could still fill this machine's table. Nothing per sandbox bounds
-the host's table; docs/guard.md says so.
+processes of a sandbox could still fill this machine's table, and no cgroup bounds them: the
+guard's pools watch the table instead (``guard.runner.host_files``).
 """
 
 from __future__ import annotations

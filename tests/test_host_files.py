@@ -1,0 +1,93 @@
+"""The host's open-file table, watched while candidate workers live (``guard/runner/host_files.py``):
+a candidate that fills it, with files held by mappings that no descriptor limit counts, is
+stopped, and its verdict says why; nothing is stopped while the table has room, or for a
+worker that holds little of it."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from guard.runner import host_files
+from guard.runner.host_files import FileTableWatch
+
+from helpers import RMS, make_guard, unique
+
+
+class Worker:
+    def __init__(self, files: int, alive: bool = True) -> None:
+        self.files, self.alive, self.stopped = files, alive, None
+
+    def process_ids(self) -> list[int]:
+        return [self.files]  # read back by the files_held stand-in below
+
+    def stop_for(self, reason: str) -> None:
+        self.stopped = reason
+
+
+@pytest.fixture
+def held(monkeypatch):
+    monkeypatch.setattr(host_files, "files_held", lambda pid: pid)
+
+
+def test_the_worker_that_holds_most_of_a_full_table_is_stopped(held):
+    small, big, dead = Worker(3_000), Worker(900_000), Worker(2_000_000, alive=False)
+    watch = FileTableWatch(lambda: [small, big, dead], 0.5, table_of=lambda: (1_300_000, 2_466_246))
+    assert watch.check() is big
+    assert big.stopped.startswith("stopped by the guard: its processes held 900000 of the host's 2466246 open files")
+    assert small.stopped is None and dead.stopped is None
+
+
+def test_nothing_is_stopped_while_the_table_has_room_or_for_a_small_holder(held):
+    worker = Worker(900_000)
+    assert FileTableWatch(lambda: [worker], 0.5, table_of=lambda: (1_000_000, 2_466_246)).check() is None
+    modest = Worker(5_000)  # full, but not by this guard's candidates: another's, or the host's own
+    assert FileTableWatch(lambda: [modest], 0.5, table_of=lambda: (2_000_000, 2_466_246)).check() is None
+    assert worker.stopped is None and modest.stopped is None
+
+
+# maps one memfd again and again, each a file of the host's table held by its mapping alone
+# (the descriptor closed: RLIMIT_NOFILE does not count it), then waits to be seen
+MAPPER = textwrap.dedent("""
+    import ctypes, os, time, torch
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    memfd = os.memfd_create("held")
+    os.ftruncate(memfd, 4096)
+    for _ in range(FILES):
+        fd = os.open(f"/proc/self/fd/{memfd}", os.O_RDWR)
+        libc.mmap(None, 4096, 1, 1, fd, 0)
+        os.close(fd)
+    time.sleep(20)
+
+    def run(x, w):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-5) * w.float()).to(x.dtype)
+""")
+
+
+@pytest.mark.parametrize("groups", ["cgroups", "no cgroups"])
+def test_a_candidate_filling_the_table_through_mappings_is_stopped_and_told(tmp_path, monkeypatch, groups):
+    """The table's fill is set to count as full just above what the host holds now, so that
+    the test need not fill the machine's: 30,000 mapped files pass it, and the worker that
+    holds them is stopped within a few of the watch's intervals, not after its 20 s wait.
+    Without cgroups (the lent GPU machines) its processes are found by its sandbox's tree."""
+    from guard.candidates.load import from_source
+    from guard.sandbox import cgroups
+
+    if groups == "no cgroups":
+        monkeypatch.setattr(cgroups.SandboxGroup, "make", classmethod(lambda cls, *a, **k: None))
+
+    used, most = host_files.table()
+    fraction = (used + 15_000) / most
+    guard = make_guard(tmp_path / "ws", static_screen=False, host_files_stop_fraction=fraction)
+    try:
+        source = unique(MAPPER.replace("FILES", "30000"))
+        verdict = guard.evaluate(from_source(source, None, "kernel.py"), RMS, agent="mapper")
+    finally:
+        guard.close()
+    assert verdict.decision == "REJECT", verdict
+    assert "stopped by the guard: its processes held" in (verdict.reason or ""), verdict.reason
+    assert "of the host's" in verdict.reason and "open files" in verdict.reason
