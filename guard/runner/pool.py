@@ -70,7 +70,9 @@ class WorkerPool:
             weakref.finalize(self, self._files_watch.close, wait=False)
 
     def _live_candidates(self) -> list[WorkerProcess]:
-        return [w for w in list(self._candidates) if w.alive]
+        with self._lock:  # workers are added under it (``_new``'s callers): a set that changes while read raises
+            workers = list(self._candidates)
+        return [w for w in workers if w.alive]
 
     def _new(self, role: str, spare: bool = False) -> WorkerProcess:
         workdir = self.root / f"{role}-{uuid.uuid4().hex[:10]}"

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -121,6 +122,9 @@ class WorkerProcess:
         self._outstanding: tuple[str, float] | None = None  # (op, when sent) of the request awaiting its reply
         self._sandbox_init: int | None = None  # pidfd of the sandbox's init (PID 1 inside)
         self.stopped_for: str | None = None  # why the guard stopped it from outside (``stop_for``)
+        # held by ``kill`` and by another thread's ``stop_for``/``process_ids``: the sandbox's
+        # pidfd and cgroup are closed under it, never while the other uses them
+        self._life = threading.RLock()
         # The log, opened by the guard before the worker exists and read back through this
         # descriptor only: the path lies in the worker's folder, where a candidate may replace
         # the file by a link to the workspace's secret or by a FIFO (red team, session 32).
@@ -320,33 +324,49 @@ class WorkerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def process_ids(self) -> list[int]:
-        """The host pids of the worker's processes: its cgroup's, or the tree below its
-        sandbox's init (or below the worker itself, without a sandbox)."""
-        if self._cgroup is not None:
-            return self._cgroup.tasks()
-        top = self.sandbox_pid
+        """The host pids of the worker's processes now: its cgroup's, or the tree below its
+        sandbox's init (or below the worker itself, without a sandbox); none once it is killed.
+        For counting, not killing: a pid may be another process's by the time it is used."""
+        with self._life:
+            if not self.alive:
+                return []
+            if self._cgroup is not None:
+                return self._cgroup.tasks()
+            top = self.sandbox_pid
         return proc_tree.tree(top) if top is not None else []
 
     def stop_for(self, reason: str) -> None:
         """Kill the worker from another thread than the one that talks to it, for ``reason``,
         which the message of its death gives (``_died``); that thread finds it dead and cleans
-        up as after any death. Each of its processes is killed (a cell's worker is not in its
-        forked parent's group, and is PID 1 of its own namespace; a sandbox's init takes its
-        namespace with it), and the outermost one's group."""
-        self.stopped_for = reason
-        proc = self.proc
-        for pid in self.process_ids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        up as after any death. Through what pins its processes: the sandbox's init by its pidfd
+        (the kernel then kills its PID namespace; a cell's worker is PID 1 of its own) and the
+        cgroup's members each by a pidfd; without a sandbox, its process group. Nothing once
+        ``kill`` has begun, whose lock this holds."""
+        with self._life:
+            proc = self.proc
+            if proc is None or proc.poll() is not None:
+                return
+            self.stopped_for = reason
+            if self._sandbox_init is not None:
+                try:
+                    signal.pidfd_send_signal(self._sandbox_init, signal.SIGKILL)
+                except OSError:
+                    pass
+            if self._cgroup is not None:
+                self._cgroup.kill_all()
+            if self._sandbox_init is None and self._cgroup is None:
+                # no sandbox: its group by pid, unreaped a moment ago (the one unpinned route,
+                # which needs the pid reaped and reused within microseconds to miss)
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
     def kill(self) -> None:
+        with self._life:
+            self._kill()
+
+    def _kill(self) -> None:
         if self.proc is None:
             return
         if self.proc.poll() is None:

@@ -159,6 +159,10 @@ class SandboxGroup:
     def tasks(self) -> list[int]:
         return _listed(self.path)
 
+    def kill_all(self) -> None:
+        """SIGKILL every process in the group, each pinned first (``_kill``), leaving the group."""
+        _kill(self.path, self.tasks())
+
     def close(self, timeout: float = 5.0) -> bool:
         """Kill every process left in the groups and remove them; False when one could not be
         removed in ``timeout`` (left for the next guard's sweep)."""
