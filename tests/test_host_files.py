@@ -115,3 +115,28 @@ def test_a_candidate_filling_the_table_through_mappings_is_stopped_and_told(tmp_
     assert verdict.decision == "REJECT", verdict
     assert "stopped by the guard: its processes held" in (verdict.reason or ""), verdict.reason
     assert "of the host's" in verdict.reason and "open files" in verdict.reason
+
+
+def test_a_stop_after_the_last_request_still_rejects(tmp_path, monkeypatch):
+    """A worker the watch stops once its candidate's work is done (no request left to fail)
+    is still the reason of a REJECT (review, session 44: such a stop reached no verdict). The
+    stop is stood in for by its mark alone, so that every request of the candidate's succeeds."""
+    from guard.candidates.load import from_source
+    from guard.runner import pool as pool_mod
+
+    from helpers import honest_source
+
+    taken = pool_mod.WorkerPool.take_candidate
+
+    def stopped_at_the_end(self, *args, **kwargs):
+        worker = taken(self, *args, **kwargs)
+        worker.stopped_for = "stopped by the guard: its processes held 999999 or more of the host's files"
+        return worker
+
+    monkeypatch.setattr(pool_mod.WorkerPool, "take_candidate", stopped_at_the_end)
+    guard = make_guard(tmp_path / "ws")
+    try:
+        verdict = guard.evaluate(from_source(unique(honest_source()), None, "kernel.py"), RMS, agent="late")
+    finally:
+        guard.close()
+    assert verdict.decision == "REJECT" and "held 999999 or more" in (verdict.reason or ""), verdict

@@ -277,6 +277,8 @@ class Guard:
                     dps=bool(solution_json.get("spec", {}).get("destination_passing_style", False)),
                 )
                 measured = self._gates(ctx, track, solution_json, language, agent, baselines, ceilings)
+                if cand.stopped_for is not None:  # after its last request: no reply carried it
+                    raise WorkerDied(f"candidate worker stopped: {cand.stopped_for}", None, "")
             except (Rejection, WorkerTimeout, WorkerDied) as exc:
                 self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
                 # a worker that hung or died has no peak to read: the trusted one's only
