@@ -278,7 +278,7 @@ class Guard:
                 )
                 measured = self._gates(ctx, track, solution_json, language, agent, baselines, ceilings)
                 if cand.stopped_for is not None:  # after its last request: no reply carried it
-                    raise WorkerDied(f"candidate worker stopped: {cand.stopped_for}", None, "")
+                    raise WorkerDied(f"candidate worker {cand.stopped_for}", None, "")
             except (Rejection, WorkerTimeout, WorkerDied) as exc:
                 self._finish_phases(phases, t_start, trusted, trusted_ops, cand)
                 # a worker that hung or died has no peak to read: the trusted one's only
