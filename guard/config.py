@@ -245,6 +245,14 @@ class GuardConfig(BaseModel):
         description="the host's open-file table's fill at which the candidate worker holding most of it "
         "is stopped (guard/runner/host_files.py; null: not watched)",
     )
+    spare_workers_gpu: int = Field(
+        2,
+        ge=1,
+        le=4,
+        description="candidate workers a GPU's pool keeps started ahead of their candidates: a paired "
+        "re-measurement takes one for the incumbent, and with a second the next verdict does not wait "
+        "for a start (8.3 s on an H100, session 44). A CPU's pool keeps one: a start there slows timing",
+    )
     sandbox_tasks_limit: int | None = Field(
         None,
         ge=16,

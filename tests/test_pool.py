@@ -86,6 +86,26 @@ def test_on_a_gpu_the_next_spare_starts_as_soon_as_one_is_taken(tmp_path, starte
     assert len(started) == before + 1
 
 
+def test_with_two_spares_the_verdict_after_a_pairing_finds_one_ready(tmp_path, started):
+    """A pairing takes a spare for the incumbent and starts none while it times the pair; with one
+    spare the next verdict waited for a start (8.3 s on an H100, session 44), with two it does not."""
+    pool = WorkerPool("cuda", tmp_path, prestart=True, spares=2)
+    pool.warm_up()
+    assert [w.role for w in started] == ["trusted", "candidate", "candidate"]
+    first, second = started[1], started[2]
+    assert pool.take_candidate() is first  # the oldest spare: the likeliest to be ready
+    assert len(started) == 4 and started[3].spare  # back to two, beside the evaluation
+    pool.quiet_spare()
+    assert second.ready and started[3].ready  # every starting spare, not only the first
+    incumbent = pool.take_candidate(start_spare=False)
+    assert incumbent is second and len(started) == 4  # nothing starts while the pair is timed
+    pool.replenish()  # the paired verdict is over
+    assert len(started) == 5
+    assert pool.take_candidate() is started[3]  # ready: started before the pairing
+    with pytest.raises(ValueError):
+        WorkerPool("cuda", tmp_path, spares=0)
+
+
 def test_a_spare_that_fails_to_start_is_dropped_not_raised(tmp_path, started):
     from guard.runner.process import WorkerDied
 

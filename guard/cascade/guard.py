@@ -101,6 +101,7 @@ class Guard:
             expose=[workspace.problems_dir, self.store.seeds_dir],
             tasks_limit=self.cfg.sandbox_tasks_limit,
             files_stop_fraction=self.cfg.host_files_stop_fraction,
+            spares=self.cfg.spare_workers_gpu if self.device.kind == "cuda" else 1,
         )
         # simulated CPU devices share the cores, hence one slot
         self.slot = TimingSlot(self.device.compare_key if self.device.simulated else self.device.key)

@@ -1,5 +1,5 @@
 """Worker pool for one device: a long-lived trusted worker and use-once candidate workers,
-with the next candidate worker started ahead so a verdict does not wait for torch's import.
+with the next ones started ahead (spares) so a verdict does not wait for torch's import.
 Candidate workers run in the OS sandbox when this machine allows it (``self.isolation``)."""
 
 from __future__ import annotations
@@ -35,16 +35,18 @@ class WorkerPool:
         expose: list[Path] | None = None,
         tasks_limit: int | None = None,
         files_stop_fraction: float | None = None,
+        spares: int = 1,
     ):
         """``protect``: what candidates must not see (the workspace); ``expose``: read-only
         folders they may see even inside it (problem folders with safetensors inputs);
         ``prestart``: ``warm_up``
-        starts a spare candidate worker; ``keep_spare``: ``replenish`` starts the next one
+        starts the spare candidate workers; ``keep_spare``: ``replenish`` starts the next ones
         after each evaluation (a server's; a one-shot command's would only be killed);
         ``tasks_limit``: the processes and threads one candidate worker's sandbox may hold
         (``sandbox.pids``; by default from the number of cores); ``files_stop_fraction``: the
         host's open-file table's fill at which the candidate worker that holds most of it is
-        stopped (``host_files``; None: not watched). Raises
+        stopped (``host_files``; None: not watched); ``spares``: the spare candidate workers a
+        pool that keeps spares holds started (``GuardConfig.spare_workers_gpu``). Raises
         ``sandbox.SandboxUnavailable`` under ``KERNELARC_SANDBOX=require`` without a sandbox."""
         self.device = device
         self.env = dict(env or {})  # e.g. the GPU this pool's workers are pinned to
@@ -56,8 +58,11 @@ class WorkerPool:
         self.tasks_limit = tasks_limit or sandbox.cgroups.default_limit()
         self.prestart = prestart
         self.keep_spare = prestart and keep_spare
+        if spares < 1:
+            raise ValueError(f"a pool keeps at least one spare, not {spares}")
+        self.spares = spares
         self._trusted: WorkerProcess | None = None
-        self._spare: WorkerProcess | None = None
+        self._spares: list[WorkerProcess] = []  # oldest first: the likeliest to be ready
         self._cells: zygote.Zygote | None = None  # the candidates' zygote (``cells``), once started
         self._cells_failed: str | None = None  # why it could not start: not tried again
         self._lock = threading.Lock()
@@ -140,12 +145,16 @@ class WorkerPool:
         ``replenish``, once the evaluation is over: a worker's start (about 3 s of a core,
         mostly ``import torch``) on a 2-core machine slows the evaluation it runs beside.
         ``start_spare`` False: none starts now (a worker taken for an incumbent in the middle of
-        an evaluation, whose timing would wait for it); ``replenish`` starts it afterwards."""
+        an evaluation, whose timing would wait for it); ``replenish`` starts it afterwards. A
+        GPU's pool keeps two spares, so that the verdict after a paired one finds one ready."""
         with self._lock:
-            worker = self._spare if self._spare is not None and self._spare.alive else None
-            if worker is None and self._spare is not None:
-                self._discard(self._spare)
-            self._spare = None
+            worker = None
+            while self._spares and worker is None:
+                taken = self._spares.pop(0)
+                if taken.alive:
+                    worker = taken
+                else:
+                    self._discard(taken)
             if worker is None:
                 worker = self._new("candidate")
         if start_spare and self.device != "cpu":
@@ -153,40 +162,45 @@ class WorkerPool:
         return worker
 
     def quiet_spare(self, timeout: float = 180.0) -> float:
-        """Wait until the spare, if one is starting, is ready: from then on it only waits for
-        a request, and nothing of its start runs while the guard times a candidate. Seconds
+        """Wait until the spares that are starting are ready: from then on they only wait for
+        a request, and nothing of their start runs while the guard times a candidate. Seconds
         waited. A spare that fails to start is dropped (the next evaluation starts another)."""
         with self._lock:
-            spare = self._spare
-        if spare is None:
-            return 0.0
+            spares = list(self._spares)
         t0 = time.monotonic()
-        try:
-            spare.wait_ready(timeout)
-        except (WorkerDied, WorkerTimeout) as exc:
-            log.warning("the spare candidate worker failed to start: %s", exc)
-            with self._lock:
-                if self._spare is spare:
-                    self._spare = None
-            self._discard(spare)
-        return time.monotonic() - t0
+        for spare in spares:
+            try:
+                spare.wait_ready(max(0.0, timeout - (time.monotonic() - t0)))
+            except (WorkerDied, WorkerTimeout) as exc:
+                log.warning("a spare candidate worker failed to start: %s", exc)
+                with self._lock:
+                    if spare in self._spares:
+                        self._spares.remove(spare)
+                self._discard(spare)
+        return time.monotonic() - t0 if spares else 0.0
 
     def replenish(self) -> None:
-        """Start the next spare candidate worker, where the pool keeps one and has none."""
-        with self._lock:
-            if self.keep_spare and self._spare is None:
-                try:
-                    self._spare = self._new("candidate", spare=True)
-                except OSError as exc:  # the next evaluation starts its own and reports why
-                    log.warning("could not start a spare candidate worker: %s", exc)
+        """Start spare candidate workers up to ``spares``, where the pool keeps them."""
+        if self.keep_spare:
+            self._fill(self.spares)
 
     def warm_up(self) -> None:
-        """Start the trusted worker and a spare candidate worker without waiting."""
+        """Start the trusted worker and the spare candidate workers without waiting (one for a
+        pool that keeps none after it: a one-shot command's, which serves one candidate)."""
         with self._lock:
             if self._trusted is None:
                 self._trusted = self._new("trusted")
-            if self.prestart and self._spare is None:
-                self._spare = self._new("candidate", spare=True)
+        if self.prestart:
+            self._fill(self.spares if self.keep_spare else 1)
+
+    def _fill(self, wanted: int) -> None:
+        with self._lock:
+            while len(self._spares) < wanted:
+                try:
+                    self._spares.append(self._new("candidate", spare=True))
+                except OSError as exc:  # the next evaluation starts its own and reports why
+                    log.warning("could not start a spare candidate worker: %s", exc)
+                    return
 
     def discard(self, worker: WorkerProcess) -> None:
         self._discard(worker)
@@ -213,10 +227,10 @@ class WorkerPool:
         if self._files_watch is not None:
             self._files_watch.close()
         with self._lock:
-            for w in (self._spare, self._trusted):
+            for w in (*self._spares, self._trusted):
                 if w is not None:
                     self._discard(w)
-            self._spare = self._trusted = None
+            self._spares, self._trusted = [], None
             if self._cells is not None:
                 self._cells.close()
                 self._cells = None
