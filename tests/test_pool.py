@@ -15,6 +15,11 @@ class FakeWorker:
         self.alive = True
         self.closed = False
         self.ready = False
+        self.started_at = 0.0
+        self.returncode: int | None = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "worker log: out of memory"
 
     def wait_ready(self, timeout: float) -> dict:
         self.ready = True
@@ -54,12 +59,14 @@ def test_without_prestart_each_candidate_gets_a_worker_started_for_it(tmp_path, 
     assert started == [first] and pool.take_candidate() is not first and len(started) == 2
 
 
-def test_a_dead_spare_is_discarded_and_replaced(tmp_path, started):
+def test_a_dead_spare_is_discarded_replaced_and_said(tmp_path, started, caplog):
     pool = WorkerPool("cpu", tmp_path, prestart=True)
     pool.warm_up()
-    started[1].alive = False
+    started[1].alive, started[1].returncode = False, -9
     worker = pool.take_candidate()
     assert started[1].closed and worker is started[2]
+    # the verdict then waits for a whole start: the log says which spare ended, and how
+    assert "had ended (killed by signal SIGKILL): worker log: out of memory" in caplog.text
 
 
 def test_on_a_gpu_the_next_spare_starts_as_soon_as_one_is_taken(tmp_path, started):

@@ -255,6 +255,7 @@ class Guard:
         with SlotTenure(self.reference, progress) as tenure:
             t = time.monotonic()
             cand = self.pool.take_candidate()
+            age = time.monotonic() - cand.started_at  # about 0: none was ready, this one starts now
             workers: dict[str, WorkerProcess | None] = {"trusted": trusted, "candidate": cand}
             peaks = memory_plan.PeakWatch(lambda role, reset: self._peak_memory(workers[role], reset))
             peaks.start("trusted")  # this evaluation's peak, not the baselines'
@@ -265,6 +266,13 @@ class Guard:
                 except WorkerDied as exc:
                     raise GuardError(f"a candidate worker could not start: {exc}\n{exc.log_tail}") from None
                 phases["start"] = time.monotonic() - t
+                if phases["start"] > 2.0:  # a verdict that waited for a start: whose, and why
+                    log.warning(
+                        "%s waited %.1f s for its candidate worker, started %.1f s before it was taken",
+                        cid,
+                        phases["start"],
+                        age,
+                    )
                 ctx = EvalContext(
                     cid,
                     problem,

@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import sandbox
 from . import cells, request_profile, worker_files, zygote
 from .host_files import FileTableWatch
-from .process import WorkerDied, WorkerProcess, WorkerTimeout
+from .process import WorkerDied, WorkerProcess, WorkerTimeout, describe_exit
 from .worker_environment import worker_env
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,13 @@ class WorkerPool:
                 taken = self._spares.pop(0)
                 if taken.alive:
                     worker = taken
-                else:
+                else:  # said, with why: its successor's start is then the verdict's to wait for
+                    log.warning(
+                        "a spare candidate worker started %.1f s ago had ended (%s): %s",
+                        time.monotonic() - taken.started_at,
+                        describe_exit(taken.returncode),
+                        taken.log_tail(5),
+                    )
                     self._discard(taken)
             if worker is None:
                 worker = self._new("candidate")
