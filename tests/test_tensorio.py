@@ -80,6 +80,12 @@ def test_a_file_of_another_size_or_kind_is_refused(tmp_path):
     link.symlink_to(tmp_path / "o.bin")
     with pytest.raises(ValueError, match="plain file"):
         read_tensor({**meta, "file": str(link)}, "cpu")
+    # nor a folder replaced by a link to another that holds a file of that name and size
+    (tmp_path / "elsewhere").mkdir()
+    write_tensor(torch.ones(4, 4), tmp_path / "elsewhere" / "o.bin")
+    (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match="plain file"):
+        read_tensor({**meta, "file": str(tmp_path / "out" / "o.bin")}, "cpu")
     fifo = tmp_path / "fifo.bin"
     os.mkfifo(fifo)
     with pytest.raises(ValueError, match="not a plain file"):

@@ -92,12 +92,17 @@ def read_tensor(meta: dict[str, Any], device: str, stage_bytes: int = STAGE_BYTE
         raise ValueError(f"bad tensor description {str(meta)[:200]}")
     expected = math.prod(shape) * ELEMENT_SIZE[dtype]
     path = Path(meta["file"])
-    # The candidate wrote the folder this file is in: never follow a link it may have put there
-    # (to the secret, say), never wait on a FIFO it put there (opening one blocks until a writer
-    # comes: a red team so hung the trusted worker and withheld its verdict), and read only a
-    # plain file of the announced size.
+    # The candidate wrote the folder this file is in: never follow a link it may have put there,
+    # as the file or as the folder itself (its ``out`` replaced by a link led the unconfined
+    # trusted worker anywhere on the host: red team, session 45), never wait on a FIFO it put
+    # there (opening one blocks until a writer comes: a red team so hung the trusted worker and
+    # withheld its verdict), and read only a plain file of the announced size.
     try:
-        fd = os.open(str(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        folder = os.open(str(path.parent), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
+        finally:
+            os.close(folder)
     except OSError as exc:
         raise ValueError(f"{path.name}: cannot be opened as a plain file ({exc.strerror})") from None
     try:
