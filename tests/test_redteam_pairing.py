@@ -205,7 +205,29 @@ SPOILS_ITS_REMEASUREMENT = SANDBAGS_WHEN_REMEASURED.replace(
 SPOILS = {
     "slow": "for _ in range(9):\n            _rms(hidden_states, weight)",
     "crash": 'raise RuntimeError("not when timed again")',
+    # red team, session 45: a failure of its worker rather than of its call kept the title (the
+    # re-measurement's failure had no status, and only the incumbent's own failure lets the
+    # stored comparison decide)
+    "exit": '__import__("os")._exit(0)',
+    "hang": '__import__("time").sleep(3600)',
+    # its import fails when it is built again (the red team's used a deadline in its source):
+    # the worker's reply to that build stands in for it (``fail_its_rebuild``)
+    "rebuild": "pass",
 }
+
+
+def fail_its_rebuild(monkeypatch) -> None:
+    """The incumbent's build in a paired re-measurement answers as a worker whose import of
+    the candidate failed (``benchmark_gate.build`` serves only that re-measurement)."""
+    from guard.cascade import benchmark_gate
+    from guard.runner import messages as m
+
+    def failed(*args, **kwargs):
+        return m.Reply(ok=False, status="RUNTIME_ERROR", message="importing the candidate failed: ImportError")
+
+    monkeypatch.setattr(benchmark_gate, "build", failed)
+
+
 ONCE = """
 import torch
 
@@ -218,17 +240,20 @@ def run(hidden_states, weight):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spoil", sorted(SPOILS))
-def test_another_agents_global_best_cannot_keep_its_title_by_spoiling_its_remeasurement(tmp_path, spoil):
+def test_another_agents_global_best_cannot_keep_its_title_by_spoiling_its_remeasurement(tmp_path, spoil, monkeypatch):
     from guard.candidates.load import from_source
 
     from helpers import RMS, make_guard, unique
 
     assert "SPOIL" in SPOILS_ITS_REMEASUREMENT
     holder = SPOILS_ITS_REMEASUREMENT.replace("SPOIL", SPOILS[spoil])
-    guard = make_guard(tmp_path / "ws", static_screen=False, pairing_band_cpu=1000)
+    # a hang is cut at the call's limit (plus the timing's): short, so that the test is too
+    guard = make_guard(tmp_path / "ws", static_screen=False, pairing_band_cpu=1000, call_timeout_s=10)
     try:
         first = guard.evaluate(from_source(unique(holder), None, "kernel.py"), RMS, agent="x")
         assert first.decision == "ACCEPT" and first.is_global_best, first.reason
+        if spoil == "rebuild":
+            fail_its_rebuild(monkeypatch)
         second = guard.evaluate(from_source(unique(ONCE), None, "kernel.py"), RMS, agent="y")
         assert second.decision == "ACCEPT", second.reason  # y's first correct candidate
         entry = second.paired["global"] if second.paired else None

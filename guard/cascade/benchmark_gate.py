@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 from ..pairing import PairedSamples, pairing_rounds
 from ..runner.pool import WorkerPool
-from ..runner.process import MalformedReply, WorkerDied, WorkerProcess, WorkerTimeout
+from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from .context import EvalContext
 from .build_gate import build
-from .reasons import GuardError, Rejection, Unpaired, first_line
+from .reasons import GuardError, Rejection, Unpaired, died, first_line, timed_out
 from .timed_workload import time_workload
 from .workload_requests import candidate_stopped, wait_device_idle
 
@@ -44,7 +44,11 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
     """Time the incumbent (a stored candidate row) and the challenger turn about (I C C I ...,
     ``pairing_rounds`` turns each) on the same inputs, each worker writing to its own folder.
     Returns workload -> paired samples, or raises Unpaired when the incumbent cannot be run
-    again (then the stored measurement decides)."""
+    again (then the stored measurement decides). Its status names the incumbent's own failure
+    (it does not build, raises, dies, hangs or answers out of protocol): another agent's global
+    best that spoils its re-measurement so keeps no title (``pairing_gate``). None is left for
+    what only the guard or the device does: no process to be had, a worker that cannot be set
+    up, a device that stays busy."""
     ref, cfg, problem, visible, progress = ctx.ref, ctx.cfg, ctx.problem, ctx.visible, ctx.progress
     rounds = pairing_rounds(len(visible), cfg)
     d = problem.definition
@@ -59,10 +63,12 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
         except GuardError as exc:  # its worker's own set-up: the stored measurement decides
             raise Unpaired(f"the incumbent {incumbent['id']} could not be set up: {exc}") from None
         if not reply.ok:
-            # a build answered out of protocol is the incumbent's REWARD_HACK, as a challenger's is
-            status = reply.status if reply.status == "REWARD_HACK" else None
+            # its own doing (a build answered out of protocol is its REWARD_HACK, as a challenger's
+            # is); an import that fails only when built again kept another agent's title before
+            # (red team, session 45), and an environment that changed cannot be told from it
             raise Unpaired(
-                f"the incumbent {incumbent['id']} does not build here: {first_line(reply.message or '')}", status
+                f"the incumbent {incumbent['id']} does not build here: {first_line(reply.message or '')}",
+                reply.status or "COMPILE_ERROR",
             )
         dps = {"incumbent": _dps(json.loads(incumbent["solution_json"])), "challenger": ctx.dps}
         rng = random.Random(ctx.eval_seed ^ 0x5A5A)
@@ -111,8 +117,17 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
             # in the benchmark (not a reason to fall back on the stored figures, which a
             # candidate that aborts when re-measured would otherwise choose)
             raise
-        # bytes that are no message: out of protocol, the incumbent's REWARD_HACK (``reasons.died``)
-        status = "REWARD_HACK" if isinstance(exc, MalformedReply) else None
+        # The incumbent's own failure, judged as a challenger's would be (``reasons``): bytes that
+        # are no message are its REWARD_HACK, a death its RUNTIME_ERROR, a hang its TIMEOUT. With no
+        # status, another agent's global best that exited or hung when timed again kept its title
+        # against every challenger inside the band (red team, session 45).
+        # A worker that hangs is killed, so a live incumbent's failure was the trusted worker's.
+        status = None
+        if not inc.alive:
+            if isinstance(exc, WorkerTimeout):
+                status = timed_out("pairing", exc, ctx.cfg.call_timeout_s).status
+            else:
+                status = died("pairing", exc).status
         raise Unpaired(f"re-measuring {incumbent['id']} failed: {exc}", status) from None
     finally:
         pool.discard(inc)

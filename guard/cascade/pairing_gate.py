@@ -244,7 +244,7 @@ def _pair_once(
             if exc.status == "REWARD_HACK":
                 entry["note"] = f"the incumbent was caught and its ACCEPT revoked: {exc}"
                 return out, {label: entry}
-            if others and exc.status is not None:  # its own failure, not the device's or the build's
+            if others and exc.status is not None:  # its own failure, not the device's or the guard's
                 entry["stored_decides"] = True
             log.warning("paired re-measurement skipped: %s", exc)
         out[label] = entry

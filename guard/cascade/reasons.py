@@ -12,8 +12,10 @@ class GuardError(RuntimeError):
 
 
 class Unpaired(Exception):
-    """The incumbent could not be timed again; the stored measurement decides. ``status``:
-    the incumbent's own rejection when it was caught (REWARD_HACK), which revokes it."""
+    """The incumbent could not be timed again; the stored measurement decides. ``status``: the
+    incumbent's own failure, as a challenger's would be judged (REWARD_HACK revokes it; any
+    status lets the stored comparison decide against another agent's global best); None where
+    the guard or the device failed, not the incumbent."""
 
     def __init__(self, message: str, status: str | None = None) -> None:
         super().__init__(message)
