@@ -30,12 +30,14 @@ class Comparison:
 def compare(
     new: dict[str, tuple[float, float]], old: dict[str, tuple[float, float]], cfg: GuardConfig
 ) -> Comparison | None:
-    """``new``/``old``: workload -> (median latency, relative standard error)."""
+    """``new``/``old``: workload -> (median latency, relative standard error), of the challenger
+    and of the incumbent (``incumbent_spread``)."""
     common = [w for w in new if w in old and new[w][0] > 0 and old[w][0] > 0]
     if not common:
         return None
     logs = [math.log(old[w][0] / new[w][0]) for w in common]
-    var = sum(spread(new[w][1], cfg) ** 2 + spread(old[w][1], cfg) ** 2 for w in common) / len(common) ** 2
+    var = sum(spread(new[w][1], cfg) ** 2 + incumbent_spread(old[w][1], new[w][1], cfg) ** 2 for w in common)
+    var /= len(common) ** 2
     return Comparison(math.exp(sum(logs) / len(logs)), threshold_from_log(cfg.noise_sigmas * math.sqrt(var), cfg))
 
 
@@ -45,6 +47,17 @@ def spread(rel_se: float, cfg: GuardConfig) -> float:
     5e23% that no honest challenger could pass (it kept the global best). Bounded by
     ``rel_se_cap``; a spread that large says the median decides little anyway."""
     return min(max(rel_se, 0.0), cfg.rel_se_cap)
+
+
+def incumbent_spread(incumbent_rel_se: float, challenger_rel_se: float, cfg: GuardConfig) -> float:
+    """The incumbent's spread as a comparison with a challenger uses it: no more than the
+    challenger's own. Both figures come from candidates' processes; the challenger's own can
+    only widen its bar, but an incumbent that reported its spread at ``rel_se_cap`` widened
+    every bar against it, and a stored KEEP is never paired: no honest challenger under about
+    1.16x on four workloads could take its title (red team, session 45). A narrower bar than
+    the truth turns a KEEP into an ACCEPT or REVERT inside the pairing band, which the paired
+    re-measurement, whose spread between its turns the guard works out itself, then decides."""
+    return min(spread(incumbent_rel_se, cfg), spread(challenger_rel_se, cfg))
 
 
 def threshold_from_log(margin: float, cfg: GuardConfig) -> float:

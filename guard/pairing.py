@@ -17,7 +17,7 @@ from typing import TypedDict
 
 from .config import GuardConfig
 from . import tails
-from .decision import Comparison, decide, spread, threshold_from_log
+from .decision import Comparison, decide, incumbent_spread, spread, threshold_from_log
 
 
 class PairedSamples(TypedDict):
@@ -100,7 +100,9 @@ def paired_comparison(samples: dict[str, PairedSamples], cfg: GuardConfig) -> Co
         mean = sum(lr) / len(lr)
         # within-run spread of both medians (many iterations each: taken as known), and the
         # disagreement between the repetitions (estimated: len(lr) - 1 degrees of freedom)
-        within = sum(spread(i[1], cfg) ** 2 + spread(c[1], cfg) ** 2 for i, c in pairs) / len(pairs) ** 2
+        # (the incumbent's no more than the challenger's: ``decision.incumbent_spread``)
+        within = sum(spread(c[1], cfg) ** 2 + incumbent_spread(i[1], c[1], cfg) ** 2 for i, c in pairs)
+        within /= len(pairs) ** 2
         between = sum((x - mean) ** 2 for x in lr) / (len(lr) * (len(lr) - 1)) if len(lr) > 1 else 0.0
         logs.append(mean)
         variances.append(within + between)

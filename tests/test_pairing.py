@@ -146,12 +146,42 @@ def test_a_reported_spread_cannot_raise_a_threshold_past_its_cap():
     fast = {"a": (1.0, 0.01), "b": (1.0, 0.01)}
     c = compare(fast, slow, cfg)
     assert c is not None and c.speedup == pytest.approx(30.0)
-    capped = math.expm1(cfg.noise_sigmas * math.sqrt(2 * (cfg.rel_se_cap**2 + 0.01**2)) / 2)
+    # and the incumbent's counts no more than the challenger's own (the test below)
+    capped = math.expm1(cfg.noise_sigmas * math.sqrt(2 * (0.01**2 + 0.01**2)) / 2)
     assert c.threshold == pytest.approx(capped) and decide(c) == "ACCEPT"
     paired = paired_comparison(
         {w: {"incumbent": [(30.0, 1000.0)] * 2, "challenger": [(1.0, 0.01)] * 2} for w in ("a", "b")}, cfg
     )
     assert paired is not None and decide(paired) == "ACCEPT"
+
+
+def test_an_incumbent_cannot_widen_the_bar_against_it_with_its_own_spread():
+    """Red team, session 45: an incumbent that reported every workload's spread at the cap
+    (10%) made a stored comparison's bar about 16% on four workloads, and a stored KEEP is
+    never paired, so an honest challenger 1.12x faster stayed KEEP and the title stayed. The
+    incumbent's spread now counts no more than the challenger's: the stored comparison is an
+    ACCEPT inside the pairing band (re-measured side by side), and in the pairing the bar comes
+    from the challenger's spread and the turns' disagreement, which the guard works out."""
+    from guard.decision import compare
+
+    cfg = GuardConfig()
+    workloads = ("a", "b", "c", "d")
+    moat = {w: (1.12, 10.0) for w in workloads}  # its medians honest, its spread at the cap
+    honest = {w: (1.0, 0.004) for w in workloads}
+    stored = compare(honest, moat, cfg)
+    assert stored is not None and stored.speedup == pytest.approx(1.12)
+    assert decide(stored) == "ACCEPT" and needs_pairing(stored, cfg.pairing_band_gpu)
+    # what the moat had made of it: the same figures with the incumbent's spread counted whole
+    widened = math.expm1(cfg.noise_sigmas * math.sqrt(4 * (cfg.rel_se_cap**2 + 0.004**2)) / 4)
+    assert widened > 0.15 and not 1.12 > 1 + widened
+    turns = {
+        w: {"incumbent": [(1.12, 10.0), (1.121, 10.0)], "challenger": [(1.0, 0.004), (1.001, 0.004)]} for w in workloads
+    }
+    paired = paired_comparison(turns, cfg)
+    assert paired is not None and decide(paired) == "ACCEPT", paired
+    # the challenger's own spread still widens its own bar
+    noisy = {w: (1.0, 0.1) for w in workloads}
+    assert decide(compare(noisy, moat, cfg)) == "KEEP"
 
 
 def test_turns_are_repeated_until_the_noise_estimate_has_its_degrees_of_freedom():
