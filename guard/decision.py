@@ -7,7 +7,8 @@ than the threshold; the verdict names the best to go back to. REJECT: a gate fai
 
 The comparison is the geometric mean over common workloads of T_best / T_new. Its
 threshold is the larger of the noise floor (1%) and ``noise_sigmas`` standard errors of the
-log of that mean, from the measured spread of both candidates' medians.
+log of that mean, from the reported spread of both candidates' medians, the incumbent's
+counted no more than the challenger's (``incumbent_spread``).
 """
 
 from __future__ import annotations

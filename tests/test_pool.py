@@ -106,11 +106,55 @@ def test_with_two_spares_the_verdict_after_a_pairing_finds_one_ready(tmp_path, s
     assert second.ready and started[3].ready  # every starting spare, not only the first
     incumbent = pool.take_candidate(start_spare=False)
     assert incumbent is second and len(started) == 4  # nothing starts while the pair is timed
-    pool.replenish()  # the paired verdict is over
+    pool.start_beside()  # the pairing's timing is over
+    assert len(started) == 5
+    pool.replenish()  # the paired verdict is over: nothing more to start
     assert len(started) == 5
     assert pool.take_candidate() is started[3]  # ready: started before the pairing
     with pytest.raises(ValueError):
         WorkerPool("cuda", tmp_path, spares=0)
+
+
+def test_a_verdict_that_pairs_twice_leaves_the_next_one_a_ready_spare(tmp_path, started):
+    """Review, session 45: pairings with the agent's best and the global best took both spares,
+    and the next verdict waited for a start. The spares start once the pairings' timing is over,
+    beside the held-out checks; on the CPU only after the evaluation."""
+    pool = WorkerPool("cuda", tmp_path, prestart=True, spares=2)
+    pool.warm_up()
+    pool.take_candidate()  # the challenger's
+    pool.take_candidate(start_spare=False)  # the agent's best's
+    pool.take_candidate(start_spare=False)  # the global best's
+    assert len(started) == 4
+    pool.start_beside()
+    assert len(started) == 6 and all(w.spare for w in started[4:])
+    cpu = WorkerPool("cpu", tmp_path, prestart=True)
+    cpu.warm_up()
+    cpu.take_candidate()
+    before = len(started)
+    cpu.start_beside()
+    assert len(started) == before
+
+
+def test_a_closed_pool_starts_no_spare(tmp_path, started):
+    pool = WorkerPool("cuda", tmp_path, prestart=True, spares=2)
+    pool.warm_up()
+    pool.close()
+    before = len(started)
+    pool.replenish()
+    pool.warm_up()  # the trusted worker is the caller's to ask for; no spare comes with it
+    assert [w for w in started[before:] if w.role == "candidate"] == []
+
+
+def test_a_slow_spare_does_not_cut_the_next_ones_wait(tmp_path, started):
+    """Review, session 45: the spares shared one wait, so a slow first start left the next a
+    wait of 0 s, and a worker that does not answer in time is killed."""
+    pool = WorkerPool("cuda", tmp_path, prestart=True, spares=2)
+    pool.warm_up()
+    waits = []
+    for w in started[1:]:
+        w.wait_ready = lambda timeout, w=w: (waits.append(timeout), setattr(w, "ready", True))
+    pool.quiet_spare(timeout=30.0)
+    assert waits == [30.0, 30.0]
 
 
 def test_a_spare_that_fails_to_start_is_dropped_not_raised(tmp_path, started):

@@ -216,16 +216,26 @@ SPOILS = {
 }
 
 
-def fail_its_rebuild(monkeypatch) -> None:
+def fail_its_rebuild(monkeypatch, pool) -> list[str]:
     """The incumbent's build in a paired re-measurement answers as a worker whose import of
-    the candidate failed (``benchmark_gate.build`` serves only that re-measurement)."""
+    the candidate failed (``benchmark_gate.build`` serves only that re-measurement). Returns
+    the states (``/proc/PID/stat``) the other live candidate workers, the challenger's, were in
+    meanwhile: stopped, so that it cannot make that build fail by taking the cores (review,
+    session 45)."""
     from guard.cascade import benchmark_gate
     from guard.runner import messages as m
 
-    def failed(*args, **kwargs):
+    states: list[str] = []
+
+    def failed(incumbent, *args, **kwargs):
+        for w in pool._live_candidates():
+            if w is not incumbent:
+                stat = open(f"/proc/{w.proc.pid}/stat").read()
+                states.append(stat[stat.rindex(")") + 2])
         return m.Reply(ok=False, status="RUNTIME_ERROR", message="importing the candidate failed: ImportError")
 
     monkeypatch.setattr(benchmark_gate, "build", failed)
+    return states
 
 
 ONCE = """
@@ -252,9 +262,10 @@ def test_another_agents_global_best_cannot_keep_its_title_by_spoiling_its_remeas
     try:
         first = guard.evaluate(from_source(unique(holder), None, "kernel.py"), RMS, agent="x")
         assert first.decision == "ACCEPT" and first.is_global_best, first.reason
-        if spoil == "rebuild":
-            fail_its_rebuild(monkeypatch)
+        states = fail_its_rebuild(monkeypatch, guard.pool) if spoil == "rebuild" else None
         second = guard.evaluate(from_source(unique(ONCE), None, "kernel.py"), RMS, agent="y")
+        if states is not None:
+            assert states and set(states) <= {"T", "t"}, states  # the challenger, stopped
         assert second.decision == "ACCEPT", second.reason  # y's first correct candidate
         entry = second.paired["global"] if second.paired else None
         assert entry is not None and entry.incumbent == first.candidate_id, second.reason
@@ -263,3 +274,25 @@ def test_another_agents_global_best_cannot_keep_its_title_by_spoiling_its_remeas
         assert "the stored comparison" in second.reason
     finally:
         guard.close()
+
+
+@pytest.mark.parametrize("failure", ["hung", "died"])
+def test_an_incumbent_whose_worker_never_started_keeps_its_status_open(failure):
+    """Review, session 45: a worker that does not start ran none of the incumbent's code (a
+    loaded host, a device without memory): that is no failure of the incumbent's, and must not
+    let the stored comparison take another agent's title (no status), as its build's failure
+    does."""
+    from guard.cascade import benchmark_gate
+    from guard.runner.process import WorkerDied, WorkerTimeout
+
+    class NeverReady:
+        alive = False  # killed when its start timed out, or dead
+
+        def wait_ready(self, timeout):
+            if failure == "hung":
+                raise WorkerTimeout("candidate worker gave no answer to 'start' within 180 s")
+            raise WorkerDied("candidate worker failed to start: CUDA error: out of memory", 1, "")
+
+    with pytest.raises(Unpaired) as caught:
+        benchmark_gate._set_up_incumbent(SimpleNamespace(), NeverReady(), {"id": "c-inc"})
+    assert caught.value.status is None and "could be started" in str(caught.value)

@@ -40,6 +40,31 @@ def benchmark(ctx: EvalContext) -> dict[str, dict[str, Any]]:
     return results
 
 
+def _set_up_incumbent(ctx: EvalContext, inc: WorkerProcess, incumbent: sqlite3.Row) -> None:
+    """The incumbent's worker started and its candidate built again, or Unpaired. Its build
+    failing is its own doing (a build answered out of protocol is its REWARD_HACK, as a
+    challenger's is; an import that failed only when built again kept another agent's title
+    before: red team, session 45; an environment that changed cannot be told from it). The
+    challenger is stopped meanwhile, so that it cannot make that build fail or time out by
+    taking the cores (review, session 45). A worker that does not start ran none of the
+    incumbent's code: no status."""
+    try:
+        inc.wait_ready(180)
+    except (WorkerDied, WorkerTimeout) as exc:
+        raise Unpaired(f"no worker for the incumbent {incumbent['id']} could be started: {exc}") from None
+    solution = json.loads(incumbent["solution_json"])
+    with candidate_stopped(ctx.cand, None, "while the incumbent was built again"):
+        try:
+            reply = build(inc, ctx.problem, solution, incumbent["language"], ctx.cfg)
+        except GuardError as exc:  # its worker's own set-up: the stored measurement decides
+            raise Unpaired(f"the incumbent {incumbent['id']} could not be set up: {exc}") from None
+    if not reply.ok:
+        raise Unpaired(
+            f"the incumbent {incumbent['id']} does not build here: {first_line(reply.message or '')}",
+            reply.status or "COMPILE_ERROR",
+        )
+
+
 def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dict[str, PairedSamples]:
     """Time the incumbent (a stored candidate row) and the challenger turn about (I C C I ...,
     ``pairing_rounds`` turns each) on the same inputs, each worker writing to its own folder.
@@ -47,8 +72,8 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
     again (then the stored measurement decides). Its status names the incumbent's own failure
     (it does not build, raises, dies, hangs or answers out of protocol): another agent's global
     best that spoils its re-measurement so keeps no title (``pairing_gate``). None is left for
-    what only the guard or the device does: no process to be had, a worker that cannot be set
-    up, a device that stays busy."""
+    what the guard, the device or the machine may cause: no process to be had, a worker that
+    cannot start or be set up, a device that stays busy."""
     ref, cfg, problem, visible, progress = ctx.ref, ctx.cfg, ctx.problem, ctx.visible, ctx.progress
     rounds = pairing_rounds(len(visible), cfg)
     d = problem.definition
@@ -57,19 +82,7 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
     except OSError as exc:  # no process to be had (the challenger may have taken them all): unpaired
         raise Unpaired(f"no worker could be started for the incumbent {incumbent['id']}: {exc}") from None
     try:
-        inc.wait_ready(180)
-        try:
-            reply = build(inc, problem, json.loads(incumbent["solution_json"]), incumbent["language"], cfg)
-        except GuardError as exc:  # its worker's own set-up: the stored measurement decides
-            raise Unpaired(f"the incumbent {incumbent['id']} could not be set up: {exc}") from None
-        if not reply.ok:
-            # its own doing (a build answered out of protocol is its REWARD_HACK, as a challenger's
-            # is); an import that fails only when built again kept another agent's title before
-            # (red team, session 45), and an environment that changed cannot be told from it
-            raise Unpaired(
-                f"the incumbent {incumbent['id']} does not build here: {first_line(reply.message or '')}",
-                reply.status or "COMPILE_ERROR",
-            )
+        _set_up_incumbent(ctx, inc, incumbent)
         dps = {"incumbent": _dps(json.loads(incumbent["solution_json"])), "challenger": ctx.dps}
         rng = random.Random(ctx.eval_seed ^ 0x5A5A)
         samples: dict[str, PairedSamples] = {}

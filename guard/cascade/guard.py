@@ -364,6 +364,7 @@ class Guard:
         paired = pairing_gate.pairings(ctx, self.db, self.pool, workloads, agent)
         if paired:
             phases["pairing"] = time.monotonic() - t
+            self.pool.start_beside()  # the spares it took: nothing is timed from here on
             peaks.mark(track.gate, "trusted", "candidate")
 
         # Gate 3, last part: the held-out workloads, after everything the candidate's process

@@ -63,6 +63,7 @@ class WorkerPool:
         self.spares = spares
         self._trusted: WorkerProcess | None = None
         self._spares: list[WorkerProcess] = []  # oldest first: the likeliest to be ready
+        self._closed = False  # no spare starts after ``close``: nobody would discard it
         self._cells: zygote.Zygote | None = None  # the candidates' zygote (``cells``), once started
         self._cells_failed: str | None = None  # why it could not start: not tried again
         self._lock = threading.Lock()
@@ -145,8 +146,9 @@ class WorkerPool:
         ``replenish``, once the evaluation is over: a worker's start (about 3 s of a core,
         mostly ``import torch``) on a 2-core machine slows the evaluation it runs beside.
         ``start_spare`` False: none starts now (a worker taken for an incumbent in the middle of
-        an evaluation, whose timing would wait for it); ``replenish`` starts it afterwards. A
-        GPU's pool keeps two spares, so that the verdict after a paired one finds one ready."""
+        an evaluation, whose timing would wait for it); ``start_beside`` once the timing is
+        over, or ``replenish`` after the evaluation. A GPU's pool keeps more than one spare
+        (``spares``), so that the verdict after a paired one finds one ready."""
         with self._lock:
             worker = None
             while self._spares and worker is None:
@@ -163,9 +165,16 @@ class WorkerPool:
                     self._discard(taken)
             if worker is None:
                 worker = self._new("candidate")
-        if start_spare and self.device != "cpu":
-            self.replenish()
+        if start_spare:
+            self.start_beside()
         return worker
+
+    def start_beside(self) -> None:
+        """Start the spares missing now, where a start may run beside an evaluation: on a GPU
+        (a paired verdict calls this once its timing is over: two pairings took two spares,
+        and the next verdict waited for a start); on the CPU only ``replenish`` does."""
+        if self.device != "cpu":
+            self.replenish()
 
     def quiet_spare(self, timeout: float = 180.0) -> float:
         """Wait until the spares that are starting are ready: from then on they only wait for
@@ -175,8 +184,8 @@ class WorkerPool:
             spares = list(self._spares)
         t0 = time.monotonic()
         for spare in spares:
-            try:
-                spare.wait_ready(max(0.0, timeout - (time.monotonic() - t0)))
+            try:  # each its own time: one slow start must not get a healthy one killed
+                spare.wait_ready(timeout)
             except (WorkerDied, WorkerTimeout) as exc:
                 log.warning("a spare candidate worker failed to start: %s", exc)
                 with self._lock:
@@ -201,7 +210,7 @@ class WorkerPool:
 
     def _fill(self, wanted: int) -> None:
         with self._lock:
-            while len(self._spares) < wanted:
+            while not self._closed and len(self._spares) < wanted:
                 try:
                     self._spares.append(self._new("candidate", spare=True))
                 except OSError as exc:  # the next evaluation starts its own and reports why
@@ -233,6 +242,7 @@ class WorkerPool:
         if self._files_watch is not None:
             self._files_watch.close()
         with self._lock:
+            self._closed = True
             for w in (*self._spares, self._trusted):
                 if w is not None:
                     self._discard(w)
