@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class GuardConfig(BaseModel):
@@ -266,8 +266,26 @@ class GuardConfig(BaseModel):
 
     @classmethod
     def load(cls, path: Path | None, **overrides: Any) -> "GuardConfig":
+        """The workspace's ``config.json`` (at ``path``, if there is one) with ``overrides`` on
+        top. ValueError naming the file and each setting that is not valid, and for an override
+        that it came from the caller (a command's option, say), not from the file."""
         data: dict[str, Any] = {}
         if path is not None and path.is_file():
-            data = json.loads(path.read_text())
-        data.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.model_validate(data)
+            try:
+                data = json.loads(path.read_text())
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: not valid JSON: {exc}") from None
+            if not isinstance(data, dict):
+                raise ValueError(f"{path}: should hold one JSON object of settings, not {type(data).__name__}")
+        given = {k: v for k, v in overrides.items() if v is not None}
+        data.update(given)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            where = str(path) if path is not None else "the guard's settings"
+            bad = []
+            for err in exc.errors():
+                name = ".".join(str(x) for x in err["loc"]) or "(settings)"
+                origin = " (given as an override, not in the file)" if err["loc"] and err["loc"][0] in given else ""
+                bad.append(f"{name}: {err['msg']}{origin}")
+            raise ValueError(f"{where}: " + "; ".join(bad)) from None
