@@ -77,9 +77,9 @@ def incumbent_slowdown(
         if not (record_i > 0 and record_c > 0):
             continue
         for i, c in zip(s["incumbent"], s["challenger"]):
-            if i[0] > 0 and c[0] > 0:
-                logs.append(math.log(i[0] / (record_i * c[0] / record_c)))
-    return math.exp(sum(logs) / len(logs)) if logs else None
+            if i[0] > 0 and c[0] > 0:  # in logs: no ratio of reported figures can overflow
+                logs.append(math.log(i[0]) - math.log(record_i) - math.log(c[0]) + math.log(record_c))
+    return math.exp(min(sum(logs) / len(logs), 700.0)) if logs else None
 
 
 def paired_comparison(samples: dict[str, PairedSamples], cfg: GuardConfig) -> Comparison | None:
@@ -96,7 +96,7 @@ def paired_comparison(samples: dict[str, PairedSamples], cfg: GuardConfig) -> Co
         pairs = [(i, c) for i, c in zip(s["incumbent"], s["challenger"]) if i[0] > 0 and c[0] > 0]
         if not pairs:
             continue
-        lr = [math.log(i[0] / c[0]) for i, c in pairs]
+        lr = [math.log(i[0]) - math.log(c[0]) for i, c in pairs]
         mean = sum(lr) / len(lr)
         # within-run spread of both medians (many iterations each: taken as known), and the
         # disagreement between the repetitions (estimated: len(lr) - 1 degrees of freedom)

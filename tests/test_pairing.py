@@ -184,6 +184,18 @@ def test_an_incumbent_cannot_widen_the_bar_against_it_with_its_own_spread():
     assert decide(compare(noisy, moat, cfg)) == "KEEP"
 
 
+def test_figures_far_apart_do_not_overflow_the_pairings_arithmetic():
+    """Red team, session 45: a challenger's paired median of 1.79e308 ms made the incumbent's
+    slowdown log(0) and the guard raised, with no verdict. Such a figure is refused where it is
+    reported (``timed_workload._check_figures``); the arithmetic is also done in logs."""
+    cfg = GuardConfig()
+    samples = {"a": {"incumbent": [(2.0, 0.01)] * 2, "challenger": [(1.79e308, 0.0)] * 2}}
+    slowdown = incumbent_slowdown(samples, {"a": (3.0, 0.01)}, {"a": (1.0, 0.01)})
+    assert slowdown is not None and slowdown == pytest.approx(2.0 / 3.0 / 1.79e308)
+    paired = paired_comparison(samples, cfg)
+    assert paired is not None and decide(paired) == "REVERT"
+
+
 def test_turns_are_repeated_until_the_noise_estimate_has_its_degrees_of_freedom():
     from guard.pairing import pairing_rounds
 

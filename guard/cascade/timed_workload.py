@@ -94,15 +94,22 @@ def _reported_figures(raw: dict[str, Any], w: Workload) -> dict[str, Any]:
     return {k: v[:300] if isinstance(v, str) else v for k, v in figures.model_dump(exclude_none=True).items()}
 
 
-def _check_figures(stats: dict[str, Any], w: Workload) -> None:
+# no call is shorter than a nanosecond; none is longer than the time its whole request had
+FASTEST_CALL_MS = 1e-6
+
+
+def _check_figures(stats: dict[str, Any], w: Workload, slowest_ms: float) -> None:
     """The figures the candidate's process reports must be possible: a median of zero or
     less (or not a number) dropped its workload from every comparison, and with all of them
-    gone a candidate became the global best with nothing to compare (a red team's forgery)."""
+    gone a candidate became the global best with nothing to compare (a red team's forgery).
+    One beyond what a call can take (``slowest_ms``: the whole request's limit) made the
+    pairing's arithmetic overflow, and the guard raised with no verdict (red team, session
+    45: 1.79e308 ms reported only when timed again)."""
     median, rel_se = stats.get("median_ms"), stats.get("rel_se") or 0.0
     if (
         not isinstance(median, (int, float))
         or not math.isfinite(median)
-        or median <= 0
+        or not FASTEST_CALL_MS <= median <= slowest_ms
         or not math.isfinite(rel_se)
         or rel_se < 0
     ):
@@ -213,7 +220,7 @@ def time_workload(
     if not got.ok:
         raise failure(got, w, "reading the timing of")
     stats = _reported_figures(got.stats, w)
-    _check_figures(stats, w)
+    _check_figures(stats, w, cx.timeout * 1e3)
 
     loop_kind = _loop_kind(ref, d, w)
     try:
