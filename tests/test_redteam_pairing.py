@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 from types import SimpleNamespace
 
@@ -296,3 +297,39 @@ def test_an_incumbent_whose_worker_never_started_keeps_its_status_open(failure):
     with pytest.raises(Unpaired) as caught:
         benchmark_gate._set_up_incumbent(SimpleNamespace(), NeverReady(), {"id": "c-inc"})
     assert caught.value.status is None and "could be started" in str(caught.value)
+
+
+@pytest.mark.slow
+def test_the_guards_own_failure_in_a_pairing_does_not_withhold_the_verdict(tmp_path, monkeypatch):
+    """Red team, session 45 (read, not run): a trusted worker that could not check one of the
+    pairing's turns raised GuardError through the evaluation, and the challenger's verdict was
+    withheld. The pairing now ends with no status (nobody blamed), and the verdict stands on
+    the challenger's benchmark: unclear against the stored incumbent, no global best."""
+    from guard.candidates.load import from_source
+    from guard.cascade import benchmark_gate
+    from guard.cascade.reasons import GuardError
+
+    from helpers import RMS, make_guard, unique
+
+    guard = make_guard(tmp_path / "ws", static_screen=False, pairing_band_cpu=1000)
+    try:
+        four_times = SPOILS_ITS_REMEASUREMENT.replace("SPOIL", "pass")  # honest, and slower
+        first = guard.evaluate(from_source(unique(four_times), None, "kernel.py"), RMS, agent="x")
+        assert first.decision == "ACCEPT" and first.is_global_best, first.reason
+
+        real = benchmark_gate.time_workload
+
+        def broken(*args, **kwargs):  # in the pairing's turns only, not the benchmark's
+            if sys._getframe(1).f_code.co_name == "remeasure":
+                raise GuardError("the trusted worker could not check the digests: out of memory")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(benchmark_gate, "time_workload", broken)
+        second = guard.evaluate(from_source(unique(ONCE), None, "kernel.py"), RMS, agent="y")
+        assert second.status == "PASSED" and second.decision == "ACCEPT", second.reason  # y's first
+        entry = second.paired["global"] if second.paired else None
+        assert entry is not None and entry.paired_speedup is None, second.paired
+        assert "the guard could not time" in (entry.note or ""), entry
+        assert not second.is_global_best, second.reason
+    finally:
+        guard.close()

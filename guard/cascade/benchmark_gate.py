@@ -142,5 +142,10 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
             else:
                 status = died("pairing", exc).status
         raise Unpaired(f"re-measuring {incumbent['id']} failed: {exc}", status) from None
+    except GuardError as exc:
+        # The guard's own failure while the pair was timed (the trusted worker could not check
+        # a turn, say): nobody is blamed, and the challenger's verdict stands on its benchmark.
+        # Raised on, it withheld that verdict altogether (red team, session 45, read).
+        raise Unpaired(f"the guard could not time {incumbent['id']} again: {exc}") from None
     finally:
         pool.discard(inc)
