@@ -141,8 +141,9 @@ def test_a_closed_pool_starts_no_spare(tmp_path, started):
     pool.close()
     before = len(started)
     pool.replenish()
-    pool.warm_up()  # the trusted worker is the caller's to ask for; no spare comes with it
+    pool.warm_up()
     assert [w for w in started[before:] if w.role == "candidate"] == []
+    assert started[before:] == []  # nor a trusted worker
 
 
 def test_a_slow_spare_does_not_cut_the_next_ones_wait(tmp_path, started):

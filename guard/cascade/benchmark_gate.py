@@ -16,7 +16,7 @@ from ..runner.pool import WorkerPool
 from ..runner.process import WorkerDied, WorkerProcess, WorkerTimeout
 from .context import EvalContext
 from .build_gate import build
-from .reasons import GuardError, Rejection, Unpaired, died, first_line, timed_out
+from .reasons import GuardError, Rejection, Unpaired, first_line, worker_failed
 from .timed_workload import time_workload
 from .workload_requests import candidate_stopped, wait_device_idle
 
@@ -135,12 +135,7 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
         # status, another agent's global best that exited or hung when timed again kept its title
         # against every challenger inside the band (red team, session 45).
         # A worker that hangs is killed, so a live incumbent's failure was the trusted worker's.
-        status = None
-        if not inc.alive:
-            if isinstance(exc, WorkerTimeout):
-                status = timed_out("pairing", exc, ctx.cfg.call_timeout_s).status
-            else:
-                status = died("pairing", exc).status
+        status = None if inc.alive else worker_failed("pairing", exc, ctx.cfg.call_timeout_s).status
         raise Unpaired(f"re-measuring {incumbent['id']} failed: {exc}", status) from None
     except GuardError as exc:
         # The guard's own failure while the pair was timed (the trusted worker could not check

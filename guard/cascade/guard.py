@@ -35,7 +35,7 @@ from . import benchmark_gate, build_gate, correctness_gate, memory_plan, pairing
 from .pairing_gate import PairedRun
 from .slot_tenure import SlotTenure
 from .context import EvalContext, Progress, noop
-from .reasons import GuardError, Rejection, died, first_line, timed_out
+from .reasons import GuardError, Rejection, first_line, worker_failed
 from .recording import Recorder
 from .reference_side import ReferenceSide
 
@@ -379,11 +379,9 @@ class Guard:
 
     def _rejection(self, exc: Rejection | WorkerTimeout | WorkerDied, gate: str) -> Rejection:
         """What ended an evaluation at ``gate``, as the rejection recorded."""
-        if isinstance(exc, WorkerTimeout):  # the candidate's worker was killed
-            return timed_out(gate, exc, self.cfg.call_timeout_s)
-        if isinstance(exc, WorkerDied):
-            return died(gate, exc)
-        return exc
+        if isinstance(exc, Rejection):
+            return exc
+        return worker_failed(gate, exc, self.cfg.call_timeout_s)  # a hung worker was killed
 
     # -- memory -------------------------------------------------------------------------------
     def _capacity_bytes(self) -> int | None:

@@ -51,6 +51,14 @@ def died(gate: str, exc: WorkerDied) -> Rejection:
     return Rejection(gate, "RUNTIME_ERROR", f"the candidate's process died: {exc}", trim_log(exc.log_tail))
 
 
+def worker_failed(gate: str, exc: WorkerTimeout | WorkerDied, limit_s: float) -> Rejection:
+    """A candidate's worker that hung (killed at the limit) or died, as the rejection its
+    verdict records: a challenger's at ``gate``, or an incumbent's in a pairing, alike."""
+    if isinstance(exc, WorkerTimeout):
+        return timed_out(gate, exc, limit_s)
+    return died(gate, exc)
+
+
 def first_line(text: str) -> str:
     for line in (text or "").splitlines():
         if line.strip():

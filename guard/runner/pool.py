@@ -203,6 +203,8 @@ class WorkerPool:
         """Start the trusted worker and the spare candidate workers without waiting (one for a
         pool that keeps none after it: a one-shot command's, which serves one candidate)."""
         with self._lock:
+            if self._closed:  # nobody would discard what started now
+                return
             if self._trusted is None:
                 self._trusted = self._new("trusted")
         if self.prestart:
