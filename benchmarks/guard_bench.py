@@ -87,6 +87,35 @@ def _phases_line(label: str, v, wall: float) -> str:
     return f"{v.problem} {label}: wall {wall:.2f}s  {parts}"
 
 
+def _decision(v) -> dict:
+    """The verdict's decision and, for each comparison it re-measured side by side, what the
+    pairing found: why it paired, the stored and paired speedups, and why it decided nothing
+    where it did not (a pairing costs a warm verdict most of its time: worth seeing why)."""
+    out: dict = {"decision": v.decision, "speedup_vs_best": v.speedup_vs_best, "threshold": v.threshold}
+    for label, e in (v.paired or {}).items():
+        out[f"paired_{label}"] = {
+            "why": e.why,
+            "stored_speedup": e.stored_speedup,
+            "paired_speedup": e.paired_speedup,
+            "threshold": e.threshold,
+            "incumbent_slowdown": e.incumbent_slowdown,
+            "inconclusive": e.inconclusive,
+            "note": (e.note or "")[:300] or None,
+        }
+    return out
+
+
+def _decision_line(d: dict) -> str:
+    parts = [f"{d['decision']} speedup {d['speedup_vs_best'] or 0:.4f} threshold {d['threshold'] or 0:.4f}"]
+    for label in ("agent", "global"):
+        e = d.get(f"paired_{label}")
+        if e:
+            paired = f"{e['paired_speedup']:.4f}" if e["paired_speedup"] else "none"
+            slow = f" incumbent slowdown {e['incumbent_slowdown']:.3f}" if e["incumbent_slowdown"] else ""
+            parts.append(f"paired ({label}): stored {e['stored_speedup'] or 0:.4f} -> paired {paired}{slow}")
+    return "; ".join(parts)
+
+
 def latency_study(guard, problem, source, warm_runs=3) -> dict:
     out = {"problem": problem, "workloads": None, "cold": None, "warm_trivial": [], "warm_new_jit": []}
     v, wall = evaluate(guard, variant(source, 0), problem, "latency")
@@ -95,12 +124,15 @@ def latency_study(guard, problem, source, warm_runs=3) -> dict:
     out["workloads"] = v.checked.model_dump()
     out["cold"] = {**v.phases_s, "wall": wall}
     for i in range(1, warm_runs + 1):
-        v, wall = evaluate(guard, variant(source, i), problem, "latency")
-        print(_phases_line("warm trivial", v, wall), flush=True)
-        out["warm_trivial"].append({**v.phases_s, "wall": wall})
-        v, wall = evaluate(guard, jit_variant(source, i + 100), problem, "latency")
-        print(_phases_line("warm new JIT", v, wall), flush=True)
-        out["warm_new_jit"].append({**v.phases_s, "wall": wall})
+        for label, key, text in (
+            ("warm trivial", "warm_trivial", variant(source, i)),
+            ("warm new JIT", "warm_new_jit", jit_variant(source, i + 100)),
+        ):
+            v, wall = evaluate(guard, text, problem, "latency")
+            decided = _decision(v)
+            print(_phases_line(label, v, wall), flush=True)
+            print(f"    {_decision_line(decided)}", flush=True)
+            out[key].append({**v.phases_s, "wall": wall, "verdict": decided})
     return out
 
 
@@ -118,17 +150,17 @@ def spread_study(guard, problem, source, n, agent="incumbent", base=1000, deadli
             refused.append({"status": v.status, "reason": v.reason})
             continue
         paired = (v.paired or {}).get("agent")
+        decided = _decision(v)
         decisions.append(
             {
-                "decision": v.decision,
-                "speedup_vs_best": v.speedup_vs_best,
-                "threshold": v.threshold,
-                "paired": bool(paired and paired.paired_speedup),
+                **decided,
+                "paired": bool(paired and paired.paired_speedup),  # a side-by-side comparison decided
+                "pairing_tried": paired is not None,
                 "stored_speedup": paired.stored_speedup if paired else None,
             }
         )
         print(
-            f"resubmission {i + 1}: {v.decision} speedup {v.speedup_vs_best:.4f} threshold {v.threshold:.4f} "
+            f"resubmission {i + 1}: {_decision_line(decided)} "
             f"geomean {v.latency_ms * 1e3:.2f} us methods {sorted({w.timing.method for w in v.workloads})} "
             f"total {v.phases_s.get('total', 0):.1f}s (benchmark {v.phases_s.get('benchmark', 0):.1f}s, "
             f"pairing {v.phases_s.get('pairing', 0):.1f}s)",
@@ -157,6 +189,7 @@ def spread_study(guard, problem, source, n, agent="incumbent", base=1000, deadli
         "false_rejections": refused,
         "decisions": decisions,
         "paired_decisions": sum(d["paired"] for d in decisions),
+        "pairings_tried": sum(d["pairing_tried"] for d in decisions),
         # the decision's own spread: speedups of the incumbent over itself, paired (or stored)
         "speedup_rms_deviation": (statistics.fmean((x - 1) ** 2 for x in speedups)) ** 0.5 if speedups else None,
         "stored_speedup_rms_deviation": (statistics.fmean((x - 1) ** 2 for x in stored)) ** 0.5 if stored else None,
@@ -166,6 +199,8 @@ def spread_study(guard, problem, source, n, agent="incumbent", base=1000, deadli
         "workload_cv_max": max(cv.values()),
         "workload_cv_median": statistics.median(cv.values()),
         "workload_median_ms": {u: statistics.median(xs) for u, xs in per_workload.items()},
+        # every resubmission's figure, in order: a single slow outlier shows here, not in the CV
+        "workload_latency_ms": per_workload,
     }
 
 
@@ -201,6 +236,7 @@ def spread_on_gpus(args: argparse.Namespace, gpus: int) -> dict:
         "false_accepts": sum(sp["false_accepts"] for sp in spreads),
         "false_rejections": [r for sp in spreads for r in sp["false_rejections"]],
         "paired_decisions": sum(sp.get("paired_decisions") or 0 for sp in spreads),
+        "pairings_tried": sum(sp.get("pairings_tried") or 0 for sp in spreads),
         # a child whose incumbent was refused wrote no spread: its GPU is listed here
         "failed_gpus": [g["gpu"] for g in per_gpu if g["exit"] != 0 or not g["spread"]],
     }
@@ -375,7 +411,8 @@ def render(r: dict) -> str:
         lines.append(
             f"\nspread over {sp['resubmissions']} resubmissions of {sp['problem']}: geomean CV {sp['geomean_cv']:.3%}, "
             f"per-workload CV median {sp['workload_cv_median']:.3%} max {sp['workload_cv_max']:.3%}; "
-            f"false ACCEPTs {sp['false_accepts']}; paired {sp.get('paired_decisions')}; speedup RMS deviation "
+            f"false ACCEPTs {sp['false_accepts']}; paired {sp.get('paired_decisions')} of {sp.get('pairings_tried')} "
+            f"pairings tried; speedup RMS deviation "
             f"{sp.get('speedup_rms_deviation') or 0:.3%} (stored {sp.get('stored_speedup_rms_deviation') or 0:.3%})"
         )
     return "\n".join(lines)

@@ -292,3 +292,38 @@ def test_guard_bench_sets_config_fields_as_their_types():
         with_overrides(GuardConfig(), ["nope=1"])
     with pytest.raises(ValueError):  # checked as the field is: windows are at least one
         with_overrides(GuardConfig(), ["outside_windows_first=0"])
+
+
+def test_guard_bench_says_why_a_verdict_was_paired_and_what_the_pairing_found():
+    """Every warm verdict of the 16-workload problem was paired on the H200 (session 46), and
+    the figures did not say why: each row now carries the stored and paired speedups, and the
+    incumbent's slowdown where the pairing decided nothing."""
+    from benchmarks.guard_bench import _decision, _decision_line
+    from guard.verdict import Advice, PairedEntry, Verdict
+
+    v = Verdict(
+        candidate_id="c-2",
+        problem="p",
+        agent="a",
+        decision="KEEP",
+        status="PASSED",
+        reason="",
+        speedup_vs_best=0.8017,
+        threshold=0.01,
+        advice=Advice(action="continue", message=""),
+        paired={
+            "agent": PairedEntry(
+                incumbent="c-1",
+                stored_speedup=0.8017,
+                why="the stored comparison is not clear-cut",
+                incumbent_slowdown=1.24,
+                inconclusive=True,
+                note="the incumbent ran 1.24x slower than its own record allows",
+            )
+        },
+    )
+    d = _decision(v)
+    assert d["paired_agent"]["stored_speedup"] == 0.8017 and d["paired_agent"]["inconclusive"] is True
+    line = _decision_line(d)
+    assert "KEEP speedup 0.8017" in line and "stored 0.8017 -> paired none incumbent slowdown 1.240" in line
+    assert _decision_line(_decision(v.model_copy(update={"paired": None}))) == "KEEP speedup 0.8017 threshold 0.0100"
