@@ -109,7 +109,7 @@ def _decision_line(d: dict) -> str:
     parts = [f"{d['decision']} speedup {d['speedup_vs_best'] or 0:.4f} threshold {d['threshold'] or 0:.4f}"]
     for label in ("agent", "global"):
         e = d.get(f"paired_{label}")
-        if e:
+        if e and not (label == "global" and e == d.get("paired_agent")):  # the agent's best is the global one
             paired = f"{e['paired_speedup']:.4f}" if e["paired_speedup"] else "none"
             slow = f" incumbent slowdown {e['incumbent_slowdown']:.3f}" if e["incumbent_slowdown"] else ""
             parts.append(f"paired ({label}): stored {e['stored_speedup'] or 0:.4f} -> paired {paired}{slow}")

@@ -327,3 +327,5 @@ def test_guard_bench_says_why_a_verdict_was_paired_and_what_the_pairing_found():
     line = _decision_line(d)
     assert "KEEP speedup 0.8017" in line and "stored 0.8017 -> paired none incumbent slowdown 1.240" in line
     assert _decision_line(_decision(v.model_copy(update={"paired": None}))) == "KEEP speedup 0.8017 threshold 0.0100"
+    same = v.model_copy(update={"paired": {"agent": v.paired["agent"], "global": v.paired["agent"]}})
+    assert _decision_line(_decision(same)) == line  # one incumbent, both labels: said once
