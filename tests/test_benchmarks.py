@@ -329,3 +329,22 @@ def test_guard_bench_says_why_a_verdict_was_paired_and_what_the_pairing_found():
     assert _decision_line(_decision(v.model_copy(update={"paired": None}))) == "KEEP speedup 0.8017 threshold 0.0100"
     same = v.model_copy(update={"paired": {"agent": v.paired["agent"], "global": v.paired["agent"]}})
     assert _decision_line(_decision(same)) == line  # one incumbent, both labels: said once
+
+
+def test_guard_bench_before_refuses_a_tree_that_is_not_the_old_guard(tmp_path):
+    """The driver of the pre-issue-15 guard imports that tree's own studies: pointed at the
+    current checkout, which has no guard/pipeline.py, it says so instead of timing the new guard."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    driver = repo / "benchmarks" / "guard_bench_before.py"
+    got = subprocess.run(
+        [sys.executable, str(driver), str(tmp_path / "out"), "--tree", str(repo)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert got.returncode == 2 and "is not a pre-issue-15 checkout" in got.stderr, got.stderr
+    assert not (tmp_path / "out").exists()
