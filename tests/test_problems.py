@@ -269,3 +269,39 @@ def test_a_stored_input_whose_file_is_missing_is_judged_as_random():
     ptr, idx = live[names.index("kv_indptr")], live[names.index("kv_indices")]
     assert not torch.equal(idx, before)
     assert int(ptr[0]) == 0 and int(ptr[-1]) == idx.numel() and bool((ptr.diff() >= 0).all())
+
+
+def _seed_problem(name: str):
+    from seeds import SEEDS_DIR
+
+    return load_problem(SEEDS_DIR / name)
+
+
+@pytest.mark.parametrize("count", [2, 4])
+def test_the_cpus_first_held_out_workload_lies_above_the_largest_visible_one(count):
+    """The CPU's visible workloads are the problem's smallest: held-out ones drawn inside that
+    range never met a kernel that handles only the sizes it was shown (one tile of 32 rows and
+    no loop: PASSED and ACCEPTed, red team, session 46). The first lies above it, within the
+    CPU's budget; a GPU's stay inside the visible range, which is the problem's own."""
+    from guard.problems.derive import CPU_ELEMENT_BUDGET
+
+    problem = _seed_problem("rmsnorm_llama3_8b")
+    for secret in (b"a" * 32, b"b" * 32, b"c" * 32):
+        ws = workload_set(problem, "cpu", secret, count)
+        shown = max(w.axes["num_tokens"] for w in ws.visible)
+        drawn = [w.axes["num_tokens"] for w in ws.heldout]
+        assert drawn and drawn[0] > shown, (shown, drawn)
+        assert all(t * 4096 <= CPU_ELEMENT_BUDGET for t in drawn)
+    gpu = workload_set(problem, "cuda", b"a" * 32)
+    tokens = [w.axes["num_tokens"] for w in gpu.visible]
+    assert all(min(tokens) <= w.axes["num_tokens"] <= max(tokens) for w in gpu.heldout)
+
+
+def test_an_axis_shown_only_at_one_still_gets_held_out_values_on_the_cpu():
+    """With two CPU workloads every visible workload of this softmax has one token; the axis
+    was skipped and no held-out workload drawn, so a softmax over the whole tensor, right for
+    one row, was ACCEPTed (red team, session 46)."""
+    problem = _seed_problem("softmax_lm_vocab_fp32")
+    ws = workload_set(problem, "cpu", b"a" * 32, 2)
+    assert {w.axes["num_tokens"] for w in ws.visible} == {1}
+    assert ws.heldout and all(w.axes["num_tokens"] > 1 for w in ws.heldout)

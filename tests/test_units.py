@@ -506,3 +506,34 @@ def test_a_ceilings_file_that_holds_none_of_this_device_is_measured_again(tmp_pa
     # a file of an older format (measured another way) is measured again
     path.write_text(json.dumps({**first, "format": reference_side.CEILINGS_FORMAT - 1}))
     assert ceilings()["format"] == reference_side.CEILINGS_FORMAT and len(asked) == 4
+
+
+def test_adversarial_rounds_scale_only_the_inputs_a_definition_names():
+    """A LayerNorm's adversarial rounds were off because they scaled weight and bias too; a
+    definition may now name the inputs to scale (red team, session 46: without them a LayerNorm
+    that ignored eps was ACCEPTed)."""
+    from pydantic import ValidationError
+
+    from guard.problems.schema import Definition
+    from guard.runner.inputs import InputMaker
+
+    spec = {
+        "name": "ln",
+        "reference": "def run(x, w):\n    return x * w\n",
+        "axes": {"n": {"type": "var"}},
+        "inputs": {"x": {"shape": ["n", 64], "dtype": "float32"}, "w": {"shape": [64], "dtype": "float32"}},
+        "outputs": {"y": {"shape": ["n", 64], "dtype": "float32"}},
+        "kernelarc": {"adversarial": ["x"]},
+    }
+    d = Definition.model_validate(spec)
+    maker = InputMaker(d.model_dump(mode="json"), "cpu", None)
+    normal = maker.make({"inputs": {}}, {"n": 8}, 7, "normal")
+    large = maker.make({"inputs": {}}, {"n": 8}, 7, "large")
+    assert large[0].abs().max() > 1e6 * normal[0].abs().max()  # the activation scaled
+    assert torch.equal(large[1], normal[1])  # the parameter drawn as in a normal round
+    every = Definition.model_validate({**spec, "kernelarc": {"adversarial": True}})
+    both = InputMaker(every.model_dump(mode="json"), "cpu", None).make({"inputs": {}}, {"n": 8}, 7, "large")
+    assert not torch.equal(both[1], normal[1])
+    for wrong in (["bias"], []):
+        with pytest.raises(ValidationError, match="kernelarc.adversarial names no input"):
+            Definition.model_validate({**spec, "kernelarc": {"adversarial": wrong}})

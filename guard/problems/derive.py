@@ -52,7 +52,7 @@ def workload_set(
     if problem.heldout and device_class != "cpu":
         heldout = problem.heldout
     else:
-        heldout = heldout_workloads(d, visible, secret, device_class)
+        heldout = heldout_workloads(d, visible, secret, device_class, problem.workloads)
     return WorkloadSet(_stored_where_present(problem, visible), _stored_where_present(problem, heldout))
 
 
@@ -259,8 +259,30 @@ def _odd_non_pow2(rng: random.Random, lo: int, hi: int, avoid: set[int]) -> int:
     return rng.randint(lo, hi)
 
 
-def heldout_workloads(d: Definition, visible: list[Workload], secret: bytes, device_class: str) -> list[Workload]:
-    """Other values of the var axes, odd and non-power-of-two, inside the visible range.
+def _cpu_ceiling(d: Definition, base: dict[str, int], axis: str, top: int) -> int:
+    """The largest value of ``axis``, up to ``top``, that the CPU's budget leaves room for with
+    the other axes as in ``base`` (``shrink`` halves it, and only it, until it fits)."""
+    axes = apply_constraints(d, {**base, axis: top})
+    budget = cpu_budget(d)
+    while axes[axis] > 1 and _over_budget_axes(d, axes, budget, dependent_axes(d)):
+        axes = apply_constraints(d, {**axes, axis: axes[axis] // 2})
+    return max(1, axes[axis])
+
+
+def heldout_workloads(
+    d: Definition, visible: list[Workload], secret: bytes, device_class: str, full: Sequence[Workload] = ()
+) -> list[Workload]:
+    """Other values of the var axes, odd and non-power-of-two.
+
+    On a GPU they lie inside the visible range: the visible workloads are the problem's own.
+    On the CPU the visible workloads are the problem's smallest (shrunk to a budget), so a
+    held-out value may lie anywhere up to the problem's own largest (``full``) that the budget
+    leaves room for, and the first draw lies above the visible maximum where there is room: a
+    kernel that handles only the sizes it was shown (one tile and no loop over tiles, a
+    normalisation over the whole tensor that is right for one row) meets a larger one there.
+    Drawn inside the visible range only, such kernels were PASSED and ACCEPTed on the CPU,
+    and a problem whose CPU workloads all had one token got no held-out workload at all
+    (red team, session 46).
 
     A draw whose axes are a visible workload's, or an earlier held-out one's, is dropped: it
     hides no shape, and at a real size it cost as much as the visible rounds (a KernelBench
@@ -277,7 +299,7 @@ def heldout_workloads(d: Definition, visible: list[Workload], secret: bytes, dev
         free = [a for a in free if a in d.kernelarc.heldout_axes]
     taken = [w.axes for w in visible]
     out: list[Workload] = []
-    for _ in range(4 * count):
+    for attempt in range(4 * count):
         if len(out) == count:
             break
         base = rng.choice(visible)
@@ -285,9 +307,15 @@ def heldout_workloads(d: Definition, visible: list[Workload], secret: bytes, dev
         for a in free:
             seen = {w.axes.get(a, 0) for w in visible}
             lo, hi = min(seen), max(seen)
-            if hi <= 1:
+            top = hi
+            if device_class == "cpu":
+                problem_top = max((w.axes.get(a, 0) for w in full), default=0)
+                top = max(hi, _cpu_ceiling(d, base.axes, a, problem_top)) if problem_top > hi else hi
+            if top <= 1:
                 continue
-            axes[a] = _odd_non_pow2(rng, max(1, lo), hi, seen)
+            # the first draw above what was shown, where the problem and the budget allow it
+            beyond = attempt == 0 and top > hi
+            axes[a] = _odd_non_pow2(rng, hi + 1, top, seen) if beyond else _odd_non_pow2(rng, max(1, lo), top, seen)
         axes = apply_constraints(d, axes)
         if device_class == "cpu":
             axes = shrink(d, axes, cpu_budget(d))

@@ -176,7 +176,10 @@ class KernelArcFields(BaseModel):
     # within the tolerance (float atomics, cuDNN's non-deterministic algorithms, which a
     # reference such as a KernelBench model may itself use)
     deterministic: bool = True
-    adversarial: bool = True  # adversarial value rounds allowed for this op
+    # adversarial value rounds (mixed, large and tiny scales): True scales every float input,
+    # a list only the inputs it names (the activations, where scaling the parameters too, a
+    # LayerNorm's weight and bias say, makes the result cancel), False none
+    adversarial: bool | list[str] = True
     source: dict[str, Any] = Field(default_factory=dict)  # import provenance
 
     @field_validator("tolerance")
@@ -234,6 +237,14 @@ class Definition(BaseModel):
                     raise ValueError(f"axis {aname} refers to unknown axes {sorted(unknown)}")
         if "def run" not in self.reference:
             raise ValueError("the reference must define run(...)")
+        scaled = self.kernelarc.adversarial
+        if isinstance(scaled, list):
+            strangers = [n for n in scaled if n not in self.inputs]
+            if strangers or not scaled:
+                raise ValueError(
+                    f"kernelarc.adversarial names no input of the definition: {strangers or scaled} "
+                    f"(inputs: {sorted(self.inputs)}; true scales them all, false none)"
+                )
         return self
 
     # -- axes -------------------------------------------------------------------

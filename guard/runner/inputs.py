@@ -99,7 +99,7 @@ class InputMaker:
             synthesized: set[str] = set()
             for name, spec in self.d["inputs"].items():
                 ispec = specs.get(name, {"type": "random"})
-                values[name] = self._one(name, spec, ispec, axes, seed, kind)
+                values[name] = self._one(name, spec, ispec, axes, seed, self._kind_of(name, kind))
                 if ispec.get("type") != "scalar" and not (
                     ispec.get("type") == "safetensors" and self._safetensors(ispec) is not None
                 ):
@@ -109,6 +109,13 @@ class InputMaker:
         if missing:
             raise ValueError(f"inputs not produced: {missing}")
         return [values[n] for n in self.d["inputs"]]
+
+    def _kind_of(self, name: str, kind: str) -> str:
+        """The round's kind for input ``name``: an adversarial round scales only the inputs the
+        definition names in ``kernelarc.adversarial`` where it names some; the others are drawn
+        as in a normal round."""
+        scaled = (self.d.get("kernelarc") or {}).get("adversarial", True)
+        return kind if not isinstance(scaled, list) or name in scaled else "normal"
 
     # -- kinds of input -------------------------------------------------------------------
     def _custom(self, axes: dict[str, int], specs: dict[str, Any], seed: int) -> dict[str, Any]:
