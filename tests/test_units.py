@@ -534,6 +534,7 @@ def test_adversarial_rounds_scale_only_the_inputs_a_definition_names():
     every = Definition.model_validate({**spec, "kernelarc": {"adversarial": True}})
     both = InputMaker(every.model_dump(mode="json"), "cpu", None).make({"inputs": {}}, {"n": 8}, 7, "large")
     assert not torch.equal(both[1], normal[1])
-    for wrong in (["bias"], []):
-        with pytest.raises(ValidationError, match="kernelarc.adversarial names no input"):
-            Definition.model_validate({**spec, "kernelarc": {"adversarial": wrong}})
+    scalar = {**spec, "inputs": {**spec["inputs"], "eps": {"shape": None, "dtype": "float32"}}}
+    for wrong, base in ((["bias"], spec), ([], spec), (["eps"], scalar)):  # unknown, none, nothing to scale
+        with pytest.raises(ValidationError, match="kernelarc.adversarial names no floating-point tensor input"):
+            Definition.model_validate({**base, "kernelarc": {"adversarial": wrong}})

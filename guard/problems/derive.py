@@ -259,14 +259,43 @@ def _odd_non_pow2(rng: random.Random, lo: int, hi: int, avoid: set[int]) -> int:
     return rng.randint(lo, hi)
 
 
-def _cpu_ceiling(d: Definition, base: dict[str, int], axis: str, top: int) -> int:
-    """The largest value of ``axis``, up to ``top``, that the CPU's budget leaves room for with
-    the other axes as in ``base`` (``shrink`` halves it, and only it, until it fits)."""
-    axes = apply_constraints(d, {**base, axis: top})
-    budget = cpu_budget(d)
-    while axes[axis] > 1 and _over_budget_axes(d, axes, budget, dependent_axes(d)):
-        axes = apply_constraints(d, {**axes, axis: axes[axis] // 2})
-    return max(1, axes[axis])
+# A CPU held-out call costs at most this many times the costliest visible call: past the
+# sizes shown, but not so far that a quadratic op's held-out rounds outweigh the whole verdict.
+HELDOUT_COST_FACTOR = 4
+
+
+def _cost(d: Definition, axes: dict[str, int]) -> float:
+    """A call's cost: the definition's flops formula where it has one, else its largest tensor."""
+    flops = d.flops(d.resolve_axes(axes))
+    return flops if flops is not None else float(largest_tensor(d, axes))
+
+
+def _cpu_ceiling(
+    d: Definition, base: dict[str, int], axis: str, shown: int, visible: list[Workload], full: Sequence[Workload]
+) -> int:
+    """The largest value of ``axis`` a CPU held-out workload may take with the other axes as
+    in ``base``: at most the problem's own largest (``full``), no tensor it sizes over the CPU's
+    element budget, and a cost of at most ``HELDOUT_COST_FACTOR`` times the costliest visible
+    workload's; ``shown`` (the largest visible value) where nothing larger qualifies."""
+    top = max((w.axes.get(axis, 0) for w in full), default=0)
+    if top <= shown:
+        return shown
+    budget, deps = cpu_budget(d), dependent_axes(d)
+    limit = HELDOUT_COST_FACTOR * max(_cost(d, w.axes) for w in visible)
+
+    def fits(value: int) -> bool:
+        axes = apply_constraints(d, {**base, axis: value})
+        over = _over_budget_axes(d, axes, budget, deps) or set()
+        return axis not in over and _cost(d, axes) <= limit
+
+    lo, hi = shown, top  # the largest value that fits, by bisection (both limits grow with it)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def heldout_workloads(
@@ -276,19 +305,19 @@ def heldout_workloads(
 
     On a GPU they lie inside the visible range: the visible workloads are the problem's own.
     On the CPU the visible workloads are the problem's smallest (shrunk to a budget), so a
-    held-out value may lie anywhere up to the problem's own largest (``full``) that the budget
-    leaves room for, and the first draw lies above the visible maximum where there is room: a
-    kernel that handles only the sizes it was shown (one tile and no loop over tiles, a
-    normalisation over the whole tensor that is right for one row) meets a larger one there.
-    Drawn inside the visible range only, such kernels were PASSED and ACCEPTed on the CPU,
-    and a problem whose CPU workloads all had one token got no held-out workload at all
-    (red team, session 46).
+    held-out value may lie anywhere up to ``_cpu_ceiling`` (the problem's own largest, within
+    the element budget and a few times the visible cost), and the first draws, one var axis
+    each, lie above the largest visible value where there is room: a kernel that handles only
+    the sizes it was shown (one tile and no loop over tiles, a normalisation over the whole
+    tensor that is right for one row) meets a larger one there. Drawn inside the visible range
+    only, such kernels were PASSED and ACCEPTed on the CPU, and a problem whose CPU workloads
+    all had one token got no held-out workload at all (red team, session 46).
 
     A draw whose axes are a visible workload's, or an earlier held-out one's, is dropped: it
     hides no shape, and at a real size it cost as much as the visible rounds (a KernelBench
-    file has one shape, so its three held-out workloads were that shape again: 36-42 s of
-    six 6 GiB rounds on the H200). Up to four draws per workload are tried, so a problem with
-    a single shape gets none."""
+    file has one shape, so on a GPU its three held-out workloads were that shape again: 36-42 s
+    of six 6 GiB rounds on the H200). Up to four draws per workload are tried, so a problem
+    with a single shape gets none on a GPU."""
     count = d.kernelarc.heldout_count
     if count == 0 or not visible:
         return []
@@ -302,20 +331,27 @@ def heldout_workloads(
     for attempt in range(4 * count):
         if len(out) == count:
             break
+        # the CPU's first draws go past what was shown, one axis each, the others as in a
+        # visible workload that leaves room for it (two axes pushed together were shrunk back
+        # inside the budget: review, session 46)
+        beyond = free[attempt] if device_class == "cpu" and attempt < len(free) else None
         base = rng.choice(visible)
+        if beyond is not None:
+            shown = max(w.axes.get(beyond, 0) for w in visible)
+            roomy = [w for w in visible if _cpu_ceiling(d, w.axes, beyond, shown, visible, full) > shown]
+            base = rng.choice(roomy) if roomy else base
         axes = dict(base.axes)
         for a in free:
             seen = {w.axes.get(a, 0) for w in visible}
             lo, hi = min(seen), max(seen)
-            top = hi
-            if device_class == "cpu":
-                problem_top = max((w.axes.get(a, 0) for w in full), default=0)
-                top = max(hi, _cpu_ceiling(d, base.axes, a, problem_top)) if problem_top > hi else hi
+            top = _cpu_ceiling(d, base.axes, a, hi, visible, full) if device_class == "cpu" else hi
+            if beyond is not None:
+                if a == beyond and top > hi:
+                    axes[a] = _odd_non_pow2(rng, max(hi + 1, top // 2 + 1), top, seen)
+                continue
             if top <= 1:
                 continue
-            # the first draw above what was shown, where the problem and the budget allow it
-            beyond = attempt == 0 and top > hi
-            axes[a] = _odd_non_pow2(rng, hi + 1, top, seen) if beyond else _odd_non_pow2(rng, max(1, lo), top, seen)
+            axes[a] = _odd_non_pow2(rng, max(1, lo), top, seen)
         axes = apply_constraints(d, axes)
         if device_class == "cpu":
             axes = shrink(d, axes, cpu_budget(d))

@@ -200,6 +200,11 @@ class KernelArcFields(BaseModel):
 # ---------------------------------------------------------------------- definition
 
 
+def _is_float(dtype: str) -> bool:
+    """A dtype an adversarial round can scale (as ``runner.inputs`` draws floats)."""
+    return dtype.startswith("float") or dtype == "bfloat16"
+
+
 class Definition(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: str
@@ -239,11 +244,12 @@ class Definition(BaseModel):
             raise ValueError("the reference must define run(...)")
         scaled = self.kernelarc.adversarial
         if isinstance(scaled, list):
-            strangers = [n for n in scaled if n not in self.inputs]
+            floats = [n for n, t in self.inputs.items() if t.shape is not None and _is_float(t.dtype)]
+            strangers = [n for n in scaled if n not in floats]
             if strangers or not scaled:
                 raise ValueError(
-                    f"kernelarc.adversarial names no input of the definition: {strangers or scaled} "
-                    f"(inputs: {sorted(self.inputs)}; true scales them all, false none)"
+                    f"kernelarc.adversarial names no floating-point tensor input: {strangers or scaled} "
+                    f"(those of the definition: {floats}; true scales them all, false none)"
                 )
         return self
 
