@@ -5,6 +5,7 @@ worker that holds little of it."""
 
 from __future__ import annotations
 
+import fcntl
 import textwrap
 
 import pytest
@@ -86,8 +87,22 @@ MAPPER = textwrap.dedent("""
 """)
 
 
+@pytest.fixture
+def alone_on_the_table(tmp_path_factory):
+    """Tests that fill the host's file table take turns, across the suite's xdist workers: each
+    sets its threshold from the table's fill as it starts, and a sibling that let its 30,000
+    files go meanwhile left this one's own 30,000 under it (an ACCEPT where a REJECT was due,
+    once in a suite run, session 46)."""
+    lock = tmp_path_factory.getbasetemp().parent / "host-file-table.lock"
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.mark.parametrize("sandbox", ["cell", "cell without cgroups", "own sandbox without cgroups"])
-def test_a_candidate_filling_the_table_through_mappings_is_stopped_and_told(tmp_path, monkeypatch, sandbox):
+def test_a_candidate_filling_the_table_through_mappings_is_stopped_and_told(
+    tmp_path, monkeypatch, sandbox, alone_on_the_table
+):
     """The table's fill is set to count as full just above what the host holds now, and the
     share a culprit must hold to a small one, so that the test need not fill the machine's
     table and holds whatever else the host has open: 30,000 mapped files pass it, and the
