@@ -304,7 +304,8 @@ def test_an_axis_shown_only_at_one_still_gets_held_out_values_on_the_cpu():
     problem = _seed_problem("softmax_lm_vocab_fp32")
     ws = workload_set(problem, "cpu", b"a" * 32, 2)
     assert {w.axes["num_tokens"] for w in ws.visible} == {1}
-    assert ws.heldout and all(w.axes["num_tokens"] > 1 for w in ws.heldout)
+    drawn = [w for w in ws.heldout if "own" not in w.uuid]  # not the own-vocabulary one (below)
+    assert drawn and all(w.axes["num_tokens"] > 1 for w in drawn)
 
 
 def test_each_var_axis_gets_a_held_out_value_past_what_the_cpu_showed():
@@ -336,3 +337,21 @@ def test_each_var_axis_gets_a_held_out_value_past_what_the_cpu_showed():
         for a in ("batch", "seq"):
             assert any(w.axes[a] > shown[a] for w in held), (i, a, shown, [w.axes for w in held])
         assert all(largest_tensor(d, w.axes) <= HELDOUT_COST_FACTOR * costliest for w in held)
+
+
+def test_an_axis_held_out_draws_do_not_vary_meets_the_problems_own_larger_values_on_the_cpu():
+    """Held-out draws vary only ``heldout_axes`` (a model's vocabulary, K or heads are its own
+    values, which a kernel may rely on), so on the CPU those axes only ever took the visible
+    values: a softmax capped at 131,072 columns and a matmul without a loop over K were
+    ACCEPTed (second red team, session 46). Each such axis now gets one workload at the
+    largest of the problem's own values that the CPU's budget holds, one token beside it."""
+    for name, axis, expected in (
+        ("softmax_lm_vocab_fp32", "vocab_size", 152064),
+        ("matmul_bf16_llm_projections", "K", 768),
+    ):
+        problem = _seed_problem(name)
+        ws = workload_set(problem, "cpu", b"a" * 32, 4)
+        shown = max(w.axes[axis] for w in ws.visible)
+        own = [w for w in ws.heldout if w.axes[axis] > shown]
+        assert [w.axes[axis] for w in own] == [expected], [w.axes for w in ws.heldout]
+        assert expected in {w.axes[axis] for w in problem.workloads}

@@ -323,13 +323,18 @@ def heldout_workloads(
         return []
     rng = _rng(secret, d, device_class)
     deps = dependent_axes(d)
-    free = [a for a in d.var_axes if a not in deps]
+    every = [a for a in d.var_axes if a not in deps]
+    free = every
     if d.kernelarc.heldout_axes is not None:
-        free = [a for a in free if a in d.kernelarc.heldout_axes]
+        free = [a for a in every if a in d.kernelarc.heldout_axes]
     taken = [w.axes for w in visible]
     out: list[Workload] = []
+    if device_class == "cpu":
+        fixed = [a for a in every if a not in free]
+        out = _own_sizes_past_those_shown(d, visible, full, fixed, free, taken)
+    drawn = 0
     for attempt in range(4 * count):
-        if len(out) == count:
+        if drawn == count:
             break
         # the CPU's first draws go past what was shown, one axis each, the others as in a
         # visible workload that leaves room for it (two axes pushed together were shrunk back
@@ -359,4 +364,41 @@ def heldout_workloads(
             continue
         taken.append(axes)
         out.append(_resized(base, f"heldout-{device_class}-{len(out)}", axes))
+        drawn += 1
+    return out
+
+
+def _own_sizes_past_those_shown(
+    d: Definition,
+    visible: list[Workload],
+    full: Sequence[Workload],
+    fixed: list[str],
+    free: list[str],
+    taken: list[dict[str, int]],
+) -> list[Workload]:
+    """On the CPU, for each var axis that held-out draws do not vary (``heldout_axes``: a
+    model's vocabulary, heads or K, on which a kernel may rely on the problem's own values):
+    one workload at the largest of the problem's own values of it above the largest the CPU
+    showed that fits, with the axes held-out draws vary at their smallest (one token, say),
+    where that makes the most room. A kernel that caps such an axis at what the CPU showed (a
+    softmax over the first 131,072 columns, a matmul without a loop over K) was PASSED and
+    ACCEPTed while these axes took visible values only (second red team, session 46)."""
+    out: list[Workload] = []
+    floor = lower_bounds(d)
+    for a in fixed:
+        shown = max(w.axes.get(a, 0) for w in visible)
+        own = sorted({w.axes.get(a, 0) for w in full if w.axes.get(a, 0) > shown}, reverse=True)
+        if not own:
+            continue
+        base = min(visible, key=lambda w: _cost(d, w.axes))
+        room = apply_constraints(d, {**base.axes, **{f: floor.get(f, 1) for f in free}})
+        ceiling = _cpu_ceiling(d, room, a, shown, visible, full)
+        fitting = [v for v in own if v <= ceiling]
+        if not fitting:
+            continue
+        axes = apply_constraints(d, {**room, a: fitting[0]})
+        if axes in taken:
+            continue
+        taken.append(axes)
+        out.append(_resized(base, f"heldout-cpu-own-{a}", axes))
     return out
