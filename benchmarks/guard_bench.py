@@ -92,16 +92,8 @@ def _decision(v) -> dict:
     pairing found: why it paired, the stored and paired speedups, and why it decided nothing
     where it did not (a pairing costs a warm verdict most of its time: worth seeing why)."""
     out: dict = {"decision": v.decision, "speedup_vs_best": v.speedup_vs_best, "threshold": v.threshold}
-    for label, e in (v.paired or {}).items():
-        out[f"paired_{label}"] = {
-            "why": e.why,
-            "stored_speedup": e.stored_speedup,
-            "paired_speedup": e.paired_speedup,
-            "threshold": e.threshold,
-            "incumbent_slowdown": e.incumbent_slowdown,
-            "inconclusive": e.inconclusive,
-            "note": (e.note or "")[:300] or None,
-        }
+    for label, e in (v.paired or {}).items():  # the entry less its per-turn figures
+        out[f"paired_{label}"] = {**e.model_dump(exclude={"workloads"}), "note": (e.note or "")[:300] or None}
     return out
 
 
@@ -110,9 +102,10 @@ def _decision_line(d: dict) -> str:
     for label in ("agent", "global"):
         e = d.get(f"paired_{label}")
         if e and not (label == "global" and e == d.get("paired_agent")):  # the agent's best is the global one
-            paired = f"{e['paired_speedup']:.4f}" if e["paired_speedup"] else "none"
-            slow = f" incumbent slowdown {e['incumbent_slowdown']:.3f}" if e["incumbent_slowdown"] else ""
-            parts.append(f"paired ({label}): stored {e['stored_speedup'] or 0:.4f} -> paired {paired}{slow}")
+            # an entry holds only the fields the guard set (``verdict._Part``)
+            paired = f"{e['paired_speedup']:.4f}" if e.get("paired_speedup") else "none"
+            slow = f" incumbent slowdown {e['incumbent_slowdown']:.3f}" if e.get("incumbent_slowdown") else ""
+            parts.append(f"paired ({label}): stored {e.get('stored_speedup') or 0:.4f} -> paired {paired}{slow}")
     return "; ".join(parts)
 
 
@@ -149,14 +142,14 @@ def spread_study(guard, problem, source, n, agent="incumbent", base=1000, deadli
         if v.status != "PASSED":  # an honest resubmission refused: a false rejection, counted
             refused.append({"status": v.status, "reason": v.reason})
             continue
-        paired = (v.paired or {}).get("agent")
         decided = _decision(v)
+        paired = decided.get("paired_agent") or {}
         decisions.append(
             {
                 **decided,
-                "paired": bool(paired and paired.paired_speedup),  # a side-by-side comparison decided
-                "pairing_tried": paired is not None,
-                "stored_speedup": paired.stored_speedup if paired else None,
+                "paired": bool(paired.get("paired_speedup")),  # a side-by-side comparison decided
+                "pairing_tried": bool(paired),
+                "stored_speedup": paired.get("stored_speedup"),
             }
         )
         print(

@@ -270,32 +270,40 @@ def _cost(d: Definition, axes: dict[str, int]) -> float:
     return flops if flops is not None else float(largest_tensor(d, axes))
 
 
-def _cpu_ceiling(
-    d: Definition, base: dict[str, int], axis: str, shown: int, visible: list[Workload], full: Sequence[Workload]
-) -> int:
-    """The largest value of ``axis`` a CPU held-out workload may take with the other axes as
-    in ``base``: at most the problem's own largest (``full``), no tensor it sizes over the CPU's
-    element budget, and a cost of at most ``HELDOUT_COST_FACTOR`` times the costliest visible
-    workload's; ``shown`` (the largest visible value) where nothing larger qualifies."""
-    top = max((w.axes.get(axis, 0) for w in full), default=0)
-    if top <= shown:
-        return shown
-    budget, deps = cpu_budget(d), dependent_axes(d)
-    limit = HELDOUT_COST_FACTOR * max(_cost(d, w.axes) for w in visible)
+@dataclass(frozen=True)
+class _CpuRoom:
+    """How far a CPU held-out workload may go, worked out once per problem: up to the problem's
+    own largest value of each axis (``tops``), no tensor an axis sizes over the CPU's element
+    budget, and a cost of at most ``HELDOUT_COST_FACTOR`` times the costliest visible call."""
 
-    def fits(value: int) -> bool:
-        axes = apply_constraints(d, {**base, axis: value})
-        over = _over_budget_axes(d, axes, budget, deps) or set()
-        return axis not in over and _cost(d, axes) <= limit
+    d: Definition
+    tops: dict[str, int]
+    budget: int
+    deps: dict[str, str]
+    limit: float
 
-    lo, hi = shown, top  # the largest value that fits, by bisection (both limits grow with it)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    @classmethod
+    def of(cls, d: Definition, visible: list[Workload], full: Sequence[Workload]) -> "_CpuRoom":
+        tops = {a: max((w.axes.get(a, 0) for w in full), default=0) for a in d.var_axes}
+        limit = HELDOUT_COST_FACTOR * max(_cost(d, w.axes) for w in visible)
+        return cls(d, tops, cpu_budget(d), dependent_axes(d), limit)
+
+    def ceiling(self, base: dict[str, int], axis: str, shown: int) -> int:
+        """The largest value of ``axis`` with the other axes as in ``base``; ``shown`` (the
+        largest visible value) where nothing larger qualifies."""
+        lo, hi = shown, self.tops.get(axis, 0)  # by bisection: both limits grow with the value
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._fits(base, axis, mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _fits(self, base: dict[str, int], axis: str, value: int) -> bool:
+        axes = apply_constraints(self.d, {**base, axis: value})
+        over = _over_budget_axes(self.d, axes, self.budget, self.deps) or set()
+        return axis not in over and _cost(self.d, axes) <= self.limit
 
 
 def heldout_workloads(
@@ -327,11 +335,13 @@ def heldout_workloads(
     free = every
     if d.kernelarc.heldout_axes is not None:
         free = [a for a in every if a in d.kernelarc.heldout_axes]
+    seen = {a: {w.axes.get(a, 0) for w in visible} for a in every}
+    room = _CpuRoom.of(d, visible, full) if device_class == "cpu" else None
     taken = [w.axes for w in visible]
     out: list[Workload] = []
-    if device_class == "cpu":
+    if room is not None:
         fixed = [a for a in every if a not in free]
-        out = _own_sizes_past_those_shown(d, visible, full, fixed, free, taken)
+        out = _own_sizes_past_those_shown(room, visible, full, fixed, free, seen, taken)
     drawn = 0
     for attempt in range(4 * count):
         if drawn == count:
@@ -339,24 +349,23 @@ def heldout_workloads(
         # the CPU's first draws go past what was shown, one axis each, the others as in a
         # visible workload that leaves room for it (two axes pushed together were shrunk back
         # inside the budget: review, session 46)
-        beyond = free[attempt] if device_class == "cpu" and attempt < len(free) else None
+        beyond = free[attempt] if room is not None and attempt < len(free) else None
         base = rng.choice(visible)
-        if beyond is not None:
-            shown = max(w.axes.get(beyond, 0) for w in visible)
-            roomy = [w for w in visible if _cpu_ceiling(d, w.axes, beyond, shown, visible, full) > shown]
+        if room is not None and beyond is not None:
+            shown = max(seen[beyond])
+            roomy = [w for w in visible if room.ceiling(w.axes, beyond, shown) > shown]
             base = rng.choice(roomy) if roomy else base
         axes = dict(base.axes)
         for a in free:
-            seen = {w.axes.get(a, 0) for w in visible}
-            lo, hi = min(seen), max(seen)
-            top = _cpu_ceiling(d, base.axes, a, hi, visible, full) if device_class == "cpu" else hi
+            lo, hi = min(seen[a]), max(seen[a])
+            top = room.ceiling(base.axes, a, hi) if room is not None else hi
             if beyond is not None:
                 if a == beyond and top > hi:
-                    axes[a] = _odd_non_pow2(rng, max(hi + 1, top // 2 + 1), top, seen)
+                    axes[a] = _odd_non_pow2(rng, max(hi + 1, top // 2 + 1), top, seen[a])
                 continue
             if top <= 1:
                 continue
-            axes[a] = _odd_non_pow2(rng, max(1, lo), top, seen)
+            axes[a] = _odd_non_pow2(rng, max(1, lo), top, seen[a])
         axes = apply_constraints(d, axes)
         if device_class == "cpu":
             axes = shrink(d, axes, cpu_budget(d))
@@ -369,11 +378,12 @@ def heldout_workloads(
 
 
 def _own_sizes_past_those_shown(
-    d: Definition,
+    room: _CpuRoom,
     visible: list[Workload],
     full: Sequence[Workload],
     fixed: list[str],
     free: list[str],
+    seen: dict[str, set[int]],
     taken: list[dict[str, int]],
 ) -> list[Workload]:
     """On the CPU, for each var axis that held-out draws do not vary (``heldout_axes``: a
@@ -383,20 +393,18 @@ def _own_sizes_past_those_shown(
     where that makes the most room. A kernel that caps such an axis at what the CPU showed (a
     softmax over the first 131,072 columns, a matmul without a loop over K) was PASSED and
     ACCEPTed while these axes took visible values only (second red team, session 46)."""
+    d = room.d
     out: list[Workload] = []
     floor = lower_bounds(d)
+    base = min(visible, key=lambda w: _cost(d, w.axes))
+    smallest = apply_constraints(d, {**base.axes, **{f: floor.get(f, 1) for f in free}})
     for a in fixed:
-        shown = max(w.axes.get(a, 0) for w in visible)
-        own = sorted({w.axes.get(a, 0) for w in full if w.axes.get(a, 0) > shown}, reverse=True)
-        if not own:
-            continue
-        base = min(visible, key=lambda w: _cost(d, w.axes))
-        room = apply_constraints(d, {**base.axes, **{f: floor.get(f, 1) for f in free}})
-        ceiling = _cpu_ceiling(d, room, a, shown, visible, full)
-        fitting = [v for v in own if v <= ceiling]
+        shown = max(seen[a])
+        ceiling = room.ceiling(smallest, a, shown)
+        fitting = [v for v in {w.axes.get(a, 0) for w in full} if shown < v <= ceiling]
         if not fitting:
             continue
-        axes = apply_constraints(d, {**room, a: fitting[0]})
+        axes = apply_constraints(d, {**smallest, a: max(fitting)})
         if axes in taken:
             continue
         taken.append(axes)
