@@ -109,13 +109,28 @@ def _decision_line(d: dict) -> str:
     return "; ".join(parts)
 
 
+def _figures(v) -> dict:
+    """Per workload: the decided median, its relative standard error, the method and whether
+    the outside clock floored it: what a stored comparison of two verdicts is made of."""
+    return {
+        w.uuid: [
+            w.latency_ms,
+            w.timing.rel_se,
+            w.timing.method,
+            (w.timing.model_extra or {}).get("floored_by_outside_clock"),
+        ]
+        for w in v.workloads
+        if w.timing is not None
+    }
+
+
 def latency_study(guard, problem, source, warm_runs=3) -> dict:
     out = {"problem": problem, "workloads": None, "cold": None, "warm_trivial": [], "warm_new_jit": []}
     v, wall = evaluate(guard, variant(source, 0), problem, "latency")
     print(_phases_line("cold", v, wall), flush=True)
     print(_workload_lines(v), flush=True)
     out["workloads"] = v.checked.model_dump()
-    out["cold"] = {**v.phases_s, "wall": wall}
+    out["cold"] = {**v.phases_s, "wall": wall, "figures": _figures(v)}
     for i in range(1, warm_runs + 1):
         for label, key, text in (
             ("warm trivial", "warm_trivial", variant(source, i)),
@@ -125,7 +140,7 @@ def latency_study(guard, problem, source, warm_runs=3) -> dict:
             decided = _decision(v)
             print(_phases_line(label, v, wall), flush=True)
             print(f"    {_decision_line(decided)}", flush=True)
-            out[key].append({**v.phases_s, "wall": wall, "verdict": decided})
+            out[key].append({**v.phases_s, "wall": wall, "verdict": decided, "figures": _figures(v)})
     return out
 
 
