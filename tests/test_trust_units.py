@@ -570,6 +570,47 @@ def test_a_floored_figure_is_not_left_to_a_forged_median_by_one_stalled_trusted_
     assert (ran, loops) == (3, 3) and clock.outside_ms > clock.inside_ms
 
 
+def _host_bound_windows(walls: list[float], inside_ms: float, retry_floor: bool = True):
+    """A host-bound GPU loop's windows over scripted candidate walls of 100 calls (the trusted
+    loop's 0.5 s each): the judgement, the windows run, and when the starting spare was waited for."""
+    run: list[float] = []
+    waited: list[int] = []
+
+    def judged():
+        clock = outside_clock.judge(min(run), 100, 0.5, 100, inside_ms, 0.1, 0.05, loop_slack=1.5, host_bound=True)
+        return clock.model_copy(update={"windows": len(run)})
+
+    def window():
+        run.append(walls[len(run)])
+        return judged()
+
+    def quiet() -> float:
+        waited.append(len(run))
+        return 0.5
+
+    clock = outside_clock.run_windows(
+        window, first=1, most=2, floors=True, quiet=quiet, loop_again=judged, retry_floor=retry_floor
+    )
+    return clock, len(run), waited
+
+
+def test_a_host_bound_gpu_floor_stands_only_if_windows_after_a_quiet_wait_keep_it():
+    # an honest 0.06 ms call whose first windows a pause lengthened by 10 ms (0.1 ms a call):
+    # floored, it was a false REVERT or a pairing; measured again after the wait, it stands
+    paused = [0.516, 0.516, 0.516, 0.5055, 0.5055, 0.5055]
+    clock, ran, waited = _host_bound_windows(paused, inside_ms=0.06)
+    assert waited and clock.outside_ms == pytest.approx(0.055) and clock.outside_ms <= clock.inside_ms
+    # without the retry the pause floored it
+    clock, _, waited = _host_bound_windows(paused, inside_ms=0.06, retry_floor=False)
+    assert not waited and clock.outside_ms == pytest.approx(0.16)
+    # a forged median (1 us for a 0.06 ms call) is floored in every window: the floor stands
+    clock, ran, waited = _host_bound_windows([0.506] * 8, inside_ms=0.001)
+    assert waited and ran == 4 and clock.outside_ms == pytest.approx(0.06) and clock.outside_ms > clock.inside_ms
+    # an honest figure that its first window confirms waits for nothing
+    clock, ran, waited = _host_bound_windows([0.5055] * 8, inside_ms=0.06)
+    assert not waited and ran == 1
+
+
 def test_a_host_bound_gpu_loop_floors_the_figure_instead_of_accusing():
     from types import SimpleNamespace
 

@@ -225,7 +225,13 @@ def run_windows(
         )
 
     clock = outside_clock.run_windows(
-        window, ref.cfg.outside_windows_first, most, floors, ref.pool.quiet_spare, loop_again if floors else None
+        window,
+        ref.cfg.outside_windows_first,
+        most,
+        floors,
+        ref.pool.quiet_spare,
+        loop_again if floors else None,
+        retry_floor=floors and not held and not paced,
     )
     return run_walls, loop_walls, confirms, clock
 
