@@ -246,12 +246,14 @@ class GuardConfig(BaseModel):
         "is stopped (guard/runner/host_files.py; null: not watched)",
     )
     spare_workers_gpu: int = Field(
-        2,
+        3,
         ge=1,
         le=4,
-        description="candidate workers a GPU's pool keeps started ahead of their candidates: a paired "
-        "re-measurement takes one for the incumbent, and with a second the next verdict does not wait "
-        "for a start (8.3 s on an H100, session 44). A CPU's pool keeps one: a start there slows timing",
+        description="candidate workers a GPU's pool keeps started ahead of their candidates. They start "
+        "only once a verdict's timing is over (a start beside it floored honest figures, session 47); a "
+        "paired re-measurement takes one for the incumbent, and with a third the next verdict still does "
+        "not wait for a start (8.3 s on an H100, session 44). A spare holds no CUDA context (session 46). "
+        "A CPU's pool keeps one: a start there slows timing",
     )
     sandbox_tasks_limit: int | None = Field(
         None,

@@ -149,7 +149,7 @@ def run_windows(
 ) -> OutsideClock:
     """Run windows (``window`` runs one more and judges all run so far) as ``another_window``
     says; then, if the figure is still contradicted, wait for ``quiet`` (a spare worker that
-    starts beside the evaluation on a GPU: imports and a CUDA context, tens of ms in a window
+    starts beside the evaluation: imports and the CUDA driver's set-up, tens of ms in a window
     of 100 short calls) and run as many windows again. A forged figure stays contradicted in
     all of them; an honest one whose windows all fell in that start is cleared.
 

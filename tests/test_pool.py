@@ -1,6 +1,6 @@
 """When the worker pool starts spare candidate workers: at warm-up, and, where the pool keeps
-a spare (a server), on the CPU after an evaluation (never in the middle of one) and on a GPU
-as soon as the last spare is taken."""
+a spare (a server), on the CPU after an evaluation and on a GPU once its timing is over: never
+while a candidate is timed."""
 
 from __future__ import annotations
 
@@ -69,48 +69,45 @@ def test_a_dead_spare_is_discarded_replaced_and_said(tmp_path, started, caplog):
     assert "had ended (killed by signal SIGKILL): worker log: out of memory" in caplog.text
 
 
-def test_on_a_gpu_the_next_spare_starts_as_soon_as_one_is_taken(tmp_path, started):
-    pool = WorkerPool("cuda", tmp_path, prestart=True)
+def test_on_a_gpu_no_spare_starts_until_the_timing_is_over(tmp_path, started):
+    """A spare's start beside the benchmark floored honest figures (session 47): taking a worker
+    starts none; ``start_beside``, once the verdict's timing is over, starts the missing ones."""
+    pool = WorkerPool("cuda", tmp_path, prestart=True, spares=3)
     pool.warm_up()
-    assert pool.take_candidate() is started[1]
-    spare = started[2]
-    assert len(started) == 3 and spare.spare and not spare.ready  # starting beside the evaluation
-    pool.quiet_spare()  # what a contradicted outside clock waits for: its start is over
-    assert spare.ready
-    pool.replenish()  # after the evaluation: there is one already
-    assert len(started) == 3 and pool.take_candidate() is spare
+    assert [w.role for w in started] == ["trusted", "candidate", "candidate", "candidate"]
+    assert pool.take_candidate() is started[1]  # the oldest spare: the likeliest to be ready
+    assert len(started) == 4 and pool.quiet_spare() >= 0.0  # nothing starting beside the timing
+    pool.start_beside()  # the timing is over
+    assert len(started) == 5 and started[4].spare and not started[4].ready
+    pool.quiet_spare()  # what a figure measured again waits for: every start under way is over
+    assert started[4].ready
+    pool.replenish()  # after the evaluation: the pool is full
+    assert len(started) == 5 and pool.take_candidate() is started[2]
+    # a caller that times nothing may ask for the start at once
+    pool.take_candidate(start_spare=True)
+    assert len(started) == 7
     one_shot = WorkerPool("cuda", tmp_path, prestart=True, keep_spare=False)
     one_shot.warm_up()
     before = len(started)
     one_shot.take_candidate()
+    one_shot.start_beside()
     assert len(started) == before  # a one-shot command starts no worker that nobody would use
     assert one_shot.quiet_spare() == 0.0
-    # a worker taken for an incumbent in the middle of an evaluation starts none
-    before = len(started)
-    pool.take_candidate(start_spare=False)
-    assert len(started) == before and pool.quiet_spare() == 0.0
-    pool.replenish()  # the evaluation is over
-    assert len(started) == before + 1
 
 
-def test_with_two_spares_the_verdict_after_a_pairing_finds_one_ready(tmp_path, started):
-    """A pairing takes a spare for the incumbent and starts none while it times the pair; with one
-    spare the next verdict waited for a start (8.3 s on an H100, session 44), with two it does not."""
-    pool = WorkerPool("cuda", tmp_path, prestart=True, spares=2)
+def test_with_three_spares_the_verdict_after_a_pairing_finds_one_ready(tmp_path, started):
+    """A pairing takes a spare for the incumbent, and no spare starts before the timing is
+    over; with one spare the next verdict waited for a start (8.3 s on an H100, session 44)."""
+    pool = WorkerPool("cuda", tmp_path, prestart=True, spares=3)
     pool.warm_up()
-    assert [w.role for w in started] == ["trusted", "candidate", "candidate"]
-    first, second = started[1], started[2]
-    assert pool.take_candidate() is first  # the oldest spare: the likeliest to be ready
-    assert len(started) == 4 and started[3].spare  # back to two, beside the evaluation
-    pool.quiet_spare()
-    assert second.ready and started[3].ready  # every starting spare, not only the first
-    incumbent = pool.take_candidate(start_spare=False)
-    assert incumbent is second and len(started) == 4  # nothing starts while the pair is timed
+    first, second, third = started[1:4]
+    assert pool.take_candidate() is first
+    assert pool.take_candidate() is second and len(started) == 4  # the incumbent's: nothing starts
     pool.start_beside()  # the pairing's timing is over
-    assert len(started) == 5
+    assert len(started) == 6 and all(w.spare for w in started[4:])
     pool.replenish()  # the paired verdict is over: nothing more to start
-    assert len(started) == 5
-    assert pool.take_candidate() is started[3]  # ready: started before the pairing
+    assert len(started) == 6
+    assert pool.take_candidate() is third  # ready: started before this verdict
     with pytest.raises(ValueError):
         WorkerPool("cuda", tmp_path, spares=0)
 
@@ -119,14 +116,14 @@ def test_a_verdict_that_pairs_twice_leaves_the_next_one_a_ready_spare(tmp_path, 
     """Review, session 45: pairings with the agent's best and the global best took both spares,
     and the next verdict waited for a start. The spares start once the pairings' timing is over,
     beside the held-out checks; on the CPU only after the evaluation."""
-    pool = WorkerPool("cuda", tmp_path, prestart=True, spares=2)
+    pool = WorkerPool("cuda", tmp_path, prestart=True, spares=3)
     pool.warm_up()
     pool.take_candidate()  # the challenger's
-    pool.take_candidate(start_spare=False)  # the agent's best's
-    pool.take_candidate(start_spare=False)  # the global best's
+    pool.take_candidate()  # the agent's best's
+    pool.take_candidate()  # the global best's
     assert len(started) == 4
     pool.start_beside()
-    assert len(started) == 6 and all(w.spare for w in started[4:])
+    assert len(started) == 7 and all(w.spare for w in started[4:])
     cpu = WorkerPool("cpu", tmp_path, prestart=True)
     cpu.warm_up()
     cpu.take_candidate()
@@ -164,6 +161,7 @@ def test_a_spare_that_fails_to_start_is_dropped_not_raised(tmp_path, started):
     pool = WorkerPool("cuda", tmp_path, prestart=True)
     pool.warm_up()
     pool.take_candidate()
+    pool.start_beside()
     broken = started[2]
 
     def died(timeout):

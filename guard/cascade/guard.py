@@ -254,7 +254,7 @@ class Guard:
         # (``slot_tenure``): shared for the build and correctness, exclusive from the benchmark on
         with SlotTenure(self.reference, progress) as tenure:
             t = time.monotonic()
-            cand = self.pool.take_candidate()
+            cand = self.pool.take_candidate()  # no spare starts until the timing is over
             age = time.monotonic() - cand.started_at  # about 0: none was ready, this one starts now
             workers: dict[str, WorkerProcess | None] = {"trusted": trusted, "candidate": cand}
             peaks = memory_plan.PeakWatch(lambda role, reset: self._peak_memory(workers[role], reset))
@@ -362,9 +362,11 @@ class Guard:
         t = time.monotonic()
         track.gate = "pairing"
         paired = pairing_gate.pairings(ctx, self.db, self.pool, workloads, agent)
+        # nothing is timed from here on: the spares this verdict took start now, beside the
+        # held-out checks (``WorkerPool.take_candidate``)
+        self.pool.start_beside()
         if paired:
             phases["pairing"] = time.monotonic() - t
-            self.pool.start_beside()  # the spares it took: nothing is timed from here on
             peaks.mark(track.gate, "trusted", "candidate")
 
         # Gate 3, last part: the held-out workloads, after everything the candidate's process

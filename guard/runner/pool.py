@@ -135,20 +135,19 @@ class WorkerPool:
         worker.wait_ready(timeout)
         return worker
 
-    def take_candidate(self, start_spare: bool = True) -> WorkerProcess:
-        """A fresh candidate worker (the warm spare if there is one). On a GPU the next spare
-        starts at once, beside the evaluation this one serves: a spare started only after the
-        evaluation was not ready when the next candidate came at once (6.5-9 s of a warm
-        verdict on the H200, session 16). Its start can lengthen the outside clock's short
-        windows (two honest incumbents accused on the H200, session 16), so a figure the
-        outside clock contradicts is measured again once it is ready (``quiet_spare``);
-        waiting for it before every benchmark cost each verdict about 5 s. On the CPU it is left to
-        ``replenish``, once the evaluation is over: a worker's start (about 3 s of a core,
-        mostly ``import torch``) on a 2-core machine slows the evaluation it runs beside.
-        ``start_spare`` False: none starts now (a worker taken for an incumbent in the middle of
-        an evaluation, whose timing would wait for it); ``start_beside`` once the timing is
-        over, or ``replenish`` after the evaluation. A GPU's pool keeps more than one spare
-        (``spares``), so that the verdict after a paired one finds one ready."""
+    def take_candidate(self, start_spare: bool = False) -> WorkerProcess:
+        """A fresh candidate worker (the warm spare if there is one). No spare starts now: on a
+        GPU the evaluation calls ``start_beside`` once its timing is over, on the CPU ``replenish``
+        once it is over. A spare's start (torch's import, the CUDA driver's set-up, Triton's)
+        beside the benchmark lengthened the outside clock's windows: two honest incumbents were
+        accused on the H200 (session 16), and on the H100 one honest Triton kernel had about one
+        workload figure in eight floored by such pauses, which made most of its warm verdicts
+        pairings (session 47); a figure measured again after ``quiet_spare`` then waited seconds
+        for the start. A GPU's pool keeps more than one spare (``spares``) so that the next
+        verdict still finds one ready: a spare started after the last timing is ready long
+        before the verdict after next, and a paired verdict, which takes one for the incumbent
+        too, leaves one. ``start_spare`` True starts the missing spares at once where
+        ``start_beside`` would (a caller that times nothing)."""
         with self._lock:
             worker = None
             while self._spares and worker is None:
@@ -170,9 +169,10 @@ class WorkerPool:
         return worker
 
     def start_beside(self) -> None:
-        """Start the spares missing now, where a start may run beside an evaluation: on a GPU
-        (a paired verdict calls this once its timing is over: two pairings took two spares,
-        and the next verdict waited for a start); on the CPU only ``replenish`` does."""
+        """Start the spares missing now, where a start may run beside the rest of an evaluation:
+        on a GPU, called once the evaluation's timing is over (its held-out checks then run
+        beside the starts, and the next verdict finds them ready); on the CPU only ``replenish``
+        does, after the evaluation."""
         if self.device != "cpu":
             self.replenish()
 

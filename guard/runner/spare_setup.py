@@ -8,8 +8,9 @@ candidate's has run yet (the threads they start count as the worker's own), and 
 the candidate compiles still go into its own empty cache. A worker started on demand does
 not: its candidate may not use Triton, and would wait for it.
 
-A spare on a GPU starts beside an evaluation; a figure that the outside clock contradicts while
-it starts is measured again once it is ready (``WorkerPool.quiet_spare``).
+A spare on a GPU starts once an evaluation's timing is over (``WorkerPool.take_candidate``); a
+figure that the outside clock contradicts or floors while one starts is measured again once it
+is ready (``WorkerPool.quiet_spare``).
 """
 
 from __future__ import annotations
