@@ -124,9 +124,12 @@ def _figures(v) -> dict:
     }
 
 
-def latency_study(guard, problem, source, warm_runs=3) -> dict:
+def latency_study(guard, problem, source, warm_runs=3, after_verdict=lambda: None) -> dict:
+    """A cold verdict, then ``warm_runs`` of each warm kind; ``after_verdict`` runs after each
+    (the profiles so far written out: a device call cut by its limit keeps them)."""
     out = {"problem": problem, "workloads": None, "cold": None, "warm_trivial": [], "warm_new_jit": []}
     v, wall = evaluate(guard, variant(source, 0), problem, "latency")
+    after_verdict()
     print(_phases_line("cold", v, wall), flush=True)
     print(_workload_lines(v), flush=True)
     out["workloads"] = v.checked.model_dump()
@@ -137,6 +140,7 @@ def latency_study(guard, problem, source, warm_runs=3) -> dict:
             ("warm new JIT", "warm_new_jit", jit_variant(source, i + 100)),
         ):
             v, wall = evaluate(guard, text, problem, "latency")
+            after_verdict()
             decided = _decision(v)
             print(_phases_line(label, v, wall), flush=True)
             print(f"    {_decision_line(decided)}", flush=True)
@@ -377,15 +381,25 @@ def main() -> int:
             if args.latency_problems:
                 plan = [(p, s) for p, s in plan if any(x in p for x in args.latency_problems)]
             for problem, source in plan:
-                result["latency"].append(latency_study(guard, problem, source, args.warm_runs))
+                result["latency"].append(
+                    latency_study(guard, problem, source, args.warm_runs, lambda: _save_profiles(profiles, args.out))
+                )
                 (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
         result["device"] = guard.device_info()
     (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
-    if profiles is not None:  # one file: the device call brings back only a few
-        reports = sorted(profiles.glob("*.txt"), key=lambda p: p.stat().st_mtime)
-        (args.out / "worker_profiles.txt").write_text("".join(f"##### {p.stem}\n{p.read_text()}\n" for p in reports))
+    _save_profiles(profiles, args.out)  # the trusted worker's too, now that the guard is closed
     print(render(result))
     return 0
+
+
+def _save_profiles(profiles: Path | None, out: Path) -> None:
+    """Every worker's profile written so far, in one file (the device call brings back only a
+    few): a candidate worker's once it is discarded after its verdict, the trusted worker's when
+    the guard closes."""
+    if profiles is None:
+        return
+    reports = sorted(profiles.glob("*.txt"), key=lambda p: p.stat().st_mtime)
+    (out / "worker_profiles.txt").write_text("".join(f"##### {p.stem}\n{p.read_text()}\n" for p in reports))
 
 
 def render(r: dict) -> str:

@@ -348,3 +348,23 @@ def test_guard_bench_before_refuses_a_tree_that_is_not_the_old_guard(tmp_path):
     )
     assert got.returncode == 2 and "is not a pre-issue-15 checkout" in got.stderr, got.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_guard_bench_writes_the_profiles_so_far_after_each_verdict(tmp_path):
+    """Both profiled runs of session 47 were cut by their device calls' limits, and the report,
+    written only at the end, was lost: it is now written after every verdict, oldest first."""
+    import os
+
+    from benchmarks.guard_bench import _save_profiles
+
+    profiles, out = tmp_path / "profiles", tmp_path / "out"
+    profiles.mkdir()
+    out.mkdir()
+    _save_profiles(None, out)  # not profiling: nothing written
+    assert not (out / "worker_profiles.txt").exists()
+    (profiles / "candidate-b.txt").write_text("=== run: 16 request(s)\n")
+    (profiles / "candidate-a.txt").write_text("=== arm: 16 request(s)\n")
+    os.utime(profiles / "candidate-b.txt", (1, 1))  # the older report
+    _save_profiles(profiles, out)
+    text = (out / "worker_profiles.txt").read_text()
+    assert text.index("##### candidate-b") < text.index("##### candidate-a") and "=== arm" in text
