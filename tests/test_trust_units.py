@@ -445,6 +445,23 @@ def test_projection_is_the_same_in_every_worker():
     assert abs(float(d[0]) - float(exact.sum())) < 1e-6 and abs(float(d[2]) - float(exact.norm())) < 1e-6
 
 
+def test_projection_signs_are_fair_coin_flips_from_words_of_random_bits():
+    """The signs come from words of random bits (session 47: one bit drawn at a time cost
+    milliseconds, five times per timed workload): still +1 or -1 with equal chances, no bit
+    position of a word favoured, and a projection's error bound (Hoeffding) holds as before."""
+    signs = replays.Projection(21).weights(torch.device("cpu"))[1]
+    n = replays.PROJECTION_PERIOD
+    assert signs.shape == (n,) and set(signs.unique().tolist()) == {-1.0, 1.0}
+    assert abs(float(signs.mean())) < 6 / math.sqrt(n)
+    # each of the 62 bit positions of the words, over the words: also balanced
+    whole = n // replays.SIGN_WORD_BITS * replays.SIGN_WORD_BITS
+    by_bit = signs[:whole].reshape(-1, replays.SIGN_WORD_BITS).mean(0)
+    assert float(by_bit.abs().max()) < 6 / math.sqrt(whole // replays.SIGN_WORD_BITS)
+    # neighbours uncorrelated, within a word and across words
+    assert abs(float((signs[1:] * signs[:-1]).mean())) < 6 / math.sqrt(n)
+    assert not torch.equal(signs, replays.Projection(22).weights(torch.device("cpu"))[1])
+
+
 def test_outside_clock_judges_a_slower_figure_and_a_short_loop():
     # 100 calls of 1 ms by the outside clock; the loop alone 5 ms a call
     honest = outside_clock.judge(0.6, 100, 0.5, 100, inside_ms=0.98, rel_band=0.1, abs_band_ms=0.004, loop_slack=0.0)

@@ -50,16 +50,27 @@ PROJECTION_PERIOD = (1 << 20) + 7
 PROJECTION_SIGMAS = 6.0
 
 
+# The signs' random bits come in words of this many, each word uniform in [0, 2**SIGN_WORD_BITS)
+# (a power of two: every bit uniform and independent of the others).
+SIGN_WORD_BITS = 62
+
+
 class Projection:
     """Random signs (+1/-1) from a seed, the same in every worker given the seed: drawn on the
-    CPU with torch's generator, then moved, and kept per device, in float64 (a dot product in
-    float64 of each chunk, converted, with the signs). With them, the positions of each call's
-    sampled elements: ``calls`` sets of them per output size, one per call of a loop."""
+    CPU with torch's generator as words of random bits, then moved, unpacked and kept per device,
+    in float64 (a dot product in float64 of each chunk, converted, with the signs). With them,
+    the positions of each call's sampled elements: ``calls`` sets of them per output size, one
+    per call of a loop.
+
+    About five are made per timed workload (the timed loop's and the outside clock's, in both
+    workers). Drawn one bit at a time on the CPU, converted to float64 there and moved as 8 MB,
+    each cost milliseconds (session 37's profile; the audit of session 47): now 17K words are
+    drawn, moved and unpacked on the device."""
 
     def __init__(self, seed: int, calls: int = 1):
         self.seed = seed
         self.calls = max(1, calls)
-        self._signs = self._draw(seed)
+        self._words = self._draw(seed)
         self._cache: dict[str, torch.Tensor] = {}
         self._tables: dict[tuple[str, int], torch.Tensor] = {}
         self._rows: dict[tuple[str, int, int], torch.Tensor] = {}
@@ -67,14 +78,18 @@ class Projection:
     @staticmethod
     def _draw(seed: int) -> torch.Tensor:
         gen = torch.Generator(device="cpu").manual_seed(sub_seed(seed, "projection"))
-        return torch.randint(0, 2, (PROJECTION_PERIOD,), generator=gen, dtype=torch.int8)
+        words = -(-PROJECTION_PERIOD // SIGN_WORD_BITS)
+        return torch.randint(0, 1 << SIGN_WORD_BITS, (words,), generator=gen, dtype=torch.int64)
 
     def weights(self, device: torch.device) -> torch.Tensor:
         """Rows (ones, signs), shape (2, period), float64 on ``device``: one matrix product
         with a block gives both its sum and its projection."""
         key = str(device)
         if key not in self._cache:
-            signs = self._signs.to(device=device, dtype=torch.float64) * 2 - 1
+            words = self._words.to(device)
+            shifts = torch.arange(SIGN_WORD_BITS, device=device, dtype=torch.int64)
+            bits = torch.bitwise_and(torch.bitwise_right_shift(words.unsqueeze(1), shifts), 1)
+            signs = bits.reshape(-1)[:PROJECTION_PERIOD].to(torch.float64) * 2 - 1
             self._cache[key] = torch.stack([torch.ones_like(signs), signs])
         return self._cache[key]
 
