@@ -213,3 +213,42 @@ def test_a_discarded_worker_is_killed_not_asked_to_exit(tmp_path, monkeypatch):
         assert not worker.workdir.exists()
     finally:
         pool.close()
+
+
+def test_a_verdict_starts_its_spares_only_once_its_timing_is_over(tmp_path, monkeypatch):
+    """The guard takes its candidate's worker without starting a spare, and asks for the spares
+    after the benchmark and the pairing, before the held-out checks (session 47: a start beside
+    the benchmark floored honest figures). Seen from the gates' order on the CPU, where the
+    pool itself starts nothing beside an evaluation."""
+    from guard.candidates.load import from_source
+    from guard.cascade import benchmark_gate, correctness_gate, pairing_gate
+
+    from helpers import CHEATS, RMS, make_guard, unique
+
+    guard = make_guard(tmp_path / "ws", static_screen=False)
+    events: list[str] = []
+
+    def traced(module, name, label):
+        real = getattr(module, name)
+
+        def wrapper(*a, **k):
+            out = real(*a, **k)
+            events.append(label(*a, **k) if callable(label) else label)
+            return out
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    traced(benchmark_gate, "benchmark", "benchmark done")
+    traced(pairing_gate, "pairings", "pairing done")
+    traced(correctness_gate, "check", lambda ctx, which, *a, **k: f"{which} checked")
+    take = guard.pool.take_candidate
+    monkeypatch.setattr(guard.pool, "take_candidate", lambda **k: events.append(f"taken {k}") or take(**k))
+    monkeypatch.setattr(guard.pool, "start_beside", lambda: events.append("spares started"))
+    try:
+        v = guard.evaluate(from_source(unique((CHEATS / "honest_torch.py").read_text()), "pytorch"), RMS)
+    finally:
+        guard.close()
+    assert v.status == "PASSED", v.reason
+    assert events[0] == "taken {}", events  # the pool's default: no start
+    order = [e for e in events if not e.startswith("taken")]
+    assert order == ["visible checked", "benchmark done", "pairing done", "spares started", "heldout checked"]
