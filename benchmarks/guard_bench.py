@@ -111,17 +111,32 @@ def _decision_line(d: dict) -> str:
 
 def _figures(v) -> dict:
     """Per workload: the decided median, its relative standard error, the method and whether
-    the outside clock floored it: what a stored comparison of two verdicts is made of."""
-    return {
-        w.uuid: [
+    the outside clock floored it (what a stored comparison of two verdicts is made of), then
+    the outside clock's windows and trusted loops and its wait for a starting spare (s)."""
+    out = {}
+    for w in v.workloads:
+        if w.timing is None:
+            continue
+        oc = w.timing.outside_clock
+        out[w.uuid] = [
             w.latency_ms,
             w.timing.rel_se,
             w.timing.method,
             (w.timing.model_extra or {}).get("floored_by_outside_clock"),
+            oc.windows if oc else None,
+            oc.loop_windows if oc else None,
+            oc.quiet_wait_s if oc else None,
         ]
-        for w in v.workloads
-        if w.timing is not None
-    }
+    return out
+
+
+def _windows_line(figures: dict) -> str:
+    """The outside clock's extra work in a verdict: floors, windows beyond the first, waits."""
+    rows = list(figures.values())
+    floored = sum(1 for r in rows if r[3])
+    extra = sum((r[4] or 1) - 1 for r in rows)
+    waits = [r[6] for r in rows if r[6] is not None]
+    return f"floored {floored}, extra windows {extra}, spare waits {len(waits)} ({sum(waits):.1f} s)"
 
 
 def latency_study(guard, problem, source, warm_runs=3, after_verdict=lambda: None) -> dict:
@@ -143,8 +158,9 @@ def latency_study(guard, problem, source, warm_runs=3, after_verdict=lambda: Non
             after_verdict()
             decided = _decision(v)
             print(_phases_line(label, v, wall), flush=True)
-            print(f"    {_decision_line(decided)}", flush=True)
-            out[key].append({**v.phases_s, "wall": wall, "verdict": decided, "figures": _figures(v)})
+            figures = _figures(v)
+            print(f"    {_decision_line(decided)}; {_windows_line(figures)}", flush=True)
+            out[key].append({**v.phases_s, "wall": wall, "verdict": decided, "figures": figures})
     return out
 
 
@@ -163,9 +179,11 @@ def spread_study(guard, problem, source, n, agent="incumbent", base=1000, deadli
             continue
         decided = _decision(v)
         paired = decided.get("paired_agent") or {}
+        outside = _windows_line(_figures(v))
         decisions.append(
             {
                 **decided,
+                "outside_clock": outside,
                 "paired": bool(paired.get("paired_speedup")),  # a side-by-side comparison decided
                 "pairing_tried": bool(paired),
                 "stored_speedup": paired.get("stored_speedup"),
@@ -175,7 +193,7 @@ def spread_study(guard, problem, source, n, agent="incumbent", base=1000, deadli
             f"resubmission {i + 1}: {_decision_line(decided)} "
             f"geomean {v.latency_ms * 1e3:.2f} us methods {sorted({w.timing.method for w in v.workloads})} "
             f"total {v.phases_s.get('total', 0):.1f}s (benchmark {v.phases_s.get('benchmark', 0):.1f}s, "
-            f"pairing {v.phases_s.get('pairing', 0):.1f}s)",
+            f"pairing {v.phases_s.get('pairing', 0):.1f}s); {outside}",
             flush=True,
         )
         geo.append(v.latency_ms)

@@ -368,3 +368,27 @@ def test_guard_bench_writes_the_profiles_so_far_after_each_verdict(tmp_path):
     _save_profiles(profiles, out)
     text = (out / "worker_profiles.txt").read_text()
     assert text.index("##### candidate-b") < text.index("##### candidate-a") and "=== arm" in text
+
+
+def test_guard_bench_counts_the_outside_clocks_floors_windows_and_waits():
+    """A floor measured again after a wait for a starting spare (session 47) costs seconds that no
+    phase shows: each verdict's row says how many floors, extra windows and waits it had."""
+    from types import SimpleNamespace
+
+    from benchmarks.guard_bench import _figures, _windows_line
+    from guard.outside_clock import judge
+    from guard.verdict import Timing, WorkloadResult
+
+    clock = judge(0.6, 100, 0.5, 100, 0.9, 0.1, 0.05, 1.5, host_bound=True)
+    waited = clock.model_copy(update={"windows": 4, "quiet_wait_s": 2.5})
+    floored = Timing.model_validate({"median_ms": 1.0, "method": "cuda-graph+cupti", "floored_by_outside_clock": True})
+    v = SimpleNamespace(
+        workloads=[
+            WorkloadResult(uuid="a", latency_ms=1.0, timing=floored.model_copy(update={"outside_clock": waited})),
+            WorkloadResult(uuid="b", latency_ms=0.9, timing=Timing(median_ms=0.9, outside_clock=clock)),
+            WorkloadResult(uuid="c", latency_ms=None, timing=None),
+        ]
+    )
+    figures = _figures(v)
+    assert figures["a"][3:] == [True, 4, 1, 2.5] and figures["b"][3:] == [None, 1, 1, None] and "c" not in figures
+    assert _windows_line(figures) == "floored 1, extra windows 3, spare waits 1 (2.5 s)"
