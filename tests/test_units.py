@@ -538,3 +538,66 @@ def test_adversarial_rounds_scale_only_the_inputs_a_definition_names():
     for wrong, base in ((["bias"], spec), ([], spec), (["eps"], scalar)):  # unknown, none, nothing to scale
         with pytest.raises(ValidationError, match="kernelarc.adversarial names no floating-point tensor input"):
             Definition.model_validate({**base, "kernelarc": {"adversarial": wrong}})
+
+
+class _CountingTimer:
+    """A stand-in for ``Timer``'s profiler stop: counts the stops, hands the profiler back."""
+
+    def __init__(self) -> None:
+        self.stops = 0
+
+    def _stop_profiler(self, prof, error):
+        self.stops += 1
+        return prof, error
+
+
+def test_a_timed_loops_profiler_stops_once_when_its_statistics_are_read():
+    """Session 47: the profiler's stop (54 ms a workload on an H100) moved from the end of the
+    timed loop, inside the ``run`` request the benchmark waits for, to the ``stats`` read, which
+    the guard overlaps with its check of the loop's sample. It stops exactly once, before the
+    records are read, whoever asks first."""
+    from guard.runner.timing import PendingStats, _ProfilerStop
+
+    timer = _CountingTimer()
+    stopped = _ProfilerStop(timer, "prof", None)  # type: ignore[arg-type]
+    seen = []
+    pending = PendingStats(stopped.stop, lambda: seen.append((timer.stops, stopped.result())) or {"median_ms": 1.0})
+    assert timer.stops == 0  # still recording after the loop
+    assert pending.read() == {"median_ms": 1.0} and seen == [(1, ("prof", None))]
+    pending.drop()
+    assert timer.stops == 1
+    # a loop timed without a profiler (the CPU) has nothing to stop
+    quiet = _ProfilerStop(timer, None, "off")  # type: ignore[arg-type]
+    quiet.stop()
+    assert timer.stops == 1 and quiet.result() == (None, "off")
+
+
+def test_the_candidate_worker_stops_an_unread_loops_profiler_before_other_work():
+    """A request other than ``stats`` (or a memory reading) after ``run`` drops the loop's
+    pending statistics, stopping its profiler first; ``stats`` itself reads them once."""
+    from guard.runner import messages as m
+    from guard.runner.candidate_role import CandidateRole
+
+    class Pending:
+        def __init__(self):
+            self.dropped = self.read_count = 0
+
+        def drop(self):
+            self.dropped += 1
+
+        def read(self):
+            self.read_count += 1
+            return {"median_ms": 1.0}
+
+    role = CandidateRole.__new__(CandidateRole)  # its requests' dispatch alone
+    role._pending = first = Pending()
+    role.memory = lambda msg: m.Reply(ok=True)
+    role.handle(m.Memory().model_dump())
+    assert role._pending is first and first.dropped == 0  # a memory reading leaves it
+    role.confirm = lambda msg: m.Reply(ok=True)
+    role.handle(m.Confirm(seed=1, iters=2, pad_passes=0, copies=False).model_dump())
+    assert role._pending is None and first.dropped == 1
+    role._pending = second = Pending()
+    role._check_integrity = lambda phase: None
+    reply = role.handle(m.Stats().model_dump())
+    assert reply["ok"] and second.read_count == 1 and second.dropped == 0 and role._pending is None

@@ -36,7 +36,7 @@ from .compare import compare, spec_args
 from .snapshots import close, same_bytes, snapshots
 from .staged import StagedInputs
 from .tensorio import write_tensor
-from .timing import Plan, Timer
+from .timing import PendingStats, Plan, Timer
 
 # a correctness round whose outputs reach this size gives the allocator's cache back after it
 LARGE_ROUND_BYTES = 256 << 20
@@ -67,7 +67,7 @@ class CandidateRole:
         self.confirm_loop: ConfirmLoop | None = None
         self._confirm_rows = 0
         self._own_pid = os.getpid()  # before candidate code: the guard checks what it reads anyway
-        self._finish = None
+        self._pending: PendingStats | None = None  # the last timed loop's, until ``stats`` reads it
         self.threads = harness.thread_count()
 
     # -- ops ----------------------------------------------------------------------------
@@ -87,6 +87,10 @@ class CandidateRole:
             m.Stats: self.stats,
             m.Memory: self.memory,
         }[type(msg)]
+        if self._pending is not None and not isinstance(msg, (m.Stats, m.Memory)):
+            # the guard went on without reading the last loop: its profiler stops before any other work
+            self._pending.drop()
+            self._pending = None
         try:
             reply = handler(msg)
         except CandidateFault as f:
@@ -411,7 +415,7 @@ class CandidateRole:
             # Eager digests, never a captured one: CUPTI's spans are read off the loop's graph
             # launches, which must be the call's alone (a digest graph made every second launch
             # another: the spans were refused and the noisier events timed the call).
-            finish, digests = self.timer.run(
+            pending, digests = self.timer.run(
                 self.plan,
                 self._timing_call(),
                 refill,
@@ -421,12 +425,13 @@ class CandidateRole:
                 max_time_s=msg.max_timing_s,
                 use_cupti=msg.use_cupti,
             )
+            # kept at once: a failure below leaves it for the next request to stop
+            self._pending = pending
             table = T.to(torch.stack(digests), "cpu").tolist() if digests else []
         except CandidateFault:
             raise
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
-        self._finish = finish
         return m.RunReply(ok=True, digests=table)
 
     def stage_inputs(self, msg: m.StageInputs) -> m.Reply:
@@ -466,13 +471,13 @@ class CandidateRole:
 
     def stats(self, msg: m.Stats) -> m.Reply:
         """The timed loop's statistics, read after the guard's clock has stopped."""
-        if self._finish is None:
+        if self._pending is None:
             return m.Reply(ok=False, status="INTERNAL", message="stats before run")
+        pending, self._pending = self._pending, None
         try:
-            stats = self._finish()
+            stats = pending.read()
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
-        self._finish = None
         self._check_integrity("timing")
         return m.StatsReply(ok=True, stats=stats)
 

@@ -132,6 +132,29 @@ Scramble = Callable[[object, int], None]
 Digest = Callable[[int, int, object], object | None]
 
 
+@dataclass
+class PendingStats:
+    """A timed loop's statistics, read when the guard asks (``read``). The profiler that
+    recorded the loop is stopped then, not at the loop's end: its stop (CUPTI's records flushed
+    and taken in, 54 ms a workload in session 37's profile) runs after the reply that ends the
+    guard's clock, while the trusted worker checks the loop's sample, instead of inside the
+    ``run`` request the benchmark waits for. ``drop`` stops it without reading (a request other
+    than ``stats`` came first). What the profiler records after the loop (the digests' copy
+    out, a thread's launches) is not the loop's: a graph loop's spans need exactly its launches
+    (``graph_launch_spans``: more, and the events time it, as for any failed CUPTI read), an
+    eager loop's lie between its markers (``marked_call_spans``)."""
+
+    stop: Callable[[], None]
+    statistics: Callable[[], dict]
+
+    def read(self) -> dict:
+        self.stop()
+        return self.statistics()
+
+    def drop(self) -> None:
+        self.stop()
+
+
 class Timer:
     """One per worker: holds the flush buffer, the device-idle calibration and the graphs."""
 
@@ -331,14 +354,14 @@ class Timer:
         outputs_of: Callable[[int], object] | None = None,
         max_time_s: float | None = None,
         use_cupti: bool = True,
-    ) -> tuple[Callable[[], dict], list]:
+    ) -> tuple[PendingStats, list]:
         """Time ``plan.iters`` calls, each on fresh inputs (``refill``), its reachable outputs
         overwritten with random values first (``scramble``; a graph's static outputs, or
         ``outputs_of(set)`` for destination-passing buffers) and its result digested after
         (``digest(set, iteration, outputs)``, which may keep it itself and give None), all outside the
         timed span. ``call`` None runs the loop without the call: the loop's own cost, for the
-        outside clock. Returns (finish, digests): ``finish()`` gives the statistics, reading the
-        profiler's records only then."""
+        outside clock. Returns (pending, digests): ``pending.read()`` stops the profiler and gives
+        the statistics (``PendingStats``); a loop that raises stops it at once."""
         if plan.method == "cuda-graph":
             return self._graph_loop(plan, call is not None, refill, scramble, digest, use_cupti)
         return self._eager_loop(plan, call, refill, scramble, digest, outputs_of, max_time_s, use_cupti)
@@ -350,6 +373,7 @@ class Timer:
         starts = [T.cuda_event(enable_timing=True) for _ in range(iters)]
         ends = [T.cuda_event(enable_timing=True) for _ in range(iters)]
         digests = []
+        stopped = self._stopper(prof, cupti_error)
         T.cuda_sync()
         try:
             for it in range(iters):
@@ -367,10 +391,14 @@ class Timer:
                     if kept is not None:
                         digests.append(kept)
             T.cuda_sync()
-        finally:
-            prof, cupti_error = self._stop_profiler(prof, cupti_error)
-        # Reading the records is left to ``finish``, after the reply that ends the guard's clock.
-        return (lambda: self._graph_stats(plan, with_call, prof, cupti_error, starts, ends)), digests
+        except BaseException:
+            stopped.stop()
+            raise
+        # Stopping the profiler and reading its records are left to ``read``, after the reply
+        # that ends the guard's clock.
+        return PendingStats(
+            stopped.stop, lambda: self._graph_stats(plan, with_call, *stopped.result(), starts, ends)
+        ), digests
 
     def _graph_stats(self, plan: Plan, with_call: bool, prof, cupti_error, starts, ends) -> dict:
         iters = plan.iters
@@ -405,6 +433,7 @@ class Timer:
         overhead_ms = self._calibrate_sync(plan.pad_ms) if self.is_cuda else 0.0
         prof, cupti_error = self._start_profiler() if self.is_cuda and use_cupti and call is not None else (None, None)
         lat_ms, ev_ms, host_ms, call_host_ms, digests = [], [], [], [], []
+        stopped = self._stopper(prof, cupti_error)
         t_begin = T.perf_counter()
         try:
             for it in range(plan.iters):
@@ -430,15 +459,17 @@ class Timer:
                     if kept is not None:
                         digests.append(kept)
                 del out
-        finally:
-            prof, cupti_error = self._stop_profiler(prof, cupti_error)
+        except BaseException:
+            stopped.stop()
+            raise
 
         def finish() -> dict:
+            nonlocal prof, cupti_error
+            prof, cupti_error = stopped.result()
             spans = None
             if prof is not None:
                 spans, why = self._eager_spans(prof, len(lat_ms), ev_ms)
                 if spans is None:
-                    nonlocal cupti_error
                     cupti_error = why
             if spans is not None:
                 # the call's device work; host time in the call beyond a launch's counts in full
@@ -470,7 +501,10 @@ class Timer:
             )
             return stats
 
-        return finish, digests
+        return PendingStats(stopped.stop, finish), digests
+
+    def _stopper(self, prof, cupti_error) -> "_ProfilerStop":
+        return _ProfilerStop(self, prof, cupti_error)
 
     def _start_profiler(self):
         try:
@@ -566,3 +600,21 @@ def _persisting_l2_reset():
             return None
     fn = getattr(cudart, "cudaCtxResetPersistingL2Cache", None)
     return (lambda: fn()) if fn else None
+
+
+class _ProfilerStop:
+    """Stops a loop's profiler once, whoever asks first (the read, a drop, the loop's own
+    failure); ``result`` gives (profiler, error) as ``Timer._stop_profiler`` left them."""
+
+    def __init__(self, timer: Timer, prof, cupti_error: str | None) -> None:
+        self._timer, self._prof, self._error = timer, prof, cupti_error
+        self._done = prof is None
+
+    def stop(self) -> None:
+        if not self._done:
+            self._done = True
+            self._prof, self._error = self._timer._stop_profiler(self._prof, self._error)
+
+    def result(self) -> tuple[object, str | None]:
+        self.stop()
+        return self._prof, self._error

@@ -417,8 +417,8 @@ class TrustedRole:
                 cfg.warmup_time_s,
                 use_graphs=cfg.use_graphs,
             )
-            finish, _ = timer.run(plan, call, refill, scramble, None, max_time_s=cfg.max_timing_s)
-            return finish()
+            pending, _ = timer.run(plan, call, refill, scramble, None, max_time_s=cfg.max_timing_s)
+            return pending.read()
 
         out["eager"] = timed(module.run)
         if msg.compile:
