@@ -423,3 +423,29 @@ def test_a_cpu_check_draws_only_the_calls_it_checks(monkeypatch):
     for it in (2, 5):
         assert all(torch.equal(a, b) for a, b in zip(got[it], staged[it]))
     assert not torch.equal(staged[2][0], staged[5][0])  # and every call's are new
+
+
+def test_a_prepared_trusted_loop_is_the_one_its_first_window_runs(tmp_path):
+    """On a GPU the guard has the trusted worker build the outside clock's loop while the
+    candidate's worker reads its timed loop's figures (``m.PrepareLoop``, session 47): the
+    first ``Overhead`` then finds it built and its set-up is a sync. Shown here on the CPU, whose
+    guard does not ask for it (its windows are drawn and staged otherwise)."""
+    from guard.problems.schema import Definition
+    from guard.runner import trusted_role as tr
+
+    d = Definition.model_validate({**DEF, "op_type": "elementwise"})
+    workload = {"uuid": "w", "axes": {"n": 4}, "inputs": {"x": {"type": "random"}}}
+    role = tr.TrustedRole("cpu", tmp_path)
+    key = d.content_hash()
+    assert role.handle({"op": "problem", "key": key, "definition": d.to_json(), "blob_root": None})["ok"]
+    common = {"key": key, "workload": workload, "axes": {"n": 4}, "sets": [1, 2]}
+    assert role.handle(m.PrepareLoop(**common, iters=4, projection_seed=9).model_dump())["ok"]
+    prepared = role._loop
+    assert prepared is not None
+    reply = m.OverheadReply.model_validate(
+        role.handle(m.Overhead(**common, seed=3, iters=4, projection_seed=9).model_dump())
+    )
+    assert reply.ok and role._loop is prepared
+    # a window of another projection, or more calls than the loop holds, builds its own
+    role.handle(m.Overhead(**common, seed=3, iters=4, projection_seed=10).model_dump())
+    assert role._loop is not prepared

@@ -2,8 +2,9 @@
 
 1. ``arm`` (candidate worker): live input sets, warm-up, graph capture, the loop's plan;
 2. ``run`` (candidate worker): the timed loop on the data of a seed it learns only now, every
-   call on fresh inputs with its outputs scrambled first and digested after; then ``stats``,
-   while the trusted worker checks a secret sample of the loop's digests (as in 5);
+   call on fresh inputs with its outputs scrambled first and digested after; then ``stats``
+   (the profiler stopped and its records read), while the trusted worker checks a secret
+   sample of the loop's digests (as in 5) and, on a GPU, builds the loop of 4 (``prepare_loop``);
 3. ``confirm`` (candidate worker): the outside clock's loop (``runner/confirm.py``): padding,
    fresh inputs, the call, digests, nothing else; the guard's own clock runs around it;
 4. ``overhead`` (trusted worker, the candidate's processes stopped meanwhile): the same loop
@@ -200,6 +201,7 @@ def time_workload(
     # reference; the timed loop's while the candidate's worker reads its profiler's records
     # (host work only: nothing is timed meanwhile).
     reading = Asked(worker, m.Stats(), m.StatsReply, "benchmark")
+    copies = armed.plan.method != "cuda-graph" and not dps
     try:
         chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
         _verify_calls(
@@ -213,6 +215,8 @@ def time_workload(
             list(d.outputs),
             "timed",
         )
+        if not held:  # a GPU: the trusted loop's set-up, here rather than while the candidate is stopped
+            _prepare_trusted_loop(cx, n, copies, projection_seed)
     except BaseException:
         reading.drop(cx.timeout)
         raise
@@ -227,7 +231,6 @@ def time_workload(
         passes, pad, host_bound = outside_windows.pad_passes(ref, armed.confirm_host_ms, armed.flush_ms)
     except ValueError as exc:
         raise Rejection("benchmark", "REWARD_HACK", f"warming up {w.uuid}: {exc}", None, w.uuid) from None
-    copies = armed.plan.method != "cuda-graph" and not dps
     rel, abs_ms, slack = outside_windows.bands(ref, loop_kind)
 
     n_loop = min(n, held) if held else n
@@ -307,6 +310,20 @@ def time_workload(
         shutil.rmtree(cx.trusted.workdir / "staged", ignore_errors=True)
     outside_windows.reject_disagreement(cx, clock, run_walls, loop_walls, n_loop)
     return {"stats": stats, "nvml": {"before": before, "after": after}}
+
+
+def _prepare_trusted_loop(cx: WorkloadContext, n: int, copies: bool, projection_seed: int) -> None:
+    """The trusted worker builds the outside clock's loop without the call (``m.PrepareLoop``)
+    while the candidate's worker reads its timed loop's figures: its set-up was taken out of the
+    outside figure anyway (``setup_s``), but cost the verdict's wall inside the freeze."""
+    prepared = call(
+        cx.trusted,
+        m.PrepareLoop(**cx.trusted_fields(), iters=n, copies=copies, projection_seed=projection_seed),
+        m.Reply,
+        cx.timeout,
+    )
+    if not prepared.ok:
+        raise GuardError(f"the trusted worker could not build the timing loop on {cx.w.uuid}: {prepared.message}")
 
 
 def _verify_calls(

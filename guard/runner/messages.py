@@ -270,6 +270,19 @@ class Overhead(_OnLoop):
     paced: bool = False  # as the candidate's loop was (``Confirm.paced``)
 
 
+class PrepareLoop(_OnProblemWorkload):
+    """A GPU: build the outside clock's loop of one workload in the trusted worker ahead of its
+    first ``Overhead`` (its input sets, output buffers and captured digests), while the
+    candidate's worker reads its timed loop's figures (``stats``): nothing is timed then, and the
+    set-up no longer runs while the candidate is stopped for the trusted loop."""
+
+    op: Literal["prepare_loop"] = "prepare_loop"
+    sets: list[int]
+    iters: int = Field(ge=1)
+    projection_seed: int = 0
+    copies: bool = False
+
+
 class DrawInputs(_OnLoop):
     """A CPU: the inputs of the outside clock's ``iters`` calls on the data of ``seed``, drawn
     as the loop draws them (``ConfirmLoop.inputs_at``), written one call after another into
@@ -329,6 +342,7 @@ TrustedRequest = Annotated[
     | Baseline
     | Ceilings
     | Overhead
+    | PrepareLoop
     | DrawInputs
     | VerifyReplays
     | Memory
@@ -339,7 +353,7 @@ TrustedRequest = Annotated[
 REQUEST_OPS = frozenset(
     model.model_fields["op"].default
     for model in (Setup, Prepare, Check, Arm, Run, StageInputs, Confirm, Stats, Memory)
-    + (LoadProblem, Reference, Compare, Release, Baseline, Ceilings, Overhead, DrawInputs, VerifyReplays)
+    + (LoadProblem, Reference, Compare, Release, Baseline, Ceilings, Overhead, PrepareLoop, DrawInputs, VerifyReplays)
     + (DeviceIdle, Exit)
 )
 _CANDIDATE = TypeAdapter(CandidateRequest)

@@ -78,6 +78,7 @@ class TrustedRole:
             m.Baseline: self.baseline,
             m.Ceilings: self.ceilings,
             m.Overhead: self.overhead,
+            m.PrepareLoop: self.prepare_loop,
             m.DrawInputs: self.draw_inputs,
             m.VerifyReplays: self.verify_replays,
             m.Memory: self.memory,
@@ -479,6 +480,13 @@ class TrustedRole:
         setup_cpu_s = time.process_time() - c0
         table = loop.run(msg.seed, msg.iters, None, msg.pad_passes, paced=msg.paced)
         return m.OverheadReply(ok=True, iters=msg.iters, setup_s=setup_s, setup_cpu_s=setup_cpu_s, digests=table)
+
+    def prepare_loop(self, msg: m.PrepareLoop) -> m.Reply:
+        """The outside clock's loop of a workload built ahead of its first window (``overhead``
+        then finds it kept)."""
+        self._confirm_loop(msg.key, msg.workload, msg.axes, msg.sets, msg.iters, msg.copies, msg.projection_seed)
+        self._sync()
+        return m.Reply(ok=True)
 
     def draw_inputs(self, msg: m.DrawInputs) -> m.Reply:
         """A CPU: every call's inputs of the outside clock's next window, drawn as the loop
