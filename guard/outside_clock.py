@@ -46,7 +46,8 @@ class OutsideClock(BaseModel):
     # the trusted loops run: one a window, and one more where the candidate's own figure would
     # otherwise decide a floored figure (``run_windows``)
     loop_windows: int = 1
-    # seconds waited for a starting worker before the last windows (None: none were run after one)
+    # seconds waited for a starting worker before the last windows (None: no worker was starting,
+    # or no windows were run again)
     quiet_wait_s: float | None = None
     # the host set the candidate's loop's pace (by its own process's account, more host time
     # per iteration than the capped padding covers): the outside figure then holds host time
@@ -143,7 +144,7 @@ def run_windows(
     first: int,
     most: int,
     floors: bool,
-    quiet: Callable[[], float],
+    quiet: Callable[[], float | None],
     loop_again: Callable[[], OutsideClock] | None = None,
     retry_floor: bool = False,
 ) -> OutsideClock:
@@ -171,7 +172,8 @@ def run_windows(
     the extra windows and loses nothing."""
     clock: OutsideClock | None = None
     done = 0
-    quiet_s: float | None = None
+    quiet_s: float | None = None  # seconds waited for a starting worker (None: none was starting)
+    retried = False
     looped_again = False
     while True:
         if another_window(clock, done, first, most, floors):
@@ -182,9 +184,9 @@ def run_windows(
             clock = loop_again()
             looped_again = True
             continue
-        if clock is None or quiet_s is not None or (clock.agrees and not (retry_floor and _floors(clock))):
+        if clock is None or retried or (clock.agrees and not (retry_floor and _floors(clock))):
             break
-        quiet_s = quiet()
+        quiet_s, retried = quiet(), True
         most = done + most
     assert clock is not None  # most >= 1: config fields are ge=1
     return clock.model_copy(update={"quiet_wait_s": quiet_s})

@@ -76,7 +76,9 @@ def test_on_a_gpu_no_spare_starts_until_the_timing_is_over(tmp_path, started):
     pool.warm_up()
     assert [w.role for w in started] == ["trusted", "candidate", "candidate", "candidate"]
     assert pool.take_candidate() is started[1]  # the oldest spare: the likeliest to be ready
-    assert len(started) == 4 and pool.quiet_spare() >= 0.0  # nothing starting beside the timing
+    for w in started[2:4]:
+        w.ready = True  # the warm-up's spares have started
+    assert len(started) == 4 and pool.quiet_spare() is None  # nothing starting beside the timing
     pool.start_beside()  # the timing is over
     assert len(started) == 5 and started[4].spare and not started[4].ready
     pool.quiet_spare()  # what a figure measured again waits for: every start under way is over
@@ -92,7 +94,7 @@ def test_on_a_gpu_no_spare_starts_until_the_timing_is_over(tmp_path, started):
     one_shot.take_candidate()
     one_shot.start_beside()
     assert len(started) == before  # a one-shot command starts no worker that nobody would use
-    assert one_shot.quiet_spare() == 0.0
+    assert one_shot.quiet_spare() is None
 
 
 def test_with_three_spares_the_verdict_after_a_pairing_finds_one_ready(tmp_path, started):
@@ -252,3 +254,41 @@ def test_a_verdict_starts_its_spares_only_once_its_timing_is_over(tmp_path, monk
     assert events[0] == "taken {}", events  # the pool's default: no start
     order = [e for e in events if not e.startswith("taken")]
     assert order == ["visible checked", "benchmark done", "pairing done", "spares started", "heldout checked"]
+
+
+def test_the_trusted_workers_idle_reference_is_taken_alone_on_the_device(tmp_path):
+    """Review, session 47: the trusted worker's idle reference (a flush pass's time, which every
+    later drain probe is held to) was taken when its timer was first made, beside a live
+    candidate. It is taken once per trusted worker, under the exclusive slot, after any starting
+    spare is through, before any candidate of the verdict is taken."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from guard.cascade.reference_side import ReferenceSide
+    from guard.runner import messages as m
+
+    order: list[str] = []
+
+    @contextlib.contextmanager
+    def hold(exclusive, progress):
+        order.append(f"hold exclusive={exclusive}")
+        yield 0.0
+        order.append("let go")
+
+    ref = ReferenceSide.__new__(ReferenceSide)
+    ref._idle_referenced = __import__("weakref").WeakSet()
+    ref.device = SimpleNamespace(kind="cuda")
+    ref.pool = SimpleNamespace(quiet_spare=lambda: order.append("spares through") or None)
+    ref.hold = hold
+    ref.request = lambda trusted, msg, model: (
+        order.append(type(msg).__name__) or m.DeviceIdleReply(ok=True, pass_ms=0.01, flush_ms=0.01)
+    )
+    first, second = FakeWorker("trusted"), FakeWorker("trusted")
+    ref.ensure_idle_reference(first)
+    ref.ensure_idle_reference(first)  # once per worker
+    assert order == ["hold exclusive=True", "spares through", "DeviceIdle", "let go"]
+    ref.ensure_idle_reference(second)  # a trusted worker started again: taken again
+    assert order.count("DeviceIdle") == 2
+    ref.device = SimpleNamespace(kind="cpu")
+    ref.ensure_idle_reference(FakeWorker("trusted"))  # a CPU has no device to drain
+    assert order.count("DeviceIdle") == 2

@@ -626,6 +626,16 @@ def test_a_host_bound_gpu_floor_stands_only_if_windows_after_a_quiet_wait_keep_i
     # an honest figure that its first window confirms waits for nothing
     clock, ran, waited = _host_bound_windows([0.5055] * 8, inside_ms=0.06)
     assert not waited and ran == 1
+    # with no worker starting, a floor is measured again once, without a wait, and says so
+    run: list[float] = []
+
+    def window():
+        run.append(0.506)
+        clock = outside_clock.judge(min(run), 100, 0.5, 100, 0.001, 0.1, 0.05, loop_slack=1.5, host_bound=True)
+        return clock.model_copy(update={"windows": len(run)})
+
+    clock = outside_clock.run_windows(window, 1, 2, True, quiet=lambda: None, loop_again=None, retry_floor=True)
+    assert len(run) == 4 and clock.quiet_wait_s is None and clock.outside_ms > clock.inside_ms
 
 
 def test_a_host_bound_gpu_loop_floors_the_figure_instead_of_accusing():

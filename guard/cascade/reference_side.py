@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import time
+import weakref
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,8 @@ class ReferenceSide:
         self.pool, self.db, self.cfg, self.device, self.slot = pool, db, cfg, device, slot
         self._secret = secret
         self.ceilings: dict[str, Any] | None = None  # measured once per device, cached on disk
+        # the trusted workers whose idle reference (``ensure_idle_reference``) is taken
+        self._idle_referenced: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
 
     # -- seeds, timing configuration, the slot ----------------------------------------------
     def seed(self, *parts: object) -> int:
@@ -110,7 +113,24 @@ class ReferenceSide:
         trusted = self.trusted()
         key = self.load_problem(trusted, problem)
         ceilings = self.ensure_ceilings(trusted, progress)
+        self.ensure_idle_reference(trusted, progress)
         return trusted, key, ceilings, self.ensure_baselines(trusted, problem, key, visible, progress)
+
+    def ensure_idle_reference(self, trusted: WorkerProcess, progress: Progress = noop) -> None:
+        """On a GPU: the trusted worker's idle reference (how long a flush pass takes on an idle
+        device, measured once when its timer is made, and what ``wait_device_idle`` holds every
+        later probe to) taken while this guard holds the slot alone and no candidate of its own
+        is alive. Made lazily, it was taken beside a live candidate (the first window's drain
+        probe, then the trusted loop built during ``stats``): a candidate that kept the device
+        busy then raised it, and work it left queued later passed for idle (review, session 47)."""
+        if self.device.kind != "cuda" or trusted in self._idle_referenced:
+            return
+        with self.hold(True, progress):
+            self.pool.quiet_spare()  # nor a worker's start beside it
+            reply = self.request(trusted, m.DeviceIdle(), m.DeviceIdleReply)
+        if not reply.ok:
+            raise GuardError(f"the trusted worker could not measure the idle device: {reply.message}")
+        self._idle_referenced.add(trusted)
 
     def trusted(self) -> WorkerProcess:
         try:
@@ -208,6 +228,8 @@ class ReferenceSide:
         if not missing:
             return out
         with self.hold(True, progress):
+            # cached for good: never timed beside a worker's start (a spare of the last verdict)
+            self.pool.quiet_spare()
             for i, w in enumerate(missing):
                 progress("baseline", i, len(missing), f"timing the reference on {w.uuid}")
                 # once dynamo fell back to eager on a workload of the problem, it may skip the

@@ -176,12 +176,13 @@ class WorkerPool:
         if self.device != "cpu":
             self.replenish()
 
-    def quiet_spare(self, timeout: float = 180.0) -> float:
+    def quiet_spare(self, timeout: float = 180.0) -> float | None:
         """Wait until the spares that are starting are ready: from then on they only wait for
         a request, and nothing of their start runs while the guard times a candidate. Seconds
-        waited. A spare that fails to start is dropped (the next evaluation starts another)."""
+        waited, or None where none was starting. A spare that fails to start is dropped (the
+        next evaluation starts another)."""
         with self._lock:
-            spares = list(self._spares)
+            spares = [s for s in self._spares if not s.ready]  # a start not yet seen through
         t0 = time.monotonic()
         for spare in spares:
             try:  # each its own time: one slow start must not get a healthy one killed
@@ -192,7 +193,7 @@ class WorkerPool:
                     if spare in self._spares:
                         self._spares.remove(spare)
                 self._discard(spare)
-        return time.monotonic() - t0 if spares else 0.0
+        return time.monotonic() - t0 if spares else None
 
     def replenish(self) -> None:
         """Start spare candidate workers up to ``spares``, where the pool keeps them."""

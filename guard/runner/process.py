@@ -289,6 +289,11 @@ class WorkerProcess:
             os.close(info_r)
         return None
 
+    @property
+    def ready(self) -> bool:
+        """Whether its start is over (its ready message read: ``wait_ready``)."""
+        return bool(self.info)
+
     def wait_ready(self, timeout: float = 120.0) -> dict[str, Any]:
         if not self.info:
             self.info = self._recv(timeout, "start")
