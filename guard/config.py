@@ -255,6 +255,16 @@ class GuardConfig(BaseModel):
         "not wait for a start (8.3 s on an H100, session 44). A spare holds no CUDA context (session 46). "
         "A CPU's pool keeps one: a start there slows timing",
     )
+    wait_for_starts_before_timing: bool = Field(
+        False,
+        description="the benchmark waits for starting spare workers before it times anything, so that "
+        "no candidate is timed beside a worker's start. Off: a verdict that follows another at once "
+        "may time its first workloads beside the start of the spare the last one took (a start took "
+        "6.5-9 s on the H200 in session 16, the untimed part of a verdict about 4 s), and a figure that "
+        "start floors or contradicts is measured again after the wait (outside_clock.run_windows). "
+        "On, such a verdict waits for the rest of the start; an agent that takes longer than that to "
+        "write its next kernel never waits either way",
+    )
     sandbox_tasks_limit: int | None = Field(
         None,
         ge=16,

@@ -292,3 +292,30 @@ def test_the_trusted_workers_idle_reference_is_taken_alone_on_the_device(tmp_pat
     ref.device = SimpleNamespace(kind="cpu")
     ref.ensure_idle_reference(FakeWorker("trusted"))  # a CPU has no device to drain
     assert order.count("DeviceIdle") == 2
+
+
+@pytest.mark.parametrize("wait", [False, True])
+def test_a_verdict_waits_for_starting_spares_before_it_times_only_when_asked(tmp_path, monkeypatch, wait):
+    """``wait_for_starts_before_timing``: the benchmark waits for starting spare workers, after
+    the exclusive slot is taken and before the first workload is timed (off by default: a figure
+    a start floors or contradicts is measured again after the wait instead)."""
+    from guard.candidates.load import from_source
+    from guard.cascade import benchmark_gate
+
+    from helpers import CHEATS, RMS, make_guard, unique
+
+    guard = make_guard(tmp_path / "ws", static_screen=False, wait_for_starts_before_timing=wait)
+    events: list[str] = []
+    real = benchmark_gate.benchmark
+    monkeypatch.setattr(benchmark_gate, "benchmark", lambda ctx: events.append("benchmark") or real(ctx))
+    monkeypatch.setattr(guard.pool, "quiet_spare", lambda: events.append("waited") or 1.5)
+    try:
+        v = guard.evaluate(from_source(unique((CHEATS / "honest_torch.py").read_text()), "pytorch"), RMS)
+    finally:
+        guard.close()
+    assert v.status == "PASSED", v.reason
+    # (a new problem's baselines wait for starts too, whatever the setting, where not cached)
+    if wait:
+        assert events[events.index("benchmark") - 1] == "waited" and v.phases_s["spare_wait"] == 1.5
+    else:
+        assert "benchmark" in events and "spare_wait" not in v.phases_s

@@ -352,6 +352,8 @@ class Guard:
         track.gate = "benchmark"
         tenure.to_exclusive(ctx.cand)
         phases["slot"] = tenure.waited_s
+        if self.cfg.wait_for_starts_before_timing:
+            phases["spare_wait"] = self.pool.quiet_spare() or 0.0
         t = time.monotonic()
         timings = benchmark_gate.benchmark(ctx)
         phases["benchmark"] = time.monotonic() - t
