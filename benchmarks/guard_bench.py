@@ -139,9 +139,12 @@ def _windows_line(figures: dict) -> str:
     return f"floored {floored}, extra windows {extra}, spare waits {len(waits)} ({sum(waits):.1f} s)"
 
 
-def latency_study(guard, problem, source, warm_runs=3, after_verdict=lambda: None) -> dict:
+def latency_study(guard, problem, source, warm_runs=3, after_verdict=lambda: None, settle=False) -> dict:
     """A cold verdict, then ``warm_runs`` of each warm kind; ``after_verdict`` runs after each
-    (the profiles so far written out: a device call cut by its limit keeps them)."""
+    (the profiles so far written out: a device call cut by its limit keeps them). ``settle``:
+    before each warm verdict, wait (untimed) until the spare workers that the last one started
+    are ready, as they are for an agent that takes longer than a start to write its next
+    kernel; without it the verdicts follow at once, as a swarm's queue makes them."""
     out = {"problem": problem, "workloads": None, "cold": None, "warm_trivial": [], "warm_new_jit": []}
     v, wall = evaluate(guard, variant(source, 0), problem, "latency")
     after_verdict()
@@ -154,13 +157,15 @@ def latency_study(guard, problem, source, warm_runs=3, after_verdict=lambda: Non
             ("warm trivial", "warm_trivial", variant(source, i)),
             ("warm new JIT", "warm_new_jit", jit_variant(source, i + 100)),
         ):
+            settled = guard.pool.quiet_spare() if settle else None
             v, wall = evaluate(guard, text, problem, "latency")
             after_verdict()
             decided = _decision(v)
             print(_phases_line(label, v, wall), flush=True)
             figures = _figures(v)
-            print(f"    {_decision_line(decided)}; {_windows_line(figures)}", flush=True)
-            out[key].append({**v.phases_s, "wall": wall, "verdict": decided, "figures": figures})
+            before = f"; settled {settled:.1f} s before" if settled is not None else ""
+            print(f"    {_decision_line(decided)}; {_windows_line(figures)}{before}", flush=True)
+            out[key].append({**v.phases_s, "wall": wall, "verdict": decided, "figures": figures, "settled_s": settled})
     return out
 
 
@@ -345,6 +350,12 @@ def main() -> int:
         "before the outside clock's windows became adaptive",
     )
     ap.add_argument(
+        "--settle-spares",
+        action="store_true",
+        help="before each warm verdict of the latency studies, wait (untimed) for the spare workers the "
+        "last one started, as an agent's thinking time would; without it the verdicts follow at once",
+    )
+    ap.add_argument(
         "--profile-workers",
         action="store_true",
         help="profile every worker's requests (slower: for finding costs, not measuring them); "
@@ -382,6 +393,7 @@ def main() -> int:
     }
     cfg = with_overrides(ws.config(), args.overrides)
     result["overrides"] = args.overrides
+    result["settle_spares"] = args.settle_spares
     with Guard(ws, cfg, device=args.device) as guard:
         guard.warm_up()
         result["device"] = guard.device_info()
@@ -400,7 +412,14 @@ def main() -> int:
                 plan = [(p, s) for p, s in plan if any(x in p for x in args.latency_problems)]
             for problem, source in plan:
                 result["latency"].append(
-                    latency_study(guard, problem, source, args.warm_runs, lambda: _save_profiles(profiles, args.out))
+                    latency_study(
+                        guard,
+                        problem,
+                        source,
+                        args.warm_runs,
+                        lambda: _save_profiles(profiles, args.out),
+                        settle=args.settle_spares,
+                    )
                 )
                 (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
         result["device"] = guard.device_info()

@@ -392,3 +392,39 @@ def test_guard_bench_counts_the_outside_clocks_floors_windows_and_waits():
     figures = _figures(v)
     assert figures["a"][3:] == [True, 4, 1, 2.5] and figures["b"][3:] == [None, 1, 1, None] and "c" not in figures
     assert _windows_line(figures) == "floored 1, extra windows 3, spare waits 1 (2.5 s)"
+
+
+def test_guard_bench_can_let_the_spares_settle_before_each_warm_verdict():
+    """Back to back, a warm verdict may time beside the start of the spare the last one took
+    (review, session 47); ``settle`` waits for it first, untimed, as an agent's thinking time
+    would, and records the wait: both ways of measuring can be reported side by side."""
+    from types import SimpleNamespace
+
+    from benchmarks.guard_bench import latency_study
+    from guard.verdict import Advice, Verdict
+
+    calls: list[str] = []
+
+    class Guard:
+        pool = SimpleNamespace(quiet_spare=lambda: calls.append("settle") or 2.0)
+
+        def evaluate(self, solution, problem, agent):
+            calls.append("verdict")
+            return Verdict(
+                candidate_id=f"c-{len(calls)}",
+                problem=problem,
+                agent=agent,
+                decision="KEEP",
+                status="PASSED",
+                reason="",
+                advice=Advice(action="continue", message=""),
+                phases_s={"total": 1.0},
+            )
+
+    source = "import triton\n\n@triton.jit\ndef k():\n    pid = tl.program_id(0)\n"
+    out = latency_study(Guard(), "p", source, warm_runs=1, settle=True)
+    assert calls == ["verdict", "settle", "verdict", "settle", "verdict"]  # none before the cold one
+    assert [r["settled_s"] for r in out["warm_trivial"] + out["warm_new_jit"]] == [2.0, 2.0]
+    calls.clear()
+    out = latency_study(Guard(), "p", source, warm_runs=1)
+    assert calls == ["verdict"] * 3 and out["warm_trivial"][0]["settled_s"] is None
