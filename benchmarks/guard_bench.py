@@ -118,24 +118,24 @@ def _figures(v) -> dict:
         if w.timing is None:
             continue
         oc = w.timing.outside_clock
-        out[w.uuid] = [
-            w.latency_ms,
-            w.timing.rel_se,
-            w.timing.method,
-            (w.timing.model_extra or {}).get("floored_by_outside_clock"),
-            oc.windows if oc else None,
-            oc.loop_windows if oc else None,
-            oc.quiet_wait_s if oc else None,
-        ]
+        out[w.uuid] = {
+            "median_ms": w.latency_ms,
+            "rel_se": w.timing.rel_se,
+            "method": w.timing.method,
+            "floored": (w.timing.model_extra or {}).get("floored_by_outside_clock"),
+            "windows": oc.windows if oc else None,
+            "loop_windows": oc.loop_windows if oc else None,
+            "spare_wait_s": oc.quiet_wait_s if oc else None,
+        }
     return out
 
 
 def _windows_line(figures: dict) -> str:
     """The outside clock's extra work in a verdict: floors, windows beyond the first, waits."""
     rows = list(figures.values())
-    floored = sum(1 for r in rows if r[3])
-    extra = sum((r[4] or 1) - 1 for r in rows)
-    waits = [r[6] for r in rows if r[6] is not None]
+    floored = sum(1 for r in rows if r["floored"])
+    extra = sum((r["windows"] or 1) - 1 for r in rows)
+    waits = [r["spare_wait_s"] for r in rows if r["spare_wait_s"] is not None]
     return f"floored {floored}, extra windows {extra}, spare waits {len(waits)} ({sum(waits):.1f} s)"
 
 

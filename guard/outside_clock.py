@@ -136,7 +136,7 @@ def another_window(clock: OutsideClock | None, done: int, first: int, most: int,
         return False
     if done < first or clock is None or not clock.agrees:
         return True
-    return floors and (clock.outside_ms > clock.inside_ms or clock.outside_ms <= 0)
+    return floors and (_floors(clock) or clock.outside_ms <= 0)
 
 
 def run_windows(
@@ -193,6 +193,7 @@ def run_windows(
 
 
 def _floors(clock: OutsideClock) -> bool:
+    """Whether the outside figure is above the candidate's own: where it floors, it decides."""
     return clock.outside_ms > clock.inside_ms
 
 

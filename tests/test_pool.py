@@ -85,8 +85,9 @@ def test_on_a_gpu_no_spare_starts_until_the_timing_is_over(tmp_path, started):
     assert started[4].ready
     pool.replenish()  # after the evaluation: the pool is full
     assert len(started) == 5 and pool.take_candidate() is started[2]
-    # a caller that times nothing may ask for the start at once
-    pool.take_candidate(start_spare=True)
+    # a caller that times nothing asks for the start at once
+    pool.take_candidate()
+    pool.start_beside()
     assert len(started) == 7
     one_shot = WorkerPool("cuda", tmp_path, prestart=True, keep_spare=False)
     one_shot.warm_up()

@@ -142,7 +142,7 @@ def test_each_cell_has_a_group_of_its_own(session_tmp, capped):
     before = _mine(capped.base)
     pool = WorkerPool("cpu", session_tmp / "cells-groups", prestart=False, tasks_limit=64)
     try:
-        workers = [pool.take_candidate(start_spare=False) for _ in range(2)]
+        workers = [pool.take_candidate() for _ in range(2)]
         for w in workers:
             w.wait_ready()
         groups = [_pids_cgroup(w.sandbox_pid) for w in workers]

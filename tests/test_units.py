@@ -540,15 +540,14 @@ def test_adversarial_rounds_scale_only_the_inputs_a_definition_names():
             Definition.model_validate({**base, "kernelarc": {"adversarial": wrong}})
 
 
-class _CountingTimer:
-    """A stand-in for ``Timer``'s profiler stop: counts the stops, hands the profiler back."""
+class _CountingProfiler:
+    """A stand-in for torch's profiler: counts its stops."""
 
     def __init__(self) -> None:
         self.stops = 0
 
-    def _stop_profiler(self, prof, error):
+    def stop(self) -> None:
         self.stops += 1
-        return prof, error
 
 
 def test_a_timed_loops_profiler_stops_once_when_its_statistics_are_read():
@@ -556,20 +555,19 @@ def test_a_timed_loops_profiler_stops_once_when_its_statistics_are_read():
     timed loop, inside the ``run`` request the benchmark waits for, to the ``stats`` read, which
     the guard overlaps with its check of the loop's sample. It stops exactly once, before the
     records are read, whoever asks first."""
-    from guard.runner.timing import PendingStats, _ProfilerStop
+    from guard.runner.timing import PendingStats
 
-    timer = _CountingTimer()
-    stopped = _ProfilerStop(timer, "prof", None)  # type: ignore[arg-type]
+    prof = _CountingProfiler()
     seen = []
-    pending = PendingStats(stopped.stop, lambda: seen.append((timer.stops, stopped.result())) or {"median_ms": 1.0})
-    assert timer.stops == 0  # still recording after the loop
-    assert pending.read() == {"median_ms": 1.0} and seen == [(1, ("prof", None))]
+    pending = PendingStats(prof, None, lambda got, error: seen.append((prof.stops, (got, error))) or {"median_ms": 1.0})
+    assert prof.stops == 0  # still recording after the loop
+    assert pending.read() == {"median_ms": 1.0} and seen == [(1, (prof, None))]
     pending.drop()
-    assert timer.stops == 1
+    assert prof.stops == 1
     # a loop timed without a profiler (the CPU) has nothing to stop
-    quiet = _ProfilerStop(timer, None, "off")  # type: ignore[arg-type]
-    quiet.stop()
-    assert timer.stops == 1 and quiet.result() == (None, "off")
+    quiet = PendingStats(None, "off", lambda got, error: {"error": error, "profiler": got})
+    quiet.drop()
+    assert prof.stops == 1 and quiet.read() == {"error": "off", "profiler": None}
 
 
 def test_the_candidate_worker_stops_an_unread_loops_profiler_before_other_work():

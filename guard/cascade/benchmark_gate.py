@@ -77,8 +77,8 @@ def remeasure(ctx: EvalContext, pool: WorkerPool, incumbent: sqlite3.Row) -> dic
     ref, cfg, problem, visible, progress = ctx.ref, ctx.cfg, ctx.problem, ctx.visible, ctx.progress
     rounds = pairing_rounds(len(visible), cfg)
     d = problem.definition
-    try:  # no spare starting while the pair is timed
-        inc = pool.take_candidate(start_spare=False)
+    try:  # none starts while the pair is timed (``WorkerPool.take_candidate``)
+        inc = pool.take_candidate()
     except OSError as exc:  # no process to be had (the challenger may have taken them all): unpaired
         raise Unpaired(f"no worker could be started for the incumbent {incumbent['id']}: {exc}") from None
     try:

@@ -231,7 +231,7 @@ def run_windows(
         floors,
         ref.pool.quiet_spare,
         loop_again if floors else None,
-        retry_floor=floors and not held and not paced,
+        retry_floor=floors and not held,  # a GPU's host-bound loop (a CPU's floors every figure)
     )
     return run_walls, loop_walls, confirms, clock
 

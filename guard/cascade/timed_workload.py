@@ -218,7 +218,7 @@ def time_workload(
             list(d.outputs),
             "timed",
         )
-        if not held:  # a GPU: the trusted loop's set-up, here rather than while the candidate is stopped
+        if ref.device.kind == "cuda":  # the trusted loop's set-up, here rather than while the candidate is stopped
             _prepare_trusted_loop(cx, n, copies, projection_seed)
     except BaseException:
         reading.drop(cx.timeout)

@@ -313,7 +313,7 @@ def heldout_workloads(
 
     On a GPU they lie inside the visible range: the visible workloads are the problem's own.
     On the CPU the visible workloads are the problem's smallest (shrunk to a budget), so a
-    held-out value may lie anywhere up to ``_cpu_ceiling`` (the problem's own largest, within
+    held-out value may lie anywhere up to ``_CpuRoom.ceiling`` (the problem's own largest, within
     the element budget and a few times the visible cost), and the first draws, one var axis
     each, lie above the largest visible value where there is room: a kernel that handles only
     the sizes it was shown (one tile and no loop over tiles, a normalisation over the whole
@@ -356,11 +356,11 @@ def heldout_workloads(
             roomy = [w for w in visible if room.ceiling(w.axes, beyond, shown) > shown]
             base = rng.choice(roomy) if roomy else base
         axes = dict(base.axes)
-        for a in free:
+        for a in free if beyond is None else [beyond]:
             lo, hi = min(seen[a]), max(seen[a])
             top = room.ceiling(base.axes, a, hi) if room is not None else hi
             if beyond is not None:
-                if a == beyond and top > hi:
+                if top > hi:
                     axes[a] = _odd_non_pow2(rng, max(hi + 1, top // 2 + 1), top, seen[a])
                 continue
             if top <= 1:

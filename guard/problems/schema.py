@@ -200,11 +200,6 @@ class KernelArcFields(BaseModel):
 # ---------------------------------------------------------------------- definition
 
 
-def _is_float(dtype: str) -> bool:
-    """A dtype an adversarial round can scale (as ``runner.inputs`` draws floats)."""
-    return dtype.startswith("float") or dtype == "bfloat16"
-
-
 class Definition(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: str
@@ -244,7 +239,7 @@ class Definition(BaseModel):
             raise ValueError("the reference must define run(...)")
         scaled = self.kernelarc.adversarial
         if isinstance(scaled, list):
-            floats = [n for n, t in self.inputs.items() if t.shape is not None and _is_float(t.dtype)]
+            floats = [n for n, t in self.inputs.items() if t.shape is not None and dtype_info(t.dtype).is_float]
             strangers = [n for n in scaled if n not in floats]
             if strangers or not scaled:
                 raise ValueError(

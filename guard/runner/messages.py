@@ -249,15 +249,20 @@ class Plan(_Msg):
     pad_ms: float = 0.0
 
 
-class _OnLoop(_OnProblemWorkload):
-    """A request about the outside clock's loop of one workload in the trusted worker (the loop
-    is kept for the workload's next windows and checks)."""
+class LoopShape(_OnProblemWorkload):
+    """What names the outside clock's loop of one workload in the trusted worker (the loop is
+    kept for the workload's next windows and checks while these stay the same)."""
 
     sets: list[int]
-    seed: int
     iters: int = Field(ge=1)
     projection_seed: int = 0
     copies: bool = False  # the candidate's loop copies an eager call's outputs: copy as many bytes
+
+
+class _OnLoop(LoopShape):
+    """A request that runs the outside clock's loop of one workload on the data of ``seed``."""
+
+    seed: int
 
 
 class Overhead(_OnLoop):
@@ -270,17 +275,13 @@ class Overhead(_OnLoop):
     paced: bool = False  # as the candidate's loop was (``Confirm.paced``)
 
 
-class PrepareLoop(_OnProblemWorkload):
+class PrepareLoop(LoopShape):
     """A GPU: build the outside clock's loop of one workload in the trusted worker ahead of its
     first ``Overhead`` (its input sets, output buffers and captured digests), while the
     candidate's worker reads its timed loop's figures (``stats``): nothing is timed then, and the
     set-up no longer runs while the candidate is stopped for the trusted loop."""
 
     op: Literal["prepare_loop"] = "prepare_loop"
-    sets: list[int]
-    iters: int = Field(ge=1)
-    projection_seed: int = 0
-    copies: bool = False
 
 
 class DrawInputs(_OnLoop):

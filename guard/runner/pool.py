@@ -135,7 +135,7 @@ class WorkerPool:
         worker.wait_ready(timeout)
         return worker
 
-    def take_candidate(self, start_spare: bool = False) -> WorkerProcess:
+    def take_candidate(self) -> WorkerProcess:
         """A fresh candidate worker (the warm spare if there is one). No spare starts now: on a
         GPU the evaluation calls ``start_beside`` once its timing is over, on the CPU ``replenish``
         once it is over. A spare's start (torch's import, the CUDA driver's set-up, Triton's)
@@ -146,8 +146,7 @@ class WorkerPool:
         for the start. A GPU's pool keeps more than one spare (``spares``) so that the next
         verdict still finds one ready: a spare started after the last timing is ready long
         before the verdict after next, and a paired verdict, which takes one for the incumbent
-        too, leaves one. ``start_spare`` True starts the missing spares at once where
-        ``start_beside`` would (a caller that times nothing)."""
+        too, leaves one."""
         with self._lock:
             worker = None
             while self._spares and worker is None:
@@ -164,8 +163,6 @@ class WorkerPool:
                     self._discard(taken)
             if worker is None:
                 worker = self._new("candidate")
-        if start_spare:
-            self.start_beside()
         return worker
 
     def start_beside(self) -> None:

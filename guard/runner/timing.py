@@ -41,6 +41,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -132,7 +133,6 @@ Scramble = Callable[[object, int], None]
 Digest = Callable[[int, int, object], object | None]
 
 
-@dataclass
 class PendingStats:
     """A timed loop's statistics, read when the guard asks (``read``). The profiler that
     recorded the loop is stopped then, not at the loop's end: its stop (CUPTI's records flushed
@@ -144,15 +144,29 @@ class PendingStats:
     (``graph_launch_spans``: more, and the events time it, as for any failed CUPTI read), an
     eager loop's lie between its markers (``marked_call_spans``)."""
 
-    stop: Callable[[], None]
-    statistics: Callable[[], dict]
-
-    def read(self) -> dict:
-        self.stop()
-        return self.statistics()
+    def __init__(self, prof: Any, cupti_error: str | None, statistics: Callable[[Any, str | None], dict]) -> None:
+        self._prof, self._error, self._statistics = prof, cupti_error, statistics
+        self._recording = prof is not None
 
     def drop(self) -> None:
-        self.stop()
+        """Stop the profiler, once, whoever asks first: the read, a request other than ``stats``,
+        the loop's own failure."""
+        if self._recording:
+            self._recording = False
+            self._prof, self._error = _stop_profiler(self._prof, self._error)
+
+    def read(self) -> dict:
+        self.drop()
+        return self._statistics(self._prof, self._error)
+
+
+def _stop_profiler(prof: Any, cupti_error: str | None) -> tuple[Any, str | None]:
+    """(the profiler, or None where its stop failed; the error to report)."""
+    try:
+        prof.stop()
+        return prof, cupti_error
+    except Exception as exc:  # noqa: BLE001 - the profiler's failure, not the candidate's
+        return None, f"profiler stop: {type(exc).__name__}: {exc}"[:200]
 
 
 class Timer:
@@ -373,7 +387,9 @@ class Timer:
         starts = [T.cuda_event(enable_timing=True) for _ in range(iters)]
         ends = [T.cuda_event(enable_timing=True) for _ in range(iters)]
         digests = []
-        stopped = self._stopper(prof, cupti_error)
+        pending = PendingStats(
+            prof, cupti_error, lambda prof, error: self._graph_stats(plan, with_call, prof, error, starts, ends)
+        )
         T.cuda_sync()
         try:
             for it in range(iters):
@@ -392,13 +408,11 @@ class Timer:
                         digests.append(kept)
             T.cuda_sync()
         except BaseException:
-            stopped.stop()
+            pending.drop()
             raise
         # Stopping the profiler and reading its records are left to ``read``, after the reply
         # that ends the guard's clock.
-        return PendingStats(
-            stopped.stop, lambda: self._graph_stats(plan, with_call, *stopped.result(), starts, ends)
-        ), digests
+        return pending, digests
 
     def _graph_stats(self, plan: Plan, with_call: bool, prof, cupti_error, starts, ends) -> dict:
         iters = plan.iters
@@ -433,7 +447,10 @@ class Timer:
         overhead_ms = self._calibrate_sync(plan.pad_ms) if self.is_cuda else 0.0
         prof, cupti_error = self._start_profiler() if self.is_cuda and use_cupti and call is not None else (None, None)
         lat_ms, ev_ms, host_ms, call_host_ms, digests = [], [], [], [], []
-        stopped = self._stopper(prof, cupti_error)
+        figures = (lat_ms, ev_ms, host_ms, call_host_ms)  # filled by the loop, read by ``read``
+        pending = PendingStats(
+            prof, cupti_error, lambda prof, error: self._eager_stats(plan, call, overhead_ms, figures, prof, error)
+        )
         t_begin = T.perf_counter()
         try:
             for it in range(plan.iters):
@@ -460,51 +477,57 @@ class Timer:
                         digests.append(kept)
                 del out
         except BaseException:
-            stopped.stop()
+            pending.drop()
             raise
 
-        def finish() -> dict:
-            nonlocal prof, cupti_error
-            prof, cupti_error = stopped.result()
-            spans = None
-            if prof is not None:
-                spans, why = self._eager_spans(prof, len(lat_ms), ev_ms)
-                if spans is None:
-                    cupti_error = why
-            if spans is not None:
-                # the call's device work; host time in the call beyond a launch's counts in full
-                timed = [
-                    s if h <= s + EAGER_LAUNCH_ALLOWANCE_MS else max(s, lat)
-                    for s, h, lat in zip(spans, call_host_ms, lat_ms)
-                ]
-            else:
-                timed = lat_ms
-            stats = summarize(timed)
-            stats.update(
-                event_median_ms=statistics.median(ev_ms),
-                event_mean_ms=statistics.fmean(ev_ms),
-                host_median_ms=statistics.median(host_ms),
-                sync_overhead_ms=overhead_ms,
-                call_host_median_ms=statistics.median(call_host_ms),
-                method=(plan.method.replace("host-sync", "cupti") if spans is not None else plan.method),
-                **self._plan_fields(plan),
-            )
-            stats["iters_run"] = len(lat_ms)
-            if plan.graph_error:
-                stats["graph_error"] = plan.graph_error
-            if self.is_cuda and spans is None and call is not None:
-                stats["cupti_error"] = cupti_error or "off"
-            # Work that escapes the event window (another stream, host work after the last
-            # launch) shows as host time well above event time; say so in the result.
-            stats["off_stream_suspect"] = bool(
-                self.is_cuda and stats["host_median_ms"] - overhead_ms > 1.2 * stats["event_median_ms"] + 0.01
-            )
-            return stats
+        return pending, digests
 
-        return PendingStats(stopped.stop, finish), digests
-
-    def _stopper(self, prof, cupti_error) -> "_ProfilerStop":
-        return _ProfilerStop(self, prof, cupti_error)
+    def _eager_stats(
+        self,
+        plan: Plan,
+        call: object,
+        overhead_ms: float,
+        loop: tuple[list[float], list[float], list[float], list[float]],
+        prof: Any,
+        cupti_error: str | None,
+    ) -> dict:
+        """An eager loop's statistics from its per-call figures (``loop``: latencies, event
+        times, host times, host times inside the call) and its profiler's records."""
+        lat_ms, ev_ms, host_ms, call_host_ms = loop
+        spans = None
+        if prof is not None:
+            spans, why = self._eager_spans(prof, len(lat_ms), ev_ms)
+            if spans is None:
+                cupti_error = why
+        if spans is not None:
+            # the call's device work; host time in the call beyond a launch's counts in full
+            timed = [
+                s if h <= s + EAGER_LAUNCH_ALLOWANCE_MS else max(s, lat)
+                for s, h, lat in zip(spans, call_host_ms, lat_ms)
+            ]
+        else:
+            timed = lat_ms
+        stats = summarize(timed)
+        stats.update(
+            event_median_ms=statistics.median(ev_ms),
+            event_mean_ms=statistics.fmean(ev_ms),
+            host_median_ms=statistics.median(host_ms),
+            sync_overhead_ms=overhead_ms,
+            call_host_median_ms=statistics.median(call_host_ms),
+            method=(plan.method.replace("host-sync", "cupti") if spans is not None else plan.method),
+            **self._plan_fields(plan),
+        )
+        stats["iters_run"] = len(lat_ms)
+        if plan.graph_error:
+            stats["graph_error"] = plan.graph_error
+        if self.is_cuda and spans is None and call is not None:
+            stats["cupti_error"] = cupti_error or "off"
+        # Work that escapes the event window (another stream, host work after the last
+        # launch) shows as host time well above event time; say so in the result.
+        stats["off_stream_suspect"] = bool(
+            self.is_cuda and stats["host_median_ms"] - overhead_ms > 1.2 * stats["event_median_ms"] + 0.01
+        )
+        return stats
 
     def _start_profiler(self):
         try:
@@ -513,15 +536,6 @@ class Timer:
             return prof, None
         except Exception as exc:  # noqa: BLE001 - no CUPTI: the events still time the loop
             return None, f"profiler: {exc}"[:200]
-
-    def _stop_profiler(self, prof, cupti_error):
-        if prof is None:
-            return None, cupti_error
-        try:
-            prof.stop()
-            return prof, cupti_error
-        except Exception as exc:  # noqa: BLE001 - the profiler's failure, not the candidate's
-            return None, f"profiler stop: {type(exc).__name__}: {exc}"[:200]
 
     def _eager_spans(self, prof, iters: int, events_ms: list[float]):
         try:
@@ -600,21 +614,3 @@ def _persisting_l2_reset():
             return None
     fn = getattr(cudart, "cudaCtxResetPersistingL2Cache", None)
     return (lambda: fn()) if fn else None
-
-
-class _ProfilerStop:
-    """Stops a loop's profiler once, whoever asks first (the read, a drop, the loop's own
-    failure); ``result`` gives (profiler, error) as ``Timer._stop_profiler`` left them."""
-
-    def __init__(self, timer: Timer, prof, cupti_error: str | None) -> None:
-        self._timer, self._prof, self._error = timer, prof, cupti_error
-        self._done = prof is None
-
-    def stop(self) -> None:
-        if not self._done:
-            self._done = True
-            self._prof, self._error = self._timer._stop_profiler(self._prof, self._error)
-
-    def result(self) -> tuple[object, str | None]:
-        self.stop()
-        return self._prof, self._error

@@ -474,7 +474,7 @@ class TrustedRole:
         copies, digests. The guard times this request with its own clock, as it timed the
         candidate's, and subtracts."""
         t0, c0 = T.perf_counter(), time.process_time()
-        loop = self._confirm_loop(msg.key, msg.workload, msg.axes, msg.sets, msg.iters, msg.copies, msg.projection_seed)
+        loop = self._confirm_loop(msg)
         self._sync()
         setup_s = T.perf_counter() - t0  # this worker is trusted: its own clock takes setup out
         setup_cpu_s = time.process_time() - c0
@@ -484,7 +484,7 @@ class TrustedRole:
     def prepare_loop(self, msg: m.PrepareLoop) -> m.Reply:
         """The outside clock's loop of a workload built ahead of its first window (``overhead``
         then finds it kept)."""
-        self._confirm_loop(msg.key, msg.workload, msg.axes, msg.sets, msg.iters, msg.copies, msg.projection_seed)
+        self._confirm_loop(msg)
         self._sync()
         return m.Reply(ok=True)
 
@@ -492,23 +492,16 @@ class TrustedRole:
         """A CPU: every call's inputs of the outside clock's next window, drawn as the loop
         draws them and as the checks draw them again (``ConfirmLoop.inputs_at``), into one
         file, a call after another, for the guard to write into the candidate's worker."""
-        loop = self._confirm_loop(msg.key, msg.workload, msg.axes, msg.sets, msg.iters, msg.copies, msg.projection_seed)
+        loop = self._confirm_loop(msg)
         rows = draw_to_file(loop.inputs_at(msg.seed, list(range(msg.iters))), msg.path)
         buffers = loop.staged.describe(msg.iters) if loop.staged is not None else []
         return m.DrawnReply(ok=True, tensors=rows, buffers=buffers, pid=os.getpid())
 
-    def _confirm_loop(
-        self,
-        key: str,
-        workload: dict[str, Any],
-        axes: dict[str, int],
-        sets: list[int],
-        iters: int,
-        copies: bool,
-        projection_seed: int,
-    ) -> ConfirmLoop:
+    def _confirm_loop(self, msg: m.LoopShape) -> ConfirmLoop:
         """The loop without the call for one workload, kept for its next window and for the
         check of its digests (one workload's at a time: it holds that workload's data)."""
+        key, workload, axes, sets, iters = msg.key, msg.workload, msg.axes, msg.sets, msg.iters
+        copies, projection_seed = msg.copies, msg.projection_seed
         ident = (key, repr(workload), repr(axes), tuple(sets), copies, projection_seed)
         if self._loop is not None and self._loop[0] == ident and self._loop[1].rows >= iters:
             return self._loop[1]
