@@ -449,8 +449,9 @@ def test_projection_signs_are_fair_coin_flips_from_words_of_random_bits():
     """The signs come from words of random bits (session 47: one bit drawn at a time cost
     milliseconds, five times per timed workload): still +1 or -1 with equal chances, no bit
     position of a word favoured, and a projection's error bound (Hoeffding) holds as before."""
-    signs = replays.Projection(21).weights(torch.device("cpu"))[1]
-    n = replays.PROJECTION_PERIOD
+    projection = replays.Projection(21)
+    signs = projection.weights(torch.device("cpu"))[1]
+    n = projection.period
     assert signs.shape == (n,) and set(signs.unique().tolist()) == {-1.0, 1.0}
     assert abs(float(signs.mean())) < 6 / math.sqrt(n)
     # each of the 62 bit positions of the words, over the words: also balanced
@@ -460,6 +461,39 @@ def test_projection_signs_are_fair_coin_flips_from_words_of_random_bits():
     # neighbours uncorrelated, within a word and across words
     assert abs(float((signs[1:] * signs[:-1]).mean())) < 6 / math.sqrt(n)
     assert not torch.equal(signs, replays.Projection(22).weights(torch.device("cpu"))[1])
+
+
+def test_the_projections_blind_swaps_are_as_secret_as_its_signs():
+    """The signs repeat every period along a large output. With one period for every seed, a
+    swap of elements a period apart changed no field of the digest, for any seed and without
+    reading anything (red team, session 47): 98% of an output could be wrong with every field
+    exact. The period is now drawn from the seed too. Swapping two whole periods at the old
+    public distance leaves the sums and norms as they were (no permutation changes them) but
+    moves the projection by about 2000 here (signs that differ on half the pairs), beyond what a
+    result within bf16's tolerance may (213) for most seeds; the samples, not tested here, catch
+    the rest. Only a swap at the seed's own period stays invisible, and finding it means reading
+    the seed."""
+    gen = torch.Generator().manual_seed(0)
+    base = replays.PROJECTION_PERIOD
+    y = torch.randn(3 * base + 12345, generator=gen, dtype=torch.float64)
+    periods = {replays.Projection(seed).period for seed in range(1, 41)}
+    assert len(periods) >= 35 and all(base <= p < base + replays.PERIOD_SPREAD for p in periods)
+    caught = 0
+    for seed in range(1, 21):
+        projection = replays.Projection(seed)
+        values, allow = replays.digest_bounds(y, 1e-2, 1e-2, projection)
+        for distance, blind in ((base, False), (projection.period, True)):
+            swapped = y.clone()
+            swapped[:distance], swapped[distance : 2 * distance] = y[distance : 2 * distance], y[:distance]
+            got = replays.digest([swapped], projection)[0].tolist()
+            for k in range(3):  # sum, L1, L2
+                assert abs(got[k] - values[k]) <= 1e-6 * abs(values[k]) + 1e-9
+            moved = abs(got[3] - values[3])
+            if blind:
+                assert moved <= 1e-6 * abs(values[3]) + 1e-6
+            else:
+                caught += moved > allow[3]
+    assert caught >= 16, f"the projection saw the swap at the old period for {caught} of 20 seeds"
 
 
 def test_outside_clock_judges_a_slower_figure_and_a_short_loop():
@@ -994,11 +1028,11 @@ def test_digest_table_keeps_one_row_per_call_as_the_digest_computes_it():
 def test_digests_of_any_size_equal_the_figures_in_one_piece(periods, extra):
     """One block or several (64 MiB of float64 at a time at least: a few launches on a GPU, not
     tens), whole periods or a tail: the digest equals the figures computed in one piece."""
-    period = replays.PROJECTION_PERIOD
+    projection = replays.Projection(5)
+    period = projection.period
     x = torch.randn(periods * period + extra, dtype=torch.float32)
     if not x.numel():
         x = torch.randn(7)
-    projection = replays.Projection(5)
     got = replays.digest([x], projection)[0].tolist()
     signs = projection.weights(torch.device("cpu"))[1]
     flat = x.to(torch.float64)
@@ -1020,7 +1054,8 @@ def test_a_digest_holds_one_float64_block_at_a_time():
 
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    period = replays.PROJECTION_PERIOD
+    projection = replays.Projection(9)
+    period = projection.period
     big = period * 8  # a float64 block has at least 8 periods
 
     class Watch(TorchDispatchMode):
@@ -1039,7 +1074,6 @@ def test_a_digest_holds_one_float64_block_at_a_time():
                 self.most = max(self.most, len(held))
             return out
 
-    projection = replays.Projection(9)
     projection.weights(torch.device("cpu"))
     x = torch.randn(20 * period + 999, dtype=torch.bfloat16)  # three blocks, the last with a tail
     with Watch() as watch:
@@ -1090,7 +1124,7 @@ def test_a_one_block_digest_costs_ten_operations_at_most():
 
     projection = replays.Projection(3)
     projection.weights(torch.device("cpu"))
-    period = replays.PROJECTION_PERIOD
+    period = projection.period
     for n, most in ((4096, 8), (period, 9), (2 * period + 4096, 10)):
         x = torch.randn(n, dtype=torch.bfloat16)
         projection.positions(n, torch.device("cpu"))  # drawn once per size, as the loops do first

@@ -42,9 +42,13 @@ from .inputs import sub_seed
 from .messages import DIGEST_FIELDS, DIGEST_WIDTH
 from .messages import DIGEST_SAMPLES as SAMPLES
 
-# Random signs are drawn once per run for this many elements and repeated along larger
-# outputs, so a digest needs no output-sized weight tensor.
+# Random signs are drawn once per run for a period of at least this many elements and repeated
+# along larger outputs, so a digest needs no output-sized weight tensor. The period itself is
+# drawn from the seed too, up to PERIOD_SPREAD more: with a fixed one, swapping elements a
+# period apart changed no field of the digest, for any seed and without reading anything (red
+# team, session 47); now which swaps the projection is blind to is as secret as its signs.
 PROJECTION_PERIOD = (1 << 20) + 7
+PERIOD_SPREAD = 1 << 16
 # The projection of an honest result's error on signs independent of it exceeds this many
 # times the error's L2 bound with probability below 2 exp(-k^2 / 2) (Hoeffding): 3e-8 at 6.
 PROJECTION_SIGMAS = 6.0
@@ -70,15 +74,17 @@ class Projection:
     def __init__(self, seed: int, calls: int = 1):
         self.seed = seed
         self.calls = max(1, calls)
-        self._words = self._draw(seed)
+        # high bits: a sub-seed's low ones depend on the seed's low ones alone
+        self.period = PROJECTION_PERIOD + (sub_seed(seed, "period") >> 24) % PERIOD_SPREAD
+        self._words = self._draw(seed, self.period)
         self._cache: dict[str, torch.Tensor] = {}
         self._tables: dict[tuple[str, int], torch.Tensor] = {}
         self._rows: dict[tuple[str, int, int], torch.Tensor] = {}
 
     @staticmethod
-    def _draw(seed: int) -> torch.Tensor:
+    def _draw(seed: int, period: int) -> torch.Tensor:
         gen = torch.Generator(device="cpu").manual_seed(sub_seed(seed, "projection"))
-        words = -(-PROJECTION_PERIOD // SIGN_WORD_BITS)
+        words = -(-period // SIGN_WORD_BITS)
         return torch.randint(0, 1 << SIGN_WORD_BITS, (words,), generator=gen, dtype=torch.int64)
 
     def weights(self, device: torch.device) -> torch.Tensor:
@@ -89,7 +95,7 @@ class Projection:
             words = self._words.to(device)
             shifts = torch.arange(SIGN_WORD_BITS, device=device, dtype=torch.int64)
             bits = torch.bitwise_and(torch.bitwise_right_shift(words.unsqueeze(1), shifts), 1)
-            signs = bits.reshape(-1)[:PROJECTION_PERIOD].to(torch.float64) * 2 - 1
+            signs = bits.reshape(-1)[: self.period].to(torch.float64) * 2 - 1
             self._cache[key] = torch.stack([torch.ones_like(signs), signs])
         return self._cache[key]
 
@@ -213,7 +219,7 @@ def _fields(flat: torch.Tensor, n: int, projection: Projection) -> torch.Tensor:
     matrix product by (ones, signs) and the sum of its rows, the two norms, one stack. Each
     launch is tens of microseconds of host time with the profiler recording, after every
     timed call."""
-    period = PROJECTION_PERIOD
+    period = projection.period
     w = projection.weights(flat.device)
     if n < period:  # part of one period: the weights cut to it, no padding
         c = T.to(flat, torch.float64)
