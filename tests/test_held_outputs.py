@@ -261,6 +261,43 @@ def test_calls_per_window_fit_the_memory_and_lengthen_short_windows():
     assert held_outputs.calls_for_window(10, 0.0, 0.01, 100) == 100  # never past the cap
 
 
+def test_the_timed_loop_holds_as_many_calls_as_fit_by_their_outputs_alone():
+    """A CPU's timed loop holds every call's outputs until the guard has read the ones it
+    checks (``timed_reads``): its count comes down to what fits, inputs not counted (they
+    rotate over the live sets), two at least; the bounds the plan is checked against too."""
+    d = Definition.model_validate(DEF)
+    w = Workload.model_validate({"axes": {"n": 4}, "uuid": "w"})  # 1 KiB of output a call
+    timing = m.TimingConfig(min_iters=50, max_iters=50, target_time_s=0.2, warmup_time_s=0.05)
+    assert held_outputs.timed_calls_capped(timing, d, w, 1 << 20) == timing  # 1024 fit
+    capped = held_outputs.timed_calls_capped(timing, d, w, 20 << 10)
+    assert (capped.min_iters, capped.max_iters) == (20, 20)
+    least = held_outputs.timed_calls_capped(timing, d, w, 100)
+    assert (least.min_iters, least.max_iters) == (held_outputs.MIN_HELD_CALLS, held_outputs.MIN_HELD_CALLS)
+    few = m.TimingConfig(min_iters=1, max_iters=3, target_time_s=0.2, warmup_time_s=0.05)
+    assert held_outputs.timed_calls_capped(few, d, w, 100) == few.model_copy(update={"max_iters": 2})
+
+
+def test_an_output_that_views_its_refilled_input_is_held_as_a_copy(tmp_path):
+    """The timed loop refills its live sets in place, so an honest output that is a view of its
+    call's input (a reshape returned as is) would hold a later call's values by the time the
+    guard reads it, and be accused. Held as a copy made after the call, it keeps its own; an
+    output of its own memory is held as it is, and the description says where each lies."""
+    sets = _sets()
+    kept = KeptOutputs(None, 4)
+    x = sets[0][0]
+    own = x * 2
+    kept.take(0, [x.view(4, 64), own], inputs=sets[0])
+    before = x.clone()
+    x.normal_()  # the next refill of that set
+    held = kept.held[0]
+    assert torch.equal(held[0], before) and held[0].untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert held[1] is own
+    shown = kept.described()[0]
+    assert [h.address for h in shown] == [held[0].data_ptr(), own.data_ptr()]
+    kept.take(1, [3.0, own])  # not a tensor: nothing to read there
+    assert kept.described()[1][0] is None
+
+
 def test_windows_run_again_when_short_or_when_the_calls_were_lost_in_noise():
     # (calls, shortest window s, outside figure ms, target s, most calls)
     assert held_outputs.longer_windows(10, 0.002, 0.1, 0.01, 1000) == 60  # short: lengthened to the target

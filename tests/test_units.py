@@ -589,6 +589,7 @@ def test_the_candidate_worker_stops_an_unread_loops_profiler_before_other_work()
 
     role = CandidateRole.__new__(CandidateRole)  # its requests' dispatch alone
     role._pending = first = Pending()
+    role.kept = None  # a GPU's: no timed outputs held
     role.memory = lambda msg: m.Reply(ok=True)
     role.handle(m.Memory().model_dump())
     assert role._pending is first and first.dropped == 0  # a memory reading leaves it

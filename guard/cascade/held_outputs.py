@@ -26,6 +26,17 @@ def held_calls(d: Definition, w: Workload, max_bytes: int, max_calls: int) -> in
     return max(MIN_HELD_CALLS, min(max_calls, fit))
 
 
+def timed_calls_capped(timing: m.TimingConfig, d: Definition, w: Workload, max_bytes: int) -> m.TimingConfig:
+    """A CPU's timed loop holds every call's outputs until the guard has read the ones it
+    checks: at most as many calls as fit in ``max_bytes`` (``MIN_HELD_CALLS`` at least), so the
+    plan's bounds, which the guard checks the plan against, come down to that."""
+    out_bytes = tensor_bytes(d, w)[1]
+    fit = max(MIN_HELD_CALLS, max_bytes // out_bytes) if out_bytes > 0 else timing.max_iters
+    if fit >= timing.max_iters:
+        return timing
+    return timing.model_copy(update={"min_iters": min(timing.min_iters, fit), "max_iters": fit})
+
+
 def calls_for_window(calls: int, wall_s: float, target_s: float, most: int) -> int:
     """Calls per window for a window of ``target_s`` (with a fifth to spare), from a window of
     ``calls`` that took ``wall_s``: never fewer, at most ``most``."""

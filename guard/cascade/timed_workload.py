@@ -2,7 +2,8 @@
 
 1. ``arm`` (candidate worker): live input sets, warm-up, graph capture, the loop's plan;
 2. ``run`` (candidate worker): the timed loop on the data of a seed it learns only now, every
-   call on fresh inputs with its outputs scrambled first and digested after; then ``stats``
+   call on fresh inputs with its outputs scrambled first and, on a GPU, digested after (a
+   CPU's outputs are held, and the guard reads the chosen calls' itself: ``timed_reads``); then ``stats``
    (the profiler stopped and its records read), while the trusted worker checks a secret
    sample of the loop's digests (as in 5) and, on a GPU, builds the loop of 4 (``prepare_loop``);
 3. ``confirm`` (candidate worker): the outside clock's loop (``runner/confirm.py``): padding,
@@ -29,7 +30,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from .. import outside_clock
-from . import cpu_windows, held_outputs, memory_plan, outside_windows
+from . import cpu_windows, held_outputs, memory_plan, outside_windows, timed_reads
 from ..problems import tolerance as tolerance_mod
 from ..problems.schema import Definition, Workload
 from ..runner import messages as m
@@ -164,14 +165,14 @@ def time_workload(
     # as the correctness gate compares: the workload's own spec (a matched ratio too) or the guard's
     tolerances = [m.Tolerance.model_validate(t.message()) for t in tolerance_mod.for_workload(d, w).values()]
 
+    cpu = ref.device.kind != "cuda"
     timing = ref.timing_config()
     projection_seed = ref.seed("confirm-projection", run_seed)
-    # a CPU's loop holds its calls' outputs for the guard to read (``held_outputs``): as many as fit
-    held = (
-        0
-        if ref.device.kind == "cuda"
-        else held_outputs.held_calls(d, w, cfg.confirm_held_max_bytes, cfg.confirm_held_max_calls)
-    )
+    # a CPU's loops hold their calls' outputs for the guard to read (``held_outputs``): as many as
+    # fit, the outside clock's with each call's inputs beside them, the timed loop's without
+    held = held_outputs.held_calls(d, w, cfg.confirm_held_max_bytes, cfg.confirm_held_max_calls) if cpu else 0
+    if cpu:
+        timing = held_outputs.timed_calls_capped(timing, d, w, cfg.confirm_held_max_bytes)
     armed = call(
         worker,
         m.Arm(
@@ -182,7 +183,8 @@ def time_workload(
             arm_seed=ref.seed("arm", run_seed),
             config=timing,
             tolerances=tolerances,
-            confirm_projection_seed=projection_seed,
+            # a CPU's loops digest nothing: no secret of their checks goes to the candidate
+            confirm_projection_seed=0 if cpu else projection_seed,
             confirm_rows=held,
         ),
         m.ArmReply,
@@ -198,31 +200,38 @@ def time_workload(
     after = nvml.snapshot(ref.device.uuid) if ref.device.kind == "cuda" else None
     if not ran.ok:
         raise failure(ran, w, "timing")
-    n = len(ran.digests)
+    n = len(ran.held) if cpu else len(ran.digests)
     _check_counts(armed.plan, n, run_s, timing, cfg.max_timing_s, w)
-    # The digests of a secret sample of the calls of every loop are checked against the
-    # reference; the timed loop's while the candidate's worker reads its profiler's records
-    # (host work only: nothing is timed meanwhile).
+    chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
+    # A CPU's timed calls: the chosen ones' outputs read by the guard, its tree stopped, before
+    # the worker is asked for anything else (``timed_reads``); a GPU's: their digests.
+    timed_dir = cx.trusted.workdir / "read" / "timed"
+    read = timed_reads.read_chosen(cx, ran, chosen, timed_dir) if cpu else None
+    # The secret sample of the calls of every loop is checked against the reference; the
+    # timed loop's while the candidate's worker reads its profiler's records (host work only:
+    # nothing is timed meanwhile).
     reading = Asked(worker, m.Stats(), m.StatsReply, "benchmark")
     copies = armed.plan.method != "cuda-graph" and not dps
     try:
-        chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
         _verify_calls(
             cx,
             run_seed,
             "seeded",
             projection_seed,
             chosen,
-            [ran.digests[i] for i in chosen],
+            [] if cpu else [ran.digests[i] for i in chosen],
             tolerances,
             list(d.outputs),
             "timed",
+            read,
         )
         if ref.device.kind == "cuda":  # the trusted loop's set-up, here rather than while the candidate is stopped
             _prepare_trusted_loop(cx, n, copies, projection_seed)
     except BaseException:
         reading.drop(cx.timeout)
         raise
+    finally:
+        shutil.rmtree(timed_dir, ignore_errors=True)
     got = reading.reply(cx.timeout)
     if not got.ok:
         raise failure(got, w, "reading the timing of")

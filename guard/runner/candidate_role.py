@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -66,6 +67,9 @@ class CandidateRole:
         self.refiller: Refiller | None = None
         self.confirm_loop: ConfirmLoop | None = None
         self._confirm_rows = 0
+        # a CPU: each call's outputs, held where the call left them for the guard to read; the
+        # timed loop's until ``stats``, then the outside clock's loop's (``kept``)
+        self.kept: KeptOutputs | None = None
         self._own_pid = os.getpid()  # before candidate code: the guard checks what it reads anyway
         self._pending: PendingStats | None = None  # the last timed loop's, until ``stats`` reads it
         self.threads = harness.thread_count()
@@ -323,6 +327,8 @@ class CandidateRole:
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
         try:
+            if not self.cuda:
+                self.kept = self._held_outputs()
             self.confirm_loop = self._confirm_loop()
             if self.cuda:  # the host's time to enqueue one iteration, from which the guard sets the padding
                 self.confirm_loop.run(
@@ -345,13 +351,8 @@ class CandidateRole:
         """The outside clock's loop over the live sets: a captured call's outputs are its
         graph's static outputs, destination-passing buffers are the call's own, and an eager
         call's outputs are copied into buffers of the definition's shapes."""
-        rows = max(self.plan.iters, 10)
+        rows = self._confirm_rows_now()
         if not self.cuda:  # held where the calls leave them (``kept``), a destination set per call
-            rows = self._confirm_rows or rows  # the guard's cap, by the outputs' size
-            kept = KeptOutputs(self.outs if self.dps else None, rows)
-            if not self.dps:  # an eager call's outputs come from the heap: its pages touched once, here
-                one = sum(t.numel() * t.element_size() for t in self._alloc_outputs(self.axes))
-                prefault_host_heap(rows * one)
             staged = StagedInputs(self.sets, own=True)
             ndims = [len(spec_shape(spec, self.axes)) for spec in self.d["outputs"].values()]
             return ConfirmLoop(
@@ -361,7 +362,7 @@ class CandidateRole:
                 None,
                 rows,
                 self.timer.idle_passes,
-                kept=kept,
+                kept=self.kept,
                 staged=staged,
                 pacing=Pacing(self.pacer, ndims) if self.pacer is not None else None,
             )
@@ -380,6 +381,23 @@ class CandidateRole:
             self.timer.idle_passes,
             projection_seed=self._confirm_projection_seed,
         )
+
+    def _confirm_rows_now(self) -> int:
+        """The most calls of one outside-clock loop: the guard's cap on a CPU (by the outputs'
+        size), else the timed loop's count (10 at least)."""
+        assert self.plan is not None
+        rows = max(self.plan.iters, 10)
+        return self._confirm_rows or rows if not self.cuda else rows
+
+    def _held_outputs(self) -> KeptOutputs:
+        """A CPU: where every call of the timed loop and of an outside clock's loop leaves its
+        outputs, as many rows as the longer of the two holds (a destination set per row)."""
+        assert self.plan is not None
+        rows = max(self.plan.iters, self._confirm_rows_now())
+        if not self.dps:  # an eager call's outputs come from the heap: its pages touched once, here
+            one = sum(t.numel() * t.element_size() for t in self._alloc_outputs(self.axes))
+            prefault_host_heap(rows * one)
+        return KeptOutputs(self.outs if self.dps else None, rows)
 
     def _loop_call(self):
         """The call as the outside clock's loop makes it (``confirm.LoopCall``)."""
@@ -404,6 +422,8 @@ class CandidateRole:
         this request and replying: the guard's clock around it is the outside clock."""
         if self.plan is None:
             return m.Reply(ok=False, status="INTERNAL", message="run before arm")
+        if not self.cuda:
+            return self._run_held(msg)
         run_seed = msg.run_seed
         gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(run_seed, "scramble"))
         projection = replays.Projection(run_seed, calls=self.plan.iters)
@@ -433,6 +453,42 @@ class CandidateRole:
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
         return m.RunReply(ok=True, digests=table)
+
+    def _run_held(self, msg: m.Run) -> m.Reply:
+        """A CPU's timed loop: no digest, no secret of the check in this process. Every call's
+        outputs stay where it left them (``kept``) and the reply says where, for the guard to
+        read the ones it checks while this process is stopped (``RunReply``)."""
+        assert self.plan is not None and self.kept is not None and self.refiller is not None
+        kept, refiller, sets, run_seed = self.kept, self.refiller, self.sets, msg.run_seed
+        gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(run_seed, "scramble"))
+        kept.reset()
+
+        def refill(k: int, index: int) -> None:
+            refiller(sets[k], replays.replay_seed(run_seed, index))
+            kept.before(index, k)  # destination passing: this call's own buffers
+
+        def hold(k: int, it: int, out: Any) -> None:
+            kept.take(it, None if self.dps else self._outputs(out), sets[k])
+
+        try:
+            pending, _ = self.timer.run(
+                self.plan,
+                self._timing_call(),
+                refill,
+                lambda out, i: replays.scramble(out, gen),
+                hold,
+                outputs_of=(lambda k: self.outs[k]) if self.dps else None,
+                max_time_s=msg.max_timing_s,
+                use_cupti=False,
+            )
+            self._pending = pending
+        except CandidateFault:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            raise self._fault(exc) from None
+        finally:
+            kept.finish()
+        return m.RunReply(ok=True, held=kept.described(), pid=self._own_pid)
 
     def stage_inputs(self, msg: m.StageInputs) -> m.Reply:
         """A CPU: where the guard is to write the inputs of the next loop's calls."""
@@ -474,6 +530,8 @@ class CandidateRole:
         if self._pending is None:
             return m.Reply(ok=False, status="INTERNAL", message="stats before run")
         pending, self._pending = self._pending, None
+        if self.kept is not None:  # the guard has read the timed calls it checks
+            self.kept.reset()
         try:
             stats = pending.read()
         except BaseException as exc:  # noqa: BLE001

@@ -1,4 +1,5 @@
-"""The outputs of the outside clock's loop on a CPU, held where each call left them.
+"""The outputs of a CPU's loops, held where each call left them: the outside clock's loop and,
+since session 47's red team, the timed loop too (``CandidateRole.run``).
 
 On a GPU the loop digests every call's outputs in captured graphs and the short-loop check
 bounds what a candidate gains by doing that work more cheaply. A CPU has neither: digests and
@@ -11,6 +12,12 @@ worker's memory itself as soon as the call says it is done (``runner/pacing.py``
 ``runner/peek.py``). What the candidate's process says about them is only where to look:
 memory that does not hold the answer for that call's inputs fails the check as a skipped call
 does.
+
+The timed loop had digested each call in the candidate's process, with the digest's signs and
+sampled positions there too: a candidate that walked its stack to them returned outputs 98%
+wrong with every field of the digest exact, and was ACCEPTed (red team, session 47). Its calls'
+outputs are now held the same way and read by the guard after the loop, with the worker
+stopped: nothing the check depends on is in the candidate's process.
 """
 
 from __future__ import annotations
@@ -19,7 +26,24 @@ from typing import Any
 
 import torch
 
+from . import messages as m
+from .common import dtype_name
 from .harness import T
+
+
+def describe(t: Any) -> m.HeldOutput | None:
+    """Where a CPU tensor lies, for the guard to read it (None: not a CPU tensor)."""
+    if T.type(t) is not T.tensor_type or t.device.type != "cpu":
+        return None
+    return m.HeldOutput(address=T.data_ptr(t), shape=list(t.shape), stride=list(t.stride()), dtype=dtype_name(t))
+
+
+def _storage(t: Any) -> int | None:
+    """The address of a tensor's storage (None: not a tensor); views of one storage share it."""
+    if T.type(t) is not T.tensor_type:
+        return None
+    address: int = T.untyped_storage(t).data_ptr()
+    return address
 
 
 class KeptOutputs:
@@ -48,13 +72,24 @@ class KeptOutputs:
         if self.static is not None:
             self.static[k][:] = self._own[it]
 
-    def take(self, it: int, got: list[Any] | None) -> None:
-        """Hold iteration ``it``'s outputs: those returned, or its own destination buffers."""
+    def take(self, it: int, got: list[Any] | None, inputs: list[Any] | None = None) -> None:
+        """Hold iteration ``it``'s outputs: those returned, or its own destination buffers.
+        ``inputs``: the call's arguments where a later call refills them in place (the timed
+        loop's live sets): an output that is a view of one (a reshape returned as is) is held
+        as a copy, made here after the call, or the refill would change it before it is read."""
         if got is None:
             if self.static is None:
                 raise RuntimeError("a call without outputs in a loop without destinations")
             got = self._own[it]
-        self.held.append(list(got))
+        row = list(got)
+        if inputs is not None:
+            refilled = {p for p in map(_storage, inputs) if p}
+            row = [T.clone(t) if _storage(t) in refilled else t for t in row]
+        self.held.append(row)
+
+    def described(self) -> list[list[m.HeldOutput | None]]:
+        """Per iteration held, where each of its outputs lies."""
+        return [[describe(t) for t in row] for row in self.held]
 
     def finish(self) -> None:
         """The destination lists as they were, for the timed loop and the checks."""

@@ -395,7 +395,15 @@ class ArmReply(Reply):
 
 
 class RunReply(Reply):
-    digests: list[list[DigestRow]] = Field(default_factory=list)  # per timed call, per output
+    """A GPU's timed loop digests every call in the worker (``digests``: per call, per output).
+    A CPU's digests nothing: it holds every call's outputs where the call left them and says
+    where (``held``: per call, per output; ``pid``: the worker's, as its PID namespace numbers
+    it), for the guard to read the calls it checks while the worker is stopped: no secret of
+    the check is ever in the candidate's process (red team, session 47)."""
+
+    digests: list[list[DigestRow]] = Field(default_factory=list)
+    held: list[list[HeldOutput | None]] = Field(default_factory=list)
+    pid: int = 0
 
 
 class StatsReply(Reply):

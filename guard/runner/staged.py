@@ -29,6 +29,7 @@ import torch
 from . import messages as m
 from .common import dtype_name
 from .harness import T
+from .kept import describe
 
 
 def _is_cpu_tensor(a: Any) -> bool:
@@ -70,15 +71,7 @@ class StagedInputs:
     def describe(self, iters: int) -> list[list[m.HeldOutput | None]]:
         """Where each call's tensors lie (None: an argument the guard does not write)."""
         self.ensure(iters)
-        return [
-            [
-                m.HeldOutput(address=T.data_ptr(a), shape=list(a.shape), stride=list(a.stride()), dtype=dtype_name(a))
-                if _is_cpu_tensor(a)
-                else None
-                for a in row
-            ]
-            for row in self.rows[:iters]
-        ]
+        return [[describe(a) for a in row] for row in self.rows[:iters]]
 
 
 def draw_to_file(calls: Iterable[tuple[int, list[Any]]], path: Path | str) -> list[list[m.DrawnTensor | None]]:
