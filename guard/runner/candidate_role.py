@@ -387,7 +387,9 @@ class CandidateRole:
         size), else the timed loop's count (10 at least)."""
         assert self.plan is not None
         rows = max(self.plan.iters, 10)
-        return self._confirm_rows or rows if not self.cuda else rows
+        if self.cuda:
+            return rows
+        return self._confirm_rows or rows
 
     def _held_outputs(self) -> KeptOutputs:
         """A CPU: where every call of the timed loop and of an outside clock's loop leaves its

@@ -1,5 +1,5 @@
 """The outputs of a CPU's loops, held where each call left them: the outside clock's loop and,
-since session 47's red team, the timed loop too (``CandidateRole.run``).
+since session 48, the timed loop too (``CandidateRole._run_held``).
 
 On a GPU the loop digests every call's outputs in captured graphs and the short-loop check
 bounds what a candidate gains by doing that work more cheaply. A CPU has neither: digests and
