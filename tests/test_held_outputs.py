@@ -179,8 +179,11 @@ def test_a_buffer_that_is_not_writable_is_found(tmp_path):
 
 
 def test_a_stale_answer_read_back_fails_the_digest_check(tmp_path):
-    """A loop that answers only every other call (pointing the rest at the last answer) is
-    found: what the guard reads is checked against the reference on that call's inputs."""
+    """A loop that answers only every other call (a copy of the last answer for the rest) is
+    found: what the guard reads is checked against the reference on that call's inputs. The
+    last answer's own memory returned again is refused as it is held (``KeptOutputs.take``)."""
+    from guard.runner.common import CandidateFault
+
     sets = _sets()
     kept = KeptOutputs(None, 8)
     loop = _loop(kept, sets)
@@ -189,7 +192,18 @@ def test_a_stale_answer_read_back_fails_the_digest_check(tmp_path):
     def lazy(k):
         if not last or len(kept.held) % 2 == 0:
             last[:] = [sets[k][0] * 2]
-        return list(last)
+            return list(last)
+        return [last[0].clone()]
+
+    fixed = [torch.empty(4, 64)]
+
+    def same(k):
+        fixed[0].copy_(sets[k][0] * 2)
+        return fixed
+
+    _stage(loop, 8, 2, tmp_path)
+    with pytest.raises(CandidateFault, match="earlier call"):
+        loop.run(seed=8, iters=2, call=same, pad_passes=0)
 
     _stage(loop, 8, 4, tmp_path)
     loop.run(seed=8, iters=4, call=lazy, pad_passes=0)
@@ -211,7 +225,8 @@ def test_descriptions_that_reach_beyond_an_output_are_refused_before_reading(tmp
     cases = {
         "shape": good.model_copy(update={"shape": [8, 64]}),
         "dtype": good.model_copy(update={"dtype": "float64"}),
-        "strides": good.model_copy(update={"stride": [1 << 20, 1]}),  # a gigabyte from 256 floats
+        # a gigabyte from 256 floats, in runs of one (rows far apart are read alone: below)
+        "strides": good.model_copy(update={"stride": [1, 1 << 20]}),
         "readable": good.model_copy(update={"address": 8}),  # nothing mapped there
     }
     for why, h in cases.items():
@@ -277,25 +292,79 @@ def test_the_timed_loop_holds_as_many_calls_as_fit_by_their_outputs_alone():
     assert held_outputs.timed_calls_capped(few, d, w, 100) == few.model_copy(update={"max_iters": 2})
 
 
-def test_an_output_that_views_its_refilled_input_is_held_as_a_copy(tmp_path):
-    """The timed loop refills its live sets in place, so an honest output that is a view of its
-    call's input (a reshape returned as is) would hold a later call's values by the time the
-    guard reads it, and be accused. Held as a copy made after the call, it keeps its own; an
-    output of its own memory is held as it is, and the description says where each lies."""
+def test_the_timed_loop_holds_a_copy_of_what_each_call_returned(tmp_path):
+    """Holding a timed call's outputs as they lie lost them (red team, session 48): a kernel
+    that computes every call into the same buffer, or returns a view of its input (which the
+    next refill changes), had a later call's values read for an earlier one, and a slice of a
+    wider buffer spans more than the guard reads whole: honest kernels were REWARD_HACK. The
+    timed loop holds a dense copy made right after each call (no call's cost: calls are timed
+    one at a time), and the guard reads each call's own answer."""
     sets = _sets()
     kept = KeptOutputs(None, 4)
-    x = sets[0][0]
-    own = x * 2
-    kept.take(0, [x.view(4, 64), own], inputs=sets[0])
-    before = x.clone()
-    x.normal_()  # the next refill of that set
-    held = kept.held[0]
-    assert torch.equal(held[0], before) and held[0].untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
-    assert held[1] is own
-    shown = kept.described()[0]
-    assert [h.address for h in shown] == [held[0].data_ptr(), own.data_ptr()]
-    kept.take(1, [3.0, own])  # not a tensor: nothing to read there
-    assert kept.described()[1][0] is None
+    same = torch.empty(4, 64)
+    wide = torch.empty(4, 3 * 64)
+    answers = []
+    for it in range(3):
+        x = sets[it % 2][0]
+        same.copy_(x * (it + 1))
+        wide[:, 64:128] = x * (it + 1)
+        answers.append([x * (it + 1), x * (it + 1), x.clone()])
+        kept.take(it, [same, wide[:, 64:128], x.view(4, 64)], copy=True)
+        x.normal_()  # the next refill of that set
+    for it, (row, shown) in enumerate(zip(kept.held, kept.described())):
+        for j, (t, h) in enumerate(zip(row, shown)):
+            assert t.is_contiguous() and torch.equal(t, answers[it][j])
+            (got,) = _read_back([h], tmp_path, f"t{it}_{j}")
+            assert torch.equal(got, answers[it][j])
+    kept.take(3, [3.0, same], copy=True)  # not a tensor: nothing to read there
+    assert kept.described()[3][0] is None
+
+
+def test_a_window_refuses_memory_returned_for_an_earlier_call_and_reads_slices_by_rows(tmp_path):
+    """In an outside clock's window a copy would be the candidate's cost, and one it could skip,
+    so outputs are held as they lie. Memory returned for an earlier call of the window has lost
+    that call's answer: refused with its own reason (it was REWARD_HACK, "behaves differently
+    while timed"), not taken for a cheat. Two outputs of one call may share memory. A slice of
+    a wider buffer is read row by row, only its elements."""
+    from guard.runner.common import CandidateFault
+
+    kept = KeptOutputs(None, 4)
+    wide = torch.randn(4, 3 * 64)
+    first = torch.randn(4, 64)
+    kept.take(0, [first, first[:, :32]])
+    kept.take(1, [wide[:, 64:128]])
+    (got,) = _read_back(kept.described()[1], tmp_path, "rows")
+    assert torch.equal(got, wide[:, 64:128])
+    with pytest.raises(CandidateFault) as fault:
+        kept.take(2, [first * 1, wide[:, :64]])
+    assert fault.value.status == "INCORRECT_NUMERICAL" and "earlier call" in fault.value.message
+    narrow = m.HeldOutput(address=wide.data_ptr(), shape=[4, 64], stride=[3, 192], dtype="float32")
+    pid = process_with_ns_pid(os.getpid(), os.getpid())
+    with pytest.raises(PeekError, match="runs of at least"):  # columns of a wider buffer: no rows to read
+        read_held(pid, [narrow], EXPECTED, tmp_path, "cols")
+
+
+def test_a_description_past_any_address_or_stride_is_the_candidates_fault(tmp_path):
+    """An address of 2**63 raised an OverflowError in the guard's read and withheld the verdict;
+    a stride of 2**64 on a dimension of size 1 passed the span check and failed torch's view in
+    the trusted worker as the guard's own error (red team, session 48). The message refuses
+    both out of protocol; the read refuses what gets past it as the candidate's doing, and the
+    strides of dimensions of size 1 address nothing, so they are read as contiguous."""
+    from pydantic import ValidationError
+
+    for bad in ({"address": 2**63}, {"stride": [2**64, 1]}):
+        with pytest.raises(ValidationError):
+            m.HeldOutput.model_validate({"address": 4096, "shape": [1, 64], "stride": [64, 1], "dtype": "float32"} | bad)
+    y = torch.randn(1, 64)
+    h = m.HeldOutput.model_construct(address=m.MEMORY_LIMIT - 8, shape=[1, 64], stride=[64, 1], dtype="float32")
+    pid = process_with_ns_pid(os.getpid(), os.getpid())
+    with pytest.raises(PeekError):
+        read_held(pid, [h], [([1, 64], "float32")], tmp_path, "far")
+    odd = m.HeldOutput(address=y.data_ptr(), shape=[1, 64], stride=[2**59, 1], dtype="float32")
+    (read,) = read_held(pid, [odd], [([1, 64], "float32")], tmp_path, "unit")
+    assert read is not None and read.stride == [64, 1]
+    flat = read_tensor({"file": read.file, "shape": [read.span], "dtype": read.dtype}, "cpu")
+    assert torch.equal(flat.as_strided(read.shape, read.stride), y)
 
 
 def test_windows_run_again_when_short_or_when_the_calls_were_lost_in_noise():

@@ -100,7 +100,7 @@ def described(outputs: list[tuple[int, list[int]]], expected: list[tuple[list[in
     """A DONE's outputs as the descriptions ``peek.read_held`` reads (None: not a tensor)."""
     return [
         m.HeldOutput(address=address, shape=shape, stride=strides, dtype=dtype)
-        if address > 0 and all(s >= 0 for s in strides)
+        if 0 < address < m.MEMORY_LIMIT and all(0 <= s < m.MEMORY_LIMIT for s in strides)
         else None
         for (address, strides), (shape, dtype) in zip(outputs, expected)
     ]

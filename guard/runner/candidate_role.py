@@ -470,7 +470,7 @@ class CandidateRole:
             kept.before(index, k)  # destination passing: this call's own buffers
 
         def hold(k: int, it: int, out: Any) -> None:
-            kept.take(it, None if self.dps else self._outputs(out), sets[k])
+            kept.take(it, None if self.dps else self._outputs(out), copy=True)
 
         try:
             pending, _ = self.timer.run(
