@@ -126,3 +126,43 @@ def test_a_forged_cpu_median_never_goes_below_the_guards_own_clock(guard_runtime
             floored += 1
             assert extra["inside_median_ms"] < w.latency_ms
     assert floored >= 1, [w.timing for w in v.workloads]
+
+
+_ONE_BUFFER = """
+import torch
+
+_buffers = {}
+
+
+def run(hidden_states, weight):
+    x = hidden_states.float()
+    y = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
+    out = _buffers.setdefault(tuple(y.shape), torch.empty_like(y))
+    out.copy_(y)
+    return out
+"""
+
+_SLICE_OF_A_WIDER_BUFFER = """
+import torch
+
+
+def run(hidden_states, weight):
+    x = hidden_states.float()
+    y = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
+    wide = torch.empty(y.shape[0], 3 * y.shape[1], dtype=y.dtype)
+    wide[:, y.shape[1] : 2 * y.shape[1]] = y
+    return wide[:, y.shape[1] : 2 * y.shape[1]]
+"""
+
+
+def test_honest_output_layouts_are_judged_for_what_they_are(guard):
+    """Two honest kernels were REWARD_HACK on the CPU (red team, session 48): one that returns
+    the middle third of a wider buffer (its span was more than the guard reads whole) and one
+    that computes every call into one buffer it keeps (a later call's answer was read for an
+    earlier one). The first is PASSED; the second is refused before any timing with a reason
+    that says what it does, not as a cheat."""
+    sliced = evaluate(guard, unique(_SLICE_OF_A_WIDER_BUFFER), RMS, "sliced")
+    assert sliced.status == "PASSED", (sliced.reason, sliced.diagnostic)
+    kept = evaluate(guard, unique(_ONE_BUFFER), RMS, "one-buffer")
+    assert kept.status == "INCORRECT_NUMERICAL" and kept.gate == "correctness", (kept.reason, kept.diagnostic)
+    assert "returned for the call before" in kept.reason

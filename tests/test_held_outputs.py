@@ -179,11 +179,9 @@ def test_a_buffer_that_is_not_writable_is_found(tmp_path):
 
 
 def test_a_stale_answer_read_back_fails_the_digest_check(tmp_path):
-    """A loop that answers only every other call (a copy of the last answer for the rest) is
-    found: what the guard reads is checked against the reference on that call's inputs. The
-    last answer's own memory returned again is refused as it is held (``KeptOutputs.take``)."""
-    from guard.runner.common import CandidateFault
-
+    """A loop that answers only every other call (pointing the rest at the last answer, or at a
+    copy of it) is found: what the guard reads is checked against the reference on that call's
+    inputs."""
     sets = _sets()
     kept = KeptOutputs(None, 8)
     loop = _loop(kept, sets)
@@ -193,17 +191,7 @@ def test_a_stale_answer_read_back_fails_the_digest_check(tmp_path):
         if not last or len(kept.held) % 2 == 0:
             last[:] = [sets[k][0] * 2]
             return list(last)
-        return [last[0].clone()]
-
-    fixed = [torch.empty(4, 64)]
-
-    def same(k):
-        fixed[0].copy_(sets[k][0] * 2)
-        return fixed
-
-    _stage(loop, 8, 2, tmp_path)
-    with pytest.raises(CandidateFault, match="earlier call"):
-        loop.run(seed=8, iters=2, call=same, pad_passes=0)
+        return list(last) if len(kept.held) % 4 == 1 else [last[0].clone()]
 
     _stage(loop, 8, 4, tmp_path)
     loop.run(seed=8, iters=4, call=lazy, pad_passes=0)
@@ -320,28 +308,39 @@ def test_the_timed_loop_holds_a_copy_of_what_each_call_returned(tmp_path):
     assert kept.described()[3][0] is None
 
 
-def test_a_window_refuses_memory_returned_for_an_earlier_call_and_reads_slices_by_rows(tmp_path):
+def test_a_window_reads_a_slice_of_a_wider_buffer_by_rows(tmp_path):
     """In an outside clock's window a copy would be the candidate's cost, and one it could skip,
-    so outputs are held as they lie. Memory returned for an earlier call of the window has lost
-    that call's answer: refused with its own reason (it was REWARD_HACK, "behaves differently
-    while timed"), not taken for a cheat. Two outputs of one call may share memory. A slice of
-    a wider buffer is read row by row, only its elements."""
-    from guard.runner.common import CandidateFault
-
+    so outputs are held as they lie. A slice of a wider buffer (an honest kernel's: one third of
+    a fused projection's rows) spans more than the guard reads whole and was REWARD_HACK (red
+    team, session 48): its rows are read one at a time, its elements and nothing between.
+    Columns far apart have no rows to read: refused as before."""
     kept = KeptOutputs(None, 4)
     wide = torch.randn(4, 3 * 64)
-    first = torch.randn(4, 64)
-    kept.take(0, [first, first[:, :32]])
-    kept.take(1, [wide[:, 64:128]])
-    (got,) = _read_back(kept.described()[1], tmp_path, "rows")
+    kept.take(0, [wide[:, 64:128]])
+    (got,) = _read_back(kept.described()[0], tmp_path, "rows")
     assert torch.equal(got, wide[:, 64:128])
-    with pytest.raises(CandidateFault) as fault:
-        kept.take(2, [first * 1, wide[:, :64]])
-    assert fault.value.status == "INCORRECT_NUMERICAL" and "earlier call" in fault.value.message
     narrow = m.HeldOutput(address=wide.data_ptr(), shape=[4, 64], stride=[3, 192], dtype="float32")
     pid = process_with_ns_pid(os.getpid(), os.getpid())
-    with pytest.raises(PeekError, match="runs of at least"):  # columns of a wider buffer: no rows to read
+    with pytest.raises(PeekError, match="runs of at least"):
         read_held(pid, [narrow], EXPECTED, tmp_path, "cols")
+
+
+def test_memory_returned_again_for_the_next_call_is_named_before_timing():
+    """A kernel that computes every call into one buffer it keeps loses each answer to the next
+    call: a CPU's loops, which hold every call's outputs for the guard to read, read a later
+    answer for an earlier call, and the honest kernel was REWARD_HACK, "behaves differently
+    while timed" (red team, session 48). The correctness gate now names it, from the storage
+    of two rounds' outputs, the first held meanwhile; new memory, an input returned as it is,
+    and two outputs of one call sharing memory are not it."""
+    from guard.runner.candidate_role import _returned_again
+
+    kept = torch.empty(4, 64)
+    weight = torch.randn(64)
+    names = ["y", "w"]
+    assert _returned_again(names, [kept, weight], [kept, weight], [torch.randn(4, 64), weight]) is not None
+    assert "'y'" in _returned_again(names, [kept[1:], weight], [kept, weight], [weight])
+    assert _returned_again(names, [torch.empty(4, 64), weight], [kept, weight], [weight]) is None
+    assert _returned_again(names, [kept, kept[0]], [torch.empty(4, 64), weight], [weight]) is None
 
 
 def test_a_description_past_any_address_or_stride_is_the_candidates_fault(tmp_path):
@@ -352,9 +351,11 @@ def test_a_description_past_any_address_or_stride_is_the_candidates_fault(tmp_pa
     strides of dimensions of size 1 address nothing, so they are read as contiguous."""
     from pydantic import ValidationError
 
+    fine = {"address": 4096, "shape": [1, 64], "stride": [64, 1], "dtype": "float32"}
+    m.HeldOutput.model_validate(fine)
     for bad in ({"address": 2**63}, {"stride": [2**64, 1]}):
         with pytest.raises(ValidationError):
-            m.HeldOutput.model_validate({"address": 4096, "shape": [1, 64], "stride": [64, 1], "dtype": "float32"} | bad)
+            m.HeldOutput.model_validate(fine | bad)
     y = torch.randn(1, 64)
     h = m.HeldOutput.model_construct(address=m.MEMORY_LIMIT - 8, shape=[1, 64], stride=[64, 1], dtype="float32")
     pid = process_with_ns_pid(os.getpid(), os.getpid())

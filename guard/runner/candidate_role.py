@@ -29,7 +29,7 @@ from .common import (
 )
 from .harness import T
 from .inputs import InputMaker, spec_shape, torch_dtype
-from .kept import KeptOutputs
+from .kept import KeptOutputs, storage_of
 from .pacing import Pacer, Pacing
 from .poison import poison_free_blocks, poison_in_place, poison_tensor
 from .refill import Refiller
@@ -222,6 +222,8 @@ class CandidateRole:
         outdir = Path(msg.outdir)
         axes, workload = msg.axes, msg.workload
         rounds = []
+        # a CPU: the last round's outputs, held until the next round's call has returned
+        earlier: list | None = None
         for i, rnd in enumerate(msg.rounds):
             try:
                 args = self.maker.make(workload, axes, rnd.seed, rnd.kind)
@@ -230,6 +232,12 @@ class CandidateRole:
                 return m.Reply(ok=False, status="INTERNAL", message=f"making inputs failed ({type(exc).__name__})")
             call_bytes = msg.call_bytes
             outs = self._call(args, axes, call_bytes)
+            if earlier is not None:
+                with self._after_candidate_code("after its call"):
+                    why = _returned_again(list(self.d["outputs"]), outs, earlier, args)
+                earlier = None
+                if why:
+                    raise CandidateFault("INCORRECT_NUMERICAL", why)
             if msg.repeat is not None and i == 0:
                 # the first call's outputs kept as copies (``snapshots``: on the host without room), so the
                 # second call reuses their device memory instead of adding its own
@@ -254,7 +262,9 @@ class CandidateRole:
             rounds.append(m.CheckedRound(tag=rnd.tag, outputs=metas))
             with self._after_candidate_code("after its call"):
                 poison_in_place(outs)
-                del outs, args  # nothing of a round outlives it
+                if not self.cuda:
+                    earlier = outs
+                del outs, args  # nothing else of a round outlives it
                 if not self.cuda:
                     trim_host_heap()  # and the resident set, the CPU's memory figure, shows it
                 elif call_bytes >= LARGE_ROUND_BYTES:
@@ -551,6 +561,26 @@ class CandidateRole:
             )
         if broken:
             raise CandidateFault("REWARD_HACK", "; ".join(broken))
+
+
+def _returned_again(names: list[str], outs: list, earlier: list, inputs: list) -> str | None:
+    """Why a call's outputs are memory that the call before it returned, which the guard still
+    holds (so no allocator gave it back), or None. A caller that kept the first answer finds
+    it overwritten; a CPU's loops, which hold every call's outputs for the guard to read, find
+    the same (red team, session 48: such a kernel was REWARD_HACK in the timing; its own
+    reason here instead, before any timing). On a GPU every call's outputs are digested or
+    copied right after it, and such a kernel is timed as any other. An output that is one of
+    the call's own inputs (a loaded weight returned as it is) is not counted."""
+    held = {p for p in map(storage_of, earlier) if p is not None}
+    held -= {p for p in map(storage_of, inputs) if p is not None}  # an input returned as it is
+    for name, t in zip(names, outs):
+        if storage_of(t) in held:
+            return (
+                f"output {name!r} is memory the kernel returned for the call before, overwritten: a "
+                "caller that kept the earlier answer loses it. Return new tensors from every call "
+                "(or declare destination passing)"
+            )
+    return None
 
 
 def _repeat_differs(names: list[str], second: list, first: list, within: list[m.Tolerance] | None) -> str | None:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from . import messages as m
-from .common import CandidateFault, dtype_name
+from .common import dtype_name
 from .harness import T
 
 
@@ -38,7 +38,7 @@ def describe(t: Any) -> m.HeldOutput | None:
     return m.HeldOutput(address=T.data_ptr(t), shape=list(t.shape), stride=list(t.stride()), dtype=dtype_name(t))
 
 
-def _storage(t: Any) -> int | None:
+def storage_of(t: Any) -> int | None:
     """The address of a tensor's storage (None: not a tensor); views of one storage share it."""
     if T.type(t) is not T.tensor_type:
         return None
@@ -55,7 +55,6 @@ class KeptOutputs:
         self.static = static
         self.rows = max(1, rows)
         self.held: list[list[Any]] = []
-        self._held_storage: set[int] = set()  # the storages of the outputs held so far (kept alive)
         self._own: list[list[torch.Tensor]] = []  # destination passing: a buffer set per row
         self._restore: list[list[torch.Tensor]] = []
         if static is not None:
@@ -67,7 +66,6 @@ class KeptOutputs:
     def reset(self) -> None:
         """Let the last loop's outputs go."""
         self.held = []
-        self._held_storage = set()
 
     def before(self, it: int, k: int) -> None:
         """Destination passing: set ``k``'s destinations are iteration ``it``'s own buffers."""
@@ -80,28 +78,18 @@ class KeptOutputs:
         ``copy`` (the timed loop, whose calls are timed one at a time, so copies made between
         them are no call's cost): each output held as a dense copy made right after its call, so
         that what the guard reads is what the call returned, whatever becomes of the memory it
-        returned: a buffer the kernel computes every call into, a view of an input that the next
-        refill changes, a slice of a wider buffer that the guard does not read whole (red team,
-        session 48: honest kernels of the first and last kind were REWARD_HACK).
-
-        Without it (an outside clock's window, where a copy would be the candidate's cost and
-        one it could skip), an output whose memory was returned for an earlier call of the
-        loop is refused with its own reason: that call's answer is gone before the guard can
-        read it, as it would be for a caller who kept it."""
+        returned: a view of an input that the next refill changes, a slice of a wider buffer
+        that the guard does not read whole (red team, session 48: an honest kernel of the
+        latter kind was REWARD_HACK). Without it (an outside clock's window, where a copy would
+        be the candidate's cost, and one it could skip) the outputs are held as they lie: a
+        kernel that returns one call's memory again for a later call is refused before any
+        timing (``CandidateRole.check``), and one that points a call at an earlier answer
+        fails the read."""
         if got is None:
             if self.static is None:
                 raise RuntimeError("a call without outputs in a loop without destinations")
             got = self._own[it]
-        row = [T.clone(t) if copy and T.type(t) is T.tensor_type else t for t in got]
-        storages = {p for p in map(_storage, row) if p is not None}
-        if not copy and storages & self._held_storage:
-            raise CandidateFault(
-                "INCORRECT_NUMERICAL",
-                "it returned memory it had returned for an earlier call, and overwrote that call's "
-                "answer: return new tensors from every call (or declare destination passing)",
-            )
-        self._held_storage |= storages
-        self.held.append(row)
+        self.held.append([T.clone(t) if copy and T.type(t) is T.tensor_type else t for t in got])
 
     def described(self) -> list[list[m.HeldOutput | None]]:
         """Per iteration held, where each of its outputs lies."""
