@@ -193,7 +193,8 @@ class GuardConfig(BaseModel):
         ge=0,
         description="CPU: the most bytes of inputs (a set per call, written by the guard) and outputs "
         "(held for the guard to read) the outside clock's loop keeps in the candidate's worker (its calls "
-        "are cut to fit, two at least)",
+        "are cut to fit, two at least); also the most bytes of outputs the timed loop holds, which cuts its "
+        "calls below max_iters for outputs over a fiftieth of it (5 MiB: two calls from 128 MiB)",
     )
     confirm_held_max_calls: int = Field(
         4096, ge=2, description="CPU: the most calls an outside clock's loop runs (and holds the outputs of)"

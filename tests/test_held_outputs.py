@@ -308,21 +308,32 @@ def test_the_timed_loop_holds_a_copy_of_what_each_call_returned(tmp_path):
     assert kept.described()[3][0] is None
 
 
-def test_a_window_reads_a_slice_of_a_wider_buffer_by_rows(tmp_path):
+def test_a_window_reads_a_slice_of_a_wider_buffer_whole_or_by_rows(tmp_path):
     """In an outside clock's window a copy would be the candidate's cost, and one it could skip,
     so outputs are held as they lie. A slice of a wider buffer (an honest kernel's: one third of
     a fused projection's rows) spans more than the guard reads whole and was REWARD_HACK (red
-    team, session 48): its rows are read one at a time, its elements and nothing between.
-    Columns far apart have no rows to read: refused as before."""
+    team, session 48): read whole up to four times its size, else its rows one at a time, its
+    elements and nothing between. Columns far apart have no rows to read: refused as before;
+    so are strides that the shape does not have."""
     kept = KeptOutputs(None, 4)
-    wide = torch.randn(4, 3 * 64)
-    kept.take(0, [wide[:, 64:128]])
-    (got,) = _read_back(kept.described()[0], tmp_path, "rows")
-    assert torch.equal(got, wide[:, 64:128])
-    narrow = m.HeldOutput(address=wide.data_ptr(), shape=[4, 64], stride=[3, 192], dtype="float32")
+    fused = torch.randn(4, 3 * 64)  # a third of it: read whole
+    wide = torch.randn(4, 8 * 64)  # an eighth: read by rows
+    kept.take(0, [fused[:, 64:128]])
+    kept.take(1, [wide[:, 64:128]])
+    for it, want in enumerate((fused[:, 64:128], wide[:, 64:128])):
+        (got,) = _read_back(kept.described()[it], tmp_path, f"slice{it}")
+        assert torch.equal(got, want)
     pid = process_with_ns_pid(os.getpid(), os.getpid())
+    (by_rows,) = read_held(pid, kept.described()[1], EXPECTED, tmp_path, "dense")
+    assert by_rows is not None and by_rows.span == 256 and os.path.getsize(by_rows.file) == 256 * 4
+    with pytest.raises(PeekError):  # the timed loop's outputs are dense copies: no rows asked
+        read_held(pid, kept.described()[1], EXPECTED, tmp_path, "timed", rows=False)
+    narrow = m.HeldOutput(address=wide.data_ptr(), shape=[4, 64], stride=[1, 512], dtype="float32")
     with pytest.raises(PeekError, match="runs of at least"):
         read_held(pid, [narrow], EXPECTED, tmp_path, "cols")
+    extra = m.HeldOutput(address=wide.data_ptr(), shape=[4, 64], stride=[512, 1, 7], dtype="float32")
+    with pytest.raises(PeekError, match="3 strides"):
+        read_held(pid, [extra], EXPECTED, tmp_path, "extra")
 
 
 def test_memory_returned_again_for_the_next_call_is_named_before_timing():
@@ -331,16 +342,17 @@ def test_memory_returned_again_for_the_next_call_is_named_before_timing():
     answer for an earlier call, and the honest kernel was REWARD_HACK, "behaves differently
     while timed" (red team, session 48). The correctness gate now names it, from the storage
     of two rounds' outputs, the first held meanwhile; new memory, an input returned as it is,
-    and two outputs of one call sharing memory are not it."""
+    and two outputs of one call sharing memory are not it, nor two empty outputs (every empty
+    storage lies at address 0: a review of ours, session 48)."""
     from guard.runner.candidate_role import _returned_again
 
     kept = torch.empty(4, 64)
-    weight = torch.randn(64)
-    names = ["y", "w"]
-    assert _returned_again(names, [kept, weight], [kept, weight], [torch.randn(4, 64), weight]) is not None
-    assert "'y'" in _returned_again(names, [kept[1:], weight], [kept, weight], [weight])
-    assert _returned_again(names, [torch.empty(4, 64), weight], [kept, weight], [weight]) is None
-    assert _returned_again(names, [kept, kept[0]], [torch.empty(4, 64), weight], [weight]) is None
+    names = ["y", "z"]
+    assert "'y'" in _returned_again(names, [kept, torch.empty(3)], [kept, torch.empty(3)])
+    assert "'y'" in _returned_again(names, [kept[1:], torch.empty(3)], [kept, torch.empty(3)])
+    assert _returned_again(names, [torch.empty(4, 64), torch.empty(3)], [kept, torch.empty(3)]) is None
+    assert _returned_again(names, [kept, kept[0]], [torch.empty(4, 64), torch.empty(3)]) is None
+    assert _returned_again(names, [torch.empty(0, 64), torch.empty(0)], [torch.empty(0, 64), torch.empty(0)]) is None
 
 
 def test_a_description_past_any_address_or_stride_is_the_candidates_fault(tmp_path):

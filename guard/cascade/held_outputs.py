@@ -81,26 +81,45 @@ def read_call(
     w: Workload,
 ) -> list[m.ReadOutput | None]:
     """One call's outputs, where its DONE said they lie (``runner/pacing.py``), read out of the
-    worker ``pid`` into files in ``dest`` for the trusted worker to check. A description that
-    cannot be read as it says is REWARD_HACK: the worker's process chose it."""
+    worker ``pid`` into files in ``dest`` for the trusted worker to check."""
+    return read_or_accuse(pid, described(outputs, expected), expected, dest, tag, w, "the outside clock's loop")
+
+
+def read_or_accuse(
+    pid: int,
+    held: list[m.HeldOutput | None],
+    expected: list[tuple[list[int], str]],
+    dest: Path,
+    tag: str,
+    w: Workload,
+    loop: str,
+    rows: bool = True,
+) -> list[m.ReadOutput | None]:
+    """``peek.read_held``, where a description that cannot be read as it says is REWARD_HACK:
+    the worker's process chose it. ``loop``: whose outputs, for the reason."""
     try:
-        return read_held(pid, described(outputs, expected), expected, dest, tag)
+        return read_held(pid, held, expected, dest, tag, rows)
     except PeekError as exc:
-        raise Rejection(
-            "benchmark",
-            "REWARD_HACK",
-            f"the candidate's worker described the outputs of the outside clock's loop on {w.uuid} "
-            f"as memory that does not hold them: {exc}",
-            None,
-            w.uuid,
-        ) from None
+        raise accused(w, loop, exc) from None
+
+
+def accused(w: Workload, loop: str, exc: PeekError) -> Rejection:
+    """REWARD_HACK for a description of ``loop``'s outputs that could not be read as it said."""
+    return Rejection(
+        "benchmark",
+        "REWARD_HACK",
+        f"the candidate's worker described the outputs of {loop} on {w.uuid} as memory that does not hold them: {exc}",
+        None,
+        w.uuid,
+    )
 
 
 def described(outputs: list[tuple[int, list[int]]], expected: list[tuple[list[int], str]]) -> list[m.HeldOutput | None]:
     """A DONE's outputs as the descriptions ``peek.read_held`` reads (None: not a tensor)."""
     return [
         m.HeldOutput(address=address, shape=shape, stride=strides, dtype=dtype)
-        if 0 < address < m.MEMORY_LIMIT and all(0 <= s < m.MEMORY_LIMIT for s in strides)
+        # an empty tensor may lie at address 0 (no memory): nothing is read of it
+        if (0 < address or 0 in shape) and address < m.MEMORY_LIMIT and all(0 <= s < m.MEMORY_LIMIT for s in strides)
         else None
         for (address, strides), (shape, dtype) in zip(outputs, expected)
     ]

@@ -206,7 +206,11 @@ def time_workload(
     # A CPU's timed calls: the chosen ones' outputs read by the guard, its tree stopped, before
     # the worker is asked for anything else (``timed_reads``); a GPU's: their digests.
     timed_dir = cx.trusted.workdir / "read" / "timed"
-    read = timed_reads.read_chosen(cx, ran, chosen, timed_dir) if cpu else None
+    try:
+        read = timed_reads.read_chosen(cx, ran, chosen, timed_dir) if cpu else None
+    except BaseException:
+        shutil.rmtree(timed_dir, ignore_errors=True)
+        raise
     # The secret sample of the calls of every loop is checked against the reference; the
     # timed loop's while the candidate's worker reads its profiler's records (host work only:
     # nothing is timed meanwhile).

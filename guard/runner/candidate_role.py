@@ -67,8 +67,8 @@ class CandidateRole:
         self.refiller: Refiller | None = None
         self.confirm_loop: ConfirmLoop | None = None
         self._confirm_rows = 0
-        # a CPU: each call's outputs, held where the call left them for the guard to read; the
-        # timed loop's until ``stats``, then the outside clock's loop's (``kept``)
+        # a CPU: each call's outputs, held for the guard to read: the timed loop's (copies) until
+        # ``stats``, then the outside clock's loop's, where the calls left them (``kept``)
         self.kept: KeptOutputs | None = None
         self._own_pid = os.getpid()  # before candidate code: the guard checks what it reads anyway
         self._pending: PendingStats | None = None  # the last timed loop's, until ``stats`` reads it
@@ -234,7 +234,7 @@ class CandidateRole:
             outs = self._call(args, axes, call_bytes)
             if earlier is not None:
                 with self._after_candidate_code("after its call"):
-                    why = _returned_again(list(self.d["outputs"]), outs, earlier, args)
+                    why = _returned_again(list(self.d["outputs"]), outs, earlier)
                 earlier = None
                 if why:
                     raise CandidateFault("INCORRECT_NUMERICAL", why)
@@ -262,7 +262,7 @@ class CandidateRole:
             rounds.append(m.CheckedRound(tag=rnd.tag, outputs=metas))
             with self._after_candidate_code("after its call"):
                 poison_in_place(outs)
-                if not self.cuda:
+                if not self.cuda and not self.dps:  # destination buffers are the guard's own
                     earlier = outs
                 del outs, args  # nothing else of a round outlives it
                 if not self.cuda:
@@ -275,6 +275,9 @@ class CandidateRole:
                     # poisoned first: the driver may hand the same pages back to this process
                     poison_free_blocks(torch.device(self.device))
                     release_device_cache()
+        if earlier is not None:  # the last round's outputs too, before the reply
+            del earlier
+            trim_host_heap()
         return m.CheckReply(ok=True, rounds=rounds)
 
     # -- timing ----------------------------------------------------------------------------
@@ -294,6 +297,8 @@ class CandidateRole:
     def arm(self, msg: m.Arm) -> m.Reply:
         """Make the live input sets, warm up, capture, plan (``Timer.arm``). Warm-up data
         comes from ``arm_seed``; the timed calls' data only from the run's own seed."""
+        # the last workload's held outputs and outside-clock loop go before this one's are made
+        self.kept = self.confirm_loop = None
         self.workload, self.axes = msg.workload, msg.axes
         cfg, arm_seed = msg.config, msg.arm_seed
         self._confirm_projection_seed = msg.confirm_projection_seed
@@ -467,9 +472,10 @@ class CandidateRole:
         return m.RunReply(ok=True, digests=table)
 
     def _run_held(self, msg: m.Run) -> m.Reply:
-        """A CPU's timed loop: no digest, no secret of the check in this process. Every call's
-        outputs stay where it left them (``kept``) and the reply says where, for the guard to
-        read the ones it checks while this process is stopped (``RunReply``)."""
+        """A CPU's timed loop: no digest, no secret of the check in this process. A dense copy of
+        every call's outputs is held, made right after the call (``kept``), and the reply says
+        where, for the guard to read the ones it checks while this process is stopped
+        (``RunReply``)."""
         assert self.plan is not None and self.kept is not None and self.refiller is not None
         kept, refiller, sets, run_seed = self.kept, self.refiller, self.sets, msg.run_seed
         gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(run_seed, "scramble"))
@@ -480,7 +486,8 @@ class CandidateRole:
             kept.before(index, k)  # destination passing: this call's own buffers
 
         def hold(k: int, it: int, out: Any) -> None:
-            kept.take(it, None if self.dps else self._outputs(out), copy=True)
+            # destination passing: the call's own buffers, one set per call already
+            kept.take(it, None if self.dps else self._outputs(out), copy=not self.dps)
 
         try:
             pending, _ = self.timer.run(
@@ -563,16 +570,16 @@ class CandidateRole:
             raise CandidateFault("REWARD_HACK", "; ".join(broken))
 
 
-def _returned_again(names: list[str], outs: list, earlier: list, inputs: list) -> str | None:
+def _returned_again(names: list[str], outs: list, earlier: list) -> str | None:
     """Why a call's outputs are memory that the call before it returned, which the guard still
     holds (so no allocator gave it back), or None. A caller that kept the first answer finds
     it overwritten; a CPU's loops, which hold every call's outputs for the guard to read, find
     the same (red team, session 48: such a kernel was REWARD_HACK in the timing; its own
     reason here instead, before any timing). On a GPU every call's outputs are digested or
-    copied right after it, and such a kernel is timed as any other. An output that is one of
-    the call's own inputs (a loaded weight returned as it is) is not counted."""
+    copied right after it, and such a kernel is timed as any other. Only the round just before
+    is held: a kernel that alternates two buffers is not named here, and fails the windows'
+    read instead."""
     held = {p for p in map(storage_of, earlier) if p is not None}
-    held -= {p for p in map(storage_of, inputs) if p is not None}  # an input returned as it is
     for name, t in zip(names, outs):
         if storage_of(t) in held:
             return (

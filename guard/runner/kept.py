@@ -1,5 +1,6 @@
-"""The outputs of a CPU's loops, held where each call left them: the outside clock's loop and,
-since session 48, the timed loop too (``CandidateRole._run_held``).
+"""The outputs of a CPU's loops, held for the guard to read: the outside clock's loop's where
+each call left them and, since session 48, the timed loop's as dense copies made right after
+each call (``CandidateRole._run_held``).
 
 On a GPU the loop digests every call's outputs in captured graphs and the short-loop check
 bounds what a candidate gains by doing that work more cheaply. A CPU has neither: digests and
@@ -16,8 +17,8 @@ does.
 The timed loop had digested each call in the candidate's process, with the digest's signs and
 sampled positions there too: a candidate that walked its stack to them returned outputs 98%
 wrong with every field of the digest exact, and was ACCEPTed (red team, session 47). Its calls'
-outputs are now held the same way and read by the guard after the loop, with the worker
-stopped: nothing the check depends on is in the candidate's process.
+outputs are now held too (copies: ``take``) and read by the guard after the loop, with the
+worker stopped: nothing the check depends on is in the candidate's process.
 """
 
 from __future__ import annotations
@@ -39,11 +40,13 @@ def describe(t: Any) -> m.HeldOutput | None:
 
 
 def storage_of(t: Any) -> int | None:
-    """The address of a tensor's storage (None: not a tensor); views of one storage share it."""
+    """The address of a tensor's storage (None: not a tensor, or no memory at all: every empty
+    storage is at address 0); views of one storage share it."""
     if T.type(t) is not T.tensor_type:
         return None
-    address: int = T.untyped_storage(t).data_ptr()
-    return address
+    storage = T.untyped_storage(t)
+    address: int = storage.data_ptr()
+    return address if storage.nbytes() > 0 else None
 
 
 class KeptOutputs:

@@ -402,7 +402,7 @@ class ArmReply(Reply):
 
 class RunReply(Reply):
     """A GPU's timed loop digests every call in the worker (``digests``: per call, per output).
-    A CPU's digests nothing: it holds every call's outputs where the call left them and says
+    A CPU's digests nothing: it holds a dense copy of every call's outputs and says
     where (``held``: per call, per output; ``pid``: the worker's, as its PID namespace numbers
     it), for the guard to read the calls it checks while the worker is stopped: no secret of
     the check is ever in the candidate's process (red team, session 47)."""
