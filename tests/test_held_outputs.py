@@ -313,11 +313,12 @@ def test_a_window_reads_a_slice_of_a_wider_buffer_whole_or_by_rows(tmp_path):
     so outputs are held as they lie. A slice of a wider buffer (an honest kernel's: one third of
     a fused projection's rows) spans more than the guard reads whole and was REWARD_HACK (red
     team, session 48): read whole up to four times its size, else its rows one at a time, its
-    elements and nothing between. Columns far apart have no rows to read: refused as before;
-    so are strides that the shape does not have."""
+    elements and nothing between. A sparse layout of a small buffer (a column) is read whole;
+    one of a large buffer has no rows to read: refused as before, as are strides that the
+    shape does not have."""
     kept = KeptOutputs(None, 4)
     fused = torch.randn(4, 3 * 64)  # a third of it: read whole
-    wide = torch.randn(4, 8 * 64)  # an eighth: read by rows
+    wide = torch.randn(4, 1 << 21)  # rows 8 MiB apart: too wide to read whole, read by rows
     kept.take(0, [fused[:, 64:128]])
     kept.take(1, [wide[:, 64:128]])
     for it, want in enumerate((fused[:, 64:128], wide[:, 64:128])):
@@ -328,7 +329,17 @@ def test_a_window_reads_a_slice_of_a_wider_buffer_whole_or_by_rows(tmp_path):
     assert by_rows is not None and by_rows.span == 256 and os.path.getsize(by_rows.file) == 256 * 4
     with pytest.raises(PeekError):  # the timed loop's outputs are dense copies: no rows asked
         read_held(pid, kept.described()[1], EXPECTED, tmp_path, "timed", rows=False)
-    narrow = m.HeldOutput(address=wide.data_ptr(), shape=[4, 64], stride=[1, 512], dtype="float32")
+    column = torch.randn(64, 8)  # a small wider buffer: its column read whole, however sparse
+    (col,) = read_held(
+        pid,
+        [m.HeldOutput(address=column.data_ptr(), shape=[4, 64], stride=[1, 8], dtype="float32")],
+        EXPECTED,
+        tmp_path,
+        "col",
+    )
+    assert col is not None and col.span == 1 + 3 + 63 * 8
+    big = torch.empty(1 << 23)  # 32 MiB: a sparse layout over it has no rows and is too wide to read whole
+    narrow = m.HeldOutput(address=big.data_ptr(), shape=[4, 64], stride=[1, 1 << 17], dtype="float32")
     with pytest.raises(PeekError, match="runs of at least"):
         read_held(pid, [narrow], EXPECTED, tmp_path, "cols")
     extra = m.HeldOutput(address=wide.data_ptr(), shape=[4, 64], stride=[512, 1, 7], dtype="float32")

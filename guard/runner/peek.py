@@ -59,14 +59,20 @@ def span_elements(shape: list[int], stride: list[int]) -> int:
 # trusted mirror reads dense outputs in one (a review of ours, session 48: 54 ms by rows
 # against 6.5 ms dense for one slice).
 SPAN_FACTOR = 4
+# Any span up to this many bytes is read whole, however sparse: a column of a small wider buffer
+# (``[N, 1]`` of ``[N, 8]``) has no rows to read and was refused as REWARD_HACK (a review of
+# ours, session 48); reading this much costs a few milliseconds at most.
+SMALL_SPAN_BYTES = 16 << 20
 
 
-def readable_span(shape: list[int], stride: list[int]) -> bool:
-    """Whether the guard reads a tensor so laid out whole: its storage span, first element to
-    last, at most ``SPAN_FACTOR`` times its elements and a little (no more than a few times the
-    outputs' own size may be asked of it). Else it reads the rows alone, where they are long
-    enough (``MIN_ROW``) and ``read_held`` allows it."""
-    return span_elements(shape, stride) <= SPAN_FACTOR * math.prod(shape) + 64
+def readable_span(shape: list[int], stride: list[int], size: int = 1) -> bool:
+    """Whether the guard reads a tensor so laid out whole (``size``: bytes per element): its
+    storage span, first element to last, at most ``SPAN_FACTOR`` times its elements and a
+    little (no more than a few times the outputs' own size may be asked of it), or at most
+    ``SMALL_SPAN_BYTES``. Else it reads the rows alone, where they are long enough
+    (``MIN_ROW``) and ``read_held`` allows it."""
+    span = span_elements(shape, stride)
+    return span <= SPAN_FACTOR * math.prod(shape) + 64 or span * size <= SMALL_SPAN_BYTES
 
 
 def canonical_strides(shape: list[int], stride: list[int]) -> list[int]:
@@ -124,7 +130,7 @@ def read_held(
             if h.address + span * int(size) > m.MEMORY_LIMIT:
                 raise PeekError(f"output {j}: {span} elements at {h.address:#x}, past any address")
             path = dest / f"{tag}_{j}.bin"
-            if readable_span(shape, stride):
+            if readable_span(shape, stride, int(size)):
                 _copy_out(fd, h.address, span * int(size), path)
                 out.append(m.ReadOutput(file=str(path), span=span, shape=shape, stride=stride, dtype=dtype))
             elif rows and stride[-1:] == [1] and shape[-1] >= MIN_ROW:
