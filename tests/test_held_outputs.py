@@ -354,7 +354,9 @@ def test_memory_returned_again_for_the_next_call_is_named_before_timing():
     while timed" (red team, session 48). The correctness gate now names it, from the storage
     of two rounds' outputs, the first held meanwhile; new memory, an input returned as it is,
     and two outputs of one call sharing memory are not it, nor two empty outputs (every empty
-    storage lies at address 0: a review of ours, session 48)."""
+    storage lies at address 0: a review of ours, session 48), nor a new slice of one arena for
+    every call (its storage is the same, its elements are not: the second red team, session 48,
+    whose honest arena kernel was INCORRECT_NUMERICAL)."""
     from guard.runner.candidate_role import _returned_again
 
     kept = torch.empty(4, 64)
@@ -364,6 +366,10 @@ def test_memory_returned_again_for_the_next_call_is_named_before_timing():
     assert _returned_again(names, [torch.empty(4, 64), torch.empty(3)], [kept, torch.empty(3)]) is None
     assert _returned_again(names, [kept, kept[0]], [torch.empty(4, 64), torch.empty(3)]) is None
     assert _returned_again(names, [torch.empty(0, 64), torch.empty(0)], [torch.empty(0, 64), torch.empty(0)]) is None
+    arena = torch.empty(4 * 256 + 3)
+    first, second = arena[:256].view(4, 64), arena[256:512].view(4, 64)
+    assert _returned_again(names, [second, arena[-3:]], [first, arena[512:515]]) is None
+    assert "'y'" in _returned_again(names, [arena[255:511].view(4, 64), arena[-3:]], [first, arena[512:515]])
 
 
 def test_a_description_past_any_address_or_stride_is_the_candidates_fault(tmp_path):

@@ -40,13 +40,14 @@ def build(
         settle_dynamo=names_dynamo(json.dumps(solution), problem.definition.reference),
     )
     try:  # no candidate code has run in the worker yet: any failure here is the guard's
-        ready = m.parse_reply(worker.request(setup.model_dump(mode="json"), cfg.call_timeout_s), m.Reply)
+        ready = m.parse_reply(worker.request(setup.model_dump(mode="json"), cfg.call_timeout_s), m.SetupReply)
     except m.MessageError as exc:
         raise GuardError(f"the candidate worker answered its set-up out of protocol: {exc}") from None
     except (WorkerDied, WorkerTimeout) as exc:
         raise GuardError(f"the candidate worker failed while setting up the problem: {exc}") from None
     if not ready.ok:
         raise GuardError(f"the candidate worker could not set up the problem: {first_line(ready.message or '')}")
+    worker.ns_pid = ready.pid
     digest = extension_digest(solution) if language == "cuda_cpp" else None
     # the worker sees its own source's finished build only, never the shared cache
     handed = hand_build(extension_cache(), digest, worker.workdir) if digest is not None else None

@@ -226,9 +226,9 @@ def _write_stopped(
 
 @contextmanager
 def _candidate_memory(cx: WorkloadContext, staging: staged_inputs.Staging) -> Iterator[tuple[int, Memory]]:
-    """The candidate's worker's memory, opened where its staging said it lives: (its host pid,
-    the open memory). A worker that named a process it does not have is REWARD_HACK."""
-    pid = candidates_memory_fault(cx.w, lambda: staged_inputs.worker_process(cx.worker, staging.candidate_pid))
+    """The candidate's worker's memory, opened in the process its set-up named before any of
+    its code ran: (its host pid, the open memory)."""
+    pid = candidates_memory_fault(cx.w, lambda: staged_inputs.worker_process(cx.worker))
     with Memory(pid) as memory:
         yield pid, memory
 

@@ -119,7 +119,9 @@ def described(outputs: list[tuple[int, list[int]]], expected: list[tuple[list[in
     return [
         m.HeldOutput(address=address, shape=shape, stride=strides, dtype=dtype)
         # an empty tensor may lie at address 0 (no memory): nothing is read of it
-        if (0 < address or 0 in shape) and address < m.MEMORY_LIMIT and all(0 <= s < m.MEMORY_LIMIT for s in strides)
+        if (0 < address or (address == 0 and 0 in shape))
+        and address < m.MEMORY_LIMIT
+        and all(0 <= s < m.MEMORY_LIMIT for s in strides)
         else None
         for (address, strides), (shape, dtype) in zip(outputs, expected)
     ]

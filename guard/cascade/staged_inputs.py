@@ -21,11 +21,10 @@ Write = tuple[int, int, int]
 @dataclass(frozen=True)
 class Staging:
     """One window's inputs, drawn and checked: every call's inputs as bytes, and per call what
-    to write of them where, in the candidate's worker and in the trusted one (numbered as their
-    own PID namespaces number them)."""
+    to write of them where, in the candidate's worker (its process the one its set-up named) and
+    in the trusted one (numbered as its own PID namespace numbers it)."""
 
     data: bytes
-    candidate_pid: int
     candidate: list[list[Write]]
     trusted_pid: int
     trusted: list[list[Write]]
@@ -77,7 +76,6 @@ def stage(cx: WorkloadContext, seed: int, iters: int, tag: str, copies: bool, pr
 
     return Staging(
         data,
-        where.pid,
         planned_writes(where.inputs, drawn.tensors, iters, refuse),
         drawn.pid,
         planned_writes(drawn.buffers, drawn.tensors, iters, own_fault),
@@ -128,9 +126,14 @@ def planned_writes(
     return writes
 
 
-def worker_process(worker: WorkerProcess, ns_pid: int) -> int:
-    """The host's pid of the process that ``worker``'s PID namespace numbers ``ns_pid``."""
+def worker_process(worker: WorkerProcess, ns_pid: int | None = None) -> int:
+    """The host's pid of the process that ``worker``'s PID namespace numbers ``ns_pid``; by
+    default the worker's own, as its set-up named it before any candidate code ran
+    (``WorkerProcess.ns_pid``: a candidate's later word for it once named a dead child)."""
+    ns = worker.ns_pid if ns_pid is None else ns_pid
+    if ns is None:
+        raise GuardError(f"the {worker.role} worker's set-up did not say its process")
     root = worker.sandbox_pid
     if root is None:
         raise PeekError(f"the {worker.role} worker has ended")
-    return process_with_ns_pid(root, ns_pid)
+    return process_with_ns_pid(root, ns)

@@ -33,7 +33,7 @@ def read_chosen(cx: WorkloadContext, ran: m.RunReply, chosen: list[int], dest: P
     dest.mkdir(parents=True, exist_ok=True)
     with candidate_stopped(cx.worker, cx.w, "while the guard read the outputs of its timed calls"):
         try:
-            pid = staged_inputs.worker_process(cx.worker, ran.pid)
+            pid = staged_inputs.worker_process(cx.worker)
         except PeekError as exc:
             raise held_outputs.accused(cx.w, "its timed calls", exc) from None
         except OSError as exc:

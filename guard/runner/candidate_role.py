@@ -19,6 +19,7 @@ from . import messages as m
 from .confirm import ConfirmLoop
 from .common import (
     CandidateFault,
+    element_range,
     load_module_from_source,
     normalize_outputs,
     PeakMeter,
@@ -29,7 +30,7 @@ from .common import (
 )
 from .harness import T
 from .inputs import InputMaker, spec_shape, torch_dtype
-from .kept import KeptOutputs, storage_of
+from .kept import KeptOutputs
 from .pacing import Pacer, Pacing
 from .poison import poison_free_blocks, poison_in_place, poison_tensor
 from .refill import Refiller
@@ -70,7 +71,7 @@ class CandidateRole:
         # a CPU: each call's outputs, held for the guard to read: the timed loop's (copies) until
         # ``stats``, then the outside clock's loop's, where the calls left them (``kept``)
         self.kept: KeptOutputs | None = None
-        self._own_pid = os.getpid()  # before candidate code: the guard checks what it reads anyway
+        self._own_pid = os.getpid()  # before candidate code; the guard keeps what set-up says of it
         self._pending: PendingStats | None = None  # the last timed loop's, until ``stats`` reads it
         self.threads = harness.thread_count()
 
@@ -111,7 +112,7 @@ class CandidateRole:
         if self.d.get("custom_inputs_entrypoint"):
             module = load_module_from_source(self.d["reference"], self.workdir / "ref", "reference")
         self.maker = InputMaker(self.d, self.device, module, msg.blob_root)
-        return m.Reply(ok=True)
+        return m.SetupReply(ok=True, pid=self._own_pid)
 
     def prepare(self, msg: m.Prepare) -> m.Reply:
         if not self.d:
@@ -507,7 +508,7 @@ class CandidateRole:
             raise self._fault(exc) from None
         finally:
             kept.finish()
-        return m.RunReply(ok=True, held=kept.described(), pid=self._own_pid)
+        return m.RunReply(ok=True, held=kept.described())
 
     def stage_inputs(self, msg: m.StageInputs) -> m.Reply:
         """A CPU: where the guard is to write the inputs of the next loop's calls."""
@@ -522,7 +523,7 @@ class CandidateRole:
             raise
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
-        return m.StageReply(ok=True, inputs=inputs, pid=self._own_pid)
+        return m.StageReply(ok=True, inputs=inputs)
 
     def confirm(self, msg: m.Confirm) -> m.Reply:
         """The outside clock's loop (``confirm.ConfirmLoop``): nothing but padding, fresh
@@ -571,17 +572,19 @@ class CandidateRole:
 
 
 def _returned_again(names: list[str], outs: list, earlier: list) -> str | None:
-    """Why a call's outputs are memory that the call before it returned, which the guard still
-    holds (so no allocator gave it back), or None. A caller that kept the first answer finds
-    it overwritten; a CPU's loops, which hold every call's outputs for the guard to read, find
-    the same (red team, session 48: such a kernel was REWARD_HACK in the timing; its own
-    reason here instead, before any timing). On a GPU every call's outputs are digested or
-    copied right after it, and such a kernel is timed as any other. Only the round just before
-    is held: a kernel that alternates two buffers is not named here, and fails the windows'
-    read instead."""
-    held = {p for p in map(storage_of, earlier) if p is not None}
+    """Why a call's outputs lie in memory that the call before it returned its outputs in, which
+    the guard still holds (so no allocator gave it back), or None. A caller that kept the first
+    answer finds it overwritten; a CPU's loops, which hold every call's outputs for the guard to
+    read, find the same (red team, session 48: such a kernel was REWARD_HACK in the timing; its
+    own reason here instead, before any timing). Element bytes, not storages: an arena that
+    hands out a new slice of one buffer to every call overwrites nothing (the second red team,
+    session 48). On a GPU every call's outputs are digested or copied right after it, and such
+    a kernel is timed as any other. Only the round just before is held: a kernel that
+    alternates two buffers is not named here, and fails the windows' read instead."""
+    held = [r for r in (element_range(t) for t in earlier if T.type(t) is T.tensor_type) if r is not None]
     for name, t in zip(names, outs):
-        if storage_of(t) in held:
+        mine = element_range(t) if T.type(t) is T.tensor_type else None
+        if mine is not None and any(mine[0] < end and start < mine[1] for start, end in held):
             return (
                 f"output {name!r} is memory the kernel returned for the call before, overwritten: a "
                 "caller that kept the earlier answer loses it. Return new tensors from every call "

@@ -87,6 +87,18 @@ def storage_range(t: torch.Tensor) -> tuple[int, int]:
     return start, start + st.nbytes()
 
 
+def element_range(t: torch.Tensor) -> tuple[int, int] | None:
+    """The bytes from a tensor's first element to the end of its last (None: no elements).
+    Two tensors of one buffer that share no element's bytes do not overlap here, where their
+    storages do (an arena of outputs: a red team's honest kernel, session 48)."""
+    n = T.numel(t)
+    if n == 0:
+        return None
+    start: int = T.data_ptr(t)
+    span = 1 + sum((size - 1) * abs(step) for size, step in zip(t.shape, t.stride()))
+    return start, start + span * t.element_size()
+
+
 def flat(t: torch.Tensor) -> torch.Tensor:
     """``t``'s elements in one dimension (a copy only when ``t`` is not contiguous)."""
     out: torch.Tensor = T.view(T.contiguous(t), (-1,))

@@ -39,16 +39,6 @@ def describe(t: Any) -> m.HeldOutput | None:
     return m.HeldOutput(address=T.data_ptr(t), shape=list(t.shape), stride=list(t.stride()), dtype=dtype_name(t))
 
 
-def storage_of(t: Any) -> int | None:
-    """The address of a tensor's storage (None: not a tensor, or no memory at all: every empty
-    storage is at address 0); views of one storage share it."""
-    if T.type(t) is not T.tensor_type:
-        return None
-    storage = T.untyped_storage(t)
-    address: int = storage.data_ptr()
-    return address if storage.nbytes() > 0 else None
-
-
 class KeptOutputs:
     """Per iteration of a loop, its call's output tensors, kept alive until the next loop.
     ``static``: per set, the destination list the call writes into (destination passing: its

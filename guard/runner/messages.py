@@ -400,16 +400,23 @@ class ArmReply(Reply):
     flush_ms: float = 0.0  # the device time of one flush pass, as the candidate's worker measured it
 
 
+class SetupReply(Reply):
+    """The worker's process id as its own PID namespace numbers it, sent before any of the
+    candidate's code has run: the one process whose memory the guard reads and writes on a CPU
+    (a later reply's word for it could name a dead child, whose memory cannot be opened, and
+    the guard took that for its own failure: red team, session 48)."""
+
+    pid: int = Field(0, ge=0)
+
+
 class RunReply(Reply):
     """A GPU's timed loop digests every call in the worker (``digests``: per call, per output).
     A CPU's digests nothing: it holds a dense copy of every call's outputs and says
-    where (``held``: per call, per output; ``pid``: the worker's, as its PID namespace numbers
-    it), for the guard to read the calls it checks while the worker is stopped: no secret of
+    where (``held``: per call, per output), for the guard to read the calls it checks while the worker is stopped: no secret of
     the check is ever in the candidate's process (red team, session 47)."""
 
     digests: list[list[DigestRow]] = Field(default_factory=list)
     held: list[list[HeldOutput | None]] = Field(default_factory=list)
-    pid: int = 0
 
 
 class StatsReply(Reply):
@@ -483,7 +490,8 @@ class ConfirmReply(Reply):
 
 class StageReply(Reply):
     # per call, per argument, the buffer the guard writes the input into (None: not a tensor);
-    # and the worker's process id as its own PID namespace numbers it
+    # and the worker's process id as its own PID namespace numbers it (the trusted worker's
+    # only: a candidate's is the one its set-up gave, ``SetupReply``)
     inputs: list[list[HeldOutput | None]] = Field(default_factory=list)
     pid: int = 0
 

@@ -113,6 +113,9 @@ class WorkerProcess:
         else:  # the trusted worker holds references, never candidate code: unconfined
             self.isolation = "none"
         self.proc: subprocess.Popen[bytes] | zygote.ForkedWorker | None = None
+        # the worker's process id in its PID namespace, as its set-up said before any candidate
+        # code ran (``SetupReply``): the process a CPU's loops are read from and written into
+        self.ns_pid: int | None = None
         self.sock: socket.socket | None = None
         self.info: dict[str, Any] = {}
         self.started_at = 0.0
