@@ -34,16 +34,13 @@ def read_chosen(cx: WorkloadContext, ran: m.RunReply, chosen: list[int], dest: P
     with candidate_stopped(cx.worker, cx.w, "while the guard read the outputs of its timed calls"):
         try:
             pid = staged_inputs.worker_process(cx.worker)
-        except PeekError as exc:
-            raise held_outputs.accused(cx.w, "its timed calls", exc) from None
-        except OSError as exc:
-            raise GuardError(f"reading the timed calls of {cx.w.uuid}: {exc}") from None
-        try:
             return [
                 held_outputs.read_or_accuse(
                     pid, ran.held[i], expected, dest, f"call{i}", cx.w, "its timed calls", False
                 )
                 for i in chosen
             ]
+        except PeekError as exc:  # the worker's process gone from its tree
+            raise held_outputs.accused(cx.w, "its timed calls", exc) from None
         except OSError as exc:
             raise GuardError(f"reading the timed calls of {cx.w.uuid}: {exc}") from None

@@ -206,34 +206,31 @@ def time_workload(
     # A CPU's timed calls: the chosen ones' outputs read by the guard, its tree stopped, before
     # the worker is asked for anything else (``timed_reads``); a GPU's: their digests.
     timed_dir = cx.trusted.workdir / "read" / "timed"
-    try:
-        read = timed_reads.read_chosen(cx, ran, chosen, timed_dir) if cpu else None
-    except BaseException:
-        shutil.rmtree(timed_dir, ignore_errors=True)
-        raise
-    # The secret sample of the calls of every loop is checked against the reference; the
-    # timed loop's while the candidate's worker reads its profiler's records (host work only:
-    # nothing is timed meanwhile).
-    reading = Asked(worker, m.Stats(), m.StatsReply, "benchmark")
     copies = armed.plan.method != "cuda-graph" and not dps
     try:
-        _verify_calls(
-            cx,
-            run_seed,
-            "seeded",
-            projection_seed,
-            chosen,
-            [] if cpu else [ran.digests[i] for i in chosen],
-            tolerances,
-            list(d.outputs),
-            "timed",
-            read,
-        )
-        if ref.device.kind == "cuda":  # the trusted loop's set-up, here rather than while the candidate is stopped
-            _prepare_trusted_loop(cx, n, copies, projection_seed)
-    except BaseException:
-        reading.drop(cx.timeout)
-        raise
+        read = timed_reads.read_chosen(cx, ran, chosen, timed_dir) if cpu else None
+        # The secret sample of the calls of every loop is checked against the reference; the
+        # timed loop's while the candidate's worker reads its profiler's records (host work
+        # only: nothing is timed meanwhile).
+        reading = Asked(worker, m.Stats(), m.StatsReply, "benchmark")
+        try:
+            _verify_calls(
+                cx,
+                run_seed,
+                "seeded",
+                projection_seed,
+                chosen,
+                [] if cpu else [ran.digests[i] for i in chosen],
+                tolerances,
+                list(d.outputs),
+                "timed",
+                read,
+            )
+            if not cpu:  # the trusted loop's set-up, here rather than while the candidate is stopped
+                _prepare_trusted_loop(cx, n, copies, projection_seed)
+        except BaseException:
+            reading.drop(cx.timeout)
+            raise
     finally:
         shutil.rmtree(timed_dir, ignore_errors=True)
     got = reading.reply(cx.timeout)

@@ -437,78 +437,67 @@ class CandidateRole:
 
     def run(self, msg: m.Run) -> m.Reply:
         """The timed loop of the armed workload. Nothing but the loop runs between receiving
-        this request and replying: the guard's clock around it is the outside clock."""
-        if self.plan is None:
+        this request and replying: the guard's clock around it is the outside clock. A GPU's
+        digests every call here; a CPU's holds a dense copy of every call's outputs (``kept``)
+        and says where, for the guard to read the ones it checks while this process is stopped:
+        no secret of the check is in this process (``RunReply``)."""
+        if self.plan is None or (not self.cuda and self.kept is None):
             return m.Reply(ok=False, status="INTERNAL", message="run before arm")
-        if not self.cuda:
-            return self._run_held(msg)
-        run_seed = msg.run_seed
-        gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(run_seed, "scramble"))
-        projection = replays.Projection(run_seed, calls=self.plan.iters)
+        run_seed, kept = msg.run_seed, self.kept
 
         def refill(k: int, index: int) -> None:
             self.refiller(self.sets[k], replays.replay_seed(run_seed, index))
+            if kept is not None:
+                kept.before(index, k)  # destination passing: this call's own buffers
 
-        try:
+        if self.cuda:
+            projection = replays.Projection(run_seed, calls=self.plan.iters)
             # Eager digests, never a captured one: CUPTI's spans are read off the loop's graph
             # launches, which must be the call's alone (a digest graph made every second launch
             # another: the spans were refused and the noisier events timed the call).
-            pending, digests = self.timer.run(
-                self.plan,
-                self._timing_call(),
-                refill,
-                lambda out, i: replays.scramble(out, gen),
-                lambda k, it, out: replays.digest(self._outputs(out), projection, it),
-                outputs_of=(lambda k: self.outs[k]) if self.dps else None,
-                max_time_s=msg.max_timing_s,
-                use_cupti=msg.use_cupti,
+            digests = self._timed_loop(
+                msg, refill, lambda k, it, out: replays.digest(self._outputs(out), projection, it), msg.use_cupti
             )
-            # kept at once: a failure below leaves it for the next request to stop
-            self._pending = pending
-            table = T.to(torch.stack(digests), "cpu").tolist() if digests else []
-        except CandidateFault:
-            raise
-        except BaseException as exc:  # noqa: BLE001
-            raise self._fault(exc) from None
-        return m.RunReply(ok=True, digests=table)
+            return m.RunReply(ok=True, digests=digests)
 
-    def _run_held(self, msg: m.Run) -> m.Reply:
-        """A CPU's timed loop: no digest, no secret of the check in this process. A dense copy of
-        every call's outputs is held, made right after the call (``kept``), and the reply says
-        where, for the guard to read the ones it checks while this process is stopped
-        (``RunReply``)."""
-        assert self.plan is not None and self.kept is not None and self.refiller is not None
-        kept, refiller, sets, run_seed = self.kept, self.refiller, self.sets, msg.run_seed
-        gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(run_seed, "scramble"))
-        kept.reset()
-
-        def refill(k: int, index: int) -> None:
-            refiller(sets[k], replays.replay_seed(run_seed, index))
-            kept.before(index, k)  # destination passing: this call's own buffers
+        assert kept is not None
 
         def hold(k: int, it: int, out: Any) -> None:
             # destination passing: the call's own buffers, one set per call already
             kept.take(it, None if self.dps else self._outputs(out), copy=not self.dps)
 
+        kept.reset()
         try:
-            pending, _ = self.timer.run(
+            self._timed_loop(msg, refill, hold, use_cupti=False)
+        finally:
+            kept.finish()
+        return m.RunReply(ok=True, held=kept.described())
+
+    def _timed_loop(self, msg: m.Run, refill: Any, after: Any, use_cupti: bool) -> list:
+        """``Timer.run`` on the run's data, each call's outputs scrambled first, ``after(set,
+        iteration, outputs)`` after it: what ``after`` returned, moved to the host (a device
+        error surfacing there is the candidate's, as any in the loop). Its statistics wait for
+        ``stats`` (``_pending``)."""
+        assert self.plan is not None
+        gen = torch.Generator(device=self.device).manual_seed(replays.sub_seed(msg.run_seed, "scramble"))
+        try:
+            pending, kept = self.timer.run(
                 self.plan,
                 self._timing_call(),
                 refill,
                 lambda out, i: replays.scramble(out, gen),
-                hold,
+                after,
                 outputs_of=(lambda k: self.outs[k]) if self.dps else None,
                 max_time_s=msg.max_timing_s,
-                use_cupti=False,
+                use_cupti=use_cupti,
             )
+            # kept at once: a failure below leaves it for the next request to stop
             self._pending = pending
+            return T.to(torch.stack(kept), "cpu").tolist() if kept else []
         except CandidateFault:
             raise
         except BaseException as exc:  # noqa: BLE001
             raise self._fault(exc) from None
-        finally:
-            kept.finish()
-        return m.RunReply(ok=True, held=kept.described())
 
     def stage_inputs(self, msg: m.StageInputs) -> m.Reply:
         """A CPU: where the guard is to write the inputs of the next loop's calls."""

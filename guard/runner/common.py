@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from .harness import T
+from .peek import span_elements
 
 
 class CandidateFault(Exception):
@@ -91,11 +92,10 @@ def element_range(t: torch.Tensor) -> tuple[int, int] | None:
     """The bytes from a tensor's first element to the end of its last (None: no elements).
     Two tensors of one buffer that share no element's bytes do not overlap here, where their
     storages do (an arena of outputs: a red team's honest kernel, session 48)."""
-    n = T.numel(t)
-    if n == 0:
+    if T.numel(t) == 0:
         return None
     start: int = T.data_ptr(t)
-    span = 1 + sum((size - 1) * abs(step) for size, step in zip(t.shape, t.stride()))
+    span = span_elements(list(t.shape), [abs(step) for step in t.stride()])
     return start, start + span * t.element_size()
 
 

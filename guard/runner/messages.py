@@ -411,9 +411,10 @@ class SetupReply(Reply):
 
 class RunReply(Reply):
     """A GPU's timed loop digests every call in the worker (``digests``: per call, per output).
-    A CPU's digests nothing: it holds a dense copy of every call's outputs and says
-    where (``held``: per call, per output), for the guard to read the calls it checks while the worker is stopped: no secret of
-    the check is ever in the candidate's process (red team, session 47)."""
+    A CPU's digests nothing: it holds a dense copy of every call's outputs and says where
+    (``held``: per call, per output), for the guard to read the calls it checks while the
+    worker is stopped: no secret of the check is ever in the candidate's process (red team,
+    session 47)."""
 
     digests: list[list[DigestRow]] = Field(default_factory=list)
     held: list[list[HeldOutput | None]] = Field(default_factory=list)

@@ -11,9 +11,11 @@ while every process of the tree is stopped, after the guard's clock took the loo
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..problems.dtypes import dtype_info
@@ -168,44 +170,43 @@ def _copy_rows(fd: int, address: int, shape: list[int], stride: list[int], size:
     """The rows (last dimension, contiguous) of a tensor at ``address``, one after another into
     a new file at ``path``."""
     row_bytes = shape[-1] * size
-    out = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
+    with _new_file(path) as out:
         for index in itertools.product(*(range(n) for n in shape[:-1])):
-            at = address + size * sum(i * st for i, st in zip(index, stride))
-            try:
-                data = os.pread(fd, row_bytes, at)
-            except OSError as exc:
-                raise PeekError(f"nothing readable at {at:#x} ({exc.strerror})") from None
-            except (OverflowError, ValueError) as exc:
-                raise PeekError(f"no address {at:#x}: {exc}") from None
-            if len(data) != row_bytes:
-                raise PeekError(f"nothing readable at {at + len(data):#x}")
-            view = memoryview(data)
-            while view:
-                view = view[os.write(out, view) :]
-    finally:
-        os.close(out)
+            _write_all(out, _pread(fd, row_bytes, address + size * sum(i * st for i, st in zip(index, stride))))
 
 
 def _copy_out(fd: int, address: int, nbytes: int, path: Path) -> None:
     """``nbytes`` at ``address`` into a new file at ``path``, a chunk at a time."""
     chunk = 8 << 20
+    with _new_file(path) as out:
+        for done in range(0, nbytes, chunk):
+            _write_all(out, _pread(fd, min(chunk, nbytes - done), address + done))
+
+
+def _pread(fd: int, nbytes: int, at: int) -> bytes:
+    """All ``nbytes`` at ``at`` in the worker's memory; PeekError where they are not there (the
+    candidate chose the address)."""
+    try:
+        data = os.pread(fd, nbytes, at)
+    except OSError as exc:
+        raise PeekError(f"nothing readable at {at:#x} ({exc.strerror})") from None
+    except (OverflowError, ValueError) as exc:
+        raise PeekError(f"no address {at:#x}: {exc}") from None
+    if len(data) != nbytes:
+        raise PeekError(f"nothing readable at {at + len(data):#x}")
+    return data
+
+
+@contextlib.contextmanager
+def _new_file(path: Path) -> Iterator[int]:
     out = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
-        done = 0
-        while done < nbytes:
-            want = min(chunk, nbytes - done)
-            try:
-                data = os.pread(fd, want, address + done)
-            except OSError as exc:
-                raise PeekError(f"nothing readable at {address + done:#x} ({exc.strerror})") from None
-            except (OverflowError, ValueError) as exc:  # the candidate chose the address
-                raise PeekError(f"no address {address + done:#x}: {exc}") from None
-            if not data:
-                raise PeekError(f"nothing readable at {address + done:#x}")
-            view = memoryview(data)
-            while view:
-                view = view[os.write(out, view) :]
-            done += len(data)
+        yield out
     finally:
         os.close(out)
+
+
+def _write_all(out: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(out, view) :]
