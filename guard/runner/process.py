@@ -10,6 +10,7 @@ can write, and the workspace, other processes and the network are out of sight.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -442,6 +443,21 @@ class WorkerProcess:
         self.kill()
 
     # -- requests -------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _in_step(self) -> Iterator[None]:
+        """An exchange cut short by an exception from outside the protocol (a signal's, a
+        caller's own timeout) leaves the worker out of step: the reply on its way would answer
+        the next request (a trusted worker answered 'problem' with a build's reply after a test's
+        timeout, on the H100 in session 49). Such a worker is killed: the pool starts another
+        when one is needed, and a candidate's dies as any worker that fails."""
+        try:
+            yield
+        except (WorkerDied, WorkerTimeout, protocol.ProtocolError, OSError):
+            raise  # the protocol's own failures: each already ends or kills the worker
+        except BaseException:
+            self.kill()
+            raise
+
     def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
         self.send(message)
         return self.receive(timeout)
@@ -458,11 +474,12 @@ class WorkerProcess:
             )
         op = message.get("op", "?")
         self._outstanding = (op, time.monotonic())
-        try:
-            protocol.send(self.sock, message)
-        except OSError:
-            self._outstanding = None
-            raise self._died(op) from None
+        with self._in_step():
+            try:
+                protocol.send(self.sock, message)
+            except OSError:
+                self._outstanding = None
+                raise self._died(op) from None
 
     def receive(self, timeout: float) -> dict[str, Any]:
         """The reply to the outstanding request."""
@@ -470,7 +487,8 @@ class WorkerProcess:
             raise RuntimeError(f"{self.role} worker: no request is waiting for its reply")
         op, t0 = self._outstanding
         try:
-            return self._recv(timeout, op)
+            with self._in_step():
+                return self._recv(timeout, op)
         finally:
             self._outstanding = None
             self.op_seconds[op] = self.op_seconds.get(op, 0.0) + time.monotonic() - t0
@@ -482,10 +500,11 @@ class WorkerProcess:
             raise RuntimeError(f"{self.role} worker: no paced loop is outstanding")
         op, t0 = self._outstanding
         try:
-            first = protocol.recv_raw(self.sock, 1, deadline)
-            if first == pacing.DONE:
-                return protocol.recv_raw(self.sock, size, deadline)
-            reply = protocol.recv_rest(self.sock, first, deadline)
+            with self._in_step():
+                first = protocol.recv_raw(self.sock, 1, deadline)
+                if first == pacing.DONE:
+                    return protocol.recv_raw(self.sock, size, deadline)
+                reply = protocol.recv_rest(self.sock, first, deadline)
         except protocol.ReplyTimeout:
             self.kill()
             raise WorkerTimeout(f"{self.role} worker gave no answer to {op!r} in time") from None

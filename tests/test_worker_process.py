@@ -1,0 +1,58 @@
+"""A worker's exchanges (``guard.runner.process.WorkerProcess``): one cut short from outside
+the protocol leaves no reply to answer the next request."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+import pytest
+
+from guard.runner import process as process_mod
+from guard.runner import protocol
+from guard.runner.process import WorkerProcess
+
+
+class Interrupted(BaseException):
+    """What a signal handler or a caller's own timeout raises in the middle of a wait."""
+
+
+@pytest.fixture
+def worker(tmp_path):
+    """A trusted worker object over a socket pair, its process a stand-in that never answers;
+    the test speaks for the worker through the other end."""
+    w = WorkerProcess("trusted", "cpu", tmp_path / "w")
+    w.proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    w.sock, peer = socket.socketpair()
+    w.info = {"ready": True}
+    w.wait_ready = lambda timeout=0: None  # started already
+    yield w, peer
+    w.kill()
+    peer.close()
+
+
+def test_a_wait_cut_short_from_outside_kills_the_worker(worker, monkeypatch):
+    w, peer = worker
+    w.send({"op": "build"})
+
+    def cut(sock, timeout):
+        raise Interrupted()
+
+    monkeypatch.setattr(process_mod.protocol, "recv", cut)
+    with pytest.raises(Interrupted):
+        w.receive(5)
+    # the build's reply, still on its way, must never answer the next request: the worker
+    # is gone, and the pool starts another for it
+    assert not w.alive
+
+
+def test_the_protocol_s_own_failures_keep_their_meaning(worker):
+    w, peer = worker
+    w.send({"op": "problem"})
+    protocol.send(peer, {"ok": True, "key": "k"})
+    assert w.receive(5) == {"ok": True, "key": "k"}
+    assert w.alive  # an answered exchange leaves the worker in step
+    w.send({"op": "memory"})
+    with pytest.raises(process_mod.WorkerTimeout):
+        w.receive(0.2)
+    assert not w.alive  # killed by the timeout itself, as before
