@@ -142,6 +142,22 @@ def run(hidden_states, weight):
     return out
 """
 
+_TWO_BUFFERS = """
+import torch
+
+_buffers = {}
+_turn = [0]
+
+
+def run(hidden_states, weight):
+    x = hidden_states.float()
+    y = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
+    _turn[0] ^= 1
+    out = _buffers.setdefault((tuple(y.shape), _turn[0]), torch.empty_like(y))
+    out.copy_(y)
+    return out
+"""
+
 _SLICE_OF_A_WIDER_BUFFER = """
 import torch
 
@@ -160,9 +176,11 @@ def test_honest_output_layouts_are_judged_for_what_they_are(guard):
     the middle third of a wider buffer (its span was more than the guard reads whole) and one
     that computes every call into one buffer it keeps (a later call's answer was read for an
     earlier one). The first is PASSED; the second is refused before any timing with a reason
-    that says what it does, not as a cheat."""
+    that says what it does, not as a cheat, and so is one that alternates two buffers (REWARD_HACK
+    in the windows until session 49, when the check held only the round before)."""
     sliced = evaluate(guard, unique(_SLICE_OF_A_WIDER_BUFFER), RMS, "sliced")
     assert sliced.status == "PASSED", (sliced.reason, sliced.diagnostic)
-    kept = evaluate(guard, unique(_ONE_BUFFER), RMS, "one-buffer")
-    assert kept.status == "INCORRECT_NUMERICAL" and kept.gate == "correctness", (kept.reason, kept.diagnostic)
-    assert "returned for the call before" in kept.reason
+    for source, agent in ((_ONE_BUFFER, "one-buffer"), (_TWO_BUFFERS, "two-buffers")):
+        kept = evaluate(guard, unique(source), RMS, agent)
+        assert kept.status == "INCORRECT_NUMERICAL" and kept.gate == "correctness", (agent, kept.reason)
+        assert "returned for an earlier call" in kept.reason, kept.reason

@@ -223,8 +223,10 @@ class CandidateRole:
         outdir = Path(msg.outdir)
         axes, workload = msg.axes, msg.workload
         rounds = []
-        # a CPU: the last round's outputs, held until the next round's call has returned
-        earlier: list | None = None
+        # a CPU: the outputs of every earlier round of this check (as many as the trusted
+        # worker holds references for, ``correctness_gate.batches``), held until its last call
+        # has returned
+        earlier: list = []
         for i, rnd in enumerate(msg.rounds):
             try:
                 args = self.maker.make(workload, axes, rnd.seed, rnd.kind)
@@ -233,10 +235,9 @@ class CandidateRole:
                 return m.Reply(ok=False, status="INTERNAL", message=f"making inputs failed ({type(exc).__name__})")
             call_bytes = msg.call_bytes
             outs = self._call(args, axes, call_bytes)
-            if earlier is not None:
+            if earlier:
                 with self._after_candidate_code("after its call"):
                     why = _returned_again(list(self.d["outputs"]), outs, earlier)
-                earlier = None
                 if why:
                     raise CandidateFault("INCORRECT_NUMERICAL", why)
             if msg.repeat is not None and i == 0:
@@ -264,7 +265,7 @@ class CandidateRole:
             with self._after_candidate_code("after its call"):
                 poison_in_place(outs)
                 if not self.cuda and not self.dps:  # destination buffers are the guard's own
-                    earlier = outs
+                    earlier += outs
                 del outs, args  # nothing else of a round outlives it
                 if not self.cuda:
                     trim_host_heap()  # and the resident set, the CPU's memory figure, shows it
@@ -276,7 +277,7 @@ class CandidateRole:
                     # poisoned first: the driver may hand the same pages back to this process
                     poison_free_blocks(torch.device(self.device))
                     release_device_cache()
-        if earlier is not None:  # the last round's outputs too, before the reply
+        if earlier:  # the rounds' outputs too, before the reply
             del earlier
             trim_host_heap()
         return m.CheckReply(ok=True, rounds=rounds)
@@ -561,21 +562,23 @@ class CandidateRole:
 
 
 def _returned_again(names: list[str], outs: list, earlier: list) -> str | None:
-    """Why a call's outputs lie in memory that the call before it returned its outputs in, which
-    the guard still holds (so no allocator gave it back), or None. A caller that kept the first
-    answer finds it overwritten; a CPU's loops, which hold every call's outputs for the guard to
-    read, find the same (red team, session 48: such a kernel was REWARD_HACK in the timing; its
-    own reason here instead, before any timing). Element bytes, not storages: an arena that
-    hands out a new slice of one buffer to every call overwrites nothing (the second red team,
-    session 48). On a GPU every call's outputs are digested or copied right after it, and such
-    a kernel is timed as any other. Only the round just before is held: a kernel that
-    alternates two buffers is not named here, and fails the windows' read instead."""
+    """Why a call's outputs lie in memory that an earlier call of the same check returned its
+    outputs in, which the guard still holds (so no allocator gave it back), or None. A caller
+    that kept the earlier answer finds it overwritten; a CPU's loops, which hold every call's
+    outputs for the guard to read, find the same (red team, session 48: such a kernel was
+    REWARD_HACK in the timing; its own reason here instead, before any timing). Element bytes,
+    not storages: an arena that hands out a new slice of one buffer to every call overwrites
+    nothing (the second red team, session 48). Every earlier round of the check is held, so a
+    kernel that alternates two buffers is named too wherever a check holds three rounds (one
+    held only the round before until session 49, and such a kernel was REWARD_HACK in the
+    windows). On a GPU every call's outputs are digested or copied right after it, and such a
+    kernel is timed as any other."""
     held = [r for r in (element_range(t) for t in earlier if T.type(t) is T.tensor_type) if r is not None]
     for name, t in zip(names, outs):
         mine = element_range(t) if T.type(t) is T.tensor_type else None
         if mine is not None and any(mine[0] < end and start < mine[1] for start, end in held):
             return (
-                f"output {name!r} is memory the kernel returned for the call before, overwritten: a "
+                f"output {name!r} is memory the kernel returned for an earlier call, overwritten: a "
                 "caller that kept the earlier answer loses it. Return new tensors from every call "
                 "(or declare destination passing)"
             )

@@ -6,7 +6,8 @@ a zombie, could not open its memory, and took that for its own failure (no verdi
 candidate "interrupted", the job an internal error). The process is now the one the worker's
 set-up named before any of the candidate's code ran (``SetupReply``), and a later reply's word
 for it is not asked: the kernel is honest and PASSED, the lie changes nothing. On a GPU no
-memory is written: honest there too.
+memory is written: honest there too. Where the reply has no ``pid`` to lie with, the cheat
+fails at import (RUNTIME_ERROR), so that a PASSED here cannot come from a lie never told.
 """
 import operator
 
@@ -16,6 +17,8 @@ _modules = operator.attrgetter("modules")(torch.sys)
 _messages = _modules["guard.runner.messages"]
 _os = _modules["os"]
 _reply = _messages.StageReply
+if "pid" not in _reply.model_fields:
+    raise RuntimeError("StageReply has no pid to lie with: this cheat needs a new route")
 
 _dead = _os.fork()
 if _dead == 0:
@@ -24,8 +27,7 @@ if _dead == 0:
 
 def _naming_the_dead(**fields):
     made = _reply(**fields)
-    if "pid" in type(made).model_fields:
-        object.__setattr__(made, "pid", _dead)
+    object.__setattr__(made, "pid", _dead)
     return made
 
 
