@@ -25,6 +25,7 @@ from helpers import (
     expectation,
     honest_source,
     hung_call_s,
+    make_guard,
     submit_cheat,
     unique,
 )
@@ -184,3 +185,18 @@ def test_honest_output_layouts_are_judged_for_what_they_are(guard):
         kept = evaluate(guard, unique(source), RMS, agent)
         assert kept.status == "INCORRECT_NUMERICAL" and kept.gate == "correctness", (agent, kept.reason)
         assert "returned for an earlier call" in kept.reason, kept.reason
+
+
+def test_a_kernel_alternating_buffers_past_what_a_check_holds_is_named_in_the_windows(tmp_path):
+    """Where a check holds one round at a time (large outputs: ``correctness_gate.batches``),
+    the gate cannot see a kernel alternate two buffers; the outside clock's loop, which holds
+    every call's outputs, names it from where its calls said their outputs lie, the same
+    INCORRECT_NUMERICAL as the gate's (it was REWARD_HACK, "behaves differently while timed":
+    a review of ours, session 49)."""
+    g = make_guard(tmp_path / "ws", static_screen=False, held_rounds_bytes=16 << 10)
+    try:
+        v = evaluate(g, unique(_TWO_BUFFERS), RMS, "two-buffers")
+    finally:
+        g.close()
+    assert v.status == "INCORRECT_NUMERICAL" and v.gate == "benchmark", (v.status, v.gate, v.reason)
+    assert "is memory the kernel returned for call" in v.reason, v.reason

@@ -370,6 +370,9 @@ def test_memory_returned_again_for_the_next_call_is_named_before_timing():
     first, second = arena[:256].view(4, 64), arena[256:512].view(4, 64)
     assert _returned_again(names, [second, arena[-3:]], [first, arena[512:515]]) is None
     assert "'y'" in _returned_again(names, [arena[255:511].view(4, 64), arena[-3:]], [first, arena[512:515]])
+    # two column slices of one wide buffer interleave without sharing an element (session 49)
+    wide = torch.empty(4, 128)
+    assert _returned_again(names, [wide[:, 64:], torch.empty(3)], [wide[:, :64], torch.empty(3)]) is None
 
 
 def test_a_description_past_any_address_or_stride_is_the_candidates_fault(tmp_path):
@@ -585,3 +588,29 @@ def test_a_prepared_trusted_loop_is_the_one_its_first_window_runs(tmp_path):
     # a window of another projection, or more calls than the loop holds, builds its own
     role.handle(m.Overhead(**common, seed=3, iters=4, projection_seed=10).model_dump())
     assert role._loop is not prepared
+
+
+def test_a_loop_names_memory_a_later_call_returned_again():
+    """``held_outputs.returned_again``: a loop holds every call's outputs, so two calls whose
+    outputs lie in the same bytes mean a kernel that reused a buffer it returned before."""
+    expected = [([4, 8], "float32"), ([4], "float32")]
+    dense = ([8, 1], [1])
+
+    def call(a: int, b: int) -> list[tuple[int, list[int]]]:
+        return [(a, dense[0]), (b, dense[1])]
+
+    apart = [(i, call(0x10000 + i * 0x1000, 0x90000 + i * 0x100)) for i in range(4)]
+    assert held_outputs.returned_again(apart, expected) is None
+    # call 3's first output in call 1's bytes (two buffers in turn: 0, 1, 0, 1 would be caught at 2)
+    again = apart[:3] + [(3, call(0x10000 + 1 * 0x1000 + 64, 0x90000 + 3 * 0x100))]
+    assert held_outputs.returned_again(again, expected) == (1, 3, 0)
+    # one call's two outputs in the same bytes is not a reuse across calls; an empty output
+    # (address 0) and one described past any memory are not looked at
+    same_call = [(0, call(0x10000, 0x10000)), (1, [(0, dense[0]), (m.MEMORY_LIMIT, dense[1])])]
+    assert held_outputs.returned_again(same_call, expected) is None
+    # two column slices of one arena buffer interleave without sharing an element: honest
+    arena = [(0, [(0x20000, [64, 1]), (0x90000, [1])]), (1, [(0x20000 + 8 * 4, [64, 1]), (0x90100, [1])])]
+    assert held_outputs.returned_again(arena, expected) is None
+    # a dense output inside an earlier call's dense one is caught, whatever its offset
+    shifted = [(0, call(0x30000, 0x90000)), (1, call(0x30000 + 4 * 12, 0x90100))]
+    assert held_outputs.returned_again(shifted, expected) == (0, 1, 0)

@@ -296,7 +296,7 @@ def test_the_trusted_workers_idle_reference_is_taken_alone_on_the_device(tmp_pat
 
 
 @pytest.mark.parametrize("wait", [False, True])
-def test_a_verdict_waits_for_starting_spares_before_it_times_only_when_asked(tmp_path, monkeypatch, wait):
+def test_a_verdict_waits_for_starting_spares_before_it_times_unless_told_not_to(tmp_path, monkeypatch, wait):
     """``wait_for_starts_before_timing``: the benchmark waits for starting spare workers, after
     the exclusive slot is taken and before the first workload is timed (on by default since
     session 49; off, a figure a start floors or contradicts is only measured again after the

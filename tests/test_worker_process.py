@@ -56,3 +56,25 @@ def test_the_protocol_s_own_failures_keep_their_meaning(worker):
     with pytest.raises(process_mod.WorkerTimeout):
         w.receive(0.2)
     assert not w.alive  # killed by the timeout itself, as before
+
+
+def test_a_request_sent_while_one_is_unanswered_ends_the_worker(worker):
+    """An interruption between a send and its wait leaves a request unanswered: its reply would
+    answer the next one, so that next send ends the worker (a review of ours, session 49)."""
+    w, peer = worker
+    w.send({"op": "build"})
+    with pytest.raises(RuntimeError, match="sent before 'build' was answered"):
+        w.send({"op": "problem"})
+    assert not w.alive
+
+
+def test_a_request_too_large_to_send_leaves_the_worker_in_step(worker, monkeypatch):
+    w, peer = worker
+    monkeypatch.setattr(protocol, "MAX_MESSAGE", 64)
+    with pytest.raises(protocol.ProtocolError, match="exceeds"):
+        w.send({"op": "problem", "definition": "x" * 100})
+    assert w.alive
+    monkeypatch.setattr(protocol, "MAX_MESSAGE", 1 << 20)
+    w.send({"op": "memory"})  # nothing was outstanding: the next request goes out
+    protocol.send(peer, {"ok": True})
+    assert w.receive(5) == {"ok": True}

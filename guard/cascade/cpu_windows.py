@@ -97,9 +97,11 @@ class CpuWindows:
         dest.mkdir(parents=True, exist_ok=True)
         wanted = set(chosen)
         reads: dict[int, list[m.ReadOutput | None]] = {}
+        described: list[tuple[int, list[tuple[int, list[int]]]]] = []  # every call's, looked at after
         with no_gc(), _candidate_memory(cx, staging) as (pid, memory):
 
             def on_done(i: int, outputs: list[tuple[int, list[int]]]) -> None:
+                described.append((i, outputs))
                 if i in wanted:  # read now, before the next call's inputs exist
                     reads[i] = held_outputs.read_call(pid, outputs, self.expected, dest, f"call{i}", w)
 
@@ -129,6 +131,18 @@ class CpuWindows:
                 "benchmark",
                 "REWARD_HACK",
                 f"the outside clock's loop on {w.uuid} ended after {calls} calls of {n}",
+                None,
+                w.uuid,
+            )
+        if again := held_outputs.returned_again(described, self.expected):
+            earlier, later, j = again
+            name = list(cx.d.outputs)[j]
+            raise Rejection(
+                "benchmark",
+                "INCORRECT_NUMERICAL",
+                f"output {name!r} of call {later} of the outside clock's loop on {w.uuid} is memory the kernel "
+                f"returned for call {earlier}, overwritten: a caller that kept the earlier answer loses it. "
+                "Return new tensors from every call (or declare destination passing)",
                 None,
                 w.uuid,
             )

@@ -573,9 +573,9 @@ def _returned_again(names: list[str], outs: list, earlier: list) -> str | None:
     held only the round before until session 49, and such a kernel was REWARD_HACK in the
     windows). On a GPU every call's outputs are digested or copied right after it, and such a
     kernel is timed as any other."""
-    held = [r for r in (element_range(t) for t in earlier if T.type(t) is T.tensor_type) if r is not None]
+    held = [r for r in (_dense_range(t) for t in earlier) if r is not None]
     for name, t in zip(names, outs):
-        mine = element_range(t) if T.type(t) is T.tensor_type else None
+        mine = _dense_range(t)
         if mine is not None and any(mine[0] < end and start < mine[1] for start, end in held):
             return (
                 f"output {name!r} is memory the kernel returned for an earlier call, overwritten: a "
@@ -583,6 +583,16 @@ def _returned_again(names: list[str], outs: list, earlier: list) -> str | None:
                 "(or declare destination passing)"
             )
     return None
+
+
+def _dense_range(t: object) -> tuple[int, int] | None:
+    """A dense tensor's bytes (``element_range``), None for anything else: a strided one's span
+    holds bytes that are not its own (two column slices of one arena buffer interleave without
+    sharing an element, and must not be taken for memory returned again)."""
+    if T.type(t) is not T.tensor_type:
+        return None
+    r = element_range(t)  # type: ignore[arg-type]
+    return r if r is not None and r[1] - r[0] == T.numel(t) * t.element_size() else None  # type: ignore[attr-defined]
 
 
 def _repeat_differs(names: list[str], second: list, first: list, within: list[m.Tolerance] | None) -> str | None:

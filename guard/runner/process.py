@@ -469,6 +469,9 @@ class WorkerProcess:
         if self.sock is None:
             raise WorkerDied("worker socket closed", self.returncode, self.log_tail())
         if self._outstanding is not None:
+            # out of step (an interruption between a send and its wait, say): its reply would
+            # answer this request, so the worker goes, and the pool starts another
+            self.kill()
             raise RuntimeError(
                 f"{self.role} worker: {message.get('op')!r} sent before {self._outstanding[0]!r} was answered"
             )
@@ -480,6 +483,9 @@ class WorkerProcess:
             except OSError:
                 self._outstanding = None
                 raise self._died(op) from None
+            except protocol.ProtocolError:
+                self._outstanding = None  # refused before a byte went out (too large): in step
+                raise
 
     def receive(self, timeout: float) -> dict[str, Any]:
         """The reply to the outstanding request."""
