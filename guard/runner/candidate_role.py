@@ -585,14 +585,14 @@ def _returned_again(names: list[str], outs: list, earlier: list) -> str | None:
     return None
 
 
-def _dense_range(t: object) -> tuple[int, int] | None:
+def _dense_range(t: Any) -> tuple[int, int] | None:
     """A dense tensor's bytes (``element_range``), None for anything else: a strided one's span
     holds bytes that are not its own (two column slices of one arena buffer interleave without
     sharing an element, and must not be taken for memory returned again)."""
     if T.type(t) is not T.tensor_type:
         return None
-    r = element_range(t)  # type: ignore[arg-type]
-    return r if r is not None and r[1] - r[0] == T.numel(t) * t.element_size() else None  # type: ignore[attr-defined]
+    r = element_range(t)
+    return r if r is not None and r[1] - r[0] == T.numel(t) * t.element_size() else None
 
 
 def _repeat_differs(names: list[str], second: list, first: list, within: list[m.Tolerance] | None) -> str | None:
