@@ -614,3 +614,7 @@ def test_a_loop_names_memory_a_later_call_returned_again():
     # a dense output inside an earlier call's dense one is caught, whatever its offset
     shifted = [(0, call(0x30000, 0x90000)), (1, call(0x30000 + 4 * 12, 0x90100))]
     assert held_outputs.returned_again(shifted, expected) == (0, 1, 0)
+    # the output named is the later call's, wherever it lies: call 1's first output ends in
+    # call 0's second (which lies further up than call 0's first)
+    below = [(0, call(0x40000, 0x50000)), (1, call(0x50000 - 4 * 16, 0x60000))]
+    assert held_outputs.returned_again(below, expected) == (0, 1, 0)

@@ -11,7 +11,8 @@ from pathlib import Path
 from ..problems.dtypes import dtype_info
 from ..problems.schema import Definition, Workload
 from ..runner import messages as m
-from ..runner.peek import PeekError, canonical_strides, read_held, span_elements
+from ..runner import reuse
+from ..runner.peek import PeekError, read_held
 from .memory_plan import tensor_bytes
 from .reasons import Rejection
 
@@ -131,34 +132,19 @@ def described(outputs: list[tuple[int, list[int]]], expected: list[tuple[list[in
 def returned_again(
     calls: list[tuple[int, list[tuple[int, list[int]]]]], expected: list[tuple[list[int], str]]
 ) -> tuple[int, int, int] | None:
-    """(earlier call, later call, output) where a later call of one loop described its output in
-    memory that an earlier call's outputs were described in, or None. A CPU's loop holds every
-    call's outputs where the call left them (``runner/confirm.py``), so no allocator hands their
-    memory out again: only a kernel that reuses a buffer it returned before lands there, and
-    the earlier answer is lost to a caller that kept it (the correctness gate names the same of
+    """(earlier call, later call, the later call's output) where a call of one loop described a
+    dense output in bytes an earlier call's outputs were described in (``runner/reuse.py``), or
+    None. A CPU's loop holds every call's outputs where the call left them (``runner/confirm.py``),
+    so only a kernel that reuses a buffer lands there. The correctness gate names the same of
     the rounds it holds; a kernel alternating buffers over more rounds than a check holds got
-    here, where its read call held a later call's answer and was REWARD_HACK). ``calls``: each
-    call's index and its DONE's outputs. Only dense outputs are compared, whose bytes are their
-    span: two column slices of one arena buffer interleave without sharing an element. Empty
-    outputs and descriptions past any memory are skipped (the read of a checked call refuses
-    those)."""
-    spans: list[tuple[int, int, int, int]] = []
+    here, where its read call held a later call's answer, and was REWARD_HACK. ``calls``: each
+    call's index and its DONE's outputs; what ``described`` refuses is not looked at (the read of
+    a checked call refuses it)."""
+    spans: list[reuse.Span] = []
     for i, outputs in calls:
-        for j, ((address, strides), (shape, dtype)) in enumerate(zip(outputs, expected)):
-            size = dtype_info(dtype).bytes
-            if address <= 0 or size != int(size) or len(strides) != len(shape) or 0 in shape:
+        for j, held in enumerate(described(outputs, expected)):
+            if held is None or (size := dtype_info(held.dtype).bytes) != int(size):
                 continue
-            if address >= m.MEMORY_LIMIT or any(not 0 <= st < m.MEMORY_LIMIT for st in strides):
-                continue
-            span = span_elements(shape, canonical_strides(shape, strides))
-            if span != math.prod(shape):
-                continue  # strided: its span holds bytes that are not its own
-            spans.append((address, address + span * int(size), i, j))
-    spans.sort()
-    far_end, far_call = -1, -1
-    for start, end, i, j in spans:
-        if start < far_end and far_call != i:
-            return min(i, far_call), max(i, far_call), j
-        if end > far_end:
-            far_end, far_call = end, i
-    return None
+            if (where := reuse.dense_bytes(held.address, held.shape, held.stride, int(size))) is not None:
+                spans.append((*where, i, j))
+    return reuse.first_reuse(spans)

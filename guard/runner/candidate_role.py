@@ -14,12 +14,11 @@ import torch
 
 from ..builders import BuildError, get_builder
 from ..builders.trim import trim_traceback
-from . import harness, repeat_mark, replays
+from . import harness, repeat_mark, replays, reuse
 from . import messages as m
 from .confirm import ConfirmLoop
 from .common import (
     CandidateFault,
-    element_range,
     load_module_from_source,
     normalize_outputs,
     PeakMeter,
@@ -563,36 +562,33 @@ class CandidateRole:
 
 def _returned_again(names: list[str], outs: list, earlier: list) -> str | None:
     """Why a call's outputs lie in memory that an earlier call of the same check returned its
-    outputs in, which the guard still holds (so no allocator gave it back), or None. A caller
-    that kept the earlier answer finds it overwritten; a CPU's loops, which hold every call's
-    outputs for the guard to read, find the same (red team, session 48: such a kernel was
-    REWARD_HACK in the timing; its own reason here instead, before any timing). Element bytes,
-    not storages: an arena that hands out a new slice of one buffer to every call overwrites
-    nothing (the second red team, session 48). Every earlier round of the check is held, so a
-    kernel that alternates two buffers is named too wherever a check holds three rounds (one
-    held only the round before until session 49, and such a kernel was REWARD_HACK in the
-    windows). On a GPU every call's outputs are digested or copied right after it, and such a
-    kernel is timed as any other."""
-    held = [r for r in (_dense_range(t) for t in earlier) if r is not None]
-    for name, t in zip(names, outs):
-        mine = _dense_range(t)
-        if mine is not None and any(mine[0] < end and start < mine[1] for start, end in held):
-            return (
-                f"output {name!r} is memory the kernel returned for an earlier call, overwritten: a "
-                "caller that kept the earlier answer loses it. Return new tensors from every call "
-                "(or declare destination passing)"
-            )
-    return None
+    outputs in, which the guard still holds (so no allocator gave it back), or None
+    (``runner/reuse.py``). A caller that kept the earlier answer finds it overwritten; a CPU's
+    loops, which hold every call's outputs for the guard to read, find the same (red team,
+    session 48: such a kernel was REWARD_HACK in the timing; its own reason here instead,
+    before any timing). Element bytes, not storages: an arena that hands out a new slice of one
+    buffer to every call overwrites nothing (the second red team, session 48). Every earlier
+    round of the check is held, so a kernel that alternates two buffers is named too wherever a
+    check holds three rounds (until session 49 only the round before was held, and such a
+    kernel was REWARD_HACK in the windows). On a GPU every call's outputs are digested or
+    copied right after it, and such a kernel is timed as any other."""
+    spans = [(*where, 0, k) for k, t in enumerate(earlier) if (where := _dense_bytes(t)) is not None]
+    spans += [(*where, 1, j) for j, t in enumerate(outs) if (where := _dense_bytes(t)) is not None]
+    found = reuse.first_reuse(spans)
+    if found is None:
+        return None
+    return (
+        f"output {names[found[2]]!r} is memory the kernel returned for an earlier call, overwritten: a "
+        "caller that kept the earlier answer loses it. Return new tensors from every call "
+        "(or declare destination passing)"
+    )
 
 
-def _dense_range(t: Any) -> tuple[int, int] | None:
-    """A dense tensor's bytes (``element_range``), None for anything else: a strided one's span
-    holds bytes that are not its own (two column slices of one arena buffer interleave without
-    sharing an element, and must not be taken for memory returned again)."""
+def _dense_bytes(t: Any) -> tuple[int, int] | None:
+    """A dense tensor's bytes (``reuse.dense_bytes``); None for anything but a tensor."""
     if T.type(t) is not T.tensor_type:
         return None
-    r = element_range(t)
-    return r if r is not None and r[1] - r[0] == T.numel(t) * t.element_size() else None
+    return reuse.dense_bytes(T.data_ptr(t), list(t.shape), list(t.stride()), t.element_size())
 
 
 def _repeat_differs(names: list[str], second: list, first: list, within: list[m.Tolerance] | None) -> str | None:

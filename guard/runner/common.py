@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from .harness import T
-from .peek import span_elements
 
 
 class CandidateFault(Exception):
@@ -86,17 +85,6 @@ def storage_range(t: torch.Tensor) -> tuple[int, int]:
     st = T.untyped_storage(t)
     start = st.data_ptr()
     return start, start + st.nbytes()
-
-
-def element_range(t: torch.Tensor) -> tuple[int, int] | None:
-    """The bytes from a tensor's first element to the end of its last (None: no elements).
-    Two tensors of one buffer that share no element's bytes do not overlap here, where their
-    storages do (an arena of outputs: a red team's honest kernel, session 48)."""
-    if T.numel(t) == 0:
-        return None
-    start: int = T.data_ptr(t)
-    span = span_elements(list(t.shape), [abs(step) for step in t.stride()])
-    return start, start + span * t.element_size()
 
 
 def flat(t: torch.Tensor) -> torch.Tensor:
