@@ -351,12 +351,13 @@ def test_memory_returned_again_for_the_next_call_is_named_before_timing():
     """A kernel that computes every call into one buffer it keeps loses each answer to the next
     call: a CPU's loops, which hold every call's outputs for the guard to read, read a later
     answer for an earlier call, and the honest kernel was REWARD_HACK, "behaves differently
-    while timed" (red team, session 48). The correctness gate now names it, from the storage
-    of two rounds' outputs, the first held meanwhile; new memory, an input returned as it is,
-    and two outputs of one call sharing memory are not it, nor two empty outputs (every empty
-    storage lies at address 0: a review of ours, session 48), nor a new slice of one arena for
-    every call (its storage is the same, its elements are not: the second red team, session 48,
-    whose honest arena kernel was INCORRECT_NUMERICAL)."""
+    while timed" (red team, session 48). The correctness gate now names it, from the bytes of
+    the earlier rounds' outputs, held meanwhile. Not it: new memory; two outputs of one call
+    sharing memory (an output in an input's memory is refused earlier, by ``_call``); two empty
+    outputs (every empty storage lies at address 0: a review of ours, session 48); a new slice
+    of one arena for every call (its storage is the same, its elements are not: the second red
+    team, session 48, whose honest arena kernel was INCORRECT_NUMERICAL); two interleaved
+    column slices of one buffer (session 49)."""
     from guard.runner.candidate_role import _returned_again
 
     kept = torch.empty(4, 64)
