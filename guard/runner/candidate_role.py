@@ -162,7 +162,7 @@ class CandidateRole:
             for n, a in zip(self.d["inputs"], args)
             if T.isinstance(a, T.tensor_type) and a.numel()
         ]
-        seen_out = []
+        seen_out: list[tuple[str, reuse.Layout]] = []
         for name, t in zip(names, outs):
             if T.type(t) is not T.tensor_type:
                 raise CandidateFault(
@@ -179,10 +179,11 @@ class CandidateRole:
                             "REWARD_HACK",
                             f"output {name!r} shares memory with input {iname!r}; return a new tensor",
                         )
-                for oname, (olo, ohi) in seen_out:
-                    if lo < ohi and olo < hi:
+                # by elements, not storages: two column blocks of one buffer are two outputs
+                for oname, other in seen_out:
+                    if reuse.share_elements(_layout(t), other):
                         raise CandidateFault("REWARD_HACK", f"outputs {oname!r} and {name!r} share memory")
-                seen_out.append((name, (lo, hi)))
+                seen_out.append((name, _layout(t)))
         for iname, a, c in zip(self.d["inputs"], args, before):
             if T.isinstance(a, T.tensor_type) and not same_bytes(a, c):
                 raise CandidateFault("REWARD_HACK", f"input {iname!r} was modified; inputs are read-only")
@@ -588,7 +589,11 @@ def _dense_bytes(t: Any) -> tuple[int, int] | None:
     """A dense tensor's bytes (``reuse.dense_bytes``); None for anything but a tensor."""
     if T.type(t) is not T.tensor_type:
         return None
-    return reuse.dense_bytes(T.data_ptr(t), list(t.shape), list(t.stride()), t.element_size())
+    return reuse.dense_bytes(*_layout(t))
+
+
+def _layout(t: Any) -> reuse.Layout:
+    return T.data_ptr(t), list(t.shape), list(t.stride()), t.element_size()
 
 
 def _repeat_differs(names: list[str], second: list, first: list, within: list[m.Tolerance] | None) -> str | None:
