@@ -78,3 +78,31 @@ def test_a_request_too_large_to_send_leaves_the_worker_in_step(worker, monkeypat
     w.send({"op": "memory"})  # nothing was outstanding: the next request goes out
     protocol.send(peer, {"ok": True})
     assert w.receive(5) == {"ok": True}
+
+
+@pytest.mark.parametrize("raised", [TimeoutError, InterruptedError])
+def test_a_caller_s_timeout_in_a_wait_is_not_the_worker_s_death(worker, monkeypatch, raised):
+    """TimeoutError and InterruptedError are OSErrors, which the protocol reads as a dead peer:
+    a caller's own timer raising one mid-wait was reported as the worker's death."""
+    w, peer = worker
+    w.send({"op": "build"})
+
+    def cut(sock, timeout):
+        raise raised("the caller's timer")
+
+    monkeypatch.setattr(process_mod.protocol, "recv", cut)
+    with pytest.raises(raised, match="the caller's timer"):
+        w.receive(5)
+    assert not w.alive  # out of step all the same
+
+
+def test_a_caller_s_timeout_in_a_send_is_not_the_worker_s_death(worker, monkeypatch):
+    w, peer = worker
+
+    def cut(sock, message):
+        raise TimeoutError("the caller's timer")
+
+    monkeypatch.setattr(process_mod.protocol, "send", cut)
+    with pytest.raises(TimeoutError, match="the caller's timer"):
+        w.send({"op": "build"})
+    assert not w.alive

@@ -47,6 +47,14 @@ class WorkerTimeout(RuntimeError):
     pass
 
 
+# OSErrors that a worker's socket never raises here (its sockets block, without timeouts, and
+# Python retries a read that a signal interrupted): only a caller's signal handler or timer
+# raises them in the middle of an exchange. They leave the worker out of step, as any
+# interruption does, and are not its death: reported as "the worker died", they blamed the
+# candidate for the caller's own timeout (a review's, session 49).
+CALLER_INTERRUPTIONS = (TimeoutError, InterruptedError)
+
+
 def _gpu_minor(env: dict[str, str]) -> int | None:
     """The device node's minor number of the one GPU a worker is pinned to (its
     ``CUDA_VISIBLE_DEVICES`` names it by UUID), or None."""
@@ -452,6 +460,9 @@ class WorkerProcess:
         when one is needed, and a candidate's dies as any worker that fails."""
         try:
             yield
+        except CALLER_INTERRUPTIONS:  # OSErrors, but the caller's
+            self.kill()
+            raise
         except (WorkerDied, WorkerTimeout, protocol.ProtocolError, OSError):
             raise  # the protocol's own failures: each already ends or kills the worker
         except BaseException:
@@ -480,6 +491,8 @@ class WorkerProcess:
         with self._in_step():
             try:
                 protocol.send(self.sock, message)
+            except CALLER_INTERRUPTIONS:
+                raise
             except OSError:
                 self._outstanding = None
                 raise self._died(op) from None
@@ -514,6 +527,8 @@ class WorkerProcess:
         except protocol.ReplyTimeout:
             self.kill()
             raise WorkerTimeout(f"{self.role} worker gave no answer to {op!r} in time") from None
+        except CALLER_INTERRUPTIONS:
+            raise
         except (protocol.PeerGone, OSError):
             raise self._died(op) from None
         except protocol.ProtocolError as exc:
@@ -544,6 +559,9 @@ class WorkerProcess:
         except protocol.ReplyTimeout:
             self.kill()
             raise WorkerTimeout(f"{self.role} worker read nothing of {op!r} in time") from None
+        except CALLER_INTERRUPTIONS:
+            self.kill()  # perhaps half a GO sent: out of step
+            raise
         except OSError:
             raise self._died(op) from None
 
@@ -554,6 +572,8 @@ class WorkerProcess:
         except protocol.ReplyTimeout:
             self.kill()
             raise WorkerTimeout(f"{self.role} worker gave no answer to {op!r} within {timeout:.0f} s") from None
+        except CALLER_INTERRUPTIONS:
+            raise
         except (protocol.PeerGone, OSError):  # PeerGone first: it is a ProtocolError too
             raise self._died(op) from None
         except protocol.ProtocolError as exc:  # alive, perhaps, but no longer in the protocol
