@@ -350,10 +350,13 @@ class Guard:
 
         # Gate 4: benchmark.
         track.gate = "benchmark"
-        tenure.to_exclusive(ctx.cand)
+        wait_for_starts = self.cfg.wait_for_starts_before_timing
+        tenure.to_exclusive(ctx.cand, self.pool.quiet_spare if wait_for_starts else None)
         phases["slot"] = tenure.waited_s
-        if self.cfg.wait_for_starts_before_timing:
-            phases["spare_wait"] = self.pool.quiet_spare() or 0.0
+        if wait_for_starts:
+            # again, holding the slot: a start of this pool's spares that another evaluation
+            # began meanwhile (it starts them once its own timing is over); almost always 0
+            phases["spare_wait"] = tenure.settled_s + (self.pool.quiet_spare() or 0.0)
         t = time.monotonic()
         timings = benchmark_gate.benchmark(ctx)
         phases["benchmark"] = time.monotonic() - t

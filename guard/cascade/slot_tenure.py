@@ -28,6 +28,7 @@ the timing on another; and a slow build keeps other guards' timing waiting, up t
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from types import TracebackType
 
 from ..runner.process import WorkerProcess
@@ -45,6 +46,7 @@ class SlotTenure:
         self.ref, self.progress = ref, progress
         self._hold = contextlib.ExitStack()
         self.waited_s = 0.0  # for the slot, in all (the verdict's phase "slot")
+        self.settled_s = 0.0  # in ``to_exclusive``'s ``settle``, holding nothing
 
     def __enter__(self) -> "SlotTenure":
         return self
@@ -57,11 +59,16 @@ class SlotTenure:
         if self.ref.slot.held() is None:
             self.waited_s += self._hold.enter_context(self.ref.hold(False, self.progress))
 
-    def to_exclusive(self, cand: WorkerProcess) -> None:
+    def to_exclusive(self, cand: WorkerProcess, settle: Callable[[], float | None] | None = None) -> None:
         """The exclusive hold, for the rest of the evaluation; ``cand``'s tree stopped while
-        neither is held."""
+        neither is held. ``settle`` runs there, holding nothing (the pool's wait for its
+        spares' starts, ``WorkerPool.quiet_spare``): a start that hangs then keeps no other
+        guard's timing waiting, as it did for up to 180 s when the wait came after the hold was
+        taken. Its seconds are added to ``settled_s``."""
         if self.ref.slot.held() == "exclusive":
             return
         with candidate_stopped(cand, None, "while its guard waited for the timing slot"):
             self._hold.close()
+            if settle is not None:
+                self.settled_s += settle() or 0.0
             self.waited_s += self._hold.enter_context(self.ref.hold(True, self.progress))
