@@ -87,6 +87,13 @@ def _phases_line(label: str, v, wall: float) -> str:
     return f"{v.problem} {label}: wall {wall:.2f}s  {parts}"
 
 
+def _gates_line(phases: dict[str, float]) -> str:
+    """The gates that take a warm verdict's time, and the wait for a starting spare where the
+    verdict waited (``wait_for_starts_before_timing``)."""
+    keys = ("correctness", "spare_wait", "benchmark", "pairing", "heldout")
+    return ", ".join(f"{k} {phases[k]:.1f}s" for k in keys if k in phases)
+
+
 def _decision(v) -> dict:
     """The verdict's decision and, for each comparison it re-measured side by side, what the
     pairing found: why it paired, the stored and paired speedups, and why it decided nothing
@@ -192,13 +199,14 @@ def spread_study(guard, problem, source, n, agent="incumbent", base=1000, deadli
                 "paired": bool(paired.get("paired_speedup")),  # a side-by-side comparison decided
                 "pairing_tried": bool(paired),
                 "stored_speedup": paired.get("stored_speedup"),
+                # the verdict's gates (not its per-request waits): where a verdict's time went
+                "phases": {k: x for k, x in v.phases_s.items() if "." not in k},
             }
         )
         print(
             f"resubmission {i + 1}: {_decision_line(decided)} "
             f"geomean {v.latency_ms * 1e3:.2f} us methods {sorted({w.timing.method for w in v.workloads})} "
-            f"total {v.phases_s.get('total', 0):.1f}s (benchmark {v.phases_s.get('benchmark', 0):.1f}s, "
-            f"pairing {v.phases_s.get('pairing', 0):.1f}s); {outside}",
+            f"total {v.phases_s.get('total', 0):.1f}s ({_gates_line(v.phases_s)}); {outside}",
             flush=True,
         )
         geo.append(v.latency_ms)

@@ -257,16 +257,15 @@ class GuardConfig(BaseModel):
         "A CPU's pool keeps one: a start there slows timing",
     )
     wait_for_starts_before_timing: bool = Field(
-        True,
+        False,
         description="the benchmark waits for starting spare workers before it times anything, so that "
-        "no candidate is timed beside a worker's start. A verdict that follows another at once would "
-        "otherwise time its first workloads beside the start of the spare the last one took (a start "
-        "took 6.5-9 s on the H200 in session 16, the untimed part of a verdict about 4 s): on an H100 "
-        "in session 49, 3 of the 4 resubmissions timed beside a start had a floored figure, after "
-        "the retry that waits for the start (the loop's padding is planned at arm, beside it), and "
-        "0 of the 26 others; each floor paired its verdict (20-26 s). Off, a floored or contradicted "
-        "figure is still measured again after the wait (outside_clock.run_windows). An agent that "
-        "takes longer than a start to write its next kernel never waits either way",
+        "no candidate is timed beside a worker's start (a verdict that follows another at once times "
+        "its first workloads beside the start of the spare the last one took). Off by default: on an "
+        "H100 in session 50, with it on, back-to-back verdicts took 16.7 s (median of 25) against "
+        "8.1 s off (session 49), and 3 of 25 still had a floored figure, as 3 of 30 did off. Off, a "
+        "floored or contradicted figure is still measured again after the wait "
+        "(outside_clock.run_windows). An agent that takes longer than a start to write its next kernel "
+        "never waits either way",
     )
     sandbox_tasks_limit: int | None = Field(
         None,
