@@ -171,6 +171,62 @@ def run(hidden_states, weight):
     return wide[:, y.shape[1] : 2 * y.shape[1]]
 """
 
+# a feature-major buffer [hidden, 3 x tokens] of which the middle block of columns, transposed,
+# is the output: strided on every workload (a column slice of one row is dense, so a kept
+# ``wide[:, h : 2 * h]`` would be named on a workload of one token even when only dense outputs
+# were compared)
+_TRANSPOSED_SLICE_OF_A_KEPT_BUFFER = """
+import torch
+
+_buffers = {}
+
+
+def run(hidden_states, weight):
+    x = hidden_states.float()
+    y = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
+    tokens, hidden = y.shape
+    wide = _buffers.get((tokens, hidden))
+    if wide is None:
+        wide = _buffers[(tokens, hidden)] = torch.empty(hidden, 3 * tokens, dtype=y.dtype)
+    out = wide[:, tokens : 2 * tokens].t()
+    out.copy_(y)
+    return out
+"""
+
+_TRANSPOSED_SLICES_OF_TWO_KEPT_BUFFERS = """
+import torch
+
+_buffers = {}
+_turn = [0]
+
+
+def run(hidden_states, weight):
+    x = hidden_states.float()
+    y = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
+    tokens, hidden = y.shape
+    _turn[0] ^= 1
+    wide = _buffers.get((tokens, hidden, _turn[0]))
+    if wide is None:
+        wide = _buffers[(tokens, hidden, _turn[0])] = torch.empty(hidden, 3 * tokens, dtype=y.dtype)
+    out = wide[:, tokens : 2 * tokens].t()
+    out.copy_(y)
+    return out
+"""
+
+_TRANSPOSED_SLICE_OF_A_NEW_BUFFER = """
+import torch
+
+
+def run(hidden_states, weight):
+    x = hidden_states.float()
+    y = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(hidden_states.dtype)
+    tokens, hidden = y.shape
+    wide = torch.empty(hidden, 3 * tokens, dtype=y.dtype)
+    out = wide[:, tokens : 2 * tokens].t()
+    out.copy_(y)
+    return out
+"""
+
 
 def test_honest_output_layouts_are_judged_for_what_they_are(guard):
     """Two honest kernels were REWARD_HACK on the CPU (red team, session 48): one that returns
@@ -196,6 +252,33 @@ def test_a_kernel_alternating_buffers_past_what_a_check_holds_is_named_in_the_wi
     g = make_guard(tmp_path / "ws", static_screen=False, held_rounds_bytes=16 << 10)
     try:
         v = evaluate(g, unique(_TWO_BUFFERS), RMS, "two-buffers")
+    finally:
+        g.close()
+    assert v.status == "INCORRECT_NUMERICAL" and v.gate == "benchmark", (v.status, v.gate, v.reason)
+    assert "is memory the kernel returned for call" in v.reason, v.reason
+
+
+def test_a_kept_strided_buffer_is_named_as_memory_returned_again(guard):
+    """A kernel that computes every call into a transposed column block of one wide buffer it
+    keeps (a strided output) was named by neither check that names memory returned again, which
+    compared dense outputs alone, and was REWARD_HACK in the windows, "behaves differently
+    while timed" (red team, session 49). It is told what it does at the gate now, as a kernel
+    keeping a dense buffer is. The same block of a new buffer every call is still PASSED."""
+    kept = evaluate(guard, unique(_TRANSPOSED_SLICE_OF_A_KEPT_BUFFER), RMS, "kept-slice")
+    assert kept.status == "INCORRECT_NUMERICAL" and kept.gate == "correctness", (kept.status, kept.reason)
+    assert "returned for an earlier call" in kept.reason, kept.reason
+    fresh = evaluate(guard, unique(_TRANSPOSED_SLICE_OF_A_NEW_BUFFER), RMS, "new-slice")
+    assert fresh.status == "PASSED" and fresh.decision == "ACCEPT", (fresh.status, fresh.reason, fresh.diagnostic)
+
+
+def test_two_kept_strided_buffers_past_what_a_check_holds_are_named_in_the_windows(tmp_path):
+    """The windows' side of the same: two kept wide buffers in turn, on a guard whose checks
+    hold too few rounds to see them, are named from where the outside clock's calls said their
+    strided outputs lie (REWARD_HACK, "behaves differently while timed", when only dense
+    outputs were compared: red team, session 49)."""
+    g = make_guard(tmp_path / "ws", static_screen=False, held_rounds_bytes=16 << 10)
+    try:
+        v = evaluate(g, unique(_TRANSPOSED_SLICES_OF_TWO_KEPT_BUFFERS), RMS, "two-kept-slices")
     finally:
         g.close()
     assert v.status == "INCORRECT_NUMERICAL" and v.gate == "benchmark", (v.status, v.gate, v.reason)

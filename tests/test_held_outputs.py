@@ -619,3 +619,20 @@ def test_a_loop_names_memory_a_later_call_returned_again():
     # call 0's second (which lies further up than call 0's first)
     below = [(0, call(0x40000, 0x50000)), (1, call(0x50000 - 4 * 16, 0x60000))]
     assert held_outputs.returned_again(below, expected) == (0, 1, 0)
+
+
+def test_a_loop_names_a_strided_output_returned_again():
+    """Strided outputs are compared by their elements too (only dense ones were until red team
+    49 found a kept strided buffer REWARD_HACK in the windows): a column block of one wide
+    buffer described again, or one moved onto columns an earlier call was given, is named; the
+    next block of the buffer is not."""
+    expected = [([4, 8], "float32")]
+    block = [32, 1]  # a quarter of the columns of a [4, 32] float32 buffer at 0x20000
+
+    def at(column: int) -> list[tuple[int, list[int]]]:
+        return [(0x20000 + 4 * column, block)]
+
+    assert held_outputs.returned_again([(0, at(0)), (1, at(8)), (2, at(16))], expected) is None
+    assert held_outputs.returned_again([(0, at(0)), (1, at(8)), (2, at(0))], expected) == (0, 2, 0)
+    assert held_outputs.returned_again([(0, at(0)), (1, at(12))], expected) is None
+    assert held_outputs.returned_again([(0, at(8)), (1, at(4))], expected) == (0, 1, 0)

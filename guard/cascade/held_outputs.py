@@ -132,19 +132,24 @@ def described(outputs: list[tuple[int, list[int]]], expected: list[tuple[list[in
 def returned_again(
     calls: list[tuple[int, list[tuple[int, list[int]]]]], expected: list[tuple[list[int], str]]
 ) -> tuple[int, int, int] | None:
-    """(earlier call, later call, the later call's output) where a call of one loop described a
-    dense output in bytes an earlier call's outputs were described in (``runner/reuse.py``), or
+    """(earlier call, later call, the later call's output) where a call of one loop described an
+    output in elements an earlier call's outputs were described in (``runner/reuse.py``), or
     None. A CPU's loop holds every call's outputs where the call left them (``runner/confirm.py``),
     so only a kernel that reuses a buffer lands there. The correctness gate names the same of
     the rounds it holds; a kernel alternating buffers over more rounds than a check holds got
-    here, where its read call held a later call's answer, and was REWARD_HACK. ``calls``: each
-    call's index and its DONE's outputs; what ``described`` refuses is not looked at (the read of
-    a checked call refuses it)."""
-    spans: list[reuse.Span] = []
-    for i, outputs in calls:
-        for j, held in enumerate(described(outputs, expected)):
-            if held is None or (size := dtype_info(held.dtype).bytes) != int(size):
-                continue
-            if (where := reuse.dense_bytes(held.address, held.shape, held.stride, int(size))) is not None:
-                spans.append((*where, i, j))
-    return reuse.first_reuse(spans)
+    here, where its read call held a later call's answer, and was REWARD_HACK, and so did one
+    keeping a strided buffer while only dense outputs were compared (red team, session 49).
+    ``calls``: each call's index and its DONE's outputs; what ``described`` refuses, and an
+    output of a dtype that is not whole bytes, is not looked at (the read of a checked call
+    refuses it)."""
+    return reuse.first_reuse(
+        [(i, [_held_layout(held) for held in described(outputs, expected)]) for i, outputs in calls]
+    )
+
+
+def _held_layout(held: m.HeldOutput | None) -> reuse.Layout | None:
+    """A description's layout, for ``reuse.first_reuse``; None for none, or a dtype of less than
+    a byte."""
+    if held is None or (size := dtype_info(held.dtype).bytes) != int(size):
+        return None
+    return held.address, held.shape, held.stride, int(size)

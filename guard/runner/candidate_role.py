@@ -572,10 +572,10 @@ def _returned_again(names: list[str], outs: list, earlier: list) -> str | None:
     round of the check is held, so a kernel that alternates two buffers is named too wherever a
     check holds three rounds (until session 49 only the round before was held, and such a
     kernel was REWARD_HACK in the windows). On a GPU every call's outputs are digested or
-    copied right after it, and such a kernel is timed as any other."""
-    spans = [(*where, 0, k) for k, t in enumerate(earlier) if (where := _dense_bytes(t)) is not None]
-    spans += [(*where, 1, j) for j, t in enumerate(outs) if (where := _dense_bytes(t)) is not None]
-    found = reuse.first_reuse(spans)
+    copied right after it, and such a kernel is timed as any other. Strided outputs too: a kept
+    buffer returned as ``buf[:, :n]`` of a wider one was REWARD_HACK in the windows (red team,
+    session 49)."""
+    found = reuse.first_reuse([(0, [_tensor_layout(t) for t in earlier]), (1, [_tensor_layout(t) for t in outs])])
     if found is None:
         return None
     return (
@@ -585,11 +585,9 @@ def _returned_again(names: list[str], outs: list, earlier: list) -> str | None:
     )
 
 
-def _dense_bytes(t: Any) -> tuple[int, int] | None:
-    """A dense tensor's bytes (``reuse.dense_bytes``); None for anything but a tensor."""
-    if T.type(t) is not T.tensor_type:
-        return None
-    return reuse.dense_bytes(*_layout(t))
+def _tensor_layout(t: Any) -> reuse.Layout | None:
+    """A tensor's layout (``_layout``); None for anything else."""
+    return _layout(t) if T.type(t) is T.tensor_type else None
 
 
 def _layout(t: Any) -> reuse.Layout:
