@@ -30,28 +30,39 @@ MASK_BYTES = 64 << 20
 MASK_ROWS = 1 << 16
 # what one search of ``first_reuse`` marks, all its pairs together (a window holds up to 4096
 # calls, and an arena handing every call a column slice of one buffer puts them all in one
-# span: pairs by the million), and the rows a pair is charged besides its own, for looking at
-# it: half a second at most, seen on a 2-core machine with another job running (the largest
-# pairs marked, or 4096 calls of one arena). Past it, what is undecided stays so.
+# span: pairs by the million), charged each pair's rows and what it writes and scans (rows
+# that overlap write more than their span): half a second at most, seen on a 2-core machine
+# with another job running (the largest pairs marked). Past it, what is undecided stays so.
 SEARCH_ROWS = 4 * MASK_ROWS
 SEARCH_BYTES = 4 * MASK_BYTES
-PAIR_ROWS = 16
+# the pairs of strided outputs one search looks at, marked or not (about 30 us each
+# when not); apart from the marking's rows and bytes, so that a few large pairs marked first
+# (a review of ours, session 50: six calls' blocks of a wide buffer) leave the rest looked at
+SEARCH_PAIRS = 1 << 14
 
 
 class Marking:
-    """What a search may still mark (``first_reuse``): rows and mask bytes. A pair that does
-    not fit what is left ends it, so that every pair looked at after is undecided alike."""
+    """What a search may still do (``first_reuse``): pairs to look at, and rows and mask bytes
+    to mark. A pair that does not fit what is left of the marking ends it, so that every pair
+    looked at after is marked alike (not at all)."""
 
-    def __init__(self, rows: int = SEARCH_ROWS, nbytes: int = SEARCH_BYTES) -> None:
+    def __init__(self, rows: int = SEARCH_ROWS, nbytes: int = SEARCH_BYTES, pairs: int = SEARCH_PAIRS) -> None:
         self.rows = rows
         self.nbytes = nbytes
+        self.pairs = pairs
 
     @property
     def left(self) -> bool:
-        return self.rows > 0
+        """Whether pairs are left to look at."""
+        return self.pairs > 0
+
+    def take_pair(self) -> bool:
+        """Whether a pair may be looked at, counted if so."""
+        self.pairs -= 1
+        return self.pairs >= 0
 
     def take(self, rows: int, nbytes: int) -> bool:
-        """Whether ``rows`` and ``nbytes`` fit what is left, taken from it if so."""
+        """Whether ``rows`` and ``nbytes`` fit what is left to mark, taken from it if so."""
         if rows > self.rows or nbytes > self.nbytes:
             self.rows = self.nbytes = 0
             return False
@@ -63,42 +74,84 @@ class Marking:
 def elements_shared(a: Layout, b: Layout, marking: Marking | None = None) -> bool | None:
     """Whether two tensors have a byte of an element in common, or None where it cannot tell.
     Their spans first; two whose first elements lie at one address do, and so do two dense
-    ones whose spans meet; otherwise their rows (last dimension, contiguous) are marked out in
-    a mask of their joint span, so that two column blocks of one wide buffer (a fused
-    projection's outputs: a red team's, session 49) are told apart. Undecided: a layout
-    without such rows, or too large to mark (``MASK_BYTES``, ``MASK_ROWS``), or past what
-    ``marking`` has left. Each caller says what undecided means to it (``share_elements``,
-    ``first_reuse``)."""
+    ones whose spans meet. Two of one layout (shape, strides and element size: a kept buffer
+    handed out again a few elements further along) are decided from the distance between
+    them (``_reaches``). Otherwise their rows (last dimension, contiguous; single elements
+    where it is not) are marked out in a mask of their joint span, so that two column blocks
+    of one wide buffer (a fused projection's outputs: a red team's, session 49) are told
+    apart. Undecided: a layout whose elements may overlap each other, or too large to mark
+    (``MASK_BYTES``, ``MASK_ROWS``), or past what ``marking`` has left. Each caller says what
+    undecided means to it (``share_elements``, ``first_reuse``)."""
     spans = []
     for address, shape, stride, size in (a, b):
         if math.prod(shape) == 0:
             return False
         if len(stride) != len(shape):
             return None
-        strides = canonical_strides(shape, stride)
-        spans.append((address, address + span_elements(shape, strides) * size, shape, strides, size))
+        # dimensions of size 1 address nothing; a last dimension that is not contiguous is
+        # marked element by element (a trailing dimension of one); a 0-d tensor is one element
+        kept = [(n, st) for n, st in zip(shape, canonical_strides(shape, stride)) if n != 1]
+        if not kept or kept[-1][1] != 1:
+            kept.append((1, 1))
+        dims, strides = [n for n, _ in kept], [st for _, st in kept]
+        spans.append((address, address + span_elements(dims, strides) * size, dims, strides, size))
     (lo_a, hi_a, *_), (lo_b, hi_b, *_) = spans
     if hi_a <= lo_b or hi_b <= lo_a:
         return False
     # strides are never negative: a tensor's first element lies at its address
-    if lo_a == lo_b or all(span_elements(shape, st) == math.prod(shape) for _, _, shape, st, _ in spans):
+    if lo_a == lo_b or all(span_elements(dims, st) == math.prod(dims) for _, _, dims, st, _ in spans):
         return True
-    lo, hi = min(lo_a, lo_b), max(hi_a, hi_b)
-    rows = [math.prod(shape[:-1]) for _, _, shape, _, _ in spans]
-    markable = hi - lo <= MASK_BYTES and max(rows) <= MASK_ROWS and all(st[-1] == 1 for _, _, _, st, _ in spans)
-    # a pair that cannot be marked is charged for being looked at alone
-    rows_cost, bytes_cost = (PAIR_ROWS + sum(rows), hi - lo) if markable else (PAIR_ROWS, 0)
-    if marking is not None and not marking.take(rows_cost, bytes_cost):
+    if marking is not None and not marking.take_pair():
         return None
-    if not markable:
+    (start_a, _, dims_a, st_a, size_a), (start_b, _, dims_b, st_b, size_b) = spans
+    if (dims_a, st_a, size_a) == (dims_b, st_b, size_b) and _nested(dims_a, st_a):
+        return _reaches(start_b - start_a, dims_a, st_a, size_a)
+    lo, hi = min(lo_a, lo_b), max(hi_a, hi_b)
+    rows = [math.prod(dims[:-1]) for _, _, dims, _, _ in spans]
+    widths = [dims[-1] * size for _, _, dims, _, size in spans]
+    if hi - lo > MASK_BYTES or max(rows) > MASK_ROWS:
+        return None
+    # charged what it writes and scans, and its mask: rows that overlap (a stride of 0) write
+    # more than their span (a review of ours, session 50: seconds for a pair charged little)
+    written = sum(r * w for r, w in zip(rows, widths))
+    if marking is not None and not marking.take(sum(rows), max(hi - lo, written)):
         return None
     mask = bytearray(hi - lo)
-    (start_a, _, shape_a, st_a, size_a), (start_b, _, shape_b, st_b, size_b) = spans
-    width = shape_a[-1] * size_a
-    for at in _row_starts(start_a - lo, shape_a, st_a, size_a):
-        mask[at : at + width] = b"\x01" * width
-    width = shape_b[-1] * size_b
-    return any(mask.find(1, at, at + width) != -1 for at in _row_starts(start_b - lo, shape_b, st_b, size_b))
+    for at in _row_starts(start_a - lo, dims_a, st_a, size_a):
+        mask[at : at + widths[0]] = b"\x01" * widths[0]
+    return any(mask.find(1, at, at + widths[1]) != -1 for at in _row_starts(start_b - lo, dims_b, st_b, size_b))
+
+
+def _nested(dims: list[int], strides: list[int]) -> bool:
+    """Whether each stride, largest first, passes everything the smaller ones reach: no two
+    elements of the layout overlap, and an offset is reached by at most two steps on each
+    dimension (``_reaches``)."""
+    reach = 0
+    for n, st in sorted(zip(dims, strides), key=lambda d: d[1]):
+        if n > 1 and st <= reach:
+            return False
+        reach += (n - 1) * st
+    return True
+
+
+def _reaches(gap: int, dims: list[int], strides: list[int], size: int) -> bool:
+    """Whether two tensors of one nested layout (``_nested``), the second ``gap`` bytes after
+    the first, have a byte of an element in common: whether some difference of two indices,
+    less than each dimension's size either way, steps a whole number of elements within one
+    element of ``gap``."""
+    order = sorted((d for d in zip(strides, dims) if d[1] > 1), reverse=True)
+
+    def steps(left: int, i: int) -> bool:
+        if i == len(order):
+            return left == 0
+        st, n = order[i]
+        # nested: what the smaller strides reach is less than this one, so only the two
+        # nearest multiples of it can leave a remainder they reach
+        q = left // st
+        return any(-n < k < n and steps(left - k * st, i + 1) for k in (q, q + 1))
+
+    whole, part = divmod(gap, size)
+    return steps(whole, 0) or (part != 0 and steps(whole + 1, 0))
 
 
 def share_elements(a: Layout, b: Layout) -> bool:
@@ -129,16 +182,21 @@ def first_reuse(
 
     Undecided counts as not reused here, the opposite of ``share_elements``: a false "reused"
     would call an honest kernel's answers overwritten (an arena handing every call a column
-    slice of one buffer interleaves, and a layout past what can be marked may do so too), while
-    a kernel that did reuse its buffer is still caught after, as every strided output once was:
-    the windows read a later call's answer for its call (REWARD_HACK, "behaves differently
-    while timed"). A kernel that keeps its buffer returns the same layout every
-    call, which is decided whatever its strides (one address).
+    slice of one buffer interleaves, and a layout past what can be marked may do so too). What
+    is decided whatever the marking: one first address, and two outputs of one layout (a kept
+    buffer, or a ring of them, handed out again some elements further along, strided or not:
+    a review of ours, session 50). Left undecided, and so not named here: outputs of
+    different layouts past what can be marked, and pairs past what a search looks at
+    (``SEARCH_PAIRS``, which some 180 calls of one arena, their spans all overlapping, spend). A
+    kernel that reuses memory there loses an earlier call's answer before the windows read it
+    (REWARD_HACK, "behaves differently while timed") unless it reuses only what was read
+    (a ring of old enough slots): on a CPU, where it saves the allocation of its outputs.
 
     The spans swept in order, each looked at against the earlier ones that reach it (alone
-    those can share an element): dense against dense decided at once, and strided pairs marked
-    (``Marking``: a search of thousands of calls costs no more than a few pairs of the largest).
-    Once that is spent, strided outputs are looked at by their first element alone."""
+    those can share an element): dense against dense decided at once, strided pairs as
+    ``elements_shared`` can (``Marking``: on a 2-core machine a search of 4096 calls of one
+    arena took 0.5 s, its pairs spent). Once its pairs are spent, strided outputs are looked at by their first element
+    alone."""
     placed = []
     for call, layouts in calls:
         for j, layout in enumerate(layouts):
@@ -152,7 +210,7 @@ def first_reuse(
     # (end, order, output): the outputs looked at whose spans may reach the next one
     active: list[tuple[int, int, _Placed]] = []
     here: _Placed | None = None  # the first output whose span starts where the current one's does
-    spent = False  # the marking, and the strided outputs left out of ``active`` since
+    spent = False  # the pairs, and the strided outputs left out of ``active`` since
     for order, p in enumerate(placed):
         if here is None or here.start != p.start:
             here = p
