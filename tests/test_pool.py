@@ -298,8 +298,8 @@ def test_the_trusted_workers_idle_reference_is_taken_alone_on_the_device(tmp_pat
 @pytest.mark.parametrize("wait", [False, True])
 def test_a_verdict_waits_for_starting_spares_before_it_times_unless_told_not_to(tmp_path, monkeypatch, wait):
     """``wait_for_starts_before_timing``: the benchmark waits for starting spare workers before
-    the first workload is timed (on by default since session 49; off, a figure a start floors or
-    contradicts is only measured again after the wait). The wait comes first with no slot held,
+    the first workload is timed (off by default since session 50; off, a figure a start floors
+    or contradicts is only measured again after the wait). The wait comes first with no slot held,
     so that a hung start keeps no other guard's timing waiting, and again once the exclusive
     slot is taken, for a start begun meanwhile."""
     from guard.candidates.load import from_source

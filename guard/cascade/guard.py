@@ -354,8 +354,8 @@ class Guard:
         tenure.to_exclusive(ctx.cand, self.pool.quiet_spare if wait_for_starts else None)
         phases["slot"] = tenure.waited_s
         if wait_for_starts:
-            # again, holding the slot: a start of this pool's spares that another evaluation
-            # began meanwhile (it starts them once its own timing is over); almost always 0
+            # again, holding the slot: a start of this pool's spares begun meanwhile (by a
+            # server's warm-up, which runs beside its first evaluations); almost always 0
             phases["spare_wait"] = tenure.settled_s + (self.pool.quiet_spare() or 0.0)
         t = time.monotonic()
         timings = benchmark_gate.benchmark(ctx)
