@@ -99,7 +99,7 @@ def elements_shared(a: Layout, b: Layout, marking: Marking | None = None) -> boo
     if hi_a <= lo_b or hi_b <= lo_a:
         return False
     # strides are never negative: a tensor's first element lies at its address
-    if lo_a == lo_b or all(span_elements(dims, st) == math.prod(dims) for _, _, dims, st, _ in spans):
+    if lo_a == lo_b or all(_dense(dims, st) for _, _, dims, st, _ in spans):
         return True
     if marking is not None and not marking.take_pair():
         return None
@@ -120,6 +120,13 @@ def elements_shared(a: Layout, b: Layout, marking: Marking | None = None) -> boo
     for at in _row_starts(start_a - lo, dims_a, st_a, size_a):
         mask[at : at + widths[0]] = b"\x01" * widths[0]
     return any(mask.find(1, at, at + widths[1]) != -1 for at in _row_starts(start_b - lo, dims_b, st_b, size_b))
+
+
+def _dense(dims: list[int], strides: list[int]) -> bool:
+    """Whether a layout's elements fill its span, each byte once: as many elements as the span
+    holds is not enough (a stride of 0 repeats elements and leaves gaps: ``[2, 2]`` by
+    ``[0, 3]`` spans four elements and holds two; a review of ours, session 50)."""
+    return span_elements(dims, strides) == math.prod(dims) and _nested(dims, strides)
 
 
 def _nested(dims: list[int], strides: list[int]) -> bool:
@@ -203,7 +210,8 @@ def first_reuse(
             if layout is None or (where := _span(layout)) is None:
                 continue
             start, end = where
-            placed.append(_Placed(start, end, call, j, layout, end - start == math.prod(layout[1]) * layout[3]))
+            dense = _dense(layout[1], canonical_strides(layout[1], layout[2]))
+            placed.append(_Placed(start, end, call, j, layout, dense))
     placed.sort()
     if marking is None:
         marking = Marking()
