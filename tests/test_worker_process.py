@@ -3,6 +3,7 @@ the protocol leaves no reply to answer the next request."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 
@@ -106,3 +107,16 @@ def test_a_caller_s_timeout_in_a_send_is_not_the_worker_s_death(worker, monkeypa
     with pytest.raises(TimeoutError, match="the caller's timer"):
         w.send({"op": "build"})
     assert not w.alive
+
+
+def test_a_worker_not_yet_leading_its_group_is_killed(tmp_path, caplog):
+    """A worker is killed by its process group; one forked a moment ago leads none yet (its
+    setsid not yet run: a guard closed during its warm-up). Nothing killed it, and its kill
+    waited 10 s for it ("did not die after SIGKILL"), holding a server's stop (session 50)."""
+    w = WorkerProcess("candidate", "cpu", tmp_path / "w")
+    w.proc = subprocess.Popen(["sleep", "60"])  # in the test's own process group
+    assert os.getpgid(w.proc.pid) != w.proc.pid
+    with caplog.at_level("WARNING", logger="guard.runner.process"):
+        w.kill()
+    assert w.proc.poll() is not None
+    assert "did not die" not in caplog.text

@@ -55,6 +55,20 @@ class WorkerTimeout(RuntimeError):
 CALLER_INTERRUPTIONS = (TimeoutError, InterruptedError)
 
 
+def _kill_group(proc: "subprocess.Popen[bytes] | zygote.ForkedWorker") -> None:
+    """SIGKILL a worker's process group, which it leads (its setsid). Where there is no group
+    of that number (a worker forked a moment ago, before its setsid: a guard closed during its
+    warm-up), the worker itself: unreaped, its pid is still its own. Before, nothing killed
+    it, and ``_kill``'s wait held a server's stop for 10 s (session 50)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGKILL)
+    except PermissionError:
+        pass
+
+
 def _gpu_minor(env: dict[str, str]) -> int | None:
     """The device node's minor number of the one GPU a worker is pinned to (its
     ``CUDA_VISIBLE_DEVICES`` names it by UUID), or None."""
@@ -374,10 +388,7 @@ class WorkerProcess:
             if self._sandbox_init is None and self._cgroup is None:
                 # no sandbox: its group by pid, unreaped a moment ago (the one unpinned route,
                 # which needs the pid reaped and reused within microseconds to miss)
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                _kill_group(proc)
 
     def kill(self) -> None:
         with self._life:
@@ -387,10 +398,7 @@ class WorkerProcess:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _kill_group(self.proc)
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:

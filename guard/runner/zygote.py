@@ -84,6 +84,11 @@ class ForkedWorker:
     def _ended(self, timeout: float) -> bool:
         return readable(self._pidfd, timeout)
 
+    def send_signal(self, sig: int) -> None:
+        """Signal the child through its pidfd, never another process that took its pid."""
+        if self.returncode is None:
+            signal.pidfd_send_signal(self._pidfd, sig)
+
     def poll(self) -> int | None:
         if self.returncode is None and self._ended(0):
             self._reap()
