@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from ..problems.schema import Workload
 from ..runner import messages as m
+from ..runner import reuse
 from ..runner import tree_cpu
 from ..runner.freeze import frozen
 from ..runner.peek import PeekError
@@ -140,9 +141,9 @@ class CpuWindows:
             raise Rejection(
                 "benchmark",
                 "INCORRECT_NUMERICAL",
-                f"output {name!r} of call {later} of the outside clock's loop on {w.uuid} is memory the kernel "
-                f"returned for call {earlier}, overwritten: a caller that kept the earlier answer loses it. "
-                "Return new tensors from every call (or declare destination passing)",
+                reuse.overwritten(
+                    f"{name!r} of call {later} of the outside clock's loop on {w.uuid}", f"call {earlier}"
+                ),
                 None,
                 w.uuid,
             )

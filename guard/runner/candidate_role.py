@@ -578,11 +578,7 @@ def _returned_again(names: list[str], outs: list, earlier: list) -> str | None:
     found = reuse.first_reuse([(0, [_tensor_layout(t) for t in earlier]), (1, [_tensor_layout(t) for t in outs])])
     if found is None:
         return None
-    return (
-        f"output {names[found[2]]!r} is memory the kernel returned for an earlier call, overwritten: a "
-        "caller that kept the earlier answer loses it. Return new tensors from every call "
-        "(or declare destination passing)"
-    )
+    return reuse.overwritten(repr(names[found[2]]), "an earlier call")
 
 
 def _tensor_layout(t: Any) -> reuse.Layout | None:

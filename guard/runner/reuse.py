@@ -161,6 +161,16 @@ def _reaches(gap: int, dims: list[int], strides: list[int], size: int) -> bool:
     return steps(whole, 0) or (part != 0 and steps(whole + 1, 0))
 
 
+def overwritten(output: str, earlier: str) -> str:
+    """The reason given for memory returned again, by the correctness gate and the windows
+    alike: ``output`` names the later call's output, ``earlier`` the call it was returned for."""
+    return (
+        f"output {output} is memory the kernel returned for {earlier}, overwritten: a caller that "
+        "kept the earlier answer loses it. Return new tensors from every call (or declare "
+        "destination passing)"
+    )
+
+
 def share_elements(a: Layout, b: Layout) -> bool:
     """Whether two outputs of one call share memory (``elements_shared``). Where that cannot be
     told they count as sharing: the guard's rule from before elements were compared (session
