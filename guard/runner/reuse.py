@@ -35,7 +35,7 @@ MASK_ROWS = 1 << 16
 # with another job running (the largest pairs marked). Past it, what is undecided stays so.
 SEARCH_ROWS = 4 * MASK_ROWS
 SEARCH_BYTES = 4 * MASK_BYTES
-# the pairs of strided outputs one search looks at, marked or not (about 30 us each
+# the pairs of strided outputs one search looks at, marked or not (about 17 us each
 # when not); apart from the marking's rows and bytes, so that a few large pairs marked first
 # (a review of ours, session 50: six calls' blocks of a wide buffer) leave the rest looked at
 SEARCH_PAIRS = 1 << 14
@@ -83,18 +83,37 @@ def elements_shared(a: Layout, b: Layout, marking: Marking | None = None) -> boo
     (``MASK_BYTES``, ``MASK_ROWS``), or past what ``marking`` has left. Each caller says what
     undecided means to it (``share_elements``, ``first_reuse``)."""
     spans = []
-    for address, shape, stride, size in (a, b):
-        if math.prod(shape) == 0:
+    for layout in (a, b):
+        if math.prod(layout[1]) == 0:
             return False
-        if len(stride) != len(shape):
+        if (normal := _normal(layout)) is None:
             return None
-        # dimensions of size 1 address nothing; a last dimension that is not contiguous is
-        # marked element by element (a trailing dimension of one); a 0-d tensor is one element
-        kept = [(n, st) for n, st in zip(shape, canonical_strides(shape, stride)) if n != 1]
-        if not kept or kept[-1][1] != 1:
-            kept.append((1, 1))
-        dims, strides = [n for n, _ in kept], [st for _, st in kept]
-        spans.append((address, address + span_elements(dims, strides) * size, dims, strides, size))
+        spans.append(normal)
+    return _shared(spans[0], spans[1], marking)
+
+
+# (first byte, end, dims, strides, bytes per element): a non-empty layout as ``_shared`` takes
+# it, dimensions of size 1 left out and its last one contiguous (``_normal``)
+_Normal = tuple[int, int, list[int], list[int], int]
+
+
+def _normal(layout: Layout) -> _Normal | None:
+    """A non-empty layout as ``_shared`` compares it; None where its strides do not fit its
+    shape. Dimensions of size 1 address nothing; a last dimension that is not contiguous is
+    marked element by element (a trailing dimension of one); a 0-d tensor is one element."""
+    address, shape, stride, size = layout
+    if len(stride) != len(shape):
+        return None
+    kept = [(n, st) for n, st in zip(shape, canonical_strides(shape, stride)) if n != 1]
+    if not kept or kept[-1][1] != 1:
+        kept.append((1, 1))
+    dims, strides = [n for n, _ in kept], [st for _, st in kept]
+    return address, address + span_elements(dims, strides) * size, dims, strides, size
+
+
+def _shared(na: _Normal, nb: _Normal, marking: Marking | None) -> bool | None:
+    """``elements_shared`` of two non-empty layouts made ``_normal``."""
+    spans = (na, nb)
     (lo_a, hi_a, *_), (lo_b, hi_b, *_) = spans
     if hi_a <= lo_b or hi_b <= lo_a:
         return False
@@ -185,7 +204,7 @@ class _Placed(NamedTuple):
     end: int
     call: int
     output: int
-    layout: Layout
+    normal: _Normal
     dense: bool
 
 
@@ -212,16 +231,15 @@ def first_reuse(
     The spans swept in order, each looked at against the earlier ones that reach it (alone
     those can share an element): dense against dense decided at once, strided pairs as
     ``elements_shared`` can (``Marking``: on a 2-core machine a search of 4096 calls of one
-    arena took 0.5 s, its pairs spent). Once its pairs are spent, strided outputs are looked at by their first element
+    arena took 0.3 s, its pairs spent). Once its pairs are spent, strided outputs are looked at by their first element
     alone."""
     placed = []
     for call, layouts in calls:
         for j, layout in enumerate(layouts):
-            if layout is None or (where := _span(layout)) is None:
+            if layout is None or layout[0] <= 0 or math.prod(layout[1]) == 0 or (normal := _normal(layout)) is None:
                 continue
-            start, end = where
-            dense = _dense(layout[1], canonical_strides(layout[1], layout[2]))
-            placed.append(_Placed(start, end, call, j, layout, dense))
+            start, end, dims, strides, _ = normal
+            placed.append(_Placed(start, end, call, j, normal, _dense(dims, strides)))
     placed.sort()
     if marking is None:
         marking = Marking()
@@ -237,7 +255,7 @@ def first_reuse(
         while active and active[0][0] <= p.start:
             heapq.heappop(active)
         for _, _, q in active:
-            if q.call != p.call and elements_shared(q.layout, p.layout, marking):
+            if q.call != p.call and _shared(q.normal, p.normal, marking):
                 return _named(q, p)
         if p.dense or marking.left:
             heapq.heappush(active, (p.end, order, p))
@@ -246,15 +264,6 @@ def first_reuse(
             active = [entry for entry in active if entry[2].dense]
             heapq.heapify(active)
     return None
-
-
-def _span(layout: Layout) -> tuple[int, int] | None:
-    """A non-empty tensor's span: its first byte and end; None for one without elements or
-    memory, or with strides that do not fit its shape."""
-    address, shape, stride, size = layout
-    if address <= 0 or math.prod(shape) == 0 or len(stride) != len(shape):
-        return None
-    return address, address + span_elements(shape, canonical_strides(shape, stride)) * size
 
 
 def _named(a: _Placed, b: _Placed) -> tuple[int, int, int]:
