@@ -73,6 +73,7 @@ class Ran:
     mine0: float
     tree0: tree_cpu.TreeCpu
     read: list[list[m.ReadOutput | None]]
+    described: list[tuple[int, list[tuple[int, list[int]]]]]
 
 
 class CpuWindows:
@@ -135,9 +136,16 @@ class CpuWindows:
                 None,
                 w.uuid,
             )
-        if again := held_outputs.returned_again(described, self.expected):
+        return Ran(wall, t0, counted0, mine0, tree0, [reads[i] for i in chosen], described)
+
+    def reject_reuse(self, ran: Ran) -> None:
+        """INCORRECT_NUMERICAL where a call of ``ran`` returned memory that a later call wrote
+        over (``held_outputs.returned_again``). Looked at once the window is charged: the
+        search is the guard's work, which the trusted window does not do."""
+        if again := held_outputs.returned_again(ran.described, self.expected):
             earlier, later, j = again
-            name = list(cx.d.outputs)[j]
+            w = self.cx.w
+            name = list(self.cx.d.outputs)[j]
             raise Rejection(
                 "benchmark",
                 "INCORRECT_NUMERICAL",
@@ -147,30 +155,43 @@ class CpuWindows:
                 None,
                 w.uuid,
             )
-        return Ran(wall, t0, counted0, mine0, tree0, [reads[i] for i in chosen])
 
     def charge(self, ran: Ran) -> tuple[float, float]:
         """The candidate's window, its tree stopped by the caller: (what it is charged, the part
-        of that its tree ran on other cores). Its wall plus what ran beside its busiest thread
-        (``charged``); where its sandbox's CPU time is counted, the CPU time it took where
-        that is less.
+        of that its tree ran on other cores beside its busiest thread).
 
-        The trusted window is taken that way (``trusted``), and so is the candidate's where its
-        sandbox's CPU time is counted by the kernel (``sandbox.cgroups``: every task that was
-        ever in it, a process started and reaped inside the window included, which a reading of
-        its tree would miss): stalls then drop out of both windows, and an honest figure on a
-        busy machine is not floored by the stalls of its own window either. That cannot make a
-        window shorter than its work: work done in the window is CPU time of the sandbox, and
-        waiting computes nothing. Where the count is not kept the window stays charged by the
-        wall."""
+        Where its sandbox's CPU time is counted by the kernel (``sandbox.cgroups``: every task
+        that was ever in it, a process started and reaped inside the window included, which a
+        reading of its tree would miss), the window is charged the CPU time it took: the
+        sandbox's and this thread's own (writing, reading, the handshakes), as the trusted
+        window is (``trusted_charge``). Stalls then drop out of both windows, so an honest
+        figure on a busy machine is not floored by its own window's stalls, and waiting computes
+        nothing. Nor can work hidden behind the guard's own make the window shorter: a loop
+        that said each call done before computing it, then computed while the guard read and
+        wrote, had a wall shorter than the CPU time of the two sides, and while the wall was
+        charged where it was the less, a loaded machine that let it win its race with the
+        guard's read let it gain (fresh-clone suite, session 50).
+
+        Where the count is not kept the window is charged its wall plus what ran beside its
+        busiest thread (``charged``), and never less than the CPU time its tree's readings and
+        this thread found."""
         counted1 = self.cx.worker.cpu_ns()
         counted = counted1 - ran.counted0 if ran.counted0 is not None and counted1 is not None else None
-        wall, parallel = charged(time.monotonic() - ran.t0, ran.tree0, self.run_pid, self.cx.w, counted)
+        mine = time.thread_time() - ran.mine0
+        after = tree_cpu.read(self.run_pid)
+        wall, parallel = charged(time.monotonic() - ran.t0, ran.tree0, after, self.cx.w, counted)
         if counted is not None:
-            took = counted / 1e9 + time.thread_time() - ran.mine0
-            log.debug("candidate's window on %s: %.5f s charged, %.5f s run", self.cx.w.uuid, wall, took)
-            wall = min(wall, took)
-        return wall, parallel
+            took = counted / 1e9 + mine
+        else:
+            took = max(wall, tree_cpu.used_ns(ran.tree0, after) / 1e9 + mine)
+        log.debug("candidate's window on %s: %.5f s wall and beside, %.5f s run", self.cx.w.uuid, wall, took)
+        return took, parallel
+
+    def trusted_charge(self, wall_s: float, cpu_s: float) -> float:
+        """The trusted window's charge: the CPU time it took (its worker's and this thread's),
+        as the candidate's is where the sandbox counts it; elsewhere the lesser of that and its
+        wall plus what ran beside (the candidate's window is charged at least its wall then)."""
+        return cpu_s if self.cx.worker.cpu_ns() is not None else min(wall_s, cpu_s)
 
     def trusted(self, overhead: m.Overhead, chosen: list[int]) -> tuple[float, float, m.OverheadReply]:
         """The trusted worker's window on the last window's inputs, run as the candidate's was:
@@ -265,13 +286,13 @@ def candidates_memory_fault(w: Workload, do: Callable[[], T]) -> T:
 
 
 def charged(
-    wall_s: float, before: tree_cpu.TreeCpu, pid: int | None, w: Workload, counted_ns: int | None = None
+    wall_s: float, before: tree_cpu.TreeCpu, after: tree_cpu.TreeCpu, w: Workload, counted_ns: int | None = None
 ) -> tuple[float, float]:
-    """A CPU window of the candidate's that ends now (its tree stopped): (what it is charged,
-    the part of that its tree ran on other cores beside its busiest thread, by the readings or
-    by ``counted_ns``, its sandbox's cgroup count, where that is more). A window in which a
-    process of the tree ended is REWARD_HACK: what that process ran cannot be counted."""
-    after = tree_cpu.read(pid)
+    """A CPU window of the candidate's that ended at the reading ``after`` (its tree stopped):
+    (its wall plus what its tree ran on other cores beside its busiest thread, that part, by
+    the readings or by ``counted_ns``, its sandbox's cgroup count, where that is more). A
+    window in which a process of the tree ended is REWARD_HACK: what that process ran cannot be
+    counted."""
     if gone := tree_cpu.vanished(before, after):
         raise Rejection(
             "benchmark",

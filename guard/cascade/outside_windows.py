@@ -158,6 +158,7 @@ def run_windows(
         with candidate_stopped(cx.worker, w, "while the guard timed its loop without the call"):
             if cpu is not None:
                 run_wall, parallel = cpu.charge(ran)
+                cpu.reject_reuse(ran)
             loop_walls.extend(trusted_loop(seed, chosen) for _ in range(loops))
         run_walls.append(run_wall)
         run_parallel.append(parallel)
@@ -187,8 +188,7 @@ def run_windows(
     def trusted_loop(seed: int, chosen: list[int]) -> float:
         """The loop without the call, on ``seed``'s data, in the trusted worker (the candidate's
         processes stopped by the caller): its wall time less its set-up; on a CPU charged as the
-        candidate's window is, and the CPU time it took where that is less
-        (``CpuWindows.trusted``)."""
+        candidate's window is (``CpuWindows.trusted_charge``)."""
         wait_device_idle(ref, cx.trusted, w, "before the guard's loop")
         overhead = m.Overhead(
             **cx.trusted_fields(),
@@ -211,7 +211,7 @@ def run_windows(
             raise GuardError(f"the trusted worker could not run the timing loop: {loop.message}")
         charged_s, ran_s = loop_wall - loop.setup_s, ran_s - loop.setup_cpu_s
         log.debug("trusted loop on %s: %.5f s charged, %.5f s run", w.uuid, charged_s, ran_s)
-        return min(charged_s, ran_s)
+        return cpu.trusted_charge(charged_s, ran_s) if cpu is not None else charged_s
 
     def loop_again() -> outside_clock.OutsideClock:
         with candidate_stopped(cx.worker, w, "while the guard timed its loop again without the call"):
