@@ -19,8 +19,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from guard import outside_clock  # noqa: E402
+from guard.runner import confirm, replays  # noqa: E402
 from guard.runner import messages as m  # noqa: E402
-from guard.runner import replays  # noqa: E402
 from guard.runner.freeze import frozen  # noqa: E402
 from guard.runner.inputs import InputMaker  # noqa: E402
 from guard.runner.proc_tree import descendants  # noqa: E402
@@ -1219,3 +1219,25 @@ def test_repeats_compare_bitwise_or_within_the_tolerance_the_problem_allows():
     nan[3] = float("nan")
     assert _repeat_differs(["y"], [nan.clone()], [nan], loose) is None  # NaN where NaN was
     assert _repeat_differs(["y"], [first], [nan], loose) is not None
+
+
+def test_the_host_time_set_at_arm_is_a_warm_loops():
+    """The padding of a GPU's outside-clock windows is set from the host's time to enqueue one
+    iteration of its loop, measured at arm. The loop's first run launches each of its graphs
+    for the first time; a figure taken from it alone left some loops host-bound and not others
+    of one kernel. Here the first run's calls each cost 20 ms more, the later ones nothing."""
+    maker = _maker()
+    sets = [maker.make({}, {"n": 4}, seed=1)]
+    static = [[torch.zeros(4, 64, dtype=torch.bfloat16)]]
+    runs = {"calls": 0}
+
+    def call(k):
+        runs["calls"] += 1
+        if runs["calls"] <= 3:  # the first run's: cold
+            time.sleep(0.02)
+        static[k][0].copy_(sets[k][0] * 2)
+
+    loop = _confirm_loop(sets, static)
+    host_ms = loop.warm_host_ms(seed=3, iters=3, call=call)
+    assert runs["calls"] == 3 * (1 + confirm.WARM_HOST_RUNS)
+    assert host_ms == loop.host_ms_per_iter < 10, host_ms  # not the cold run's 20 ms a call

@@ -348,8 +348,8 @@ class CandidateRole:
                 self.kept = self._held_outputs()
             self.confirm_loop = self._confirm_loop()
             if self.cuda:  # the host's time to enqueue one iteration, from which the guard sets the padding
-                self.confirm_loop.run(
-                    replays.sub_seed(arm_seed, "confirm"), min(10, self.confirm_loop.rows), self._loop_call(), 0
+                self.confirm_loop.warm_host_ms(
+                    replays.sub_seed(arm_seed, "confirm"), min(10, self.confirm_loop.rows), self._loop_call()
                 )
         except CandidateFault:
             raise
