@@ -122,8 +122,9 @@ def run_windows(
     reads the chosen calls' outputs then (``held_outputs``). The candidate's window ends when
     its whole tree is stopped, not when it replies (a thread that went on computing after the
     reply would otherwise do its work off the clock), and the trusted window, run alike, ends
-    the same way. Each window is charged its wall time plus the CPU time its tree used beside
-    its busiest thread (``runner.tree_cpu``): calls run on a second core are paid for.
+    the same way. Each window is charged the CPU time its two sides took where the sandbox
+    counts it, else its wall time plus the CPU time its tree used beside its busiest thread
+    (``CpuWindows.charge``): calls run on a second core are paid for either way.
 
     ``first_window``: windows already run for this workload (a CPU's first windows, too short,
     are run again longer): the new ones take the next seeds, so no call sees inputs an earlier
