@@ -4,7 +4,9 @@ idea, without the mean), judged in turn by one guard with a user's settings and 
 screen off, several rounds. Prints each verdict's decided figure per workload and, at the end, per workload the
 median of the forger's figures over the median of the honest ones (1.0: no gain).
 ``--forger second-core``: the forger also runs the outside clock's calls on a second core
-while its loop goes on (``tests/cheats/calls_on_a_second_core.py``); ``--forger batching``: it
+while its loop goes on (``tests/cheats/calls_on_a_second_core.py``); ``--forger leaner-loop``:
+its outside-clock loop is a leaner one than the guard's, its calls honest
+(``tests/cheats/replaces_the_loop_with_a_leaner_one.py``); ``--forger batching``: it
 makes one batched call of a window's calls where the guard does not pace them (session 34). ``--stall``: the trusted
 worker is stopped for five sixths of each of its outside-clock windows while the forger is
 judged (``harness.Staller``), as a busy machine would hold it off its core
@@ -12,7 +14,8 @@ judged (``harness.Staller``), as a busy machine would hold it off its core
 ratio of its paced figure to its own median (what half the paced figure floors; until f9efc08
 ``benchmarks/cpu_paced_ratio.py``).
 
-    python -m benchmarks.cpu_forgery_probe --rounds 4 [--forger second-core|batching|none] [--stall] [--out table.json]
+    python -m benchmarks.cpu_forgery_probe --rounds 4 [--forger second-core|batching|leaner-loop|none]
+        [--stall] [--out table.json]
 """
 
 from __future__ import annotations
@@ -86,7 +89,9 @@ _confirm.ConfirmLoop._held_loop = _batched
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--forger", choices=("median", "second-core", "batching", "none"), default="median")
+    parser.add_argument(
+        "--forger", choices=("median", "second-core", "batching", "leaner-loop", "none"), default="median"
+    )
     parser.add_argument("--stall", action="store_true", help="stall the trusted windows while the forger is judged")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -94,6 +99,7 @@ def main() -> int:
         "median": FORGER,
         "second-core": (CHEATS / "calls_on_a_second_core.py").read_text(),
         "batching": BATCHER,
+        "leaner-loop": (CHEATS / "replaces_the_loop_with_a_leaner_one.py").read_text(),
         "none": None,
     }[args.forger]
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)

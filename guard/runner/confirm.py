@@ -34,6 +34,7 @@ left in the candidate's process for it to do more cheaply than the trusted worke
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import struct
@@ -240,24 +241,43 @@ class ConfirmLoop:
     def _held_loop(self, iters: int, call: LoopCall | None, pad_passes: int, n: int) -> None:
         """A CPU's loop: each call's staged inputs placed, and the call with its outputs held
         (none without a call), each call's DONE sent. The guard wrote the inputs (``staged``):
-        all before the window, or, paced, each once the call before it was done."""
+        all before the window, or, paced, each once the call before it was done.
+
+        Lean on purpose: what this loop does besides the call is the candidate's cost in its
+        window and the trusted loop's in its own, and a candidate can replace it with a leaner
+        one (it runs in the candidate's process). Whatever the honest loop does more than the
+        leanest one such a candidate could write shortens that candidate's figure against an
+        honest kernel's (red team, session 51: a leaner loop was floored about 0.8x below the
+        honest kernel's figure). So each call does only what must be: wait for GO (paced),
+        place its inputs, call, hold the outputs, say where they lie."""
         kept, staged, pacing = self.kept, self.staged, self.pacing
         if call is not None and kept is None:
             raise RuntimeError("a loop of calls needs their outputs' digests or somewhere to hold them")
         if staged is None:
             raise RuntimeError("a CPU's loop needs its calls' inputs staged")
+        if pad_passes:
+            raise RuntimeError("a CPU's loop has no padding")
+        sets, rows = staged.sets, staged.rows
+        take = kept.take if call is not None and kept is not None else None
+        held = kept.held if kept is not None else []
+        # destination passing: each call's own buffers set first (``KeptOutputs.before``)
+        before = kept.before if take is not None and kept is not None and kept.static is not None else None
+        go = pacing.pacer.go if pacing is not None and self.paced_now else None
+        done = pacing.pacer.done if pacing is not None else None
+        packer = payload_packer(tuple(pacing.ndims)) if pacing is not None else None
+        shown = pacing.stand_ins if pacing is not None else []
         for it in range(iters):
             k = it % n
-            if it and pacing is not None and self.paced_now:
-                pacing.pacer.go()  # the guard has written this call's inputs
-            self.idle(pad_passes)
-            staged.place(it, k)
-            if call is not None and kept is not None:
-                kept.before(it, k)
-                kept.take(it, call(k))
-            if pacing is not None:
-                shown = kept.held[it] if call is not None and kept is not None else pacing.stand_ins
-                pacing.pacer.done(pack_outputs(shown, pacing.ndims))
+            if it and go is not None:
+                go()  # the guard has written this call's inputs
+            sets[k][:] = rows[it]  # ``StagedInputs.place``
+            if take is not None and call is not None:
+                if before is not None:
+                    before(it, k)
+                take(it, call(k))
+                shown = held[it]
+            if done is not None and packer is not None:
+                done(packer(shown))
 
     def _spare(self) -> list[list[torch.Tensor]]:
         """Buffers of the outputs' sizes, made once, for the copies a call without outputs of
@@ -294,11 +314,27 @@ def pack_outputs(outputs: list[Any], ndims: list[int]) -> bytes:
     """A DONE payload (``runner/pacing.py``): where each output of one call lies (the
     definition's outputs, ``ndims`` dimensions each), its address and strides in elements;
     zeros for one that is not a CPU tensor of that rank (the guard finds nothing there)."""
-    parts = []
-    for j, nd in enumerate(ndims):
-        t: Any = outputs[j] if j < len(outputs) else None
-        if T.type(t) is T.tensor_type and t.device.type == "cpu" and t.dim() == nd:
-            parts.append(struct.pack(f"<{1 + nd}q", T.data_ptr(t), *t.stride()))
-        else:
-            parts.append(bytes(8 * (1 + nd)))
-    return b"".join(parts)
+    return payload_packer(tuple(ndims))(outputs)
+
+
+@functools.lru_cache(maxsize=64)
+def payload_packer(ndims: tuple[int, ...]) -> Callable[[list[Any]], bytes]:
+    """``pack_outputs`` for outputs of ``ndims`` dimensions, its format made once."""
+    dims = ndims
+    fmt = struct.Struct(f"<{sum(1 + nd for nd in dims)}q").pack
+    tensor_type, type_of = T.tensor_type, T.type
+
+    def pack(outputs: list[Any]) -> bytes:
+        values: list[int] = []
+        for j, nd in enumerate(dims):
+            t: Any = outputs[j] if j < len(outputs) else None
+            # exact tensors only (a subclass would run the candidate's code here); ``is_cpu``
+            # is read off the tensor, where ``device.type`` makes an object each call
+            if type_of(t) is tensor_type and t.is_cpu and t.dim() == nd:
+                values.append(T.data_ptr(t))
+                values.extend(t.stride())
+            else:
+                values.extend([0] * (1 + nd))
+        return fmt(*values)
+
+    return pack

