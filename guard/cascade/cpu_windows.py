@@ -87,6 +87,9 @@ class CpuWindows:
         self.ndims = held_outputs.output_ndims(self.expected)
         self.staging: staged_inputs.Staging | None = None
         self.run_pid = cx.worker.proc.pid if cx.worker.proc is not None else None
+        # whether the last candidate's window was charged its CPU time (``charge``): its
+        # trusted windows are charged the same way (``trusted_charge``)
+        self.by_cpu_time = False
         self.loop_pid = cx.trusted.proc.pid if cx.trusted.proc is not None else None
 
     def run(self, index: int, seed: int, chosen: list[int]) -> Ran:
@@ -180,6 +183,7 @@ class CpuWindows:
         mine = time.thread_time() - ran.mine0
         after = tree_cpu.read(self.run_pid)
         wall, parallel = charged(time.monotonic() - ran.t0, ran.tree0, after, self.cx.w, counted)
+        self.by_cpu_time = counted is not None
         if counted is not None:
             took = counted / 1e9 + mine
         else:
@@ -188,10 +192,12 @@ class CpuWindows:
         return took, parallel
 
     def trusted_charge(self, wall_s: float, cpu_s: float) -> float:
-        """The trusted window's charge: the CPU time it took (its worker's and this thread's),
-        as the candidate's is where the sandbox counts it; elsewhere the lesser of that and its
-        wall plus what ran beside (the candidate's window is charged at least its wall then)."""
-        return cpu_s if self.cx.worker.cpu_ns() is not None else min(wall_s, cpu_s)
+        """The trusted window's charge, after the candidate's window it follows was charged:
+        the CPU time it took (its worker's and this thread's) where that window was charged its
+        CPU time; elsewhere the lesser of that and its wall plus what ran beside (the
+        candidate's window is charged at least its wall then). Taken from the charge itself,
+        not a second reading of the sandbox's count, which could fail where the first did not."""
+        return cpu_s if self.by_cpu_time else min(wall_s, cpu_s)
 
     def trusted(self, overhead: m.Overhead, chosen: list[int]) -> tuple[float, float, m.OverheadReply]:
         """The trusted worker's window on the last window's inputs, run as the candidate's was:
