@@ -258,12 +258,11 @@ class ConfirmLoop:
         if pad_passes:
             raise RuntimeError("a CPU's loop has no padding")
         sets, rows = staged.sets, staged.rows
-        take = kept.take if call is not None and kept is not None else None
-        held = kept.held if kept is not None else []
+        calling = call if kept is not None else None
         # destination passing: each call's own buffers set first (``KeptOutputs.before``)
-        before = kept.before if take is not None and kept is not None and kept.static is not None else None
-        go = pacing.pacer.go if pacing is not None and self.paced_now else None
-        done = pacing.pacer.done if pacing is not None else None
+        before = kept.before if calling is not None and kept is not None and kept.static is not None else None
+        pacer = pacing.pacer if pacing is not None else None
+        go = pacer.go if pacer is not None and self.paced_now else None
         packer = payload_packer(tuple(pacing.ndims)) if pacing is not None else None
         shown = pacing.stand_ins if pacing is not None else []
         for it in range(iters):
@@ -271,13 +270,13 @@ class ConfirmLoop:
             if it and go is not None:
                 go()  # the guard has written this call's inputs
             sets[k][:] = rows[it]  # ``StagedInputs.place``
-            if take is not None and call is not None:
+            if calling is not None and kept is not None:
                 if before is not None:
                     before(it, k)
-                take(it, call(k))
-                shown = held[it]
-            if done is not None and packer is not None:
-                done(packer(shown))
+                kept.take(it, calling(k))
+                shown = kept.held[it]
+            if pacer is not None and packer is not None:
+                pacer.done(packer(shown))
 
     def _spare(self) -> list[list[torch.Tensor]]:
         """Buffers of the outputs' sizes, made once, for the copies a call without outputs of
@@ -320,13 +319,12 @@ def pack_outputs(outputs: list[Any], ndims: list[int]) -> bytes:
 @functools.lru_cache(maxsize=64)
 def payload_packer(ndims: tuple[int, ...]) -> Callable[[list[Any]], bytes]:
     """``pack_outputs`` for outputs of ``ndims`` dimensions, its format made once."""
-    dims = ndims
-    fmt = struct.Struct(f"<{sum(1 + nd for nd in dims)}q").pack
+    fmt = struct.Struct(f"<{sum(1 + nd for nd in ndims)}q").pack
     tensor_type, type_of = T.tensor_type, T.type
 
     def pack(outputs: list[Any]) -> bytes:
         values: list[int] = []
-        for j, nd in enumerate(dims):
+        for j, nd in enumerate(ndims):
             t: Any = outputs[j] if j < len(outputs) else None
             # exact tensors only (a subclass would run the candidate's code here); ``is_cpu``
             # is read off the tensor, where ``device.type`` makes an object each call
