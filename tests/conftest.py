@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 
@@ -21,7 +22,7 @@ if not Path("/dev/nvidiactl").exists():
     # chosen before triton is first imported.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from helpers import SOL_EXAMPLES, in_shard, make_guard  # noqa: E402  (after the environment above)
+from helpers import SOL_EXAMPLES, MadeHere, in_shard, make_guard  # noqa: E402  (after the environment above)
 
 
 def _gpu_run(config) -> bool:
@@ -179,3 +180,29 @@ def needs_bwrap():
             pytest.fail(f"the sandbox must work in CI: {iso.line()}")
         pytest.skip(iso.line())
     return iso
+
+
+@pytest.fixture
+def made_here(monkeypatch) -> MadeHere:
+    made = MadeHere()
+    real_pipe, real_open, real_pair = os.pipe, os.open, socket.socketpair
+
+    def pipe() -> tuple[int, int]:
+        fds = real_pipe()
+        made.record(*fds)
+        return fds
+
+    def open_(*args, **kwargs) -> int:
+        fd = real_open(*args, **kwargs)
+        made.record(fd)
+        return fd
+
+    def socketpair(*args, **kwargs):
+        pair = real_pair(*args, **kwargs)
+        made.record(*(s.fileno() for s in pair))
+        return pair
+
+    monkeypatch.setattr(os, "pipe", pipe)
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(socket, "socketpair", socketpair)
+    return made

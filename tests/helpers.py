@@ -491,3 +491,31 @@ def in_shard(nodeid: str, k: int, n: int) -> bool:
     """Whether the test ``nodeid`` is in part ``k`` of ``n``: a hash of the id, not its place in
     the run, so adding a test moves no other."""
     return zlib.crc32(nodeid.encode()) % n == k - 1
+
+
+class MadeHere:
+    """The descriptors this thread makes while recording (pipes, socket pairs, opened
+    files), each known by its inode, so that a number another thread opens in between (the
+    spawner thread's, another test's worker) is not taken for one of them: a count of the
+    whole process's descriptors was, and failed once in a full run."""
+
+    def __init__(self) -> None:
+        self.ends: dict[int, tuple[int, int]] = {}
+        self._thread = threading.get_ident()
+
+    def record(self, *fds: int) -> None:
+        if threading.get_ident() == self._thread:
+            for fd in fds:
+                st = os.fstat(fd)
+                self.ends[fd] = (st.st_dev, st.st_ino)
+
+    def still_open(self) -> list[int]:
+        left = []
+        for fd, identity in self.ends.items():
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == identity:
+                left.append(fd)
+        return left

@@ -16,10 +16,6 @@ from guard.sandbox import launch as launch_mod
 from guard.sandbox.policy import SandboxPolicy
 
 
-def open_fds() -> set[int]:
-    return {int(n) for n in os.listdir("/proc/self/fd")}
-
-
 def writers_gone(read_end: int) -> bool:
     """Whether every write end of ``read_end``'s pipe is closed: a read then ends at once."""
     ready, _, _ = select.select([read_end], [], [], 5)
@@ -31,7 +27,7 @@ def policy_for(tmp_path: Path) -> tuple[SandboxPolicy, dict[str, str]]:
     return SandboxPolicy.for_worker(tmp_path, "cpu", env=env), env
 
 
-def test_a_failed_wrap_leaves_no_descriptor_open(tmp_path, monkeypatch):
+def test_a_failed_wrap_leaves_no_descriptor_open(tmp_path, monkeypatch, made_here):
     """The pipes it made and the caller's descriptor it was handed are closed when a step
     fails (before, ``kernelarc verify`` leaked its result pipe when ``wrap`` raised)."""
     policy, env = policy_for(tmp_path)
@@ -41,16 +37,16 @@ def test_a_failed_wrap_leaves_no_descriptor_open(tmp_path, monkeypatch):
 
     monkeypatch.setattr(launch_mod, "wrap", fails)
     handed_r, handed_w = os.pipe()
-    before = open_fds()
+    made_here.ends.clear()  # the caller's pipe is not prepare's
     with pytest.raises(FileNotFoundError):
         launch_mod.prepare(policy, ["true"], env, tag="t", tasks_limit=8, hand_over=[handed_w], want_info=True)
-    after = open_fds()
+    assert made_here.ends, "prepare made no pipe before wrap: the test no longer tests a release"
+    assert made_here.still_open() == []
     assert writers_gone(handed_r)
     os.close(handed_r)
-    assert after <= before, f"left open: {sorted(after - before)}"
 
 
-def test_a_failed_start_releases_its_groups_and_pipes(tmp_path, monkeypatch):
+def test_a_failed_start_releases_its_groups_and_pipes(tmp_path, monkeypatch, made_here):
     """``abandon`` closes the info pipe, the child's ends and removes the groups."""
     policy, env = policy_for(tmp_path)
     closed: list[str] = []
@@ -66,14 +62,13 @@ def test_a_failed_start_releases_its_groups_and_pipes(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sandbox.cgroups.SandboxGroup, "make", classmethod(lambda cls, *a, **k: Group()))
     monkeypatch.setattr(launch_mod, "wrap", lambda policy, argv, env, **kw: ["wrapped", *argv])
-    before = open_fds()
     launch = launch_mod.prepare(policy, ["true"], env, tag="t", tasks_limit=8, want_info=True)
     assert launch.cmd[:2] == ["in-group", "wrapped"]
     assert launch.info_r is not None and launch.pass_fds
-    assert open_fds() > before
+    assert set(made_here.still_open()) >= {launch.info_r, *launch.pass_fds}
     launch.abandon()
     launch.abandon()  # again: the group is not closed twice (the list below), no error
-    assert open_fds() <= before
+    assert made_here.still_open() == []
     assert closed == ["group"] and launch.group is None and launch.info_r is None
 
 
@@ -100,7 +95,7 @@ def test_the_child_inherits_the_handed_descriptor(tmp_path, needs_bwrap):
 
 
 @pytest.mark.parametrize("fails_at", ["prepare", "log", "spawn"])
-def test_a_worker_that_fails_to_start_leaves_nothing_open(tmp_path, monkeypatch, needs_bwrap, fails_at):
+def test_a_worker_that_fails_to_start_leaves_nothing_open(tmp_path, monkeypatch, needs_bwrap, fails_at, made_here):
     """No pipe or cgroup of a candidate worker's start outlives a start that fails: in the
     sandbox's preparation, in opening its log, or in the spawn (review, session 44: the log's
     open sat between the first and the last, outside the cleanup, and left the info and
@@ -123,10 +118,12 @@ def test_a_worker_that_fails_to_start_leaves_nothing_open(tmp_path, monkeypatch,
         monkeypatch.setattr(worker, "_log", fails)
     else:
         worker._log()  # the log is the worker's own, kept for its tail: opened before the count
-    before = open_fds()
+    made_here.ends.clear()
     with pytest.raises(OSError, match="Too many open files"):
         worker.start()
-    assert open_fds() <= before, f"left open: {sorted(open_fds() - before)}"
+    if fails_at != "log":  # the log opens first now: a start that fails there made nothing yet
+        assert made_here.ends, "the start made no descriptor: the test no longer tests a release"
+    assert made_here.still_open() == []
     if found.base is not None:
         assert set(found.base.iterdir()) <= groups_before
     assert worker.sock is None and worker.cgroup_dir is None

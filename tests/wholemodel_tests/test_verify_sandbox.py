@@ -440,7 +440,9 @@ def test_an_output_of_another_shape_is_named_so_from_the_sandbox(workspace):
 
 
 @pytest.mark.parametrize("fails_at", ["say", "spawn"])
-def test_a_sandboxed_verify_that_fails_to_start_leaves_nothing_open(workspace, monkeypatch, needs_bwrap, fails_at):
+def test_a_sandboxed_verify_that_fails_to_start_leaves_nothing_open(
+    workspace, monkeypatch, needs_bwrap, fails_at, made_here
+):
     """Its pipes and its cgroup go with a start that fails: a message that cannot be shown (a
     closed stderr), or a spawn that fails (review, session 44: the first sat outside the
     cleanup, and left the result pipe, the filter's and the cgroup)."""
@@ -470,10 +472,10 @@ def test_a_sandboxed_verify_that_fails_to_start_leaves_nothing_open(workspace, m
         monkeypatch.setattr(sandbox.cgroups.SandboxGroup, "make", lambda *a, **k: None)
         say = fails
     job = _job(workspace)
-    before = {int(n) for n in os.listdir("/proc/self/fd")}
+    made_here.ends.clear()
     with pytest.raises(OSError, match="Input/output error"):
         sandboxed.run(job, memory_gb=1.0, say=say)
-    after = {int(n) for n in os.listdir("/proc/self/fd")}
-    assert after <= before, f"left open: {sorted(after - before)}"
+    assert made_here.ends, "the run made no descriptor: the test no longer tests a release"
+    assert made_here.still_open() == []
     if fails_at == "spawn" and sandbox.cgroups.probe().available:
         assert closed == [True]
