@@ -69,14 +69,31 @@ def evaluate(guard, source, problem, agent, language="triton", must_pass=True):
 
 
 def _workload_lines(v) -> str:
-    """Per workload: timed calls, the warm-up's call and loop estimates, the outside clock's walls."""
+    """Per workload: timed calls, the warm-up's call and loop estimates, the decided figure
+    with its standard error and method, whether the outside clock floored it (and the
+    candidate's own median then), and the outside clock's windows and walls: what a stored
+    comparison of two verdicts is made of."""
     rows = []
     for w in v.workloads:
+        if w.timing is None:
+            continue
         t, oc = w.timing, w.timing.outside_clock
+        extra = t.model_extra or {}
+        floored = (
+            f" FLOORED (own {extra.get('inside_median_ms') or 0:.4f}ms)"
+            if extra.get("floored_by_outside_clock")
+            else ""
+        )
         rows.append(
             f"    {w.uuid}: iters {t.planned_iters} call~{t.eager_warmup_median_ms or 0:.3f}ms "
-            f"loop~{t.loop_warmup_median_ms or 0:.3f}ms median {t.median_ms:.4f}ms {t.method}"
-            + (f" run {oc.run_wall_s:.3f}s loop {oc.loop_wall_s:.3f}s ({oc.loop})" if oc else "")
+            f"loop~{t.loop_warmup_median_ms or 0:.3f}ms median {t.median_ms:.4f}ms se {t.rel_se or 0:.4f} "
+            f"{t.method}{floored}"
+            + (
+                f" run {oc.run_wall_s:.3f}s loop {oc.loop_wall_s:.3f}s ({oc.loop}, outside {oc.outside_ms:.4f}ms, "
+                f"windows {oc.windows}, host-bound {oc.host_bound})"
+                if oc
+                else ""
+            )
         )
     return "\n".join(rows)
 
@@ -112,7 +129,10 @@ def _decision_line(d: dict) -> str:
             # an entry holds only the fields the guard set (``verdict._Part``)
             paired = f"{e['paired_speedup']:.4f}" if e.get("paired_speedup") else "none"
             slow = f" incumbent slowdown {e['incumbent_slowdown']:.3f}" if e.get("incumbent_slowdown") else ""
-            parts.append(f"paired ({label}): stored {e.get('stored_speedup') or 0:.4f} -> paired {paired}{slow}")
+            parts.append(
+                f"paired ({label}): stored {e.get('stored_speedup') or 0:.4f} -> paired {paired}{slow}"
+                f" (why: {e.get('why') or '?'})"
+            )
     return "; ".join(parts)
 
 
@@ -146,19 +166,23 @@ def _windows_line(figures: dict) -> str:
     return f"floored {floored}, extra windows {extra}, spare waits {len(waits)} ({sum(waits):.1f} s)"
 
 
-def latency_study(guard, problem, source, warm_runs=3, after_verdict=lambda: None, settle=False) -> dict:
+def latency_study(
+    guard, problem, source, warm_runs=3, after_verdict=lambda: None, settle=False, out: dict | None = None
+) -> dict:
     """A cold verdict, then ``warm_runs`` of each warm kind; ``after_verdict`` runs after each
     (the profiles so far written out: a device call cut by its limit keeps them). ``settle``:
     before each warm verdict, wait (untimed) until the spare workers that the last one started
     are ready, as they are for an agent that takes longer than a start to write its next
-    kernel; without it the verdicts follow at once, as a swarm's queue makes them."""
-    out = {"problem": problem, "workloads": None, "cold": None, "warm_trivial": [], "warm_new_jit": []}
+    kernel; without it the verdicts follow at once, as a swarm's queue makes them. ``out``:
+    the dict to fill, verdict by verdict, so that ``after_verdict`` can write it out."""
+    out = {} if out is None else out
+    out.update({"problem": problem, "workloads": None, "cold": None, "warm_trivial": [], "warm_new_jit": []})
     v, wall = evaluate(guard, variant(source, 0), problem, "latency")
-    after_verdict()
     print(_phases_line("cold", v, wall), flush=True)
     print(_workload_lines(v), flush=True)
     out["workloads"] = v.checked.model_dump()
     out["cold"] = {**v.phases_s, "wall": wall, "figures": _figures(v)}
+    after_verdict()
     for i in range(1, warm_runs + 1):
         for label, key, text in (
             ("warm trivial", "warm_trivial", variant(source, i)),
@@ -166,13 +190,14 @@ def latency_study(guard, problem, source, warm_runs=3, after_verdict=lambda: Non
         ):
             settled = guard.pool.quiet_spare() if settle else None
             v, wall = evaluate(guard, text, problem, "latency")
-            after_verdict()
             decided = _decision(v)
             print(_phases_line(label, v, wall), flush=True)
             figures = _figures(v)
             before = f"; settled {settled:.1f} s before" if settled is not None else ""
             print(f"    {_decision_line(decided)}; {_windows_line(figures)}{before}", flush=True)
+            print(_workload_lines(v), flush=True)
             out[key].append({**v.phases_s, "wall": wall, "verdict": decided, "figures": figures, "settled_s": settled})
+            after_verdict()
     return out
 
 
@@ -418,18 +443,17 @@ def main() -> int:
             plan += [(sixteen[0].parent.name, sixteen[0].read_text())] if sixteen else []
             if args.latency_problems:
                 plan = [(p, s) for p, s in plan if any(x in p for x in args.latency_problems)]
-            for problem, source in plan:
-                result["latency"].append(
-                    latency_study(
-                        guard,
-                        problem,
-                        source,
-                        args.warm_runs,
-                        lambda: _save_profiles(profiles, args.out),
-                        settle=args.settle_spares,
-                    )
-                )
+
+            def after_verdict() -> None:  # a device call cut by its limit keeps every verdict so far
+                _save_profiles(profiles, args.out)
                 (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
+
+            for problem, source in plan:
+                study: dict = {}
+                result["latency"].append(study)
+                latency_study(
+                    guard, problem, source, args.warm_runs, after_verdict, settle=args.settle_spares, out=study
+                )
         result["device"] = guard.device_info()
     (args.out / "guard_bench.json").write_text(json.dumps(result, indent=2, default=str))
     _save_profiles(profiles, args.out)  # the trusted worker's too, now that the guard is closed

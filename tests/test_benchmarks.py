@@ -375,13 +375,15 @@ def test_guard_bench_counts_the_outside_clocks_floors_windows_and_waits():
     phase shows: each verdict's row says how many floors, extra windows and waits it had."""
     from types import SimpleNamespace
 
-    from benchmarks.guard_bench import _figures, _windows_line
+    from benchmarks.guard_bench import _figures, _windows_line, _workload_lines
     from guard.outside_clock import judge
     from guard.verdict import Timing, WorkloadResult
 
     clock = judge(0.6, 100, 0.5, 100, 0.9, 0.1, 0.05, 1.5, host_bound=True)
     waited = clock.model_copy(update={"windows": 4, "quiet_wait_s": 2.5})
-    floored = Timing.model_validate({"median_ms": 1.0, "method": "cuda-graph+cupti", "floored_by_outside_clock": True})
+    floored = Timing.model_validate(
+        {"median_ms": 1.0, "method": "cuda-graph+cupti", "floored_by_outside_clock": True, "inside_median_ms": 0.9}
+    )
     v = SimpleNamespace(
         workloads=[
             WorkloadResult(uuid="a", latency_ms=1.0, timing=floored.model_copy(update={"outside_clock": waited})),
@@ -394,6 +396,10 @@ def test_guard_bench_counts_the_outside_clocks_floors_windows_and_waits():
     assert [figures["a"][k] for k in outside] == [True, 4, 1, 2.5]
     assert [figures["b"][k] for k in outside] == [None, 1, 1, None] and "c" not in figures
     assert _windows_line(figures) == "floored 1, extra windows 3, spare waits 1 (2.5 s)"
+    # and each verdict's workloads are printed with them, so that a cut run still says which floored
+    lines = _workload_lines(v).splitlines()
+    assert len(lines) == 2 and "FLOORED (own 0.9000ms)" in lines[0] and "windows 4" in lines[0]
+    assert "FLOORED" not in lines[1] and "host-bound True" in lines[1]
 
 
 def test_guard_bench_can_let_the_spares_settle_before_each_warm_verdict():
