@@ -188,6 +188,23 @@ class GuardConfig(BaseModel):
         description="cap on the device work queued before each iteration of the outside "
         "clock's loop (1.25 x the host's time to enqueue one, as measured at warm-up)",
     )
+    outside_window_s_host: float = Field(
+        0.0,
+        ge=0,
+        description="GPU, a host-bound loop (whose outside figure floors the decided one): the shortest "
+        "window of the outside clock, planned from the candidate's host time per iteration (0: the "
+        "timed loop's calls, as before). Such a figure is the difference of two host-paced walls; over "
+        "the timed loop's 50 calls of a 10 us kernel (windows of 15 ms) a 10 us Triton call was floored "
+        "at 19 us on an H100 (session 51). Off until measured on a GPU: 0.05 is the value to try",
+    )
+    outside_calls_most_host: int = Field(
+        400,
+        ge=0,
+        le=4096,
+        description="GPU, a host-bound loop: the most calls of an outside clock's window where the timed "
+        "loop ran fewer (the candidate's loop is made for as many at warm-up: its digests' positions, "
+        "some 20 us a call to draw)",
+    )
     confirm_held_max_bytes: int = Field(
         256 << 20,
         ge=0,

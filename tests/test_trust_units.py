@@ -705,6 +705,30 @@ def test_a_host_bound_gpu_loop_floors_the_figure_instead_of_accusing():
     assert short.short_loop and not short.agrees
 
 
+def test_a_host_bound_gpu_loop_gets_windows_long_enough_for_its_floor():
+    """A host-bound window's figure floors the decided one and is the difference of two walls:
+    over the timed loop's 50 calls of a small call (15 ms) their jitter floored a 10 us Triton
+    call at 19 us on an H100 (session 51). With ``outside_window_s_host`` set, such a window
+    runs enough calls for it by the candidate's host time, capped; nothing else changes."""
+    from types import SimpleNamespace
+
+    from guard.cascade import outside_windows as ow
+    from guard.config import GuardConfig
+
+    cfg = GuardConfig(outside_window_s_host=0.05, outside_calls_most_host=400)
+    gpu = SimpleNamespace(device=SimpleNamespace(kind="cuda"), cfg=cfg)
+    assert ow.window_calls(gpu, 50, 0.25, True) == 200  # 50 ms at 0.25 ms an iteration
+    assert ow.window_calls(gpu, 50, 0.25, False) == 50  # device-bound: judged by the band, as before
+    assert ow.window_calls(gpu, 50, 0.01, True) == 400  # capped
+    assert ow.window_calls(gpu, 500, 0.01, True) == 500  # never fewer than the timed loop's
+    assert ow.window_calls(gpu, 50, 5.0, True) == 50  # an overstated host time: as short as before
+    assert ow.window_calls(gpu, 50, 0.0, True) == 400 and ow.window_calls(gpu, 50, 1e308, True) == 50
+    cpu = SimpleNamespace(device=SimpleNamespace(kind="cpu"), cfg=cfg)
+    assert ow.window_calls(cpu, 50, 0.25, True) == 50  # a CPU's windows are set by its first
+    off = SimpleNamespace(device=SimpleNamespace(kind="cuda"), cfg=GuardConfig())
+    assert ow.window_calls(off, 50, 0.25, True) == 50  # off by default until measured on a GPU
+
+
 def test_the_outside_clock_checks_the_median_that_decides():
     # a median forged while the mean and the event windows were kept is judged by the median
     stats = {

@@ -84,6 +84,22 @@ def pad_passes(ref: ReferenceSide, host_ms: float, flush_ms: float) -> tuple[int
     return passes, passes * flush_ms, wanted > cap
 
 
+def window_calls(ref: ReferenceSide, calls: int, host_ms: float, host_bound: bool) -> int:
+    """The calls of each outside-clock window on a GPU: the timed loop's ``calls``, or, where the
+    loop is host-bound (``pad_passes``), enough for a window of ``outside_window_s_host`` by the
+    candidate's host time per iteration, at most ``outside_calls_most_host`` (or ``calls``).
+    There the outside figure floors the decided one and is the difference of two host-paced
+    walls, whose jitter over a short window is as large as a small call (H100, session 51: a 10
+    us Triton call floored at 19 us in one verdict and not in the next, and every later
+    verdict paired against it). The figure comes from the candidate's process: overstated, it
+    only leaves the windows as short as before; understated, the loop is not host-bound."""
+    if ref.device.kind != "cuda" or not host_bound:
+        return calls
+    most = max(calls, ref.cfg.outside_calls_most_host)
+    wanted = ref.cfg.outside_window_s_host * 1e3 / max(host_ms, 1e-3)  # a float: no overflow
+    return calls if wanted <= calls else most if wanted >= most else math.ceil(wanted)
+
+
 @dataclass
 class Checked:
     """One window's calls to check: their seed, which, and their digests (a GPU) or outputs as

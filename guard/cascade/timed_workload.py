@@ -186,12 +186,17 @@ def time_workload(
             # a CPU's loops digest nothing: no secret of their checks goes to the candidate
             confirm_projection_seed=0 if cpu else projection_seed,
             confirm_rows=held,
+            confirm_least=0 if cpu or not cfg.outside_window_s_host else cfg.outside_calls_most_host,
         ),
         m.ArmReply,
         cx.timeout,
     )
     if not armed.ok or armed.plan is None:
         raise failure(armed, w, "warming up")
+    try:
+        passes, pad, host_bound = outside_windows.pad_passes(ref, armed.confirm_host_ms, armed.flush_ms)
+    except ValueError as exc:
+        raise Rejection("benchmark", "REWARD_HACK", f"warming up {w.uuid}: {exc}", None, w.uuid) from None
 
     before = nvml.snapshot(ref.device.uuid) if ref.device.kind == "cuda" else None
     t0 = time.monotonic()
@@ -202,6 +207,8 @@ def time_workload(
         raise failure(ran, w, "timing")
     n = len(ran.held) if cpu else len(ran.digests)
     _check_counts(armed.plan, n, run_s, timing, cfg.max_timing_s, w)
+    # the outside clock's calls a window (a CPU's are set by its first window, below)
+    n_loop = min(n, held) if held else outside_windows.window_calls(ref, n, armed.confirm_host_ms, host_bound)
     chosen = sorted(check_rng.sample(range(n), min(cfg.replay_checks, n)))
     # A CPU's timed calls: the chosen ones' outputs read by the guard, its tree stopped, before
     # the worker is asked for anything else (``timed_reads``); a GPU's: their digests.
@@ -227,7 +234,7 @@ def time_workload(
                 read,
             )
             if not cpu:  # the trusted loop's set-up, here rather than while the candidate is stopped
-                _prepare_trusted_loop(cx, n, copies, projection_seed)
+                _prepare_trusted_loop(cx, n_loop, copies, projection_seed)
         except BaseException:
             reading.drop(cx.timeout)
             raise
@@ -240,13 +247,7 @@ def time_workload(
     _check_figures(stats, w, cx.timeout * 1e3)
 
     loop_kind = _loop_kind(ref, d, w)
-    try:
-        passes, pad, host_bound = outside_windows.pad_passes(ref, armed.confirm_host_ms, armed.flush_ms)
-    except ValueError as exc:
-        raise Rejection("benchmark", "REWARD_HACK", f"warming up {w.uuid}: {exc}", None, w.uuid) from None
     rel, abs_ms, slack = outside_windows.bands(ref, loop_kind)
-
-    n_loop = min(n, held) if held else n
 
     def judge(run_walls: list[float], loop_walls: list[float]) -> outside_clock.OutsideClock:
         # pauses (a collection, the scheduler) only lengthen a window: the shortest of each is the loop

@@ -67,6 +67,7 @@ class CandidateRole:
         self.refiller: Refiller | None = None
         self.confirm_loop: ConfirmLoop | None = None
         self._confirm_rows = 0
+        self._confirm_least = 0
         # a CPU: each call's outputs, held for the guard to read: the timed loop's (copies) until
         # ``stats``, then the outside clock's loop's, where the calls left them (``kept``)
         self.kept: KeptOutputs | None = None
@@ -305,6 +306,7 @@ class CandidateRole:
         cfg, arm_seed = msg.config, msg.arm_seed
         self._confirm_projection_seed = msg.confirm_projection_seed
         self._confirm_rows = msg.confirm_rows
+        self._confirm_least = msg.confirm_least
         tolerances = [t.model_dump() for t in msg.tolerances]
         if self.timer is None:
             self.timer = Timer(self.device)
@@ -401,11 +403,11 @@ class CandidateRole:
 
     def _confirm_rows_now(self) -> int:
         """The most calls of one outside-clock loop: the guard's cap on a CPU (by the outputs'
-        size), else the timed loop's count (10 at least)."""
+        size), else the timed loop's count (10 at least), on a GPU at least the guard's count."""
         assert self.plan is not None
         rows = max(self.plan.iters, 10)
         if self.cuda:
-            return rows
+            return max(rows, self._confirm_least)
         return self._confirm_rows or rows
 
     def _held_outputs(self) -> KeptOutputs:

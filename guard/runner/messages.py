@@ -166,6 +166,9 @@ class Arm(_CallsCandidate):
     tolerances: list[Tolerance] = Field(default_factory=list)
     # a CPU: the most calls an outside clock's loop will hold the outputs of (0: no limit)
     confirm_rows: int = Field(0, ge=0)
+    # a GPU: the outside clock's loop is made for at least this many calls, so that a host-bound
+    # loop's windows can run more than the timed loop's (``outside_windows.window_calls``)
+    confirm_least: int = Field(0, ge=0, le=4096)
 
 
 class Run(_Msg):
