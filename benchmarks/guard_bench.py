@@ -89,7 +89,8 @@ def _workload_lines(v) -> str:
             f"loop~{t.loop_warmup_median_ms or 0:.3f}ms median {t.median_ms:.4f}ms se {t.rel_se or 0:.4f} "
             f"{t.method}{floored}"
             + (
-                f" run {oc.run_wall_s:.3f}s loop {oc.loop_wall_s:.3f}s ({oc.loop}, outside {oc.outside_ms:.4f}ms, "
+                f" run {oc.run_wall_s:.3f}s loop {oc.loop_wall_s:.3f}s ({oc.run_iters} calls, {oc.loop}, "
+                f"outside {oc.outside_ms:.4f}ms, "
                 f"windows {oc.windows}, host-bound {oc.host_bound})"
                 if oc
                 else ""

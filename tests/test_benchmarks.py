@@ -399,6 +399,7 @@ def test_guard_bench_counts_the_outside_clocks_floors_windows_and_waits():
     # and each verdict's workloads are printed with them, so that a cut run still says which floored
     lines = _workload_lines(v).splitlines()
     assert len(lines) == 2 and "FLOORED (own 0.9000ms)" in lines[0] and "windows 4" in lines[0]
+    assert "(100 calls, captured," in lines[0]  # a window's calls: what outside_window_s_host sets
     assert "FLOORED" not in lines[1] and "host-bound True" in lines[1]
 
 

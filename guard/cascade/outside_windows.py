@@ -92,7 +92,8 @@ def window_calls(ref: ReferenceSide, calls: int, host_ms: float, host_bound: boo
     walls, whose jitter over a short window is as large as a small call (H100, session 51: a 10
     us Triton call floored at 19 us in one verdict and not in the next, and every later
     verdict paired against it). The figure comes from the candidate's process: overstated, it
-    only leaves the windows as short as before; understated, the loop is not host-bound."""
+    can only shorten the windows back to the timed loop's calls (a figure of 1 ms or more does),
+    which longer windows do not favour either; understated, the loop is not host-bound."""
     if ref.device.kind != "cuda" or not host_bound:
         return calls
     most = max(calls, ref.cfg.outside_calls_most_host)

@@ -49,8 +49,9 @@ log = logging.getLogger(__name__)
 def _check_counts(plan: m.Plan, n: int, run_s: float, timing: m.TimingConfig, max_timing_s: float, w: Workload) -> None:
     """The counts come from the candidate's process: the plan must lie within the guard's
     bounds, and a loop may stop short of it only when the guard's own clock saw it run for
-    the time limit. The outside clock's loop runs the same count, and a short one would put
-    a window's fixed costs into every call's share of the band."""
+    the time limit. The outside clock's loop runs at least the same count (more where
+    ``outside_windows.window_calls`` asks), and a short one would put a window's fixed costs
+    into every call's share of the band."""
     planned = plan.iters
     if not min(timing.min_iters, timing.max_iters) <= planned <= timing.max_iters:
         raise Rejection(
