@@ -727,6 +727,8 @@ def test_a_host_bound_gpu_loop_gets_windows_long_enough_for_its_floor():
     assert ow.window_calls(cpu, 50, 0.25, True) == 50  # a CPU's windows are set by its first
     off = SimpleNamespace(device=SimpleNamespace(kind="cuda"), cfg=GuardConfig())
     assert ow.window_calls(off, 50, 0.25, True) == 50  # off by default until measured on a GPU
+    # the candidate's loop is made for as many calls as a window may ask, only where one may
+    assert [ow.least_loop_calls(r) for r in (gpu, cpu, off)] == [400, 0, 0]
 
 
 def test_the_outside_clock_checks_the_median_that_decides():

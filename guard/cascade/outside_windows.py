@@ -84,6 +84,15 @@ def pad_passes(ref: ReferenceSide, host_ms: float, flush_ms: float) -> tuple[int
     return passes, passes * flush_ms, wanted > cap
 
 
+def least_loop_calls(ref: ReferenceSide) -> int:
+    """The calls the candidate's outside-clock loop is made for at least, at warm-up, before
+    anyone knows whether its loop is host-bound (``Arm.confirm_least``): as many as a
+    host-bound window may run where ``outside_window_s_host`` is set on a GPU, else 0."""
+    if ref.device.kind != "cuda" or not ref.cfg.outside_window_s_host:
+        return 0
+    return ref.cfg.outside_calls_most_host
+
+
 def window_calls(ref: ReferenceSide, calls: int, host_ms: float, host_bound: bool) -> int:
     """The calls of each outside-clock window on a GPU: the timed loop's ``calls``, or, where the
     loop is host-bound (``pad_passes``), enough for a window of ``outside_window_s_host`` by the
@@ -94,9 +103,9 @@ def window_calls(ref: ReferenceSide, calls: int, host_ms: float, host_bound: boo
     verdict paired against it). The figure comes from the candidate's process: overstated, it
     can only shorten the windows back to the timed loop's calls (a figure of 1 ms or more does),
     which longer windows do not favour either; understated, the loop is not host-bound."""
-    if ref.device.kind != "cuda" or not host_bound:
+    if not host_bound or not (least := least_loop_calls(ref)):
         return calls
-    most = max(calls, ref.cfg.outside_calls_most_host)
+    most = max(calls, least)
     wanted = ref.cfg.outside_window_s_host * 1e3 / max(host_ms, 1e-3)  # a float: no overflow
     return calls if wanted <= calls else most if wanted >= most else math.ceil(wanted)
 

@@ -187,7 +187,7 @@ def time_workload(
             # a CPU's loops digest nothing: no secret of their checks goes to the candidate
             confirm_projection_seed=0 if cpu else projection_seed,
             confirm_rows=held,
-            confirm_least=0 if cpu or not cfg.outside_window_s_host else cfg.outside_calls_most_host,
+            confirm_least=outside_windows.least_loop_calls(ref),
         ),
         m.ArmReply,
         cx.timeout,
